@@ -1,0 +1,340 @@
+//! Physical-device facts: what `devices()` returns and `vkhost devices` prints.
+
+use ash::vk;
+use std::ffi::CStr;
+
+/// The kind of a physical device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceType {
+    Discrete,
+    Integrated,
+    Virtual,
+    Cpu,
+    Other,
+}
+
+impl DeviceType {
+    fn from_vk(t: vk::PhysicalDeviceType) -> Self {
+        match t {
+            vk::PhysicalDeviceType::DISCRETE_GPU => DeviceType::Discrete,
+            vk::PhysicalDeviceType::INTEGRATED_GPU => DeviceType::Integrated,
+            vk::PhysicalDeviceType::VIRTUAL_GPU => DeviceType::Virtual,
+            vk::PhysicalDeviceType::CPU => DeviceType::Cpu,
+            _ => DeviceType::Other,
+        }
+    }
+
+    /// Preference for `Device::open_default`: lower is better.
+    pub(crate) fn rank(self) -> u8 {
+        match self {
+            DeviceType::Discrete => 0,
+            DeviceType::Integrated => 1,
+            DeviceType::Virtual => 2,
+            DeviceType::Cpu => 3,
+            DeviceType::Other => 4,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceType::Discrete => "discrete",
+            DeviceType::Integrated => "integrated",
+            DeviceType::Virtual => "virtual",
+            DeviceType::Cpu => "cpu",
+            DeviceType::Other => "other",
+        }
+    }
+}
+
+/// A memory heap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryHeap {
+    pub size: u64,
+    pub flags: vk::MemoryHeapFlags,
+}
+
+/// A memory type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryType {
+    pub heap_index: u32,
+    pub flags: vk::MemoryPropertyFlags,
+}
+
+/// A queue family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueFamily {
+    pub index: u32,
+    pub flags: vk::QueueFlags,
+    pub count: u32,
+}
+
+impl QueueFamily {
+    /// TRANSFER without GRAPHICS or COMPUTE: a copy engine.
+    pub fn is_transfer_only(&self) -> bool {
+        self.flags.contains(vk::QueueFlags::TRANSFER)
+            && !self.flags.intersects(vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE)
+    }
+}
+
+/// A Vulkan API version, split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ApiVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl ApiVersion {
+    pub(crate) fn from_raw(v: u32) -> Self {
+        ApiVersion {
+            major: vk::api_version_major(v),
+            minor: vk::api_version_minor(v),
+            patch: vk::api_version_patch(v),
+        }
+    }
+}
+
+impl std::fmt::Display for ApiVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// What a physical device is and offers. One per device, from [`crate::devices`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Index in the loader's enumeration order, as taken by `Device::open`.
+    pub index: usize,
+    pub name: String,
+    pub device_type: DeviceType,
+    pub vendor_id: u32,
+    pub device_id: u32,
+    /// VkPhysicalDeviceDriverProperties, empty before Vulkan 1.2.
+    pub driver_name: String,
+    pub driver_info: String,
+    pub api_version: ApiVersion,
+    pub driver_version: u32,
+    pub memory_heaps: Vec<MemoryHeap>,
+    pub memory_types: Vec<MemoryType>,
+    pub queue_families: Vec<QueueFamily>,
+    /// minImportedHostPointerAlignment when VK_EXT_external_memory_host is offered, else None.
+    pub host_import_alignment: Option<usize>,
+    /// VkPhysicalDeviceMaintenance3Properties::maxMemoryAllocationSize.
+    pub max_memory_allocation_size: u64,
+    /// Whether timeline semaphores are supported (Vulkan 1.2 feature), needed by streams.
+    pub timeline_semaphore: bool,
+}
+
+impl DeviceInfo {
+    /// The memory property flags of each type, in order.
+    pub fn memory_type_flags(&self) -> Vec<vk::MemoryPropertyFlags> {
+        self.memory_types.iter().map(|t| t.flags).collect()
+    }
+
+    /// The first transfer-only queue family (a copy engine), if any.
+    pub fn transfer_family(&self) -> Option<&QueueFamily> {
+        self.queue_families.iter().find(|f| f.is_transfer_only() && f.count > 0)
+    }
+
+    /// The first family that can run compute.
+    pub fn compute_family(&self) -> Option<&QueueFamily> {
+        self.queue_families
+            .iter()
+            .find(|f| f.flags.contains(vk::QueueFlags::COMPUTE) && f.count > 0)
+    }
+
+    /// Whether registered host memory can work on this device, judged from its facts alone:
+    /// the import alignment, or why not. `Device::host_registration` adds policy and the probe.
+    pub fn host_registration(&self) -> Result<usize, String> {
+        let align = self
+            .host_import_alignment
+            .ok_or_else(|| "VK_EXT_external_memory_host is not offered by this device".to_string())?;
+        let page = crate::host::page_size();
+        registration_granule(align, page)
+    }
+}
+
+/// The seed's `check_registrable`: imports are rounded outward to max(page, alignment); an
+/// alignment coarser than a page would import memory the process may not own.
+pub(crate) fn registration_granule(align: usize, page: usize) -> Result<usize, String> {
+    if align == 0 || !align.is_power_of_two() {
+        return Err(format!("minImportedHostPointerAlignment {align} is not a power of two"));
+    }
+    if align > page {
+        return Err(format!(
+            "minImportedHostPointerAlignment {} is coarser than the page size {}: rounding a range to it \
+             would import memory the process may not own",
+            fmt_bytes(align as u64),
+            fmt_bytes(page as u64)
+        ));
+    }
+    Ok(align.max(page))
+}
+
+/// 4096 → "4 KiB", 1536 → "1536 B".
+pub fn fmt_bytes(n: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (u, s) in UNITS {
+        if n >= s && n % s == 0 {
+            return format!("{} {u}", n / s);
+        }
+    }
+    for (u, s) in UNITS {
+        if n >= s {
+            return format!("{:.1} {u}", n as f64 / s as f64);
+        }
+    }
+    format!("{n} B")
+}
+
+fn cstr_field(raw: &[std::ffi::c_char]) -> String {
+    // SAFETY: Vulkan fills these fixed arrays with NUL-terminated UTF-8; the slice bound keeps the
+    // read inside the array even if a driver forgot the terminator.
+    let bytes = unsafe { std::slice::from_raw_parts(raw.as_ptr().cast::<u8>(), raw.len()) };
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+pub(crate) fn has_extension(instance: &ash::Instance, pd: vk::PhysicalDevice, name: &CStr) -> bool {
+    // SAFETY: `pd` was enumerated from `instance`, which is alive.
+    let exts = unsafe { instance.enumerate_device_extension_properties(pd) }.unwrap_or_default();
+    exts.iter().any(|e| e.extension_name_as_c_str().map(|n| n == name).unwrap_or(false))
+}
+
+/// Reads a physical device's facts.
+pub(crate) fn query(instance: &ash::Instance, pd: vk::PhysicalDevice, index: usize) -> DeviceInfo {
+    // SAFETY: `pd` was enumerated from `instance`, which is alive for this call.
+    let props = unsafe { instance.get_physical_device_properties(pd) };
+    let api = props.api_version;
+    let v12 = vk::api_version_major(api) > 1 || vk::api_version_minor(api) >= 2;
+    let has_emh = has_extension(instance, pd, ash::ext::external_memory_host::NAME);
+
+    let mut driver = vk::PhysicalDeviceDriverProperties::default();
+    let mut emh = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
+    let mut maint3 = vk::PhysicalDeviceMaintenance3Properties::default();
+    {
+        let mut p2 = vk::PhysicalDeviceProperties2::default().push_next(&mut maint3);
+        if v12 {
+            p2 = p2.push_next(&mut driver);
+        }
+        if has_emh {
+            p2 = p2.push_next(&mut emh);
+        }
+        // SAFETY: every struct chained is core in the device's API version or belongs to an
+        // extension the device offers (checked above).
+        unsafe { instance.get_physical_device_properties2(pd, &mut p2) };
+    }
+
+    let mut timeline = vk::PhysicalDeviceTimelineSemaphoreFeatures::default();
+    if v12 {
+        let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut timeline);
+        // SAFETY: the timeline feature struct is core in Vulkan 1.2, which the device reports.
+        unsafe { instance.get_physical_device_features2(pd, &mut f2) };
+    }
+
+    // SAFETY: as above.
+    let mem = unsafe { instance.get_physical_device_memory_properties(pd) };
+    // SAFETY: as above.
+    let families = unsafe { instance.get_physical_device_queue_family_properties(pd) };
+
+    DeviceInfo {
+        index,
+        name: cstr_field(&props.device_name),
+        device_type: DeviceType::from_vk(props.device_type),
+        vendor_id: props.vendor_id,
+        device_id: props.device_id,
+        driver_name: if v12 { cstr_field(&driver.driver_name) } else { String::new() },
+        driver_info: if v12 { cstr_field(&driver.driver_info) } else { String::new() },
+        api_version: ApiVersion::from_raw(api),
+        driver_version: props.driver_version,
+        memory_heaps: mem.memory_heaps[..mem.memory_heap_count as usize]
+            .iter()
+            .map(|h| MemoryHeap { size: h.size, flags: h.flags })
+            .collect(),
+        memory_types: mem.memory_types[..mem.memory_type_count as usize]
+            .iter()
+            .map(|t| MemoryType { heap_index: t.heap_index, flags: t.property_flags })
+            .collect(),
+        queue_families: families
+            .iter()
+            .enumerate()
+            .map(|(i, f)| QueueFamily { index: i as u32, flags: f.queue_flags, count: f.queue_count })
+            .collect(),
+        host_import_alignment: has_emh.then_some(emh.min_imported_host_pointer_alignment as usize),
+        max_memory_allocation_size: if maint3.max_memory_allocation_size == 0 {
+            u64::MAX
+        } else {
+            maint3.max_memory_allocation_size
+        },
+        timeline_semaphore: timeline.timeline_semaphore == vk::TRUE,
+    }
+}
+
+/// The device `open_default` picks: discrete > integrated > virtual > cpu > other, first wins.
+pub(crate) fn pick_default(infos: &[DeviceInfo]) -> Option<usize> {
+    infos.iter().min_by_key(|i| (i.device_type.rank(), i.index)).map(|i| i.index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(index: usize, t: DeviceType) -> DeviceInfo {
+        DeviceInfo {
+            index,
+            name: String::new(),
+            device_type: t,
+            vendor_id: 0,
+            device_id: 0,
+            driver_name: String::new(),
+            driver_info: String::new(),
+            api_version: ApiVersion { major: 1, minor: 3, patch: 0 },
+            driver_version: 0,
+            memory_heaps: vec![],
+            memory_types: vec![],
+            queue_families: vec![],
+            host_import_alignment: None,
+            max_memory_allocation_size: u64::MAX,
+            timeline_semaphore: true,
+        }
+    }
+
+    #[test]
+    fn default_prefers_discrete_then_integrated() {
+        let v = vec![info(0, DeviceType::Cpu), info(1, DeviceType::Integrated), info(2, DeviceType::Discrete)];
+        assert_eq!(pick_default(&v), Some(2));
+        let v = vec![info(0, DeviceType::Cpu), info(1, DeviceType::Virtual)];
+        assert_eq!(pick_default(&v), Some(1));
+        let v = vec![info(0, DeviceType::Other), info(1, DeviceType::Cpu)];
+        assert_eq!(pick_default(&v), Some(1));
+        assert_eq!(pick_default(&[]), None);
+    }
+
+    #[test]
+    fn granule_refuses_coarse_alignment() {
+        assert_eq!(registration_granule(4096, 4096), Ok(4096));
+        assert_eq!(registration_granule(64, 4096), Ok(4096));
+        assert!(registration_granule(65536, 4096).unwrap_err().contains("coarser than the page"));
+        assert!(registration_granule(3000, 4096).is_err());
+    }
+
+    #[test]
+    fn transfer_only_family() {
+        let mut i = info(0, DeviceType::Discrete);
+        i.queue_families = vec![
+            QueueFamily { index: 0, flags: vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE | vk::QueueFlags::TRANSFER, count: 16 },
+            QueueFamily { index: 1, flags: vk::QueueFlags::TRANSFER, count: 2 },
+            QueueFamily { index: 2, flags: vk::QueueFlags::COMPUTE | vk::QueueFlags::TRANSFER, count: 8 },
+        ];
+        assert_eq!(i.transfer_family().unwrap().index, 1);
+        assert_eq!(i.compute_family().unwrap().index, 0);
+    }
+
+    #[test]
+    fn bytes_format() {
+        assert_eq!(fmt_bytes(4096), "4 KiB");
+        assert_eq!(fmt_bytes(1 << 30), "1 GiB");
+        assert_eq!(fmt_bytes(100), "100 B");
+        assert_eq!(fmt_bytes(1536), "1.5 KiB");
+    }
+}

@@ -1,0 +1,176 @@
+//! Loading libvulkan at run time, creating instances, and the validation messenger.
+//!
+//! The loader is opened once per process (`ash::Entry::load`); a missing loader is
+//! `Error::LoaderMissing`, never a panic. Each `Device` owns its own `VkInstance`, so its
+//! debug messenger counts only that device's validation errors and its teardown is independent.
+
+use crate::error::{Error, Result, VkResultExt};
+use ash::vk;
+use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
+
+/// The process's Vulkan loader.
+pub(crate) fn entry() -> Result<ash::Entry> {
+    static ENTRY: OnceLock<std::result::Result<ash::Entry, String>> = OnceLock::new();
+    ENTRY
+        .get_or_init(|| {
+            // SAFETY: loading libvulkan runs its initialisers; the loader is designed to be
+            // loaded by dlopen and kept for the life of the process, which the static does.
+            unsafe { ash::Entry::load() }.map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|reason| Error::LoaderMissing { reason })
+}
+
+/// Counts of validation messages, shared with the messenger callback.
+#[derive(Debug, Default)]
+pub(crate) struct ValidationCounts {
+    pub errors: AtomicU64,
+    pub warnings: AtomicU64,
+}
+
+/// Whether `VKHOST_VALIDATION=1` asks for the Khronos validation layer.
+pub(crate) fn validation_requested() -> bool {
+    matches!(std::env::var("VKHOST_VALIDATION").as_deref(), Ok("1") | Ok("true") | Ok("on"))
+}
+
+/// An instance, and its messenger when validation is on.
+pub(crate) struct InstanceParts {
+    pub entry: ash::Entry,
+    pub instance: ash::Instance,
+    pub debug: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
+}
+
+unsafe extern "system" fn messenger_callback(
+    severity: vk::DebugUtilsMessageSeverityFlagsEXT,
+    types: vk::DebugUtilsMessageTypeFlagsEXT,
+    data: *const vk::DebugUtilsMessengerCallbackDataEXT<'_>,
+    user: *mut c_void,
+) -> vk::Bool32 {
+    // Never unwind into the driver: catch anything the logger might throw.
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: the layer passes a valid callback-data pointer for the duration of the call.
+        let msg = unsafe { data.as_ref() }
+            .and_then(|d| {
+                // SAFETY: p_message is NULL or a NUL-terminated string owned by the layer.
+                (!d.p_message.is_null()).then(|| unsafe { CStr::from_ptr(d.p_message) })
+            })
+            .map(|m| m.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // SAFETY: `user` is the `ValidationCounts` behind an Arc that the device keeps alive
+        // until after its instance is destroyed.
+        let counts = unsafe { (user as *const ValidationCounts).as_ref() };
+        if severity.contains(vk::DebugUtilsMessageSeverityFlagsEXT::ERROR) {
+            if let Some(c) = counts {
+                c.errors.fetch_add(1, Ordering::Relaxed);
+            }
+            log::error!(target: "vkhost::validation", "{types:?}: {msg}");
+        } else if severity.contains(vk::DebugUtilsMessageSeverityFlagsEXT::WARNING) {
+            if let Some(c) = counts {
+                c.warnings.fetch_add(1, Ordering::Relaxed);
+            }
+            log::warn!(target: "vkhost::validation", "{types:?}: {msg}");
+        } else {
+            log::debug!(target: "vkhost::validation", "{types:?}: {msg}");
+        }
+    });
+    vk::FALSE
+}
+
+fn messenger_info(counts: &Arc<ValidationCounts>) -> vk::DebugUtilsMessengerCreateInfoEXT<'static> {
+    vk::DebugUtilsMessengerCreateInfoEXT::default()
+        .message_severity(
+            vk::DebugUtilsMessageSeverityFlagsEXT::ERROR
+                | vk::DebugUtilsMessageSeverityFlagsEXT::WARNING
+                | vk::DebugUtilsMessageSeverityFlagsEXT::INFO,
+        )
+        .message_type(
+            vk::DebugUtilsMessageTypeFlagsEXT::GENERAL
+                | vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION
+                | vk::DebugUtilsMessageTypeFlagsEXT::PERFORMANCE,
+        )
+        .pfn_user_callback(Some(messenger_callback))
+        .user_data(Arc::as_ptr(counts) as *mut c_void)
+}
+
+/// Creates an instance; with `validation`, enables the Khronos layer and a messenger that
+/// counts into `counts`. Refuses (rather than silently running unchecked) when validation is
+/// asked for and the layer is absent.
+pub(crate) fn create(validation: bool, counts: &Arc<ValidationCounts>) -> Result<InstanceParts> {
+    let entry = entry()?;
+    // SAFETY: plain query on a loaded entry.
+    let loader_version = unsafe { entry.try_enumerate_instance_version() }
+        .call("vkEnumerateInstanceVersion")?
+        .unwrap_or(vk::API_VERSION_1_0);
+    let api = loader_version.min(vk::API_VERSION_1_3);
+    if api < vk::API_VERSION_1_1 {
+        return Err(Error::unsupported("the Vulkan loader is older than 1.1"));
+    }
+
+    let mut layers: Vec<*const std::ffi::c_char> = Vec::new();
+    let mut exts: Vec<*const std::ffi::c_char> = Vec::new();
+    if validation {
+        // SAFETY: plain query on a loaded entry.
+        let available = unsafe { entry.enumerate_instance_layer_properties() }
+            .call("vkEnumerateInstanceLayerProperties")?;
+        if !available.iter().any(|l| l.layer_name_as_c_str().map(|n| n == VALIDATION_LAYER).unwrap_or(false)) {
+            return Err(Error::unsupported(
+                "VKHOST_VALIDATION=1 but VK_LAYER_KHRONOS_validation is not installed \
+                 (Debian: apt-get install vulkan-validationlayers; or run scripts/setup)",
+            ));
+        }
+        layers.push(VALIDATION_LAYER.as_ptr());
+        exts.push(ash::ext::debug_utils::NAME.as_ptr());
+    }
+
+    let app = vk::ApplicationInfo::default()
+        .application_name(c"vkhost")
+        .engine_name(c"vkhost")
+        .api_version(api);
+    let mut dbg_info = messenger_info(counts);
+    let mut info = vk::InstanceCreateInfo::default()
+        .application_info(&app)
+        .enabled_layer_names(&layers)
+        .enabled_extension_names(&exts);
+    if validation {
+        // Also catches messages from vkCreateInstance and vkDestroyInstance themselves.
+        info = info.push_next(&mut dbg_info);
+    }
+    // SAFETY: every pointer in `info` refers to locals that outlive the call.
+    let instance = unsafe { entry.create_instance(&info, None) }.call("vkCreateInstance")?;
+
+    let debug = if validation {
+        let du = ash::ext::debug_utils::Instance::new(&entry, &instance);
+        // SAFETY: `instance` was created with VK_EXT_debug_utils enabled; the user-data pointer
+        // stays valid while `counts` lives, which the caller guarantees past instance teardown.
+        match unsafe { du.create_debug_utils_messenger(&messenger_info(counts), None) } {
+            Ok(m) => Some((du, m)),
+            Err(code) => {
+                // SAFETY: nothing was created from the instance yet.
+                unsafe { instance.destroy_instance(None) };
+                return Err(Error::vk("vkCreateDebugUtilsMessengerEXT", code));
+            }
+        }
+    } else {
+        None
+    };
+    Ok(InstanceParts { entry, instance, debug })
+}
+
+impl InstanceParts {
+    /// Destroys the messenger and the instance.
+    ///
+    /// # Safety
+    /// Every object created from the instance (devices included) must be destroyed already.
+    pub(crate) unsafe fn destroy(self) {
+        if let Some((du, m)) = self.debug {
+            // SAFETY: the messenger belongs to this instance and is destroyed once.
+            unsafe { du.destroy_debug_utils_messenger(m, None) };
+        }
+        // SAFETY: the caller guarantees no child objects remain.
+        unsafe { self.instance.destroy_instance(None) };
+    }
+}

@@ -1,0 +1,740 @@
+//! The Vulkan side: opening devices, their queues, object creation and teardown.
+//!
+//! A [`Device`] is a cheap handle (`Arc`) on shared state. Everything that needs the Vulkan
+//! objects takes a read lock on `Shared::live` for the whole operation; [`Device::destroy`]
+//! takes the write lock, so it waits for operations in flight and then tears down in reverse
+//! order: host imports and pinned blocks (the registry hook), device buffers, copy contexts,
+//! the VkDevice, the messenger, the VkInstance. After that `live` is `None` and every
+//! operation answers `Error::DeviceDestroyed`.
+//!
+//! Lock order, always: `live` → registry → an import's cell → a copy context → a queue.
+//!
+//! Driver notes:
+//! - lavapipe accepts any host pointer for import and crashes later, so `host::register`
+//!   validates ranges against /proc/self/maps before anything reaches the driver.
+//! - Waiting with vkWaitForFences sleeps (about 31 µs for an empty submit on the H200);
+//!   [`submit::wait_fence`] polls the fence briefly first (about 9 µs), then blocks.
+
+pub(crate) mod info;
+pub(crate) mod instance;
+pub(crate) mod submit;
+
+use crate::error::{Error, Result, VkResultExt};
+use crate::fault::{self, Point};
+use crate::memtype::{self, Choice};
+use ash::vk;
+use info::DeviceInfo;
+use instance::{InstanceParts, ValidationCounts};
+use std::collections::HashMap;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
+
+/// Locks a mutex, ignoring poisoning: every structure behind our mutexes stays consistent
+/// across a panic in user code (we never hold a lock while calling user code).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A process-unique device id, never reused, even after the device is destroyed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeviceId(u64);
+
+impl DeviceId {
+    fn next() -> DeviceId {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        DeviceId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The number behind the id.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "device#{}", self.0)
+    }
+}
+
+/// Whether `host::register` may import host memory on this device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ImportPolicy {
+    /// Import when the device offers VK_EXT_external_memory_host (the default).
+    #[default]
+    Auto,
+    /// Never import: `register` is `Unsupported` and copies stage. `VKHOST_IMPORT=never`.
+    Never,
+}
+
+/// Options for [`Device::open_with`].
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Import policy. Default: `VKHOST_IMPORT=never` → `Never`, else `Auto`.
+    pub import: ImportPolicy,
+    /// Enable the Khronos validation layer. Default: `VKHOST_VALIDATION=1`.
+    pub validation: bool,
+    /// Bytes per staging chunk for staged copies (default 16 MiB).
+    pub staging_chunk: usize,
+    /// Staging chunks in flight per copy context (default 3).
+    pub staging_slots: usize,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            import: match std::env::var("VKHOST_IMPORT").as_deref() {
+                Ok("never") | Ok("off") | Ok("0") => ImportPolicy::Never,
+                _ => ImportPolicy::Auto,
+            },
+            validation: instance::validation_requested(),
+            staging_chunk: 16 << 20,
+            staging_slots: 3,
+        }
+    }
+}
+
+/// Live Vulkan object counts of one device, for leak checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LiveObjects {
+    pub buffers: i64,
+    pub memories: i64,
+    pub command_pools: i64,
+    pub fences: i64,
+    pub semaphores: i64,
+}
+
+#[derive(Default)]
+pub(crate) struct ObjectCounters {
+    buffers: AtomicI64,
+    memories: AtomicI64,
+    command_pools: AtomicI64,
+    fences: AtomicI64,
+    semaphores: AtomicI64,
+}
+
+impl ObjectCounters {
+    fn snapshot(&self) -> LiveObjects {
+        LiveObjects {
+            buffers: self.buffers.load(Ordering::Relaxed),
+            memories: self.memories.load(Ordering::Relaxed),
+            command_pools: self.command_pools.load(Ordering::Relaxed),
+            fences: self.fences.load(Ordering::Relaxed),
+            semaphores: self.semaphores.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// One `VkQueue`, behind its own lock (vkQueueSubmit needs external synchronization).
+pub(crate) struct Queue {
+    pub family: u32,
+    pub index: u32,
+    pub raw: Mutex<vk::Queue>,
+}
+
+/// A buffer bound to fresh memory, optionally mapped.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bound {
+    pub buffer: vk::Buffer,
+    pub memory: vk::DeviceMemory,
+    pub ptr: Option<SendPtr>,
+}
+
+/// A raw pointer into mapped or registered memory that may cross threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SendPtr(pub NonNull<u8>);
+// SAFETY: the pointer names driver-mapped or caller-registered memory whose lifetime the owning
+// object tracks; moving the address between threads does not by itself access it.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above; all accesses go through unsafe code that states its own synchronization.
+unsafe impl Sync for SendPtr {}
+
+/// Everything that exists only while the device is alive.
+pub(crate) struct Live {
+    pub instance_parts: Option<InstanceParts>,
+    pub owns_device: bool,
+    pub entry: ash::Entry,
+    pub instance: ash::Instance,
+    pub physical: vk::PhysicalDevice,
+    pub device: ash::Device,
+    pub ext_host: Option<ash::ext::external_memory_host::Device>,
+    pub compute: Queue,
+    /// Queues of the transfer-only family, where the device has one.
+    pub copy_queues: Vec<Queue>,
+    pub copy_ctxs: Vec<Mutex<Option<submit::CopyCtx>>>,
+    /// Device buffers alive, by id, so destroy can free what their handles still name.
+    pub buffers: Mutex<HashMap<u64, (vk::Buffer, vk::DeviceMemory)>>,
+    pub types: Vec<vk::MemoryPropertyFlags>,
+}
+
+/// State shared by every handle of one device.
+pub(crate) struct Shared {
+    pub id: DeviceId,
+    pub info: DeviceInfo,
+    pub options: OpenOptions,
+    pub counts: Arc<ValidationCounts>,
+    pub live: RwLock<Option<Live>>,
+    pub lost: AtomicBool,
+    pub objects: ObjectCounters,
+    /// Live `PinnedBuffer`s: while any lives, `destroy` is `Busy`.
+    pub safe_pinned: AtomicUsize,
+    pub direct_bytes: AtomicU64,
+    pub staged_bytes: AtomicU64,
+    pub next_buffer: AtomicU64,
+}
+
+/// A read guard on a live device.
+pub(crate) struct LiveRef<'a>(RwLockReadGuard<'a, Option<Live>>);
+
+impl std::ops::Deref for LiveRef<'_> {
+    type Target = Live;
+    fn deref(&self) -> &Live {
+        match self.0.as_ref() {
+            Some(l) => l,
+            // `Shared::live_any` only builds a LiveRef after seeing `Some`, under the same guard.
+            None => unreachable!("LiveRef built over a destroyed device"),
+        }
+    }
+}
+
+impl Shared {
+    /// The live device, or `DeviceDestroyed`, or `DeviceLost` once a call has lost it.
+    pub(crate) fn live(&self) -> Result<LiveRef<'_>> {
+        let l = self.live_any()?;
+        if self.lost.load(Ordering::Relaxed) {
+            return Err(Error::DeviceLost);
+        }
+        Ok(l)
+    }
+
+    /// The live device even if lost: for release paths, which must still work after a loss.
+    pub(crate) fn live_any(&self) -> Result<LiveRef<'_>> {
+        let g = self.live.read().unwrap_or_else(PoisonError::into_inner);
+        if g.is_none() {
+            return Err(Error::DeviceDestroyed);
+        }
+        Ok(LiveRef(g))
+    }
+
+    /// Classifies a failed call, remembering a device loss.
+    pub(crate) fn fail(&self, call: &'static str, code: vk::Result) -> Error {
+        if code == vk::Result::ERROR_DEVICE_LOST {
+            self.lost.store(true, Ordering::Relaxed);
+            log::error!("{}: device lost in {call}", self.id);
+        }
+        Error::vk(call, code)
+    }
+
+    // ---- object creation, counted and fault-injectable ----
+
+    pub(crate) fn create_buffer(&self, l: &Live, info: &vk::BufferCreateInfo<'_>) -> Result<vk::Buffer> {
+        fault::check(Point::CreateBuffer).map_err(|c| self.fail("vkCreateBuffer", c))?;
+        // SAFETY: `info` is a valid create info whose pNext chain the caller built from locals.
+        let b = unsafe { l.device.create_buffer(info, None) }.map_err(|c| self.fail("vkCreateBuffer", c))?;
+        self.objects.buffers.fetch_add(1, Ordering::Relaxed);
+        Ok(b)
+    }
+
+    /// # Safety
+    /// `b` was created by `create_buffer` on this device, no pending work uses it, and it is
+    /// destroyed once.
+    pub(crate) unsafe fn destroy_buffer(&self, l: &Live, b: vk::Buffer) {
+        // SAFETY: the caller's contract.
+        unsafe { l.device.destroy_buffer(b, None) };
+        self.objects.buffers.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn allocate_memory(&self, l: &Live, info: &vk::MemoryAllocateInfo<'_>) -> Result<vk::DeviceMemory> {
+        fault::check(Point::AllocateMemory).map_err(|c| self.fail("vkAllocateMemory", c))?;
+        // SAFETY: `info` is valid; its pNext chain (an import, at most) refers to live locals.
+        let m = unsafe { l.device.allocate_memory(info, None) }.map_err(|c| self.fail("vkAllocateMemory", c))?;
+        self.objects.memories.fetch_add(1, Ordering::Relaxed);
+        Ok(m)
+    }
+
+    /// # Safety
+    /// `m` was allocated by `allocate_memory` on this device, nothing bound to it is in use, and
+    /// it is freed once.
+    pub(crate) unsafe fn free_memory(&self, l: &Live, m: vk::DeviceMemory) {
+        // SAFETY: the caller's contract. Freeing also unmaps.
+        unsafe { l.device.free_memory(m, None) };
+        self.objects.memories.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn bind(&self, l: &Live, b: vk::Buffer, m: vk::DeviceMemory) -> Result<()> {
+        fault::check(Point::BindBufferMemory).map_err(|c| self.fail("vkBindBufferMemory", c))?;
+        // SAFETY: `b` and `m` are fresh objects of this device; the caller checked type and size.
+        unsafe { l.device.bind_buffer_memory(b, m, 0) }.map_err(|c| self.fail("vkBindBufferMemory", c))
+    }
+
+    pub(crate) fn map(&self, l: &Live, m: vk::DeviceMemory) -> Result<NonNull<u8>> {
+        fault::check(Point::MapMemory).map_err(|c| self.fail("vkMapMemory", c))?;
+        // SAFETY: `m` is host-visible (chosen so) and not mapped yet.
+        let p = unsafe { l.device.map_memory(m, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }
+            .map_err(|c| self.fail("vkMapMemory", c))?;
+        NonNull::new(p.cast::<u8>()).ok_or(Error::Vulkan { call: "vkMapMemory", code: vk::Result::ERROR_MEMORY_MAP_FAILED })
+    }
+
+    pub(crate) fn count_pool(&self, delta: i64) {
+        self.objects.command_pools.fetch_add(delta, Ordering::Relaxed);
+    }
+    pub(crate) fn count_fence(&self, delta: i64) {
+        self.objects.fences.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// A buffer of `size` bytes with `usage`, bound to fresh memory of the type `choose` picks,
+    /// mapped when `map`. On any failure, everything created so far is destroyed.
+    pub(crate) fn alloc_bound(
+        &self,
+        l: &Live,
+        size: u64,
+        usage: vk::BufferUsageFlags,
+        choose: fn(&[vk::MemoryPropertyFlags], u32) -> Option<Choice>,
+        map: bool,
+    ) -> Result<Bound> {
+        if size == 0 {
+            return Err(Error::invalid("zero-length allocation"));
+        }
+        if size > self.info.max_memory_allocation_size {
+            return Err(Error::invalid(format!(
+                "{size} bytes exceeds this device's maxMemoryAllocationSize ({})",
+                self.info.max_memory_allocation_size
+            )));
+        }
+        let info = vk::BufferCreateInfo::default().size(size).usage(usage).sharing_mode(vk::SharingMode::EXCLUSIVE);
+        let buffer = self.create_buffer(l, &info)?;
+        let r = (|| {
+            // SAFETY: `buffer` is a live buffer of this device.
+            let req = unsafe { l.device.get_buffer_memory_requirements(buffer) };
+            let Choice { index, .. } = choose(&l.types, req.memory_type_bits).ok_or_else(|| {
+                Error::unsupported(format!(
+                    "no suitable memory type among bits {:#x} for {:?}",
+                    req.memory_type_bits, usage
+                ))
+            })?;
+            let ai = vk::MemoryAllocateInfo::default().allocation_size(req.size).memory_type_index(index);
+            let memory = self.allocate_memory(l, &ai)?;
+            let r = (|| {
+                self.bind(l, buffer, memory)?;
+                let ptr = if map { Some(SendPtr(self.map(l, memory)?)) } else { None };
+                Ok(Bound { buffer, memory, ptr })
+            })();
+            if r.is_err() {
+                // SAFETY: `memory` is ours, unused, and freed once here.
+                unsafe { self.free_memory(l, memory) };
+            }
+            r
+        })();
+        if r.is_err() {
+            // SAFETY: `buffer` is ours, unused, and destroyed once here.
+            unsafe { self.destroy_buffer(l, buffer) };
+        }
+        r
+    }
+
+    /// # Safety
+    /// `b` came from `alloc_bound` (or an import) on this device, nothing pending uses it, and it
+    /// is released once.
+    pub(crate) unsafe fn release_bound(&self, l: &Live, buffer: vk::Buffer, memory: vk::DeviceMemory) {
+        // SAFETY: the caller's contract; the buffer goes before its memory.
+        unsafe {
+            self.destroy_buffer(l, buffer);
+            self.free_memory(l, memory);
+        }
+    }
+
+    /// Tears down everything the device owns, in reverse order of creation.
+    fn teardown(&self, live: Live) {
+        // SAFETY: the device is valid; waiting idle is always allowed (a lost device returns
+        // an error, which changes nothing here).
+        if let Err(e) = unsafe { live.device.device_wait_idle() } {
+            log::warn!("{}: vkDeviceWaitIdle at destroy: {e:?}", self.id);
+        }
+        crate::host::on_device_destroy(self, &live);
+        let bufs: Vec<_> = lock(&live.buffers).drain().collect();
+        for (_, (b, m)) in bufs {
+            // SAFETY: the device is idle and these buffers' handles are now inert (the map no
+            // longer lists them, so their Drop does nothing).
+            unsafe { self.release_bound(&live, b, m) };
+        }
+        for ctx in &live.copy_ctxs {
+            if let Some(c) = lock(ctx).take() {
+                // SAFETY: the device is idle; the context is destroyed once.
+                unsafe { c.destroy(self, &live) };
+            }
+        }
+        let left = self.objects.snapshot();
+        if left != LiveObjects::default() {
+            log::warn!("{}: objects still counted at destroy: {left:?}", self.id);
+        }
+        if live.owns_device {
+            // SAFETY: every child object was destroyed above and the device is idle.
+            unsafe { live.device.destroy_device(None) };
+            if let Some(parts) = live.instance_parts {
+                // SAFETY: the device, the only child of this instance, is gone.
+                unsafe { parts.destroy() };
+            }
+        }
+        log::debug!("{}: destroyed", self.id);
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let live = self.live.get_mut().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(live) = live {
+            self.teardown(live);
+        }
+    }
+}
+
+/// A Vulkan device opened by vkhost: a cheap, cloneable, thread-safe handle.
+///
+/// Dropping the last handle (device buffers and pinned buffers hold one too) destroys the
+/// device; [`Device::destroy`] does it now.
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device").field("id", &self.shared.id).field("name", &self.shared.info.name).finish()
+    }
+}
+
+/// Lists the physical devices, one [`DeviceInfo`] each.
+pub fn devices() -> Result<Vec<DeviceInfo>> {
+    let counts = Arc::new(ValidationCounts::default());
+    let parts = instance::create(false, &counts)?;
+    // SAFETY: the instance is alive until `destroy` below.
+    let pds = unsafe { parts.instance.enumerate_physical_devices() };
+    let out = pds
+        .map(|pds| pds.iter().enumerate().map(|(i, &pd)| info::query(&parts.instance, pd, i)).collect())
+        .map_err(|c| Error::vk("vkEnumeratePhysicalDevices", c));
+    // SAFETY: nothing was created from this instance.
+    unsafe { parts.destroy() };
+    out
+}
+
+/// The interop view of a device, from [`Device::raw`]. The handles are valid until the device
+/// is destroyed; objects a user creates from them must be destroyed before that.
+#[derive(Clone)]
+pub struct RawDevice {
+    pub entry: ash::Entry,
+    pub instance: ash::Instance,
+    pub physical_device: vk::PhysicalDevice,
+    pub device: ash::Device,
+    /// The compute-capable family and the index of the queue vkhost uses in it.
+    pub compute_family: u32,
+    pub compute_queue_index: u32,
+    /// The transfer-only family and the queue indices vkhost uses in it, if any.
+    pub copy_family: Option<u32>,
+    pub copy_queue_indices: Vec<u32>,
+}
+
+impl std::fmt::Debug for RawDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawDevice")
+            .field("physical_device", &self.physical_device)
+            .field("device", &self.device.handle())
+            .field("compute_family", &self.compute_family)
+            .field("copy_family", &self.copy_family)
+            .finish()
+    }
+}
+
+/// Who destroys a device wrapped by [`Device::from_raw`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership {
+    /// vkhost destroys the VkDevice and then the VkInstance at `destroy`/last drop.
+    Owned,
+    /// The caller destroys both, after vkhost's `destroy` (or the last drop) returned.
+    Borrowed,
+}
+
+impl Device {
+    /// Opens physical device `index` with default options (see [`OpenOptions`]).
+    pub fn open(index: usize) -> Result<Device> {
+        Self::open_with(index, &OpenOptions::default())
+    }
+
+    /// Opens the preferred device: discrete > integrated > virtual > cpu; `VKHOST_DEVICE=<index>`
+    /// overrides.
+    pub fn open_default() -> Result<Device> {
+        Self::open_default_with(&OpenOptions::default())
+    }
+
+    /// [`Device::open_default`] with options.
+    pub fn open_default_with(opts: &OpenOptions) -> Result<Device> {
+        if let Ok(v) = std::env::var("VKHOST_DEVICE") {
+            let idx = v.trim().parse::<usize>().map_err(|_| Error::invalid(format!("VKHOST_DEVICE={v:?} is not an index")))?;
+            return Self::open_with(idx, opts);
+        }
+        let infos = devices()?;
+        let idx = info::pick_default(&infos).ok_or(Error::NoDevice)?;
+        Self::open_with(idx, opts)
+    }
+
+    /// Opens physical device `index` with `opts`.
+    pub fn open_with(index: usize, opts: &OpenOptions) -> Result<Device> {
+        let counts = Arc::new(ValidationCounts::default());
+        let parts = instance::create(opts.validation, &counts)?;
+        match Self::create_on(&parts, index) {
+            Ok((pd, info, device, cfam, tfam)) => {
+                let live = Self::assemble(Some(parts), true, pd, &info, device, (cfam, 0), tfam)?;
+                Ok(Self::wrap(live, info, opts.clone(), counts))
+            }
+            Err(e) => {
+                // SAFETY: create_on cleaned up anything it made; the instance has no children.
+                unsafe { parts.destroy() };
+                Err(e)
+            }
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn create_on(
+        parts: &InstanceParts,
+        index: usize,
+    ) -> Result<(vk::PhysicalDevice, DeviceInfo, ash::Device, u32, Option<(u32, Vec<u32>)>)> {
+        // SAFETY: the instance is alive.
+        let pds = unsafe { parts.instance.enumerate_physical_devices() }.call("vkEnumeratePhysicalDevices")?;
+        let &pd = pds.get(index).ok_or(Error::NoDevice)?;
+        let info = info::query(&parts.instance, pd, index);
+        let cfam = info.compute_family().ok_or_else(|| Error::unsupported("no compute-capable queue family"))?.index;
+        // Up to two queues of the copy-engine family: streams put h2d and d2h on different ones.
+        let tfam = info.transfer_family().map(|f| (f.index, (0..f.count.min(2)).collect::<Vec<u32>>()));
+        let prio = [1.0f32; 2];
+        let mut qinfos = vec![vk::DeviceQueueCreateInfo::default().queue_family_index(cfam).queue_priorities(&prio[..1])];
+        if let Some((f, idx)) = &tfam {
+            qinfos.push(vk::DeviceQueueCreateInfo::default().queue_family_index(*f).queue_priorities(&prio[..idx.len()]));
+        }
+        let mut exts = Vec::new();
+        if info.host_import_alignment.is_some() {
+            exts.push(ash::ext::external_memory_host::NAME.as_ptr());
+            if info.api_version < info::ApiVersion::from_raw(vk::API_VERSION_1_1) {
+                exts.push(ash::khr::external_memory::NAME.as_ptr());
+            }
+        }
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(info.timeline_semaphore);
+        let v12 = info.api_version >= info::ApiVersion::from_raw(vk::API_VERSION_1_2);
+        let mut dinfo = vk::DeviceCreateInfo::default().queue_create_infos(&qinfos).enabled_extension_names(&exts);
+        if v12 {
+            dinfo = dinfo.push_next(&mut f12);
+        }
+        // SAFETY: the queue families, counts, extensions and features were all read from `pd`.
+        let device = unsafe { parts.instance.create_device(pd, &dinfo, None) }.call("vkCreateDevice")?;
+        Ok((pd, info, device, cfam, tfam))
+    }
+
+    fn assemble(
+        parts: Option<InstanceParts>,
+        owns_device: bool,
+        pd: vk::PhysicalDevice,
+        info: &DeviceInfo,
+        device: ash::Device,
+        compute: (u32, u32),
+        tfam: Option<(u32, Vec<u32>)>,
+    ) -> Result<Live> {
+        let (entry, instance) = match &parts {
+            Some(p) => (p.entry.clone(), p.instance.clone()),
+            None => return Err(Error::invalid("no instance")),
+        };
+        let get = |family: u32, index: u32| Queue {
+            family,
+            index,
+            // SAFETY: the device was created with this family and at least index+1 queues.
+            raw: Mutex::new(unsafe { device.get_device_queue(family, index) }),
+        };
+        let compute_q = get(compute.0, compute.1);
+        let copy_queues: Vec<Queue> = tfam.map(|(f, idx)| idx.into_iter().map(|i| get(f, i)).collect()).unwrap_or_default();
+        let ext_host = info.host_import_alignment.map(|_| ash::ext::external_memory_host::Device::new(&instance, &device));
+        let nctx = copy_queues.len().max(1) * 2;
+        Ok(Live {
+            instance_parts: parts,
+            owns_device,
+            entry,
+            instance,
+            physical: pd,
+            device,
+            ext_host,
+            compute: compute_q,
+            copy_queues,
+            copy_ctxs: (0..nctx).map(|_| Mutex::new(None)).collect(),
+            buffers: Mutex::new(HashMap::new()),
+            types: info.memory_type_flags(),
+        })
+    }
+
+    fn wrap(live: Live, info: DeviceInfo, options: OpenOptions, counts: Arc<ValidationCounts>) -> Device {
+        let d = Device {
+            shared: Arc::new(Shared {
+                id: DeviceId::next(),
+                info,
+                options,
+                counts,
+                live: RwLock::new(Some(live)),
+                lost: AtomicBool::new(false),
+                objects: ObjectCounters::default(),
+                safe_pinned: AtomicUsize::new(0),
+                direct_bytes: AtomicU64::new(0),
+                staged_bytes: AtomicU64::new(0),
+                next_buffer: AtomicU64::new(1),
+            }),
+        };
+        log::debug!("{}: opened {} ({})", d.shared.id, d.shared.info.name, d.shared.info.driver_name);
+        d
+    }
+
+    /// Wraps a VkDevice created elsewhere.
+    ///
+    /// Requirements on `raw.device`:
+    /// - it was created from `raw.physical_device` of `raw.instance` with Vulkan ≥ 1.1;
+    /// - one queue at `raw.compute_queue_index` of `raw.compute_family`, which supports COMPUTE;
+    /// - for copies on copy engines, the queues of `raw.copy_family` listed in
+    ///   `raw.copy_queue_indices` (TRANSFER without GRAPHICS/COMPUTE); may be empty;
+    /// - for `host::register`, VK_EXT_external_memory_host enabled (else registration is
+    ///   `Unsupported` and copies stage);
+    /// - for streams, the timelineSemaphore feature enabled.
+    ///
+    /// # Safety
+    /// The handles must be valid and stay valid until vkhost's `destroy` or last drop returns.
+    /// vkhost submits to the named queues behind its own locks: the caller must not submit to
+    /// them concurrently. With `Ownership::Owned` vkhost destroys the device and the instance;
+    /// with `Borrowed` the caller does, afterwards. `external_memory_host` must be true only if
+    /// that extension was enabled on the device.
+    pub unsafe fn from_raw(raw: RawDevice, ownership: Ownership, external_memory_host: bool, opts: &OpenOptions) -> Result<Device> {
+        // SAFETY: the caller guarantees the handles are valid.
+        let pds = unsafe { raw.instance.enumerate_physical_devices() }.call("vkEnumeratePhysicalDevices")?;
+        let index = pds.iter().position(|&p| p == raw.physical_device).ok_or(Error::NoDevice)?;
+        let mut info = info::query(&raw.instance, raw.physical_device, index);
+        if !external_memory_host {
+            info.host_import_alignment = None;
+        }
+        let parts = InstanceParts { entry: raw.entry.clone(), instance: raw.instance.clone(), debug: None };
+        let tfam = raw.copy_family.map(|f| (f, raw.copy_queue_indices.clone()));
+        let owned = ownership == Ownership::Owned;
+        let mut live = Self::assemble(Some(parts), owned, raw.physical_device, &info, raw.device, (raw.compute_family, raw.compute_queue_index), tfam)?;
+        if !owned {
+            live.instance_parts = None;
+        }
+        Ok(Self::wrap(live, info, opts.clone(), Arc::new(ValidationCounts::default())))
+    }
+
+    /// The interop handles. Errors with `DeviceDestroyed` after `destroy`.
+    pub fn raw(&self) -> Result<RawDevice> {
+        let l = self.shared.live_any()?;
+        Ok(RawDevice {
+            entry: l.entry.clone(),
+            instance: l.instance.clone(),
+            physical_device: l.physical,
+            device: l.device.clone(),
+            compute_family: l.compute.family,
+            compute_queue_index: l.compute.index,
+            copy_family: l.copy_queues.first().map(|q| q.family),
+            copy_queue_indices: l.copy_queues.iter().map(|q| q.index).collect(),
+        })
+    }
+
+    /// The process-unique id of this device.
+    pub fn id(&self) -> DeviceId {
+        self.shared.id
+    }
+
+    /// The physical device's facts.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.shared.info
+    }
+
+    /// The options the device was opened with.
+    pub fn options(&self) -> &OpenOptions {
+        &self.shared.options
+    }
+
+    /// Validation-layer error messages seen so far (0 when validation is off).
+    pub fn validation_errors(&self) -> u64 {
+        self.shared.counts.errors.load(Ordering::Relaxed)
+    }
+
+    /// Validation-layer warnings seen so far.
+    pub fn validation_warnings(&self) -> u64 {
+        self.shared.counts.warnings.load(Ordering::Relaxed)
+    }
+
+    /// Whether the validation layer is on for this device.
+    pub fn validation_enabled(&self) -> bool {
+        self.shared.options.validation
+    }
+
+    /// Vulkan objects this device's vkhost code has alive now.
+    pub fn live_objects(&self) -> LiveObjects {
+        self.shared.objects.snapshot()
+    }
+
+    /// Whether `destroy` has run.
+    pub fn is_destroyed(&self) -> bool {
+        self.shared.live_any().is_err()
+    }
+
+    /// Waits idle and destroys everything the device owns: imports and pinned blocks (raw
+    /// registrations stay as tombstones, raw pinned blocks stay listed until `free_pinned`),
+    /// device buffers (their handles become inert), copy contexts, the device, the instance.
+    /// Idempotent. `Error::Busy` while a `PinnedBuffer` of this device lives.
+    pub fn destroy(&self) -> Result<()> {
+        let mut g = self.shared.live.write().unwrap_or_else(PoisonError::into_inner);
+        let n = self.shared.safe_pinned.load(Ordering::Acquire);
+        if g.is_some() && n > 0 {
+            return Err(Error::Busy { reason: format!("{n} PinnedBuffer(s) of this device still live") });
+        }
+        if let Some(live) = g.take() {
+            self.shared.teardown(live);
+        }
+        Ok(())
+    }
+
+    /// Allocates a device-local buffer of `len` bytes (see [`crate::DeviceBuffer`]).
+    pub fn alloc_buffer(&self, len: usize) -> Result<crate::DeviceBuffer> {
+        crate::buffer::DeviceBuffer::new(self, len)
+    }
+
+    /// Where registration stands on this device: the granule (alignment) or why not.
+    pub fn host_registration(&self) -> std::result::Result<usize, String> {
+        if self.shared.options.import == ImportPolicy::Never {
+            return Err("imports disabled by policy (VKHOST_IMPORT=never or OpenOptions::import)".into());
+        }
+        self.shared.info.host_registration()
+    }
+
+    /// The memory types this device's pinned blocks, imports, staging and device buffers use,
+    /// with the reason for each.
+    pub fn memory_choices(&self) -> MemoryChoices {
+        let types = self.shared.info.memory_type_flags();
+        let host_bits = self.probe_import_bits();
+        MemoryChoices {
+            pinned: memtype::pinned(&types, u32::MAX),
+            device_local: memtype::device_local(&types, u32::MAX),
+            import: host_bits.clone().ok().and_then(|b| memtype::import(&types, b)),
+            import_bits: host_bits,
+        }
+    }
+
+    fn probe_import_bits(&self) -> std::result::Result<u32, String> {
+        self.host_registration()?;
+        let l = self.shared.live().map_err(|e| e.to_string())?;
+        let page = crate::host::page_size();
+        crate::host::maps::with_probe_page(page, |p| crate::host::import::host_pointer_bits(&self.shared, &l, p))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// What [`Device::memory_choices`] reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryChoices {
+    pub pinned: Option<Choice>,
+    pub device_local: Option<Choice>,
+    pub import: Option<Choice>,
+    /// The memory-type bits vkGetMemoryHostPointerPropertiesEXT gave for an anonymous page.
+    pub import_bits: std::result::Result<u32, String>,
+}

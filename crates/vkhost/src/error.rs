@@ -1,0 +1,89 @@
+//! The one error type of the crate.
+//!
+//! Variants classify what went wrong so callers can match on them; `Vulkan { call, code }`
+//! keeps the entry point and the raw result for everything that has no better name.
+
+use ash::vk;
+
+/// Everything a vkhost call can fail with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// libvulkan could not be loaded.
+    #[error("the Vulkan loader (libvulkan.so.1) could not be loaded: {reason}")]
+    LoaderMissing { reason: String },
+    /// No physical device, or none at the requested index.
+    #[error("no Vulkan device available (or none at the requested index)")]
+    NoDevice,
+    /// VK_ERROR_OUT_OF_HOST_MEMORY, or a host allocation failed.
+    #[error("out of host memory")]
+    OutOfHostMemory,
+    /// VK_ERROR_OUT_OF_DEVICE_MEMORY, or no memory type fits.
+    #[error("out of device memory")]
+    OutOfDeviceMemory,
+    /// VK_ERROR_DEVICE_LOST: the device is unusable until it is destroyed.
+    #[error("the Vulkan device was lost")]
+    DeviceLost,
+    /// The device was destroyed; nothing more can run on it.
+    #[error("the device has been destroyed")]
+    DeviceDestroyed,
+    /// The device or the policy does not allow this.
+    #[error("unsupported: {reason}")]
+    Unsupported { reason: String },
+    /// An argument was refused before anything reached the driver.
+    #[error("invalid argument: {reason}")]
+    InvalidArgument { reason: String },
+    /// An offset or length runs past the end of a buffer.
+    #[error("offset or length out of range")]
+    OutOfRange,
+    /// `free_pinned` of an address that is not the start of a live pinned block.
+    #[error("address is not the start of a pinned block")]
+    NotPinned,
+    /// `unregister` of an address that is not the start of a registration.
+    #[error("address is not the start of a registration")]
+    NotRegistered,
+    /// `register` of bytes that overlap a registration or pinned block on the same device.
+    #[error("range overlaps a registration or pinned block on this device")]
+    AlreadyRegistered,
+    /// The device cannot be destroyed while safe owners of its memory live.
+    #[error("device is busy: {reason}")]
+    Busy { reason: String },
+    /// Any other Vulkan failure, with the entry point that returned it.
+    #[error("{call} failed: {code:?}")]
+    Vulkan { call: &'static str, code: vk::Result },
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Classifies a failed Vulkan call.
+    pub(crate) fn vk(call: &'static str, code: vk::Result) -> Error {
+        log::debug!("{call} returned {code:?}");
+        match code {
+            vk::Result::ERROR_OUT_OF_HOST_MEMORY => Error::OutOfHostMemory,
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY => Error::OutOfDeviceMemory,
+            vk::Result::ERROR_DEVICE_LOST => Error::DeviceLost,
+            code => Error::Vulkan { call, code },
+        }
+    }
+
+    pub(crate) fn invalid(reason: impl Into<String>) -> Error {
+        Error::InvalidArgument { reason: reason.into() }
+    }
+
+    pub(crate) fn unsupported(reason: impl Into<String>) -> Error {
+        Error::Unsupported { reason: reason.into() }
+    }
+}
+
+/// Extension to turn `VkResult`s into [`Error`]s with the call's name.
+pub(crate) trait VkResultExt<T> {
+    fn call(self, name: &'static str) -> Result<T>;
+}
+
+impl<T> VkResultExt<T> for std::result::Result<T, vk::Result> {
+    fn call(self, name: &'static str) -> Result<T> {
+        self.map_err(|code| Error::vk(name, code))
+    }
+}

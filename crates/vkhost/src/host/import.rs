@@ -1,0 +1,104 @@
+//! Vulkan objects behind registry entries: imports of host pages and pinned blocks.
+
+use crate::buffer::USAGE;
+use crate::device::{Live, SendPtr, Shared};
+use crate::error::{Error, Result};
+use crate::fault::{self, Point};
+use crate::memtype;
+use ash::vk;
+use std::ops::Range;
+use std::ptr::NonNull;
+
+/// The seed's `import`: a buffer bound to memory that covers `covered` host bytes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Import {
+    pub buffer: vk::Buffer,
+    pub memory: vk::DeviceMemory,
+}
+
+/// The memory types a host pointer can be imported into (vkGetMemoryHostPointerPropertiesEXT).
+pub(crate) fn host_pointer_bits(s: &Shared, l: &Live, ptr: *const u8) -> Result<u32> {
+    let ext = l.ext_host.as_ref().ok_or_else(|| Error::unsupported("VK_EXT_external_memory_host is not enabled"))?;
+    fault::check(Point::GetMemoryHostPointerProperties).map_err(|c| s.fail("vkGetMemoryHostPointerPropertiesEXT", c))?;
+    let mut props = vk::MemoryHostPointerPropertiesEXT::default();
+    // SAFETY: the extension is enabled on this device; `ptr` is a mapped, aligned host pointer
+    // (the caller validated it against /proc/self/maps and rounded it to the import granule).
+    let r = unsafe {
+        (ext.fp().get_memory_host_pointer_properties_ext)(
+            l.device.handle(),
+            vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT,
+            ptr.cast(),
+            &mut props,
+        )
+    };
+    if r != vk::Result::SUCCESS {
+        return Err(s.fail("vkGetMemoryHostPointerPropertiesEXT", r));
+    }
+    Ok(props.memory_type_bits)
+}
+
+/// Imports the host pages `covered` (already rounded, validated and reserved).
+/// On failure nothing is left behind.
+pub(crate) fn import_range(s: &Shared, l: &Live, covered: &Range<usize>) -> Result<Import> {
+    let len = covered.len() as u64;
+    if len > s.info.max_memory_allocation_size {
+        return Err(Error::invalid(format!(
+            "{len} bytes exceeds this device's maxMemoryAllocationSize ({})",
+            s.info.max_memory_allocation_size
+        )));
+    }
+    let mut ext = vk::ExternalMemoryBufferCreateInfo::default().handle_types(vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT);
+    let info = vk::BufferCreateInfo::default().size(len).usage(USAGE).sharing_mode(vk::SharingMode::EXCLUSIVE).push_next(&mut ext);
+    let buffer = s.create_buffer(l, &info)?;
+    let r = (|| {
+        // SAFETY: `buffer` is a live buffer of this device.
+        let req = unsafe { l.device.get_buffer_memory_requirements(buffer) };
+        if req.size > len {
+            return Err(Error::unsupported(format!("the import buffer requires {} bytes, more than the {len} imported", req.size)));
+        }
+        let host_bits = host_pointer_bits(s, l, covered.start as *const u8)?;
+        let bits = host_bits & req.memory_type_bits;
+        let choice = memtype::import(&l.types, bits).ok_or_else(|| {
+            Error::unsupported(format!(
+                "no memory type both the host pointer ({host_bits:#x}) and the buffer ({:#x}) allow",
+                req.memory_type_bits
+            ))
+        })?;
+        let mut imp = vk::ImportMemoryHostPointerInfoEXT::default()
+            .handle_type(vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT)
+            .host_pointer(covered.start as *mut std::ffi::c_void);
+        let ai = vk::MemoryAllocateInfo::default().allocation_size(len).memory_type_index(choice.index).push_next(&mut imp);
+        let memory = s.allocate_memory(l, &ai)?;
+        if let Err(e) = s.bind(l, buffer, memory) {
+            // SAFETY: fresh, unused memory of ours, freed once.
+            unsafe { s.free_memory(l, memory) };
+            return Err(e);
+        }
+        Ok(Import { buffer, memory })
+    })();
+    if r.is_err() {
+        // SAFETY: fresh, unused buffer of ours, destroyed once.
+        unsafe { s.destroy_buffer(l, buffer) };
+    }
+    r
+}
+
+/// A driver allocation of `len` bytes, bound and mapped for its whole life.
+pub(crate) fn alloc_pinned_block(s: &Shared, l: &Live, len: usize) -> Result<(Import, NonNull<u8>)> {
+    let b = s.alloc_bound(l, len as u64, USAGE, memtype::pinned, true)?;
+    match b.ptr {
+        Some(SendPtr(p)) => Ok((Import { buffer: b.buffer, memory: b.memory }, p)),
+        None => {
+            // SAFETY: fresh objects of ours, released once.
+            unsafe { s.release_bound(l, b.buffer, b.memory) };
+            Err(Error::unsupported("pinned memory was not mapped"))
+        }
+    }
+}
+
+/// # Safety
+/// No pending work may use the import, and it is released once.
+pub(crate) unsafe fn release(s: &Shared, l: &Live, i: Import) {
+    // SAFETY: the caller's contract.
+    unsafe { s.release_bound(l, i.buffer, i.memory) }
+}

@@ -1,0 +1,470 @@
+//! Pinned and registered host memory: the seed's module (`Vulkan_api_host`) in Rust.
+//!
+//! Two sources of a host range that a VkBuffer covers:
+//! - **pinned blocks** ([`alloc_pinned`]): driver memory (vkAllocateMemory), bound to a buffer
+//!   and mapped for its whole life;
+//! - **registrations** ([`register`]): the caller's pages, imported with
+//!   VK_EXT_external_memory_host, rounded outward to max(page size, minImportedHostPointerAlignment).
+//!
+//! A copy between such a range and a device buffer is one vkCmdCopyBuffer with no staging
+//! buffer and no host memcpy. A copy whose host range lies inside a buffer's covered range uses
+//! it, whether or not it names the allocated or registered bytes exactly ([`find`]). A range
+//! crossing several entries and gaps goes direct where covered and staged elsewhere, in one
+//! submission where the gaps fit one staging chunk ([`CopyPath::Mixed`]).
+//!
+//! One buffer per (device, address). When a device is destroyed its imports and blocks are
+//! destroyed: registrations stay as tombstones so a late [`unregister`] succeeds quietly, once;
+//! pinned blocks are unmapped but stay listed until [`free_pinned`], which then succeeds without
+//! touching them.
+//!
+//! **Address reuse (the seed's caveat).** The table is keyed by address within a device. A block
+//! whose device was destroyed stays listed under its old address until `free_pinned`; if the
+//! allocator hands that address out again (to a block of another device, or to any other use),
+//! a late `free_pinned` of the old block still names the old listing only, because the key
+//! includes the device: it succeeds quietly and releases nothing. What the table cannot tell is
+//! intent: a caller who mixes up which device a pointer came from gets `NotPinned` or frees the
+//! other listing. Free every block before destroying its device.
+//!
+//! In-flight safety: each entry's import sits behind a lock; a copy holds it shared while its
+//! submission runs, and `unregister`/`free_pinned` take it exclusively before destroying the
+//! Vulkan objects, so they wait for copies that name the import.
+
+pub(crate) mod import;
+pub(crate) mod maps;
+pub(crate) mod registry;
+pub(crate) mod safe;
+
+use crate::buffer::DeviceBuffer;
+use crate::device::submit::{self, Dir, HostSide, Piece};
+use crate::device::{lock, Device, ImportPolicy, Live, Shared};
+use crate::error::{Error, Result};
+use ash::vk;
+use import::Import;
+pub use maps::page_size;
+use registry::{Entry, Kind, Registry};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError, RwLock, RwLockReadGuard};
+
+pub use registry::round_out;
+
+/// An import and the lock that keeps it alive while copies use it.
+#[derive(Debug)]
+pub(crate) struct Cell {
+    import: Import,
+    /// `true` while the Vulkan objects exist. Copies hold a read guard during submission;
+    /// releasing takes the write guard and sets it false.
+    alive: RwLock<bool>,
+}
+
+type Reg = Registry<crate::DeviceId, Option<Arc<Cell>>>;
+
+static REGISTRY: LazyLock<Mutex<Reg>> = LazyLock::new(|| Mutex::new(Registry::new()));
+
+fn registry() -> std::sync::MutexGuard<'static, Reg> {
+    lock(&REGISTRY)
+}
+
+static DIRECT: AtomicU64 = AtomicU64::new(0);
+static STAGED: AtomicU64 = AtomicU64::new(0);
+
+/// What ran for a copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyPath {
+    /// Every byte went straight between a host buffer and the device buffer.
+    Direct,
+    /// Every byte went through staging memory.
+    Staged,
+    /// Some of each.
+    Mixed,
+}
+
+/// Copy-path counters and registry sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HostStats {
+    /// Bytes copied directly from or to pinned or registered memory.
+    pub direct_bytes: u64,
+    /// Bytes copied through staging memory.
+    pub staged_bytes: u64,
+    /// Live registrations (imports whose device is alive).
+    pub live_imports: usize,
+    /// Live pinned blocks (whose device is alive).
+    pub live_pinned: usize,
+}
+
+fn count(reg: &Reg, dev: Option<crate::DeviceId>) -> (usize, usize) {
+    let mut imports = 0;
+    let mut pinned = 0;
+    let mut tally = |e: &Entry<Option<Arc<Cell>>>| {
+        if e.live {
+            match e.kind {
+                Kind::Registered => imports += 1,
+                Kind::Pinned => pinned += 1,
+            }
+        }
+    };
+    match dev {
+        Some(d) => reg.entries(d).for_each(&mut tally),
+        None => {
+            for d in all_devices(reg) {
+                reg.entries(d).for_each(&mut tally);
+            }
+        }
+    }
+    (imports, pinned)
+}
+
+fn all_devices(reg: &Reg) -> Vec<crate::DeviceId> {
+    reg.device_ids()
+}
+
+/// Process-wide counters: bytes by path since start, and live entries now.
+pub fn stats() -> HostStats {
+    let (live_imports, live_pinned) = count(&registry(), None);
+    HostStats {
+        direct_bytes: DIRECT.load(Ordering::Relaxed),
+        staged_bytes: STAGED.load(Ordering::Relaxed),
+        live_imports,
+        live_pinned,
+    }
+}
+
+/// The same counters for one device only (bytes by path through this device).
+pub fn device_stats(dev: &Device) -> HostStats {
+    let (live_imports, live_pinned) = count(&registry(), Some(dev.id()));
+    HostStats {
+        direct_bytes: dev.shared.direct_bytes.load(Ordering::Relaxed),
+        staged_bytes: dev.shared.staged_bytes.load(Ordering::Relaxed),
+        live_imports,
+        live_pinned,
+    }
+}
+
+/// Entries listed for a device, tombstones and blocks of destroyed devices included.
+pub fn entries_of(dev: &Device) -> usize {
+    registry().len_of(dev.id())
+}
+
+/// Anything that names a host address: raw pointers, `NonNull`, or a plain address.
+pub trait HostPtr {
+    fn addr(self) -> usize;
+}
+impl<T> HostPtr for *const T {
+    fn addr(self) -> usize {
+        self as usize
+    }
+}
+impl<T> HostPtr for *mut T {
+    fn addr(self) -> usize {
+        self as usize
+    }
+}
+impl<T> HostPtr for NonNull<T> {
+    fn addr(self) -> usize {
+        self.as_ptr() as usize
+    }
+}
+impl HostPtr for usize {
+    fn addr(self) -> usize {
+        self
+    }
+}
+
+/// Allocates `len` bytes of driver memory, mapped for its whole life and bound to a VkBuffer
+/// (TRANSFER_SRC | TRANSFER_DST | STORAGE_BUFFER), and lists it in the registry.
+///
+/// Memory type, best first: HOST_VISIBLE|HOST_COHERENT|HOST_CACHED not DEVICE_LOCAL; then
+/// HOST_VISIBLE|HOST_COHERENT not DEVICE_LOCAL; only then DEVICE_LOCAL host-visible (the only
+/// kind on UMA/CPU devices). Unaffected by the import policy.
+///
+/// Errors: `len == 0` → `InvalidArgument`; more than maxMemoryAllocationSize → `InvalidArgument`.
+pub fn alloc_pinned(dev: &Device, len: usize) -> Result<NonNull<u8>> {
+    let s = &*dev.shared;
+    if len == 0 {
+        return Err(Error::invalid("alloc_pinned of zero bytes"));
+    }
+    let l = s.live()?;
+    let (imp, ptr) = import::alloc_pinned_block(s, &l, len)?;
+    let start = ptr.as_ptr() as usize;
+    let entry = Entry {
+        kind: Kind::Pinned,
+        user: start..start + len,
+        covered: start..start + len,
+        live: true,
+        cell: Some(Arc::new(Cell { import: imp, alive: RwLock::new(true) })),
+    };
+    if registry().insert(s.id, entry).is_err() {
+        // Only possible if the caller registered memory, freed it without unregistering, and
+        // the driver reused the address.
+        // SAFETY: fresh objects of ours, never used.
+        unsafe { import::release(s, &l, imp) };
+        return Err(Error::AlreadyRegistered);
+    }
+    Ok(ptr)
+}
+
+/// Releases a pinned block: its buffer and memory, which unmaps it.
+///
+/// `NotPinned` for anything but a live block's start: registered addresses, interior pointers,
+/// a second free. A block whose device was destroyed has nothing left to release: `Ok`. Waits
+/// for copies in flight that use the block. See the module docs for the address-reuse caveat.
+pub fn free_pinned(dev: &Device, ptr: impl HostPtr) -> Result<()> {
+    release_entry(dev, ptr.addr(), Kind::Pinned)
+}
+
+/// Unregisters the registration that starts at `ptr`.
+///
+/// `NotRegistered` for an interior pointer, an unknown address, a second unregister or a pinned
+/// block. After the device was destroyed the entry is a tombstone: `Ok`, once. Waits for copies
+/// in flight that use the import.
+pub fn unregister(dev: &Device, ptr: impl HostPtr) -> Result<()> {
+    release_entry(dev, ptr.addr(), Kind::Registered)
+}
+
+fn release_entry(dev: &Device, addr: usize, kind: Kind) -> Result<()> {
+    let s = &*dev.shared;
+    let missing = match kind {
+        Kind::Pinned => Error::NotPinned,
+        Kind::Registered => Error::NotRegistered,
+    };
+    // Hold the device (if alive) across the release so destroy cannot interleave.
+    let l = s.live_any().ok();
+    // A reservation (register in progress) is not live and has no cell: not ours to remove.
+    let removed = registry().remove_if(s.id, addr, |e| e.kind == kind && (e.live || l.is_none()));
+    let e = removed.ok_or(missing)?;
+    if let (Some(l), Some(cell)) = (l.as_ref(), e.cell) {
+        release_cell(s, l, &cell);
+    }
+    Ok(())
+}
+
+/// Waits for copies using the cell, then destroys its objects.
+fn release_cell(s: &Shared, l: &Live, cell: &Cell) {
+    let mut alive = cell.alive.write().unwrap_or_else(PoisonError::into_inner);
+    if std::mem::replace(&mut *alive, false) {
+        // SAFETY: the write guard proves no copy holds the import, and `alive` flips once.
+        unsafe { import::release(s, l, cell.import) };
+    }
+}
+
+/// Imports the host pages covering `[ptr, ptr+len)` on `dev` (VK_EXT_external_memory_host).
+///
+/// The range is rounded outward to max(page size, minImportedHostPointerAlignment); two
+/// registrations may share a page, each importing its own rounded range.
+///
+/// Refusals, each leaving no entry, no VkBuffer and no VkDeviceMemory:
+/// - the extension is missing, the import granule is coarser than a page, or imports are off by
+///   policy: `Unsupported`;
+/// - null `ptr`, `len == 0`, `ptr + len` overflowing, or a rounded range not fully mapped
+///   read-write (checked against /proc/self/maps): `InvalidArgument`;
+/// - the bytes overlap a registration or pinned block on the same device: `AlreadyRegistered`.
+///
+/// # Safety
+/// Until [`unregister`] returns (or the device is destroyed), the pages covering the range must
+/// stay mapped and writable and must not be freed or remapped: the device may read or write them
+/// at any time a copy names them. The rounded range includes the partial pages at both ends; the
+/// caller must own them too (they are only read or written by copies that name those bytes).
+pub unsafe fn register(dev: &Device, ptr: impl HostPtr, len: usize) -> Result<()> {
+    let s = &*dev.shared;
+    let addr = ptr.addr();
+    if s.options.import == ImportPolicy::Never {
+        return Err(Error::unsupported("imports disabled by policy"));
+    }
+    let granule = s.info.host_registration().map_err(Error::unsupported)?;
+    if addr == 0 {
+        return Err(Error::invalid("null pointer"));
+    }
+    if len == 0 {
+        return Err(Error::invalid("zero-length registration"));
+    }
+    let end = addr.checked_add(len).ok_or_else(|| Error::invalid("ptr + len overflows"))?;
+    let covered = round_out(addr, len, granule).ok_or_else(|| Error::invalid("rounded range overflows"))?;
+    let l = s.live()?;
+    maps::check_rw(&covered)?;
+    // Reserve the bytes, so a concurrent overlapping register is refused while we import
+    // without holding the registry lock.
+    let reservation = Entry { kind: Kind::Registered, user: addr..end, covered: covered.clone(), live: false, cell: None };
+    registry().insert(s.id, reservation).map_err(|_| Error::AlreadyRegistered)?;
+    match import::import_range(s, &l, &covered) {
+        Ok(imp) => {
+            let mut reg = registry();
+            if let Some(e) = reg.get_mut(s.id, addr) {
+                e.cell = Some(Arc::new(Cell { import: imp, alive: RwLock::new(true) }));
+                e.live = true;
+            }
+            Ok(())
+        }
+        Err(e) => {
+            registry().remove_if(s.id, addr, |e| !e.live);
+            Err(e)
+        }
+    }
+}
+
+/// The buffer and byte offset that address `[ptr, ptr+len)` on `dev`, when a live registration
+/// or pinned block covers all of it (its rounded import or its block). `None` otherwise, and
+/// after the device was destroyed.
+pub fn find(dev: &Device, ptr: impl HostPtr, len: usize) -> Option<(vk::Buffer, u64)> {
+    let addr = ptr.addr();
+    let reg = registry();
+    let e = reg.find(dev.id(), addr, len)?;
+    let cell = e.cell.as_ref()?;
+    Some((cell.import.buffer, (addr - e.covered.start) as u64))
+}
+
+/// Copies `len` bytes from host `src` to `dst` at `dst_offset`, synchronously.
+///
+/// Host bytes covered by one registration or pinned block: one vkCmdCopyBuffer from that
+/// entry's buffer, no staging, no memcpy. Bytes in several entries and gaps: covered pieces go
+/// direct, gaps are staged, in one submission where the gaps fit a staging chunk.
+///
+/// # Safety
+/// `src` must be readable for `len` bytes for the duration of the call.
+pub unsafe fn copy_to_device(dev: &Device, src: *const u8, len: usize, dst: &DeviceBuffer, dst_offset: usize) -> Result<CopyPath> {
+    same_device(dev, dst)?;
+    // SAFETY: forwarded contract.
+    unsafe { copy_to_device_impl(&dev.shared, src, len, dst, dst_offset) }
+}
+
+/// Copies `len` bytes from `src` at `src_offset` to host `dst`, synchronously; direct where
+/// `dst` is covered, staged elsewhere.
+///
+/// # Safety
+/// `dst` must be writable for `len` bytes for the duration of the call, and not otherwise
+/// accessed during it.
+pub unsafe fn copy_to_host(dev: &Device, src: &DeviceBuffer, src_offset: usize, dst: *mut u8, len: usize) -> Result<CopyPath> {
+    same_device(dev, src)?;
+    // SAFETY: forwarded contract.
+    unsafe { copy_to_host_impl(&dev.shared, src, src_offset, dst, len) }
+}
+
+fn same_device(dev: &Device, b: &DeviceBuffer) -> Result<()> {
+    if dev.id() != b.shared.id {
+        return Err(Error::invalid(format!("the buffer belongs to {}, not {}", b.shared.id, dev.id())));
+    }
+    Ok(())
+}
+
+/// # Safety
+/// `src` readable for `len` bytes during the call.
+pub(crate) unsafe fn copy_to_device_impl(s: &Shared, src: *const u8, len: usize, dst: &DeviceBuffer, off: usize) -> Result<CopyPath> {
+    // SAFETY: forwarded contract.
+    unsafe { copy(s, Dir::ToDevice, src as usize, len, dst, off) }
+}
+
+/// # Safety
+/// `dst` writable for `len` bytes during the call.
+pub(crate) unsafe fn copy_to_host_impl(s: &Shared, src: &DeviceBuffer, off: usize, dst: *mut u8, len: usize) -> Result<CopyPath> {
+    // SAFETY: forwarded contract.
+    unsafe { copy(s, Dir::ToHost, dst as usize, len, src, off) }
+}
+
+/// A plan: pieces plus the import cells that must stay alive while it runs.
+pub(crate) struct Plan {
+    pub pieces: Vec<Piece>,
+    pub cells: Vec<Arc<Cell>>,
+}
+
+/// Splits a host range against the registry into direct pieces and staged gaps.
+pub(crate) fn plan(s: &Shared, addr: usize, len: usize, dev_off: u64) -> Plan {
+    let reg = registry();
+    let mut cells: Vec<Arc<Cell>> = Vec::new();
+    let pieces = reg
+        .split(s.id, addr, len)
+        .into_iter()
+        .map(|(r, e)| {
+            let host = match e.and_then(|e| e.cell.as_ref().map(|c| (e, c))) {
+                Some((e, c)) => {
+                    if !cells.iter().any(|x| Arc::ptr_eq(x, c)) {
+                        cells.push(c.clone());
+                    }
+                    HostSide::Direct { buffer: c.import.buffer, offset: (r.start - e.covered.start) as u64 }
+                }
+                None => HostSide::Staged { addr: r.start },
+            };
+            Piece { dev_offset: dev_off + (r.start - addr) as u64, len: r.len() as u64, host }
+        })
+        .collect();
+    Plan { pieces, cells }
+}
+
+/// Read guards on every cell of a plan, or `None` if one was released meanwhile.
+pub(crate) fn hold(cells: &[Arc<Cell>]) -> Option<Vec<RwLockReadGuard<'_, bool>>> {
+    let guards: Vec<_> = cells.iter().map(|c| c.alive.read().unwrap_or_else(PoisonError::into_inner)).collect();
+    guards.iter().all(|g| **g).then_some(guards)
+}
+
+pub(crate) fn path_of(pieces: &[Piece]) -> CopyPath {
+    let direct = pieces.iter().any(|p| matches!(p.host, HostSide::Direct { .. }));
+    let staged = pieces.iter().any(|p| matches!(p.host, HostSide::Staged { .. }));
+    match (direct, staged) {
+        (true, true) => CopyPath::Mixed,
+        (false, true) => CopyPath::Staged,
+        _ => CopyPath::Direct,
+    }
+}
+
+pub(crate) fn check_host_range(addr: usize, len: usize) -> Result<()> {
+    if len > 0 && addr == 0 {
+        return Err(Error::invalid("null host pointer"));
+    }
+    addr.checked_add(len).ok_or_else(|| Error::invalid("host pointer + len overflows"))?;
+    Ok(())
+}
+
+unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer, off: usize) -> Result<CopyPath> {
+    if buf.shared.id != s.id {
+        return Err(Error::invalid("the device buffer belongs to another device"));
+    }
+    let l = s.live()?;
+    buf.check_range(off, len)?;
+    check_host_range(addr, len)?;
+    if len == 0 {
+        return Ok(CopyPath::Direct);
+    }
+    loop {
+        let p = plan(s, addr, len, off as u64);
+        let Some(_guards) = hold(&p.cells) else {
+            // An entry was released between planning and holding it: plan again.
+            continue;
+        };
+        // SAFETY: staged host ranges are the caller's (readable or writable per the contract);
+        // the direct buffers are held alive by the guards; device ranges were range-checked.
+        let moved = unsafe { submit::execute(s, &l, dir, buf.raw(), &p.pieces, thread_hint()) }?;
+        record(s, moved.direct, moved.staged);
+        return Ok(path_of(&p.pieces));
+    }
+}
+
+pub(crate) fn record(s: &Shared, direct: u64, staged: u64) {
+    DIRECT.fetch_add(direct, Ordering::Relaxed);
+    STAGED.fetch_add(staged, Ordering::Relaxed);
+    s.direct_bytes.fetch_add(direct, Ordering::Relaxed);
+    s.staged_bytes.fetch_add(staged, Ordering::Relaxed);
+}
+
+/// Spreads threads over copy contexts.
+fn thread_hint() -> usize {
+    thread_local! { static HINT: usize = {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        NEXT.fetch_add(1, Ordering::Relaxed) as usize
+    }}
+    HINT.with(|h| *h)
+}
+
+/// The registry hook of `Device::destroy`: destroys every import and pinned block of the device.
+/// Registrations stay as tombstones, pinned blocks stay listed; both are no longer `live`.
+pub(crate) fn on_device_destroy(s: &Shared, l: &Live) {
+    let cells: Vec<Arc<Cell>> = {
+        let mut reg = registry();
+        reg.entries_mut(s.id)
+            .filter_map(|e| {
+                e.live = false;
+                e.cell.take()
+            })
+            .collect()
+    };
+    for c in cells {
+        release_cell(s, l, &c);
+    }
+}

@@ -1,0 +1,150 @@
+//! Memory-type choice: pure functions over the device's memory types, no Vulkan calls.
+//!
+//! Each chooser returns the index and a short reason, which `vkhost devices` prints.
+//! The orders come from the seed (`pinned_memory_type`): on a discrete GPU the
+//! DEVICE_LOCAL|HOST_VISIBLE type is the BAR window onto VRAM, write-combined and read at
+//! 0.03 GB/s on the H200, so host memory is never placed there while a system-memory type exists.
+//! AMD's DEVICE_COHERENT/DEVICE_UNCACHED types are never picked: they are uncached for the device
+//! and meant for debugging markers, not bulk transfers.
+
+use ash::vk::MemoryPropertyFlags as F;
+
+/// AMD's VK_AMD_device_coherent_memory bits, never picked.
+pub const AMD_DEVICE_MEMORY_BITS: F =
+    F::from_raw(F::DEVICE_COHERENT_AMD.as_raw() | F::DEVICE_UNCACHED_AMD.as_raw());
+
+/// A chosen memory type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choice {
+    pub index: u32,
+    pub reason: &'static str,
+}
+
+fn allowed(bits: u32, i: usize) -> bool {
+    i < 32 && bits & (1 << i) != 0
+}
+
+fn first(types: &[F], bits: u32, want: impl Fn(F) -> bool) -> Option<u32> {
+    types
+        .iter()
+        .enumerate()
+        .find(|&(i, &f)| allowed(bits, i) && !f.intersects(AMD_DEVICE_MEMORY_BITS) && want(f))
+        .map(|(i, _)| i as u32)
+}
+
+/// Memory for a pinned block or a staging buffer: host-visible and coherent, system memory first.
+///
+/// Best first: HOST_VISIBLE|HOST_COHERENT|HOST_CACHED not DEVICE_LOCAL; HOST_VISIBLE|HOST_COHERENT
+/// not DEVICE_LOCAL; only then DEVICE_LOCAL host-visible coherent types (cached first), which
+/// is all UMA and CPU devices have.
+pub fn pinned(types: &[F], bits: u32) -> Option<Choice> {
+    let vc = F::HOST_VISIBLE | F::HOST_COHERENT;
+    let tiers: [(&dyn Fn(F) -> bool, &'static str); 4] = [
+        (&|f: F| f.contains(vc | F::HOST_CACHED) && !f.contains(F::DEVICE_LOCAL), "system memory, cached"),
+        (&|f: F| f.contains(vc) && !f.contains(F::DEVICE_LOCAL), "system memory, uncached"),
+        (&|f: F| f.contains(vc | F::HOST_CACHED), "device-local host-visible, cached (UMA)"),
+        (&|f: F| f.contains(vc), "device-local host-visible (UMA or BAR window)"),
+    ];
+    tiers.iter().find_map(|(want, reason)| first(types, bits, want).map(|index| Choice { index, reason }))
+}
+
+/// Memory for an import of host pages: among the types both the host pointer and the buffer
+/// allow (`bits`), prefer non-DEVICE_LOCAL and HOST_CACHED.
+pub fn import(types: &[F], bits: u32) -> Option<Choice> {
+    let tiers: [(&dyn Fn(F) -> bool, &'static str); 4] = [
+        (&|f: F| f.contains(F::HOST_CACHED) && !f.contains(F::DEVICE_LOCAL), "system memory, cached"),
+        (&|f: F| !f.contains(F::DEVICE_LOCAL), "system memory"),
+        (&|f: F| f.contains(F::HOST_CACHED), "device-local, cached (UMA)"),
+        (&|_| true, "device-local (UMA)"),
+    ];
+    tiers.iter().find_map(|(want, reason)| first(types, bits, want).map(|index| Choice { index, reason }))
+}
+
+/// Memory for a device buffer: DEVICE_LOCAL and not HOST_VISIBLE where one exists (never the BAR
+/// window of a discrete GPU); on UMA or CPU devices, any DEVICE_LOCAL type; failing that, any.
+pub fn device_local(types: &[F], bits: u32) -> Option<Choice> {
+    let tiers: [(&dyn Fn(F) -> bool, &'static str); 3] = [
+        (&|f: F| f.contains(F::DEVICE_LOCAL) && !f.contains(F::HOST_VISIBLE), "device-local VRAM"),
+        (&|f: F| f.contains(F::DEVICE_LOCAL), "device-local, host-visible (UMA)"),
+        (&|_| true, "no device-local type; first allowed"),
+    ];
+    tiers.iter().find_map(|(want, reason)| first(types, bits, want).map(|index| Choice { index, reason }))
+}
+
+/// The BAR window: DEVICE_LOCAL|HOST_VISIBLE on a device that also has non-host-visible
+/// DEVICE_LOCAL memory (so it is a window, not UMA memory). Used by `vkhost bench --path bar`.
+pub fn bar_window(types: &[F]) -> Option<u32> {
+    let has_vram = types.iter().any(|f| f.contains(F::DEVICE_LOCAL) && !f.contains(F::HOST_VISIBLE));
+    if !has_vram {
+        return None;
+    }
+    first(types, u32::MAX, |f| f.contains(F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_COHERENT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The H200's types, from ../shared/GPU.md.
+    fn h200() -> Vec<F> {
+        vec![
+            F::empty(),
+            F::DEVICE_LOCAL,
+            F::HOST_VISIBLE | F::HOST_COHERENT,
+            F::HOST_VISIBLE | F::HOST_COHERENT | F::HOST_CACHED,
+            F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_COHERENT,
+        ]
+    }
+
+    /// lavapipe: one type, everything.
+    fn lavapipe() -> Vec<F> {
+        vec![F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_COHERENT | F::HOST_CACHED]
+    }
+
+    #[test]
+    fn pinned_prefers_cached_system_memory_on_h200() {
+        assert_eq!(pinned(&h200(), u32::MAX).unwrap().index, 3);
+        // Without type 3 allowed, the uncached system type, never the BAR window.
+        assert_eq!(pinned(&h200(), !(1 << 3)).unwrap().index, 2);
+        // Only the BAR window left: taken last.
+        assert_eq!(pinned(&h200(), 1 << 4).unwrap().index, 4);
+        assert_eq!(pinned(&h200(), 0b11), None);
+    }
+
+    #[test]
+    fn pinned_on_uma_takes_device_local() {
+        assert_eq!(pinned(&lavapipe(), 1).unwrap().index, 0);
+    }
+
+    #[test]
+    fn amd_device_coherent_never_picked() {
+        let types = vec![
+            F::HOST_VISIBLE | F::HOST_COHERENT | F::HOST_CACHED | F::DEVICE_COHERENT_AMD,
+            F::HOST_VISIBLE | F::HOST_COHERENT | F::DEVICE_UNCACHED_AMD,
+            F::HOST_VISIBLE | F::HOST_COHERENT,
+        ];
+        assert_eq!(pinned(&types, u32::MAX).unwrap().index, 2);
+        assert_eq!(import(&types, u32::MAX).unwrap().index, 2);
+    }
+
+    #[test]
+    fn import_prefers_cached_non_device_local() {
+        assert_eq!(import(&h200(), 0xC).unwrap().index, 3);
+        assert_eq!(import(&h200(), 0x4).unwrap().index, 2);
+        assert_eq!(import(&lavapipe(), 1).unwrap().index, 0);
+        assert_eq!(import(&h200(), 0), None);
+    }
+
+    #[test]
+    fn device_local_avoids_bar() {
+        assert_eq!(device_local(&h200(), u32::MAX).unwrap().index, 1);
+        assert_eq!(device_local(&h200(), 1 << 4).unwrap().index, 4);
+        assert_eq!(device_local(&lavapipe(), 1).unwrap().index, 0);
+    }
+
+    #[test]
+    fn bar_only_on_discrete() {
+        assert_eq!(bar_window(&h200()), Some(4));
+        assert_eq!(bar_window(&lavapipe()), None);
+    }
+}

@@ -1,0 +1,89 @@
+//! Helpers for device tests: every test opens its device with the Khronos validation layer on
+//! and asserts zero validation errors when it ends.
+//!
+//! A device test never passes silently without a device: if none can be opened it fails with
+//! the reason, unless VKHOST_SKIP_NO_DEVICE=1, in which case it prints why it skips.
+#![allow(dead_code)]
+
+use vkhost::{Device, OpenOptions};
+
+pub fn init_log() {
+    let _ = env_logger::builder().is_test(true).try_init();
+}
+
+pub fn opts() -> OpenOptions {
+    OpenOptions { validation: true, ..OpenOptions::default() }
+}
+
+/// Opens the default device with validation, or explains why not.
+pub fn device() -> Option<Checked> {
+    device_with(opts())
+}
+
+pub fn device_with(o: OpenOptions) -> Option<Checked> {
+    init_log();
+    match Device::open_default_with(&o) {
+        Ok(d) => Some(Checked(d)),
+        Err(e) if std::env::var("VKHOST_SKIP_NO_DEVICE").as_deref() == Ok("1") => {
+            eprintln!("SKIPPED: no Vulkan device could be opened ({e}); VKHOST_SKIP_NO_DEVICE=1 allows skipping");
+            None
+        }
+        Err(e) => panic!("no Vulkan device could be opened: {e}. Run scripts/setup (installs lavapipe and the validation layer)."),
+    }
+}
+
+/// A device whose validation error count is asserted zero on drop, after destroy.
+pub struct Checked(pub Device);
+
+impl std::ops::Deref for Checked {
+    type Target = Device;
+    fn deref(&self) -> &Device {
+        &self.0
+    }
+}
+
+impl Drop for Checked {
+    fn drop(&mut self) {
+        let r = self.0.destroy();
+        if std::thread::panicking() {
+            return;
+        }
+        assert!(r.is_ok() || matches!(r, Err(vkhost::Error::Busy { .. })), "destroy: {r:?}");
+        assert!(self.0.validation_enabled(), "validation must be on in device tests");
+        assert_eq!(self.0.validation_errors(), 0, "validation errors (see log above)");
+    }
+}
+
+/// A deterministic non-zero pattern.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| ((i as u32).wrapping_mul(2654435761).rotate_right(13) as u8) ^ seed | 1).collect()
+}
+
+/// Page-aligned anonymous memory, unmapped on drop.
+pub struct Pages {
+    pub ptr: *mut u8,
+    pub len: usize,
+}
+
+impl Pages {
+    pub fn new(len: usize) -> Pages {
+        Self::with_prot(len, libc::PROT_READ | libc::PROT_WRITE)
+    }
+    pub fn with_prot(len: usize, prot: i32) -> Pages {
+        // SAFETY: anonymous private mapping, no hint.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+        assert_ne!(p, libc::MAP_FAILED);
+        Pages { ptr: p.cast(), len }
+    }
+    pub fn slice(&mut self) -> &mut [u8] {
+        // SAFETY: mapped read-write for len bytes (for the default prot).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Pages {
+    fn drop(&mut self) {
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
