@@ -1,1 +1,41 @@
-fn main() {}
+//! `vkhost`: list Vulkan devices, measure host↔device bandwidth, self-check the driver.
+
+mod bench;
+mod cuda;
+mod devices;
+mod plot;
+mod stats;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "vkhost", version, about = "Pinned and registered host memory for Vulkan: devices, bandwidth, self-check")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// List Vulkan devices: memory, queues, host registration, memory-type choices.
+    Devices(devices::Args),
+    /// Measure host↔device bandwidth and latency by path (pinned, registered, pageable, bar).
+    Bench(Box<bench::Args>),
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Devices(a) => devices::run(a),
+        Cmd::Bench(a) => bench::run(*a),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("vkhost: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -10,8 +10,7 @@
 use ash::vk::MemoryPropertyFlags as F;
 
 /// AMD's VK_AMD_device_coherent_memory bits, never picked.
-pub const AMD_DEVICE_MEMORY_BITS: F =
-    F::from_raw(F::DEVICE_COHERENT_AMD.as_raw() | F::DEVICE_UNCACHED_AMD.as_raw());
+pub const AMD_DEVICE_MEMORY_BITS: F = F::from_raw(F::DEVICE_COHERENT_AMD.as_raw() | F::DEVICE_UNCACHED_AMD.as_raw());
 
 /// A chosen memory type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,11 +24,7 @@ fn allowed(bits: u32, i: usize) -> bool {
 }
 
 fn first(types: &[F], bits: u32, want: impl Fn(F) -> bool) -> Option<u32> {
-    types
-        .iter()
-        .enumerate()
-        .find(|&(i, &f)| allowed(bits, i) && !f.intersects(AMD_DEVICE_MEMORY_BITS) && want(f))
-        .map(|(i, _)| i as u32)
+    types.iter().enumerate().find(|&(i, &f)| allowed(bits, i) && !f.intersects(AMD_DEVICE_MEMORY_BITS) && want(f)).map(|(i, _)| i as u32)
 }
 
 /// Memory for a pinned block or a staging buffer: host-visible and coherent, system memory first.

@@ -112,10 +112,7 @@ fn from_raw_borrowed_leaves_device_to_caller() {
     let raw = d.raw().unwrap();
     // SAFETY: the handles are live and outlive `wrapped`, whose destroy runs first; vkhost
     // does not destroy a borrowed device.
-    let wrapped = unsafe {
-        Device::from_raw(raw, vkhost::Ownership::Borrowed, d.info().host_import_alignment.is_some(), &opts())
-    }
-    .unwrap();
+    let wrapped = unsafe { Device::from_raw(raw, vkhost::Ownership::Borrowed, d.info().host_import_alignment.is_some(), &opts()) }.unwrap();
     assert_ne!(wrapped.id(), d.id());
     let b = wrapped.alloc_buffer(64).unwrap();
     b.write(3, &[5; 10]).unwrap();

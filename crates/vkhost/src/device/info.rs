@@ -71,8 +71,7 @@ pub struct QueueFamily {
 impl QueueFamily {
     /// TRANSFER without GRAPHICS or COMPUTE: a copy engine.
     pub fn is_transfer_only(&self) -> bool {
-        self.flags.contains(vk::QueueFlags::TRANSFER)
-            && !self.flags.intersects(vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE)
+        self.flags.contains(vk::QueueFlags::TRANSFER) && !self.flags.intersects(vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE)
     }
 }
 
@@ -86,11 +85,7 @@ pub struct ApiVersion {
 
 impl ApiVersion {
     pub(crate) fn from_raw(v: u32) -> Self {
-        ApiVersion {
-            major: vk::api_version_major(v),
-            minor: vk::api_version_minor(v),
-            patch: vk::api_version_patch(v),
-        }
+        ApiVersion { major: vk::api_version_major(v), minor: vk::api_version_minor(v), patch: vk::api_version_patch(v) }
     }
 }
 
@@ -138,17 +133,13 @@ impl DeviceInfo {
 
     /// The first family that can run compute.
     pub fn compute_family(&self) -> Option<&QueueFamily> {
-        self.queue_families
-            .iter()
-            .find(|f| f.flags.contains(vk::QueueFlags::COMPUTE) && f.count > 0)
+        self.queue_families.iter().find(|f| f.flags.contains(vk::QueueFlags::COMPUTE) && f.count > 0)
     }
 
     /// Whether registered host memory can work on this device, judged from its facts alone:
     /// the import alignment, or why not. `Device::host_registration` adds policy and the probe.
     pub fn host_registration(&self) -> Result<usize, String> {
-        let align = self
-            .host_import_alignment
-            .ok_or_else(|| "VK_EXT_external_memory_host is not offered by this device".to_string())?;
+        let align = self.host_import_alignment.ok_or_else(|| "VK_EXT_external_memory_host is not offered by this device".to_string())?;
         let page = crate::host::page_size();
         registration_granule(align, page)
     }
@@ -261,11 +252,7 @@ pub(crate) fn query(instance: &ash::Instance, pd: vk::PhysicalDevice, index: usi
             .map(|(i, f)| QueueFamily { index: i as u32, flags: f.queue_flags, count: f.queue_count })
             .collect(),
         host_import_alignment: has_emh.then_some(emh.min_imported_host_pointer_alignment as usize),
-        max_memory_allocation_size: if maint3.max_memory_allocation_size == 0 {
-            u64::MAX
-        } else {
-            maint3.max_memory_allocation_size
-        },
+        max_memory_allocation_size: if maint3.max_memory_allocation_size == 0 { u64::MAX } else { maint3.max_memory_allocation_size },
         timeline_semaphore: timeline.timeline_semaphore == vk::TRUE,
     }
 }

@@ -102,9 +102,8 @@ fn messenger_info(counts: &Arc<ValidationCounts>) -> vk::DebugUtilsMessengerCrea
 pub(crate) fn create(validation: bool, counts: &Arc<ValidationCounts>) -> Result<InstanceParts> {
     let entry = entry()?;
     // SAFETY: plain query on a loaded entry.
-    let loader_version = unsafe { entry.try_enumerate_instance_version() }
-        .call("vkEnumerateInstanceVersion")?
-        .unwrap_or(vk::API_VERSION_1_0);
+    let loader_version =
+        unsafe { entry.try_enumerate_instance_version() }.call("vkEnumerateInstanceVersion")?.unwrap_or(vk::API_VERSION_1_0);
     let api = loader_version.min(vk::API_VERSION_1_3);
     if api < vk::API_VERSION_1_1 {
         return Err(Error::unsupported("the Vulkan loader is older than 1.1"));
@@ -114,8 +113,7 @@ pub(crate) fn create(validation: bool, counts: &Arc<ValidationCounts>) -> Result
     let mut exts: Vec<*const std::ffi::c_char> = Vec::new();
     if validation {
         // SAFETY: plain query on a loaded entry.
-        let available = unsafe { entry.enumerate_instance_layer_properties() }
-            .call("vkEnumerateInstanceLayerProperties")?;
+        let available = unsafe { entry.enumerate_instance_layer_properties() }.call("vkEnumerateInstanceLayerProperties")?;
         if !available.iter().any(|l| l.layer_name_as_c_str().map(|n| n == VALIDATION_LAYER).unwrap_or(false)) {
             return Err(Error::unsupported(
                 "VKHOST_VALIDATION=1 but VK_LAYER_KHRONOS_validation is not installed \
@@ -126,15 +124,9 @@ pub(crate) fn create(validation: bool, counts: &Arc<ValidationCounts>) -> Result
         exts.push(ash::ext::debug_utils::NAME.as_ptr());
     }
 
-    let app = vk::ApplicationInfo::default()
-        .application_name(c"vkhost")
-        .engine_name(c"vkhost")
-        .api_version(api);
+    let app = vk::ApplicationInfo::default().application_name(c"vkhost").engine_name(c"vkhost").api_version(api);
     let mut dbg_info = messenger_info(counts);
-    let mut info = vk::InstanceCreateInfo::default()
-        .application_info(&app)
-        .enabled_layer_names(&layers)
-        .enabled_extension_names(&exts);
+    let mut info = vk::InstanceCreateInfo::default().application_info(&app).enabled_layer_names(&layers).enabled_extension_names(&exts);
     if validation {
         // Also catches messages from vkCreateInstance and vkDestroyInstance themselves.
         info = info.push_next(&mut dbg_info);

@@ -271,8 +271,8 @@ impl Shared {
     pub(crate) fn map(&self, l: &Live, m: vk::DeviceMemory) -> Result<NonNull<u8>> {
         fault::check(Point::MapMemory).map_err(|c| self.fail("vkMapMemory", c))?;
         // SAFETY: `m` is host-visible (chosen so) and not mapped yet.
-        let p = unsafe { l.device.map_memory(m, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }
-            .map_err(|c| self.fail("vkMapMemory", c))?;
+        let p =
+            unsafe { l.device.map_memory(m, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }.map_err(|c| self.fail("vkMapMemory", c))?;
         NonNull::new(p.cast::<u8>()).ok_or(Error::Vulkan { call: "vkMapMemory", code: vk::Result::ERROR_MEMORY_MAP_FAILED })
     }
 
@@ -308,10 +308,7 @@ impl Shared {
             // SAFETY: `buffer` is a live buffer of this device.
             let req = unsafe { l.device.get_buffer_memory_requirements(buffer) };
             let Choice { index, .. } = choose(&l.types, req.memory_type_bits).ok_or_else(|| {
-                Error::unsupported(format!(
-                    "no suitable memory type among bits {:#x} for {:?}",
-                    req.memory_type_bits, usage
-                ))
+                Error::unsupported(format!("no suitable memory type among bits {:#x} for {:?}", req.memory_type_bits, usage))
             })?;
             let ai = vk::MemoryAllocateInfo::default().allocation_size(req.size).memory_type_index(index);
             let memory = self.allocate_memory(l, &ai)?;
@@ -616,7 +613,15 @@ impl Device {
         let parts = InstanceParts { entry: raw.entry.clone(), instance: raw.instance.clone(), debug: None };
         let tfam = raw.copy_family.map(|f| (f, raw.copy_queue_indices.clone()));
         let owned = ownership == Ownership::Owned;
-        let mut live = Self::assemble(Some(parts), owned, raw.physical_device, &info, raw.device, (raw.compute_family, raw.compute_queue_index), tfam)?;
+        let mut live = Self::assemble(
+            Some(parts),
+            owned,
+            raw.physical_device,
+            &info,
+            raw.device,
+            (raw.compute_family, raw.compute_queue_index),
+            tfam,
+        )?;
         if !owned {
             live.instance_parts = None;
         }
@@ -724,8 +729,7 @@ impl Device {
         self.host_registration()?;
         let l = self.shared.live().map_err(|e| e.to_string())?;
         let page = crate::host::page_size();
-        crate::host::maps::with_probe_page(page, |p| crate::host::import::host_pointer_bits(&self.shared, &l, p))
-            .map_err(|e| e.to_string())
+        crate::host::maps::with_probe_page(page, |p| crate::host::import::host_pointer_bits(&self.shared, &l, p)).map_err(|e| e.to_string())
     }
 }
 

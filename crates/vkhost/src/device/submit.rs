@@ -85,33 +85,23 @@ impl CopyCtx {
     fn new(s: &Shared, l: &Live, ctx_index: usize) -> Result<CopyCtx> {
         let q = queue_of(l, ctx_index);
         fault::check(Point::CreateCommandPool).map_err(|c| s.fail("vkCreateCommandPool", c))?;
-        let pi = vk::CommandPoolCreateInfo::default()
-            .queue_family_index(q.family)
-            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+        let pi = vk::CommandPoolCreateInfo::default().queue_family_index(q.family).flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
         // SAFETY: valid create info for a family the device was created with.
         let pool = unsafe { l.device.create_command_pool(&pi, None) }.map_err(|c| s.fail("vkCreateCommandPool", c))?;
         s.count_pool(1);
-        let mut ctx = CopyCtx {
-            queue: ctx_index,
-            pool,
-            slots: Vec::new(),
-            staging: None,
-            chunk: s.options.staging_chunk.max(4096) as u64,
-        };
+        let mut ctx = CopyCtx { queue: ctx_index, pool, slots: Vec::new(), staging: None, chunk: s.options.staging_chunk.max(4096) as u64 };
         let r = (|| {
             let n = s.options.staging_slots.clamp(1, 16) as u32;
             fault::check(Point::AllocateCommandBuffers).map_err(|c| s.fail("vkAllocateCommandBuffers", c))?;
-            let ai = vk::CommandBufferAllocateInfo::default()
-                .command_pool(pool)
-                .level(vk::CommandBufferLevel::PRIMARY)
-                .command_buffer_count(n);
+            let ai =
+                vk::CommandBufferAllocateInfo::default().command_pool(pool).level(vk::CommandBufferLevel::PRIMARY).command_buffer_count(n);
             // SAFETY: `pool` is ours and externally synchronized by the context's lock.
             let cmds = unsafe { l.device.allocate_command_buffers(&ai) }.map_err(|c| s.fail("vkAllocateCommandBuffers", c))?;
             for cmd in cmds {
                 fault::check(Point::CreateFence).map_err(|c| s.fail("vkCreateFence", c))?;
                 // SAFETY: plain fence creation.
-                let fence = unsafe { l.device.create_fence(&vk::FenceCreateInfo::default(), None) }
-                    .map_err(|c| s.fail("vkCreateFence", c))?;
+                let fence =
+                    unsafe { l.device.create_fence(&vk::FenceCreateInfo::default(), None) }.map_err(|c| s.fail("vkCreateFence", c))?;
                 s.count_fence(1);
                 ctx.slots.push(Slot { cmd, fence, pending: None });
             }
@@ -410,10 +400,17 @@ unsafe fn submit_batch(
         }
         if dir == Dir::ToHost {
             // Make the device's writes visible to host reads after the fence wait.
-            let after = vk::MemoryBarrier::default()
-                .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-                .dst_access_mask(vk::AccessFlags::HOST_READ);
-            d.cmd_pipeline_barrier(cmd, vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &[after], &[], &[]);
+            let after =
+                vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(vk::AccessFlags::HOST_READ);
+            d.cmd_pipeline_barrier(
+                cmd,
+                vk::PipelineStageFlags::TRANSFER,
+                vk::PipelineStageFlags::HOST,
+                vk::DependencyFlags::empty(),
+                &[after],
+                &[],
+                &[],
+            );
         }
         d.end_command_buffer(cmd).map_err(|c| s.fail("vkEndCommandBuffer", c))?;
         d.reset_fences(&[slot.fence]).map_err(|c| s.fail("vkResetFences", c))?;
@@ -445,10 +442,8 @@ mod tests {
         let b = batches(&pieces, 16);
         // 10 staged + direct + 6 staged | 16 staged | 3 staged
         assert_eq!(b.len(), 3);
-        let staged: Vec<u64> = b
-            .iter()
-            .map(|ops| ops.iter().filter(|o| matches!(o.src, OpSrc::Staged { .. })).map(|o| o.len).sum())
-            .collect();
+        let staged: Vec<u64> =
+            b.iter().map(|ops| ops.iter().filter(|o| matches!(o.src, OpSrc::Staged { .. })).map(|o| o.len).sum()).collect();
         assert_eq!(staged, vec![16, 16, 3]);
         let total: u64 = b.iter().flatten().map(|o| o.len).sum();
         assert_eq!(total, 135);

@@ -121,12 +121,7 @@ fn all_devices(reg: &Reg) -> Vec<crate::DeviceId> {
 /// Process-wide counters: bytes by path since start, and live entries now.
 pub fn stats() -> HostStats {
     let (live_imports, live_pinned) = count(&registry(), None);
-    HostStats {
-        direct_bytes: DIRECT.load(Ordering::Relaxed),
-        staged_bytes: STAGED.load(Ordering::Relaxed),
-        live_imports,
-        live_pinned,
-    }
+    HostStats { direct_bytes: DIRECT.load(Ordering::Relaxed), staged_bytes: STAGED.load(Ordering::Relaxed), live_imports, live_pinned }
 }
 
 /// The same counters for one device only (bytes by path through this device).

@@ -197,6 +197,11 @@ impl<D: std::hash::Hash + Eq + Copy, T> Registry<D, T> {
         self.len() == 0
     }
 
+    /// The devices that have entries.
+    pub fn device_ids(&self) -> Vec<D> {
+        self.devices.keys().copied().collect()
+    }
+
     /// Entries of one device.
     pub fn len_of(&self, dev: D) -> usize {
         self.devices.get(&dev).map_or(0, |m| m.len())
@@ -377,12 +382,5 @@ mod tests {
                 prop_assert_eq!(r.len(), model.len());
             }
         }
-    }
-}
-
-impl<D: std::hash::Hash + Eq + Copy, T> Registry<D, T> {
-    /// The devices that have entries.
-    pub fn device_ids(&self) -> Vec<D> {
-        self.devices.keys().copied().collect()
     }
 }

@@ -1,0 +1,36 @@
+# vkhost: the two commands are `make run` (the main job: `vkhost bench` on the default device)
+# and `make test` (fmt, clippy, the whole test suite with the validation layer on).
+# Both first run scripts/setup, which installs a Vulkan loader, lavapipe and the validation
+# layer where they are missing, and changes nothing where Vulkan already works.
+
+CARGO ?= cargo
+
+.PHONY: run test setup build devices fmt clippy unit device-tests bench-full memcheck
+
+setup:
+	@bash scripts/setup
+
+build: setup
+	$(CARGO) build --release
+
+# The main job: a short sweep (under a minute on lavapipe), every point verified.
+run: build
+	./target/release/vkhost devices
+	./target/release/vkhost bench --quick
+
+devices: build
+	./target/release/vkhost devices
+
+# The full sweep of docs/PERFORMANCE.md (4K..1G, all paths and directions).
+bench-full: build
+	./target/release/vkhost bench --json bench.json --plot bench.svg
+
+fmt:
+	$(CARGO) fmt --all -- --check
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p vkhost --all-targets --features fault-injection -- -D warnings
+
+test: setup fmt clippy
+	$(CARGO) test --workspace --release

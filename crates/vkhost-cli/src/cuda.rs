@@ -1,0 +1,158 @@
+//! `--baseline cuda`: the same sweep through CUDA on the same GPU, in the same process.
+//!
+//! Built only with the cargo feature `cuda` (cudarc, loading libcuda at run time, so the
+//! default build needs no CUDA). Where libcuda is absent it says so and the rest runs.
+
+use crate::bench::{DirKind, Point};
+use std::time::Duration;
+
+#[cfg(not(feature = "cuda"))]
+pub fn run(_sizes: &[u64], _iters: usize, _budget: Duration, _dirs: &[DirKind], notes: &mut Vec<String>) -> Vec<Point> {
+    notes.push("CUDA baseline: this vkhost was built without the `cuda` feature (cargo build --release --features cuda)".into());
+    Vec::new()
+}
+
+#[cfg(feature = "cuda")]
+pub fn run(sizes: &[u64], iters: usize, budget: Duration, dirs: &[DirKind], notes: &mut Vec<String>) -> Vec<Point> {
+    if !libcuda_present() {
+        notes.push("CUDA baseline: libcuda.so.1 not found; CUDA columns left empty".into());
+        return Vec::new();
+    }
+    match std::panic::catch_unwind(|| imp::run(sizes, iters, budget, dirs)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            notes.push(format!("CUDA baseline failed: {e}"));
+            Vec::new()
+        }
+        Err(_) => {
+            notes.push("CUDA baseline: cudarc panicked (driver too old?)".into());
+            Vec::new()
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn libcuda_present() -> bool {
+    // SAFETY: dlopen/dlclose of a library by name; RTLD_LAZY defers symbol resolution.
+    unsafe {
+        let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY);
+        if h.is_null() {
+            return false;
+        }
+        libc::dlclose(h);
+    }
+    true
+}
+
+#[cfg(feature = "cuda")]
+mod imp {
+    use super::*;
+    use crate::bench::measure;
+    use crate::devices::anyhow_free::Result;
+    use crate::stats::summarize;
+    use cudarc::driver::CudaContext;
+    use serde_json::json;
+    use std::time::Instant;
+
+    fn pt(path: &str, dir: &str, size: u64, moved: u64, s: crate::stats::Summary) -> Point {
+        Point {
+            api: "cuda",
+            kind: "copy",
+            path: path.into(),
+            dir: dir.into(),
+            size,
+            bytes_moved: moved,
+            s,
+            verified: None,
+            note: String::new(),
+            extra: serde_json::Value::Null,
+        }
+    }
+
+    pub fn run(sizes: &[u64], iters: usize, budget: Duration, dirs: &[DirKind]) -> Result<Vec<Point>> {
+        let ctx = CudaContext::new(0)?;
+        let s1 = ctx.new_stream()?;
+        let s2 = ctx.new_stream()?;
+        let max = *sizes.iter().max().unwrap_or(&4096) as usize;
+        let mut d1 = s1.alloc_zeros::<u8>(max)?;
+        let d2 = s1.alloc_zeros::<u8>(max)?;
+        // SAFETY: pinned host memory of u8, fully written below before any read.
+        let mut p1 = unsafe { ctx.alloc_pinned::<u8>(max) }?;
+        // SAFETY: as above.
+        let mut p2 = unsafe { ctx.alloc_pinned::<u8>(max) }?;
+        p1.as_mut_slice()?.fill(7);
+        p2.as_mut_slice()?.fill(7);
+        let mut v1 = vec![7u8; max];
+        let mut v2 = vec![7u8; max];
+        let mut out = Vec::new();
+        for &size in sizes {
+            let n = size as usize;
+            for &dir in dirs {
+                for pinned in [true, false] {
+                    let path = if pinned { "pinned" } else { "pageable" };
+                    let s = match dir {
+                        DirKind::H2d => measure(iters, budget, || {
+                            let mut dv = d1.slice_mut(..n);
+                            if pinned {
+                                s1.memcpy_htod(&p1.as_slice()?[..n], &mut dv)?;
+                            } else {
+                                s1.memcpy_htod(&v1[..n], &mut dv)?;
+                            }
+                            s1.synchronize()?;
+                            Ok(())
+                        })?,
+                        DirKind::D2h => measure(iters, budget, || {
+                            let dv = d1.slice(..n);
+                            if pinned {
+                                s1.memcpy_dtoh(&dv, &mut p1.as_mut_slice()?[..n])?;
+                            } else {
+                                s1.memcpy_dtoh(&dv, &mut v1[..n])?;
+                            }
+                            s1.synchronize()?;
+                            Ok(())
+                        })?,
+                        DirKind::Bidir if pinned => {
+                            // Two streams, one h2d and one d2h at once, as cuda_baseline.py does.
+                            let mut t = Vec::new();
+                            let mut go = || -> Result<f64> {
+                                let t0 = Instant::now();
+                                let mut dv = d1.slice_mut(..n);
+                                s1.memcpy_htod(&p1.as_slice()?[..n], &mut dv)?;
+                                let dv2 = d2.slice(..n);
+                                s2.memcpy_dtoh(&dv2, &mut p2.as_mut_slice()?[..n])?;
+                                s1.synchronize()?;
+                                s2.synchronize()?;
+                                Ok(t0.elapsed().as_secs_f64())
+                            };
+                            go()?;
+                            let b = Instant::now();
+                            while t.len() < iters.max(1) && (t.is_empty() || b.elapsed() < budget) {
+                                t.push(go()?);
+                            }
+                            summarize(&t).ok_or("no samples")?
+                        }
+                        DirKind::Bidir => continue,
+                    };
+                    let moved = if dir == DirKind::Bidir { 2 * size } else { size };
+                    let mut p = pt(
+                        path,
+                        match dir {
+                            DirKind::H2d => "h2d",
+                            DirKind::D2h => "d2h",
+                            DirKind::Bidir => "bidir",
+                        },
+                        size,
+                        moved,
+                        s,
+                    );
+                    if dir == DirKind::Bidir {
+                        p.extra = json!({"mode": "two CUDA streams"});
+                    }
+                    out.push(p);
+                }
+            }
+        }
+        let _ = (&mut v2, &mut p2);
+        Ok(out)
+    }
+}

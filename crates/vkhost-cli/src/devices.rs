@@ -1,0 +1,130 @@
+//! `vkhost devices`: each device's facts, and what vkhost would do on it.
+
+use serde_json::{json, Value};
+use std::process::ExitCode;
+use vkhost::{fmt_bytes, Device, DeviceInfo, OpenOptions};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn flags<T: std::fmt::Debug>(f: T) -> String {
+    let s = format!("{f:?}").replace(" | ", "|");
+    if s.is_empty() || s == "(empty)" || s == "0x0" {
+        "none".into()
+    } else {
+        s
+    }
+}
+
+/// What opening the device tells beyond its facts.
+struct Opened {
+    registration: Result<usize, String>,
+    choices: Option<vkhost::MemoryChoices>,
+    open_error: Option<String>,
+}
+
+fn open(info: &DeviceInfo) -> Opened {
+    match Device::open_with(info.index, &OpenOptions::default()) {
+        Ok(d) => {
+            let o = Opened { registration: d.host_registration(), choices: Some(d.memory_choices()), open_error: None };
+            let _ = d.destroy();
+            o
+        }
+        Err(e) => Opened { registration: info.host_registration(), choices: None, open_error: Some(e.to_string()) },
+    }
+}
+
+pub fn registration_line(r: &Result<usize, String>) -> String {
+    match r {
+        Ok(a) => format!("available, alignment {}", fmt_bytes(*a as u64)),
+        Err(why) => format!("unavailable: {why}"),
+    }
+}
+
+fn choice(c: Option<vkhost::memtype::Choice>) -> Value {
+    match c {
+        Some(c) => json!({"type": c.index, "why": c.reason}),
+        None => Value::Null,
+    }
+}
+
+pub fn run(a: Args) -> anyhow_free::Result<ExitCode> {
+    let infos = vkhost::devices()?;
+    if infos.is_empty() {
+        eprintln!("no Vulkan devices");
+        return Ok(ExitCode::from(1));
+    }
+    let mut out = Vec::new();
+    for info in &infos {
+        let o = open(info);
+        if a.json {
+            out.push(json!({
+                "index": info.index,
+                "name": info.name,
+                "type": info.device_type.as_str(),
+                "vendor_id": info.vendor_id,
+                "device_id": info.device_id,
+                "driver_name": info.driver_name,
+                "driver_info": info.driver_info,
+                "api_version": info.api_version.to_string(),
+                "memory_heaps": info.memory_heaps.iter().map(|h| json!({"size": h.size, "flags": flags(h.flags)})).collect::<Vec<_>>(),
+                "memory_types": info.memory_types.iter().map(|t| json!({"heap": t.heap_index, "flags": flags(t.flags)})).collect::<Vec<_>>(),
+                "queue_families": info.queue_families.iter().map(|q| json!({"index": q.index, "flags": flags(q.flags), "count": q.count})).collect::<Vec<_>>(),
+                "host_import_alignment": info.host_import_alignment,
+                "max_memory_allocation_size": info.max_memory_allocation_size,
+                "host_registration": match &o.registration { Ok(a) => json!({"available": true, "alignment": a}), Err(w) => json!({"available": false, "reason": w}) },
+                "memory_choices": o.choices.as_ref().map(|c| json!({
+                    "pinned": choice(c.pinned),
+                    "import": choice(c.import),
+                    "import_host_pointer_bits": c.import_bits.as_ref().ok(),
+                    "device_buffer": choice(c.device_local),
+                })),
+                "open_error": o.open_error,
+            }));
+            continue;
+        }
+        println!("[{}] {} ({})", info.index, info.name, info.device_type.as_str());
+        println!("    vendor {:#06x}, device {:#06x}, API {}", info.vendor_id, info.device_id, info.api_version);
+        println!("    driver {} ({})", info.driver_name, info.driver_info);
+        for (i, h) in info.memory_heaps.iter().enumerate() {
+            println!("    heap {i}: {} {}", fmt_bytes(h.size), flags(h.flags));
+        }
+        for (i, t) in info.memory_types.iter().enumerate() {
+            println!("    memory type {i}: heap {} {}", t.heap_index, flags(t.flags));
+        }
+        for q in &info.queue_families {
+            let tag = if q.is_transfer_only() { "  (copy engine)" } else { "" };
+            println!("    queue family {}: {} x{}{tag}", q.index, flags(q.flags), q.count);
+        }
+        println!("    max allocation: {}", fmt_bytes(info.max_memory_allocation_size));
+        println!("    host registration: {}", registration_line(&o.registration));
+        if let Some(c) = &o.choices {
+            let show = |c: Option<vkhost::memtype::Choice>| match c {
+                Some(c) => format!("memory type {} ({})", c.index, c.reason),
+                None => "none".to_string(),
+            };
+            println!("    pinned blocks use: {}", show(c.pinned));
+            match &c.import_bits {
+                Ok(bits) => println!("    imports use: {} (host pointer allows types {bits:#x})", show(c.import)),
+                Err(why) => println!("    imports use: none ({why})"),
+            }
+            println!("    device buffers use: {}", show(c.device_local));
+        }
+        if let Some(e) = &o.open_error {
+            println!("    could not open: {e}");
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A tiny boxed-error result, so subcommands can `?` any error into a message.
+pub mod anyhow_free {
+    pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+}

@@ -1,0 +1,119 @@
+//! Sample statistics and size parsing for the bench: pure functions, unit-tested.
+
+/// Median, min and max of a non-empty sample, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Summary {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub n: usize,
+}
+
+/// Summarizes samples; `None` when empty. The median of an even count is the mean of the two
+/// middle values.
+pub fn summarize(samples: &[f64]) -> Option<Summary> {
+    if samples.is_empty() {
+        return None;
+    }
+    let mut v: Vec<f64> = samples.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+    Some(Summary { median, min: v[0], max: v[n - 1], n })
+}
+
+/// GB/s (1e9 bytes per second) for `bytes` moved in `secs`.
+pub fn gbps(bytes: u64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        bytes as f64 / secs / 1e9
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// "4K" → 4096, "1M", "1G", "512" → bytes (binary units; "4KiB" and "4KB" too).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_uppercase();
+    let t = t.trim_end_matches("IB").trim_end_matches('B');
+    let (num, mul) = match t.chars().last() {
+        Some('K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M') => (&t[..t.len() - 1], 1 << 20),
+        Some('G') => (&t[..t.len() - 1], 1 << 30),
+        Some('T') => (&t[..t.len() - 1], 1 << 40),
+        _ => (t, 1),
+    };
+    let n: u64 = num.trim().parse().map_err(|_| format!("bad size {s:?} (use e.g. 4K, 1M, 1G)"))?;
+    n.checked_mul(mul).filter(|&b| b > 0).ok_or_else(|| format!("bad size {s:?}"))
+}
+
+/// 4096 → "4K", 1 << 30 → "1G", 1000 → "1000".
+pub fn size_label(b: u64) -> String {
+    for (u, s) in [("G", 1u64 << 30), ("M", 1 << 20), ("K", 1 << 10)] {
+        if b >= s && b % s == 0 {
+            return format!("{}{u}", b / s);
+        }
+    }
+    b.to_string()
+}
+
+/// The default sweep: 4 KiB to `max` in ×4 steps.
+pub fn sweep(min: u64, max: u64) -> Vec<u64> {
+    let mut v = Vec::new();
+    let mut s = min.max(1);
+    while s <= max {
+        v.push(s);
+        s = match s.checked_mul(4) {
+            Some(x) => x,
+            None => break,
+        };
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_odd_even() {
+        let s = summarize(&[3.0, 1.0, 2.0]).unwrap();
+        assert_eq!((s.median, s.min, s.max, s.n), (2.0, 1.0, 3.0, 3));
+        let s = summarize(&[4.0, 1.0, 2.0, 3.0]).unwrap();
+        assert_eq!(s.median, 2.5);
+        assert!(summarize(&[]).is_none());
+        let s = summarize(&[5.0]).unwrap();
+        assert_eq!((s.median, s.min, s.max), (5.0, 5.0, 5.0));
+    }
+
+    #[test]
+    fn gbps_units() {
+        assert_eq!(gbps(1_000_000_000, 1.0), 1.0);
+        assert_eq!(gbps(1 << 30, 0.5), (1u64 << 30) as f64 / 0.5 / 1e9);
+        assert!(gbps(1, 0.0).is_infinite());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4K"), Ok(4096));
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("4KiB"), Ok(4096));
+        assert_eq!(parse_size("123"), Ok(123));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("99999999999T").is_err());
+        assert_eq!(size_label(4096), "4K");
+        assert_eq!(size_label(1 << 30), "1G");
+        assert_eq!(size_label(1000), "1000");
+    }
+
+    #[test]
+    fn default_sweep_is_x4() {
+        let v = sweep(4096, 1 << 30);
+        assert_eq!(v.first(), Some(&4096));
+        assert_eq!(v.last(), Some(&(1 << 30)));
+        assert_eq!(v.len(), 10);
+        assert!(v.windows(2).all(|w| w[1] == 4 * w[0]));
+        assert_eq!(sweep(4096, 1 << 20).last(), Some(&(1 << 20)));
+    }
+}

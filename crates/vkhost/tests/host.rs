@@ -1,0 +1,349 @@
+//! Host memory: pinned blocks, registrations, find, direct copies, refusals, teardown.
+//! lavapipe with the validation layer on; zero errors asserted by `Checked` on drop.
+
+mod common;
+use common::*;
+use vkhost::host::{self, device_stats, entries_of};
+use vkhost::{CopyPath, Device, Error, ImportPolicy, OpenOptions, PinnedBuffer};
+
+const SIZES: [usize; 6] = [1, 4095, 4096, 4097, (1 << 20) + 3, 64 << 20];
+
+#[test]
+fn pinned_round_trips_are_direct() {
+    let d = device().unwrap();
+    for &n in &SIZES {
+        let buf = d.alloc_buffer(n).unwrap();
+        let mut src = PinnedBuffer::new(&d, n).unwrap();
+        let mut dst = PinnedBuffer::new(&d, n).unwrap();
+        src.copy_from_slice(&pattern(n, 3));
+        buf.write(0, &src).unwrap();
+        buf.read(0, &mut dst).unwrap();
+        assert!(dst[..] == src[..], "pinned round trip at {n}");
+        // The raw API reports the path.
+        // SAFETY: live pinned slices of n bytes.
+        assert_eq!(unsafe { host::copy_to_device(&d, src.as_ptr(), n, &buf, 0) }, Ok(CopyPath::Direct));
+        assert_eq!(unsafe { host::copy_to_host(&d, &buf, 0, dst.as_mut_ptr(), n) }, Ok(CopyPath::Direct));
+    }
+    let s = device_stats(&d);
+    assert_eq!(s.staged_bytes, 0, "pinned copies must not stage");
+    assert!(s.direct_bytes >= 4 * SIZES.iter().sum::<usize>() as u64);
+}
+
+#[test]
+fn registered_round_trips_are_direct() {
+    let d = device().unwrap();
+    for &n in &SIZES {
+        let buf = d.alloc_buffer(n).unwrap();
+        let mut src = pattern(n, 5);
+        let mut dst = vec![0u8; n];
+        {
+            let want = src.clone();
+            let rs = d.register(&mut src).unwrap();
+            let mut rd = d.register(&mut dst).unwrap();
+            buf.write(0, &rs).unwrap();
+            buf.read(0, &mut rd).unwrap();
+            assert!(rd[..] == want[..], "registered round trip at {n}");
+        }
+        assert_eq!(entries_of(&d), 0);
+    }
+    let s = device_stats(&d);
+    assert_eq!(s.staged_bytes, 0, "registered copies must not stage");
+    assert_eq!(s.live_imports, 0);
+}
+
+#[test]
+fn every_offset_with_guard_bytes() {
+    let d = device().unwrap();
+    const N: usize = 3 * 4096;
+    let mut host_mem = Pages::new(N + 8192);
+    let base = host_mem.ptr as usize + 4096;
+    // SAFETY: the mapping outlives the registration (unregistered at the end of the test).
+    unsafe { host::register(&d, base, N) }.unwrap();
+    let buf = d.alloc_buffer(N + 512).unwrap();
+    let before = device_stats(&d);
+    for off in 0..128usize {
+        let len = 1000 + off * 37;
+        // host guard bytes: whole registration filled with 0xEE, payload in the middle
+        let hs = &mut host_mem.slice()[4096..4096 + N];
+        hs.fill(0xEE);
+        let payload = pattern(len, off as u8);
+        hs[off..off + len].copy_from_slice(&payload);
+        // device guard bytes
+        buf.write(0, &vec![0xDD; N + 512]).unwrap();
+        // SAFETY: [base+off, +len) lies in the live mapping.
+        let p = unsafe { host::copy_to_device(&d, (base + off) as *const u8, len, &buf, 256 + off) }.unwrap();
+        assert_eq!(p, CopyPath::Direct);
+        let mut dv = vec![0u8; N + 512];
+        buf.read(0, &mut dv).unwrap();
+        assert!(dv[..256 + off].iter().all(|&b| b == 0xDD), "device guard before, offset {off}");
+        assert_eq!(&dv[256 + off..256 + off + len], &payload[..], "payload, offset {off}");
+        assert!(dv[256 + off + len..].iter().all(|&b| b == 0xDD), "device guard after, offset {off}");
+        // back to host at the same offset, over a guard-filled registration
+        let hs = &mut host_mem.slice()[4096..4096 + N];
+        hs.fill(0xEE);
+        // SAFETY: as above.
+        let p = unsafe { host::copy_to_host(&d, &buf, 256 + off, (base + off) as *mut u8, len) }.unwrap();
+        assert_eq!(p, CopyPath::Direct);
+        let hs = &host_mem.slice()[4096..4096 + N];
+        assert!(hs[..off].iter().all(|&b| b == 0xEE), "host guard before, offset {off}");
+        assert_eq!(&hs[off..off + len], &payload[..]);
+        assert!(hs[off + len..].iter().all(|&b| b == 0xEE), "host guard after, offset {off}");
+    }
+    // Only the guard fills and readbacks (plain Vecs) were staged.
+    let after = device_stats(&d);
+    let direct: u64 = (0..128u64).map(|o| 2 * (1000 + o * 37)).sum();
+    assert_eq!(after.direct_bytes - before.direct_bytes, direct);
+    host::unregister(&d, base).unwrap();
+}
+
+#[test]
+fn find_covers_rounded_import_and_subranges() {
+    let d = device().unwrap();
+    let mut m = Pages::new(4 * 4096);
+    let base = m.ptr as usize;
+    // SAFETY: mapping outlives the registration.
+    unsafe { host::register(&d, base + 4096 + 100, 50) }.unwrap();
+    let (b, off) = host::find(&d, base + 4096 + 100, 50).unwrap();
+    assert_eq!(off, 100);
+    // Bytes the caller did not name, inside the rounded import: covered too.
+    assert_eq!(host::find(&d, base + 4096, 4096), Some((b, 0)));
+    assert_eq!(host::find(&d, base + 4096 + 4000, 96), Some((b, 4000)));
+    assert_eq!(host::find(&d, base + 4096 + 4000, 97), None);
+    assert_eq!(host::find(&d, base, 10), None);
+    // Another device is independent: same range registers there too.
+    let e = device().unwrap();
+    assert_eq!(host::find(&e, base + 4096 + 100, 50), None);
+    // SAFETY: as above.
+    unsafe { host::register(&e, base + 4096 + 100, 50) }.unwrap();
+    assert!(host::find(&e, base + 4096 + 100, 50).is_some());
+    host::unregister(&e, base + 4096 + 100).unwrap();
+    host::unregister(&d, base + 4096 + 100).unwrap();
+    assert_eq!(host::find(&d, base + 4096 + 100, 50), None);
+    m.slice()[0] = 1;
+}
+
+#[test]
+fn shared_page_registrations() {
+    let d = device().unwrap();
+    let mut m = Pages::new(2 * 4096);
+    let base = m.ptr as usize;
+    // SAFETY: mapping outlives the registrations.
+    unsafe {
+        host::register(&d, base + 10, 100).unwrap();
+        host::register(&d, base + 200, 100).unwrap();
+    }
+    assert_eq!(unsafe { host::register(&d, base + 50, 200) }, Err(Error::AlreadyRegistered));
+    let buf = d.alloc_buffer(100).unwrap();
+    m.slice()[200..300].copy_from_slice(&pattern(100, 9));
+    buf.write(0, &m.slice()[200..300]).unwrap();
+    let mut out = [0u8; 100];
+    buf.read(0, &mut out).unwrap();
+    assert_eq!(&out[..], &pattern(100, 9)[..]);
+    host::unregister(&d, base + 10).unwrap();
+    // The neighbour still works after its page-mate left.
+    buf.read(0, &mut m.slice()[200..300]).unwrap();
+    assert_eq!(&m.slice()[200..300], &pattern(100, 9)[..]);
+    host::unregister(&d, base + 200).unwrap();
+    assert_eq!(entries_of(&d), 0);
+}
+
+#[test]
+fn mixed_range_two_registrations_and_a_gap() {
+    let d = device().unwrap();
+    let mut m = Pages::new(8 * 4096);
+    let base = m.ptr as usize;
+    // two registrations on pages 1 and 5; pages 3-4 plain
+    // SAFETY: mapping outlives the registrations.
+    unsafe {
+        host::register(&d, base + 4096, 4096).unwrap();
+        host::register(&d, base + 5 * 4096, 4096).unwrap();
+    }
+    let (from, len) = (4096 + 1000, 5 * 4096 - 2000);
+    let src = pattern(len, 21);
+    m.slice()[from..from + len].copy_from_slice(&src);
+    let buf = d.alloc_buffer(len + 10).unwrap();
+    let before = device_stats(&d);
+    // SAFETY: inside the mapping.
+    let p = unsafe { host::copy_to_device(&d, (base + from) as *const u8, len, &buf, 10) }.unwrap();
+    assert_eq!(p, CopyPath::Mixed);
+    let after = device_stats(&d);
+    assert_eq!(after.direct_bytes - before.direct_bytes, (4096 - 1000) as u64 + (4096 - 1000) as u64);
+    assert_eq!(after.staged_bytes - before.staged_bytes, 3 * 4096);
+    let mut out = vec![0u8; len];
+    buf.read(10, &mut out).unwrap();
+    assert!(out == src);
+    // and back, mixed
+    m.slice().fill(0);
+    // SAFETY: inside the mapping.
+    let p = unsafe { host::copy_to_host(&d, &buf, 10, (base + from) as *mut u8, len) }.unwrap();
+    assert_eq!(p, CopyPath::Mixed);
+    assert!(m.slice()[from..from + len] == src[..]);
+    assert!(m.slice()[..from].iter().all(|&b| b == 0));
+    host::unregister(&d, base + 4096).unwrap();
+    host::unregister(&d, base + 5 * 4096).unwrap();
+}
+
+#[test]
+fn refusals_leave_nothing_behind() {
+    let d = device().unwrap();
+    let objs = d.live_objects();
+    let before = entries_of(&d);
+    let check = |what: &str, r: vkhost::Result<()>, want: fn(&Error) -> bool| {
+        let e = r.expect_err(what);
+        assert!(want(&e), "{what}: got {e:?}");
+        assert_eq!(entries_of(&d), before, "{what}: registry changed");
+        assert_eq!(d.live_objects(), objs, "{what}: Vulkan objects leaked");
+    };
+    let inv = |e: &Error| matches!(e, Error::InvalidArgument { .. });
+    // SAFETY (all register calls below): each is refused before anything touches the memory.
+    unsafe {
+        check("null", host::register(&d, std::ptr::null::<u8>(), 10), inv);
+        check("zero length", host::register(&d, 4096usize, 0), inv);
+        check("overflow", host::register(&d, usize::MAX - 100, 1000), inv);
+        // munmapped
+        let m = Pages::new(3 * 4096);
+        let p = m.ptr as usize;
+        drop(m);
+        check("munmapped", host::register(&d, p + 4096, 100), inv);
+        // read-only
+        let ro = Pages::with_prot(2 * 4096, libc::PROT_READ);
+        check("PROT_READ", host::register(&d, ro.ptr, 4096), inv);
+        // a range running off the end of a mapping
+        let mut m = Pages::new(2 * 4096);
+        check("past the mapping", host::register(&d, m.ptr as usize + 4096, 8192), inv);
+        // overlap
+        host::register(&d, m.ptr as usize + 100, 1000).unwrap();
+        let before = before + 1;
+        let objs = d.live_objects();
+        for (a, l) in [(100, 1000), (0, 101), (1099, 5), (500, 10)] {
+            let e = host::register(&d, m.ptr as usize + a, l).unwrap_err();
+            assert_eq!(e, Error::AlreadyRegistered);
+            assert_eq!(entries_of(&d), before);
+            assert_eq!(d.live_objects(), objs);
+        }
+        // interior pointer, unknown address, pinned block, double unregister
+        assert_eq!(host::unregister(&d, m.ptr as usize + 101), Err(Error::NotRegistered));
+        assert_eq!(host::unregister(&d, m.ptr as usize + 5000), Err(Error::NotRegistered));
+        let pb = host::alloc_pinned(&d, 100).unwrap();
+        assert_eq!(host::unregister(&d, pb), Err(Error::NotRegistered));
+        assert_eq!(host::register(&d, pb.as_ptr().add(10), 10), Err(Error::AlreadyRegistered));
+        // freeing a registered address, an interior pointer, twice
+        assert_eq!(host::free_pinned(&d, m.ptr as usize + 100), Err(Error::NotPinned));
+        assert_eq!(host::free_pinned(&d, pb.as_ptr().add(1)), Err(Error::NotPinned));
+        host::free_pinned(&d, pb).unwrap();
+        assert_eq!(host::free_pinned(&d, pb), Err(Error::NotPinned));
+        host::unregister(&d, m.ptr as usize + 100).unwrap();
+        assert_eq!(host::unregister(&d, m.ptr as usize + 100), Err(Error::NotRegistered));
+        m.slice()[0] = 0;
+    }
+    assert!(matches!(host::alloc_pinned(&d, 0), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(host::alloc_pinned(&d, usize::MAX / 2), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(d.register(&mut []), Err(Error::InvalidArgument { .. })));
+    assert_eq!(entries_of(&d), 0);
+    assert_eq!(d.live_objects(), objs);
+}
+
+#[test]
+fn policy_never_and_missing_extension_are_unsupported() {
+    let d = device_with(OpenOptions { import: ImportPolicy::Never, ..opts() }).unwrap();
+    let mut v = vec![1u8; 8192];
+    let e = unsafe { host::register(&d, v.as_mut_ptr(), v.len()) }.unwrap_err();
+    assert_eq!(e, Error::Unsupported { reason: "imports disabled by policy".into() });
+    assert!(d.host_registration().unwrap_err().contains("policy"));
+    assert_eq!(entries_of(&d), 0);
+    // Copies stage, pinned still works.
+    let buf = d.alloc_buffer(8192).unwrap();
+    buf.write(0, &v).unwrap();
+    let p = PinnedBuffer::new(&d, 100).unwrap();
+    buf.write(0, &p).unwrap();
+    drop(p);
+
+    // A device wrapped without VK_EXT_external_memory_host enabled.
+    let raw = d.raw().unwrap();
+    // SAFETY: live handles outliving `w`, which is destroyed first.
+    let w = unsafe { Device::from_raw(raw, vkhost::Ownership::Borrowed, false, &opts()) }.unwrap();
+    let e = unsafe { host::register(&w, v.as_mut_ptr(), v.len()) }.unwrap_err();
+    assert!(matches!(e, Error::Unsupported { ref reason } if reason.contains("external_memory_host")), "{e:?}");
+    w.destroy().unwrap();
+}
+
+#[test]
+fn teardown_tombstones_and_busy() {
+    let d = device().unwrap();
+    let mut m = Pages::new(4 * 4096);
+    let base = m.ptr as usize;
+    // SAFETY: mapping outlives the device.
+    unsafe { host::register(&d, base, 4096) }.unwrap();
+    unsafe { host::register(&d, base + 8192, 100) }.unwrap();
+    let pb = host::alloc_pinned(&d, 1 << 20).unwrap();
+    let safe = PinnedBuffer::new(&d, 4096).unwrap();
+    assert!(matches!(d.destroy(), Err(Error::Busy { .. })));
+    assert!(!d.is_destroyed());
+    drop(safe);
+    d.destroy().unwrap();
+    assert!(host::find(&d, base, 10).is_none());
+    assert!(host::find(&d, pb, 10).is_none());
+    assert_eq!(device_stats(&d).live_imports, 0);
+    assert_eq!(device_stats(&d).live_pinned, 0);
+    // Tombstones: late unregister is Ok once; the block stays listed until freed.
+    assert_eq!(entries_of(&d), 3);
+    assert_eq!(host::unregister(&d, base), Ok(()));
+    assert_eq!(host::unregister(&d, base), Err(Error::NotRegistered));
+    assert_eq!(host::free_pinned(&d, pb), Ok(()));
+    assert_eq!(host::free_pinned(&d, pb), Err(Error::NotPinned));
+    assert_eq!(host::unregister(&d, base + 8192), Ok(()));
+    assert_eq!(entries_of(&d), 0);
+    // New work on the destroyed device.
+    assert_eq!(unsafe { host::register(&d, base, 10) }, Err(Error::DeviceDestroyed));
+    assert_eq!(host::alloc_pinned(&d, 10).unwrap_err(), Error::DeviceDestroyed);
+    assert!(matches!(PinnedBuffer::new(&d, 10), Err(Error::DeviceDestroyed)));
+    m.slice()[0] = 1;
+}
+
+#[test]
+fn destroy_with_live_registration_guard() {
+    let d = device().unwrap();
+    let mut v = vec![3u8; 10_000];
+    let reg = d.register(&mut v).unwrap();
+    d.destroy().unwrap();
+    drop(reg); // unregisters the tombstone quietly
+    assert_eq!(entries_of(&d), 0);
+}
+
+#[test]
+fn concurrency_8_threads_1000_ops() {
+    let d = device().unwrap();
+    let page = host::page_size();
+    std::thread::scope(|s| {
+        for t in 0..8u8 {
+            let d = &d;
+            s.spawn(move || {
+                let mut m = Pages::new(4 * page);
+                let base = m.ptr as usize;
+                let buf = d.alloc_buffer(2 * page).unwrap();
+                let mut seed = t as u64 * 7919 + 1;
+                for i in 0..1000u32 {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    let off = (seed >> 40) as usize % page;
+                    let len = 1 + (seed >> 20) as usize % page;
+                    // SAFETY: [base+off, +len) lies in our own mapping, which outlives it.
+                    unsafe { host::register(d, base + off, len) }.unwrap();
+                    let (_, o) = host::find(d, base + off, len).expect("find own registration");
+                    assert_eq!(o as usize, off);
+                    let want = pattern(len, (i as u8) ^ t);
+                    m.slice()[off..off + len].copy_from_slice(&want);
+                    // SAFETY: inside our mapping.
+                    let p = unsafe { host::copy_to_device(d, (base + off) as *const u8, len, &buf, 0) }.unwrap();
+                    assert_eq!(p, CopyPath::Direct);
+                    m.slice()[off..off + len].fill(0);
+                    // SAFETY: as above.
+                    unsafe { host::copy_to_host(d, &buf, 0, (base + off) as *mut u8, len) }.unwrap();
+                    assert!(m.slice()[off..off + len] == want[..]);
+                    host::unregister(d, base + off).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(entries_of(&d), 0, "registry empty at the end");
+    assert_eq!(device_stats(&d).staged_bytes, 0);
+}
