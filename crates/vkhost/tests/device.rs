@@ -153,10 +153,11 @@ fn validation_layer_counts_errors() {
     let d = Device::open_default_with(&opts()).unwrap();
     assert_eq!(d.validation_errors(), 0);
     let raw = d.raw().unwrap();
-    // size 0 violates VUID-VkBufferCreateInfo-size-00912.
-    let info = vkhost::vk::BufferCreateInfo::default().size(0).usage(vkhost::vk::BufferUsageFlags::TRANSFER_SRC);
-    // SAFETY: deliberately invalid create info for the layer to catch; lavapipe accepts it and
-    // the buffer is destroyed right after.
+    // Empty usage violates VUID-VkBufferCreateInfo-None-09500 / usage-requiredbitmask; drivers
+    // accept it harmlessly (a size-0 buffer crashed the NVIDIA driver).
+    let info = vkhost::vk::BufferCreateInfo::default().size(256).usage(vkhost::vk::BufferUsageFlags::empty());
+    // SAFETY: deliberately invalid create info for the layer to catch; the buffer is destroyed
+    // right after and never bound or used.
     if let Ok(b) = unsafe { raw.device.create_buffer(&info, None) } {
         unsafe { raw.device.destroy_buffer(b, None) };
     }

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Here, before a run on the H200: build the CLI with the CUDA baseline and collect the test
+# binaries into the git-ignored .h200/ so they travel (`carry`).
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+grep -qx '/.h200/' .git/info/exclude || echo '/.h200/' >> .git/info/exclude
+cargo build --release --features vkhost-cli/cuda
+rm -rf .h200 && mkdir -p .h200/tests
+cargo test --release -p vkhost --no-run --message-format=json 2>/dev/null \
+  | python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]:
+        print(m["executable"])' | while read -r f; do cp "$f" ".h200/tests/$(basename "$f" | sed "s/-[0-9a-f]*$//")"; done
+cp target/release/vkhost .h200/vkhost
+strip .h200/vkhost .h200/tests/*
+ls -la .h200/tests; du -sh .h200

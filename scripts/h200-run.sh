@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs on the lent H200 machine (see ../shared/GPU.md), from the project root:
+#   source .gl/on-device.sh; bash scripts/h200-run.sh [quick|bench|tests|all]
+# Carried: .gl (loader, glvnd, validation layer .debs, cuda_baseline.py),
+# and .h200/ (vkhost built with --features vkhost-cli/cuda, and the test binaries, stripped, from
+# scripts/h200-prepare.sh). Writes logs, JSON and SVG under $OUT.
+set -uo pipefail
+what=${1:-all}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export RUST_BACKTRACE=1
+v=./.h200/vkhost
+[ -x "$v" ] || v=./target/release/vkhost
+echo "== $(date -u +%FT%TZ) on $(hostname); nvidia-smi:"; nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader
+$v devices 2>&1 | tee "$OUT/devices.txt"
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  for t in .h200/tests/*; do
+    echo "== test $(basename "$t")"
+    "$t" --test-threads "${TEST_THREADS:-2}" 2>&1 | tail -n 25 | tee -a "$OUT/tests.txt"
+  done
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  echo "== vkhost bench --baseline cuda"
+  $v bench --baseline cuda --json "$OUT/bench.json" --plot "$OUT/bench.svg" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.txt"
+  echo "== cuda_baseline.py (same command)"
+  PYTHONUNBUFFERED=1 python3 .gl/cuda_baseline.py --sizes 4K,64K,1M,16M,256M,1G 2>&1 | tee "$OUT/cuda_baseline.txt" | tail -n 20
+fi
+if [ "$what" = quick ]; then
+  $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
+fi
