@@ -32,5 +32,8 @@ clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p vkhost --all-targets --features fault-injection -- -D warnings
 
+# Device tests run with the Khronos validation layer (each opens its device with validation on)
+# and its synchronization validation, and assert zero errors and hazards.
+test: export VK_LAYER_ENABLES = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
 test: setup fmt clippy
 	$(CARGO) test --workspace --release

@@ -16,6 +16,8 @@ pub struct DeviceBuffer {
     id: u64,
     buffer: vk::Buffer,
     len: usize,
+    /// Stream work that names this buffer: dropping waits for it.
+    uses: crate::stream::Uses,
 }
 
 impl std::fmt::Debug for DeviceBuffer {
@@ -40,7 +42,7 @@ impl DeviceBuffer {
         let b = s.alloc_bound(&l, len as u64, USAGE, memtype::device_local, false)?;
         let id = s.next_buffer.fetch_add(1, Ordering::Relaxed);
         lock(&l.buffers).insert(id, (b.buffer, b.memory));
-        Ok(DeviceBuffer { shared: s.clone(), id, buffer: b.buffer, len })
+        Ok(DeviceBuffer { shared: s.clone(), id, buffer: b.buffer, len, uses: Default::default() })
     }
 
     /// Size in bytes.
@@ -61,6 +63,10 @@ impl DeviceBuffer {
     /// The device this buffer belongs to.
     pub fn device(&self) -> Device {
         Device { shared: self.shared.clone() }
+    }
+
+    pub(crate) fn note_use(&self, w: &std::sync::Weak<crate::stream::StreamInner>, v: u64) {
+        self.uses.note(w, v);
     }
 
     /// Checks `[offset, offset+len)` against the buffer: `OutOfRange` past the end.
@@ -90,10 +96,12 @@ impl DeviceBuffer {
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         let Ok(l) = self.shared.live_any() else { return };
+        // Pending stream work that names the buffer finishes first.
+        self.uses.wait_all(&l);
         let entry = lock(&l.buffers).remove(&self.id);
         if let Some((b, m)) = entry {
-            // SAFETY: every copy naming this buffer is synchronous and borrowed `&self`, so none
-            // is in flight; the map entry proves it was not released by destroy.
+            // SAFETY: synchronous copies borrow `&self`, so none is in flight; stream work naming
+            // the buffer completed (waited above); the map entry proves destroy did not free it.
             unsafe { self.shared.release_bound(&l, b, m) };
         }
     }

@@ -60,6 +60,7 @@ mod error;
 pub mod fault;
 pub mod host;
 pub mod memtype;
+mod stream;
 
 pub use ash;
 pub use ash::vk;
@@ -69,3 +70,4 @@ pub use device::{devices, Device, DeviceId, ImportPolicy, LiveObjects, MemoryCho
 pub use error::{Error, Result};
 pub use host::safe::{PinnedBuffer, Registration};
 pub use host::{CopyPath, HostStats};
+pub use stream::{Event, Pending, QueueKind, Stream};

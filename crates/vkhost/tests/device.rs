@@ -164,3 +164,42 @@ fn validation_layer_counts_errors() {
     assert!(d.validation_errors() >= 1, "the validation layer did not report a size-0 buffer");
     d.destroy().unwrap();
 }
+
+/// With synchronization validation on (VK_LAYER_ENABLES, as `make test` sets it), a planted
+/// write-after-write hazard must be reported, or "zero hazards" proves nothing.
+#[test]
+fn sync_validation_reports_planted_hazard() {
+    init_log();
+    let on = std::env::var("VK_LAYER_ENABLES").unwrap_or_default().contains("SYNCHRONIZATION_VALIDATION");
+    if !on {
+        eprintln!("SKIPPED: VK_LAYER_ENABLES does not enable synchronization validation (make test sets it)");
+        return;
+    }
+    use vkhost::vk;
+    let d = Device::open_default_with(&opts()).unwrap();
+    let a = d.alloc_buffer(4096).unwrap();
+    let b = d.alloc_buffer(4096).unwrap();
+    let raw = d.raw().unwrap();
+    let dev = &raw.device;
+    // SAFETY: objects created and destroyed here, on an idle queue that vkhost does not use
+    // concurrently in this test; the hazard is deliberate (two copies to the same bytes without
+    // a barrier), harmless to the driver.
+    unsafe {
+        let pool = dev.create_command_pool(&vk::CommandPoolCreateInfo::default().queue_family_index(raw.compute_family), None).unwrap();
+        let cmd =
+            dev.allocate_command_buffers(&vk::CommandBufferAllocateInfo::default().command_pool(pool).command_buffer_count(1)).unwrap()[0];
+        dev.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default()).unwrap();
+        let r = vk::BufferCopy { src_offset: 0, dst_offset: 0, size: 4096 };
+        dev.cmd_copy_buffer(cmd, a.raw(), b.raw(), &[r]);
+        dev.cmd_copy_buffer(cmd, a.raw(), b.raw(), &[r]);
+        dev.end_command_buffer(cmd).unwrap();
+        let q = dev.get_device_queue(raw.compute_family, raw.compute_queue_index);
+        let cmds = [cmd];
+        dev.queue_submit(q, &[vk::SubmitInfo::default().command_buffers(&cmds)], vk::Fence::null()).unwrap();
+        dev.queue_wait_idle(q).unwrap();
+        dev.destroy_command_pool(pool, None);
+    }
+    assert!(d.validation_errors() >= 1, "synchronization validation did not report a WAW hazard");
+    drop((a, b));
+    d.destroy().unwrap();
+}

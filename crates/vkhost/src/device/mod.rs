@@ -166,6 +166,9 @@ pub(crate) struct Live {
     /// Device buffers alive, by id, so destroy can free what their handles still name.
     pub buffers: Mutex<HashMap<u64, (vk::Buffer, vk::DeviceMemory)>>,
     pub types: Vec<vk::MemoryPropertyFlags>,
+    /// Streams created on this device, shut down first at destroy.
+    pub streams: Mutex<Vec<std::sync::Weak<crate::stream::StreamInner>>>,
+    pub next_stream: AtomicU64,
 }
 
 /// State shared by every handle of one device.
@@ -182,6 +185,9 @@ pub(crate) struct Shared {
     pub direct_bytes: AtomicU64,
     pub staged_bytes: AtomicU64,
     pub next_buffer: AtomicU64,
+    /// Timeline semaphores of streams whose last reference went; destroyed at the next
+    /// stream creation or at destroy.
+    pub deferred_semaphores: Mutex<Vec<vk::Semaphore>>,
 }
 
 /// A read guard on a live device.
@@ -279,6 +285,21 @@ impl Shared {
     pub(crate) fn count_pool(&self, delta: i64) {
         self.objects.command_pools.fetch_add(delta, Ordering::Relaxed);
     }
+    pub(crate) fn count_semaphore(&self, delta: i64) {
+        self.objects.semaphores.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// Destroys semaphores of streams that are gone.
+    pub(crate) fn destroy_deferred(&self, l: &Live) {
+        let sems = std::mem::take(&mut *lock(&self.deferred_semaphores));
+        for sem in sems {
+            // SAFETY: the stream and every batch that could wait on it are gone (the last
+            // reference to its inner state, which waiting batches hold, was dropped).
+            unsafe { l.device.destroy_semaphore(sem, None) };
+            self.count_semaphore(-1);
+        }
+    }
+
     pub(crate) fn count_fence(&self, delta: i64) {
         self.objects.fences.fetch_add(delta, Ordering::Relaxed);
     }
@@ -343,6 +364,11 @@ impl Shared {
 
     /// Tears down everything the device owns, in reverse order of creation.
     fn teardown(&self, live: Live) {
+        // Streams first: submit what they recorded, wait, complete pageable d2h copies.
+        let streams: Vec<_> = lock(&live.streams).drain(..).filter_map(|w| w.upgrade()).collect();
+        for st in &streams {
+            st.shutdown(&live);
+        }
         // SAFETY: the device is valid; waiting idle is always allowed (a lost device returns
         // an error, which changes nothing here).
         if let Err(e) = unsafe { live.device.device_wait_idle() } {
@@ -355,6 +381,12 @@ impl Shared {
             // longer lists them, so their Drop does nothing).
             unsafe { self.release_bound(&live, b, m) };
         }
+        // Semaphores of streams still referenced (by events) go now; the rest were deferred.
+        for st in &streams {
+            st.destroy_semaphore(&live);
+        }
+        drop(streams);
+        self.destroy_deferred(&live);
         for ctx in &live.copy_ctxs {
             if let Some(c) = lock(ctx).take() {
                 // SAFETY: the device is idle; the context is destroyed once.
@@ -562,6 +594,8 @@ impl Device {
             copy_ctxs: (0..nctx).map(|_| Mutex::new(None)).collect(),
             buffers: Mutex::new(HashMap::new()),
             types: info.memory_type_flags(),
+            streams: Mutex::new(Vec::new()),
+            next_stream: AtomicU64::new(0),
         })
     }
 
@@ -579,6 +613,7 @@ impl Device {
                 direct_bytes: AtomicU64::new(0),
                 staged_bytes: AtomicU64::new(0),
                 next_buffer: AtomicU64::new(1),
+                deferred_semaphores: Mutex::new(Vec::new()),
             }),
         };
         log::debug!("{}: opened {} ({})", d.shared.id, d.shared.info.name, d.shared.info.driver_name);

@@ -55,6 +55,18 @@ pub(crate) struct Cell {
     /// `true` while the Vulkan objects exist. Copies hold a read guard during submission;
     /// releasing takes the write guard and sets it false.
     alive: RwLock<bool>,
+    /// Stream work that names this import, waited for before release.
+    uses: crate::stream::Uses,
+}
+
+impl Cell {
+    fn new(import: Import) -> Arc<Cell> {
+        Arc::new(Cell { import, alive: RwLock::new(true), uses: Default::default() })
+    }
+
+    pub(crate) fn note_use(&self, w: &std::sync::Weak<crate::stream::StreamInner>, v: u64) {
+        self.uses.note(w, v);
+    }
 }
 
 type Reg = Registry<crate::DeviceId, Option<Arc<Cell>>>;
@@ -181,13 +193,7 @@ pub fn alloc_pinned(dev: &Device, len: usize) -> Result<NonNull<u8>> {
     let l = s.live()?;
     let (imp, ptr) = import::alloc_pinned_block(s, &l, len)?;
     let start = ptr.as_ptr() as usize;
-    let entry = Entry {
-        kind: Kind::Pinned,
-        user: start..start + len,
-        covered: start..start + len,
-        live: true,
-        cell: Some(Arc::new(Cell { import: imp, alive: RwLock::new(true) })),
-    };
+    let entry = Entry { kind: Kind::Pinned, user: start..start + len, covered: start..start + len, live: true, cell: Some(Cell::new(imp)) };
     if registry().insert(s.id, entry).is_err() {
         // Only possible if the caller registered memory, freed it without unregistering, and
         // the driver reused the address.
@@ -233,11 +239,19 @@ fn release_entry(dev: &Device, addr: usize, kind: Kind) -> Result<()> {
     Ok(())
 }
 
-/// Waits for copies using the cell, then destroys its objects.
+/// Waits for copies using the cell (synchronous ones through its lock, stream work through
+/// its noted uses), then destroys its objects.
 fn release_cell(s: &Shared, l: &Live, cell: &Cell) {
-    let mut alive = cell.alive.write().unwrap_or_else(PoisonError::into_inner);
-    if std::mem::replace(&mut *alive, false) {
-        // SAFETY: the write guard proves no copy holds the import, and `alive` flips once.
+    let was_alive = {
+        let mut alive = cell.alive.write().unwrap_or_else(PoisonError::into_inner);
+        std::mem::replace(&mut *alive, false)
+    };
+    if was_alive {
+        // No new work can name it now; wait for what already does (without holding the lock:
+        // a stream may need it to finish enqueuing elsewhere).
+        cell.uses.wait_all(l);
+        // SAFETY: no synchronous copy holds the import (we took the write guard after them),
+        // stream work naming it completed, and `alive` flipped once.
         unsafe { import::release(s, l, cell.import) };
     }
 }
@@ -284,7 +298,7 @@ pub unsafe fn register(dev: &Device, ptr: impl HostPtr, len: usize) -> Result<()
         Ok(imp) => {
             let mut reg = registry();
             if let Some(e) = reg.get_mut(s.id, addr) {
-                e.cell = Some(Arc::new(Cell { import: imp, alive: RwLock::new(true) }));
+                e.cell = Some(Cell::new(imp));
                 e.live = true;
             }
             Ok(())

@@ -1,0 +1,911 @@
+//! Async streams: ordered device work on one queue, tracked by a timeline semaphore.
+//!
+//! A [`Stream`] records copies into an open batch (one command buffer) and submits it when it
+//! holds enough work, when a staging chunk fills, or on [`Stream::record`],
+//! [`Stream::synchronize`], [`Stream::flush`] or any wait. Batch k signals value k on the
+//! stream's timeline semaphore. Commands in a batch are separated by global transfer barriers,
+//! so a stream is ordered like a CUDA stream; each batch also starts with one, ordering it after
+//! the previous batch on the same queue, and ends with a transfer → host barrier for d2h.
+//!
+//! Host memory:
+//! - a range covered by a registration or pinned block is copied directly and the call returns
+//!   at once; the entry remembers (stream, value), and `unregister`/`free_pinned` wait for it;
+//! - a pageable h2d source is memcpy'd into the stream's staging ring (chunks reused once the
+//!   device is past them); the call returns once the source has been read;
+//! - a pageable d2h destination is filled from the ring by the library once the device is done,
+//!   during `synchronize`, `Event::wait`, a `Pending` drop, or when the ring wraps.
+//!
+//! Streams default to the transfer-only family (the copy engines) and alternate between its
+//! queues, so an h2d stream and a d2h stream created one after the other run on different
+//! engines where the device has two.
+
+use crate::buffer::DeviceBuffer;
+use crate::device::submit::{par_copy, HostSide};
+use crate::device::{lock, Bound, Device, Live, Queue, Shared};
+use crate::error::{Error, Result};
+use crate::fault::{self, Point};
+use crate::host;
+use crate::memtype;
+use ash::vk;
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+/// Flush the open batch once it holds this many commands or bytes.
+const BATCH_CMDS: usize = 512;
+const BATCH_BYTES: u64 = 4 << 20;
+const SPIN: Duration = Duration::from_micros(200);
+const WAIT_TIMEOUT_NS: u64 = 120_000_000_000;
+
+/// Which queue a stream submits to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QueueKind {
+    /// The copy engines (transfer-only family) where the device has them, else the compute queue.
+    #[default]
+    Copy,
+    /// The compute-capable queue.
+    Compute,
+}
+
+struct Batch {
+    cmd: vk::CommandBuffer,
+    cmds: usize,
+    bytes: u64,
+    d2h: bool,
+}
+
+struct Done {
+    value: u64,
+    cmd: vk::CommandBuffer,
+    _keep: Vec<Arc<StreamInner>>,
+}
+
+/// A pageable d2h piece to copy out of the ring once `value` completes.
+struct Completion {
+    value: u64,
+    ring_off: u64,
+    addr: usize,
+    len: u64,
+}
+
+struct Ring {
+    bound: Bound,
+    chunk: u64,
+    /// The timeline value that last used each chunk (0: never).
+    last: Vec<u64>,
+    cur: usize,
+    used: u64,
+}
+
+struct State {
+    pool: vk::CommandPool,
+    /// Value of the last submitted batch.
+    submitted: u64,
+    open: Option<Batch>,
+    inflight: VecDeque<Done>,
+    /// Streams whose semaphores the next submission waits on, kept alive with it.
+    wait_on: Vec<Arc<StreamInner>>,
+    free_cmds: Vec<vk::CommandBuffer>,
+    waits: Vec<(vk::Semaphore, u64)>,
+    ring: Option<Ring>,
+    completions: VecDeque<Completion>,
+    dead: bool,
+}
+
+impl std::fmt::Debug for StreamInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamInner").field("queue", &self.queue_kind).finish()
+    }
+}
+
+pub(crate) struct StreamInner {
+    me: Weak<StreamInner>,
+    shared: Arc<Shared>,
+    queue_kind: QueueKind,
+    queue_index: usize,
+    /// The timeline semaphore. Destroyed only when the last reference goes (other streams'
+    /// batches may wait on it), through `Shared::deferred_semaphores`, or at device destroy.
+    sem: vk::Semaphore,
+    sem_destroyed: std::sync::atomic::AtomicBool,
+    state: Mutex<State>,
+    /// Highest value known complete (cache of the semaphore).
+    completed: AtomicU64,
+}
+
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        // No device lock here (this can run inside another stream's reap): defer.
+        if !self.sem_destroyed.swap(true, Ordering::AcqRel) {
+            lock(&self.shared.deferred_semaphores).push(self.sem);
+        }
+    }
+}
+
+impl StreamInner {
+    /// At device destroy, after `shutdown`: the semaphore goes now, even if events still
+    /// reference this stream.
+    pub(crate) fn destroy_semaphore(&self, l: &Live) {
+        if !self.sem_destroyed.swap(true, Ordering::AcqRel) {
+            // SAFETY: the device is idle and every stream is shut down: nothing waits on it.
+            unsafe { l.device.destroy_semaphore(self.sem, None) };
+            self.shared.count_semaphore(-1);
+        }
+    }
+}
+
+/// The streams whose work an import or a device buffer was last named in, with the value.
+#[derive(Default, Debug)]
+pub(crate) struct Uses(Mutex<Vec<(Weak<StreamInner>, u64)>>);
+
+impl Uses {
+    pub(crate) fn note(&self, w: &Weak<StreamInner>, v: u64) {
+        let mut g = lock(&self.0);
+        match g.iter_mut().find(|(x, _)| Weak::ptr_eq(x, w)) {
+            Some(e) => e.1 = e.1.max(v),
+            None => {
+                g.retain(|(x, _)| x.strong_count() > 0);
+                g.push((w.clone(), v));
+            }
+        }
+    }
+
+    /// Waits for every noted use (flushing streams as needed). Never fails: errors are logged,
+    /// and a lost device has nothing left running.
+    pub(crate) fn wait_all(&self, l: &Live) {
+        let uses = std::mem::take(&mut *lock(&self.0));
+        for (w, v) in uses {
+            if let Some(st) = w.upgrade() {
+                if let Err(e) = st.wait_value(l, v) {
+                    log::warn!("waiting for stream work before release: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// An ordered sequence of device work on one queue. `Send + Sync`; operations from several
+/// threads are ordered by the stream's lock. Dropping it synchronizes first.
+pub struct Stream {
+    inner: Arc<StreamInner>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream").field("device", &self.inner.shared.id).field("queue", &self.inner.queue_kind).finish()
+    }
+}
+
+/// A point in a stream's work. Cheap to clone.
+#[derive(Clone)]
+pub struct Event {
+    inner: Arc<StreamInner>,
+    value: u64,
+}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Event").field("value", &self.value).finish()
+    }
+}
+
+/// Async work that borrows host memory: waits for it (and completes pageable d2h) on drop, so
+/// safe code cannot touch or free memory the device is still using.
+#[must_use = "dropping a Pending waits for the copy"]
+pub struct Pending<'a> {
+    event: Option<Event>,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+impl std::fmt::Debug for Pending<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending").field("event", &self.event).finish()
+    }
+}
+
+impl Device {
+    /// A stream on the copy engines (see [`QueueKind::Copy`]).
+    pub fn stream(&self) -> Result<Stream> {
+        self.stream_on(QueueKind::Copy)
+    }
+
+    /// A stream on the given kind of queue.
+    pub fn stream_on(&self, kind: QueueKind) -> Result<Stream> {
+        let s = &self.shared;
+        if !s.info.timeline_semaphore {
+            return Err(Error::unsupported("streams need timeline semaphores (Vulkan 1.2)"));
+        }
+        let l = s.live()?;
+        let queue_index = l.next_stream.fetch_add(1, Ordering::Relaxed) as usize;
+        let family = pick_queue(&l, kind, queue_index).family;
+        fault::check(Point::CreateCommandPool).map_err(|c| s.fail("vkCreateCommandPool", c))?;
+        let pi = vk::CommandPoolCreateInfo::default().queue_family_index(family).flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+        // SAFETY: valid create info for a family of this device.
+        let pool = unsafe { l.device.create_command_pool(&pi, None) }.map_err(|c| s.fail("vkCreateCommandPool", c))?;
+        s.count_pool(1);
+        let sem = match create_timeline(s, &l) {
+            Ok(x) => x,
+            Err(e) => {
+                // SAFETY: fresh pool, unused.
+                unsafe { l.device.destroy_command_pool(pool, None) };
+                s.count_pool(-1);
+                return Err(e);
+            }
+        };
+        let inner = Arc::new_cyclic(|me| StreamInner {
+            me: me.clone(),
+            shared: s.clone(),
+            queue_kind: kind,
+            queue_index,
+            sem,
+            sem_destroyed: std::sync::atomic::AtomicBool::new(false),
+            state: Mutex::new(State {
+                pool,
+                wait_on: Vec::new(),
+                submitted: 0,
+                open: None,
+                inflight: VecDeque::new(),
+                free_cmds: Vec::new(),
+                waits: Vec::new(),
+                ring: None,
+                completions: VecDeque::new(),
+                dead: false,
+            }),
+            completed: AtomicU64::new(0),
+        });
+        let mut list = lock(&l.streams);
+        list.retain(|w| w.strong_count() > 0);
+        list.push(Arc::downgrade(&inner));
+        drop(list);
+        s.destroy_deferred(&l);
+        Ok(Stream { inner })
+    }
+}
+
+fn create_timeline(s: &Shared, l: &Live) -> Result<vk::Semaphore> {
+    fault::check(Point::CreateSemaphore).map_err(|c| s.fail("vkCreateSemaphore", c))?;
+    let mut ti = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(0);
+    let si = vk::SemaphoreCreateInfo::default().push_next(&mut ti);
+    // SAFETY: valid create info; the timeline feature was enabled at device creation.
+    let sem = unsafe { l.device.create_semaphore(&si, None) }.map_err(|c| s.fail("vkCreateSemaphore", c))?;
+    s.count_semaphore(1);
+    Ok(sem)
+}
+
+fn pick_queue(l: &Live, kind: QueueKind, i: usize) -> &Queue {
+    match kind {
+        QueueKind::Copy if !l.copy_queues.is_empty() => &l.copy_queues[i % l.copy_queues.len()],
+        _ => &l.compute,
+    }
+}
+
+fn relock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl StreamInner {
+    fn check(&self, st: &State) -> Result<()> {
+        if st.dead {
+            return Err(Error::DeviceDestroyed);
+        }
+        Ok(())
+    }
+
+    /// The value the open batch will signal.
+    fn batch_value(st: &State) -> u64 {
+        st.submitted + 1
+    }
+
+    fn begin(&self, l: &Live, st: &mut State) -> Result<()> {
+        if st.open.is_some() {
+            return Ok(());
+        }
+        let s = &*self.shared;
+        let cmd = match st.free_cmds.pop() {
+            Some(c) => c,
+            None => {
+                fault::check(Point::AllocateCommandBuffers).map_err(|c| s.fail("vkAllocateCommandBuffers", c))?;
+                let ai = vk::CommandBufferAllocateInfo::default()
+                    .command_pool(st.pool)
+                    .level(vk::CommandBufferLevel::PRIMARY)
+                    .command_buffer_count(1);
+                // SAFETY: the pool is ours, synchronized by the stream lock.
+                let v = unsafe { l.device.allocate_command_buffers(&ai) }.map_err(|c| s.fail("vkAllocateCommandBuffers", c))?;
+                v[0]
+            }
+        };
+        // SAFETY: `cmd` is idle (fresh or returned by reap after its batch completed).
+        let r = unsafe {
+            l.device.reset_command_buffer(cmd, vk::CommandBufferResetFlags::empty()).and_then(|_| {
+                l.device
+                    .begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT))
+            })
+        };
+        if let Err(c) = r {
+            st.free_cmds.push(cmd);
+            return Err(s.fail("vkBeginCommandBuffer", c));
+        }
+        barrier(l, cmd);
+        st.open = Some(Batch { cmd, cmds: 0, bytes: 0, d2h: false });
+        Ok(())
+    }
+
+    /// Submits the open batch (or, with pending waits and nothing recorded, an empty one).
+    fn flush(&self, l: &Live, st: &mut State) -> Result<()> {
+        if st.open.is_none() && st.waits.is_empty() {
+            return Ok(());
+        }
+        self.begin(l, st)?;
+        let s = &*self.shared;
+        let Some(b) = st.open.take() else { return Ok(()) };
+        let d = &l.device;
+        // SAFETY: `b.cmd` is in the recording state, owned by this stream.
+        unsafe {
+            if b.d2h {
+                let after = vk::MemoryBarrier::default()
+                    .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+                    .dst_access_mask(vk::AccessFlags::HOST_READ);
+                d.cmd_pipeline_barrier(
+                    b.cmd,
+                    vk::PipelineStageFlags::TRANSFER,
+                    vk::PipelineStageFlags::HOST,
+                    vk::DependencyFlags::empty(),
+                    &[after],
+                    &[],
+                    &[],
+                );
+            }
+            if let Err(c) = d.end_command_buffer(b.cmd) {
+                st.free_cmds.push(b.cmd);
+                return Err(s.fail("vkEndCommandBuffer", c));
+            }
+        }
+        let value = st.submitted + 1;
+        let wait_sems: Vec<vk::Semaphore> = st.waits.iter().map(|w| w.0).collect();
+        let wait_vals: Vec<u64> = st.waits.iter().map(|w| w.1).collect();
+        let stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; wait_sems.len()];
+        let sig = [self.sem];
+        let sig_vals = [value];
+        let cmds = [b.cmd];
+        let mut tsi = vk::TimelineSemaphoreSubmitInfo::default().wait_semaphore_values(&wait_vals).signal_semaphore_values(&sig_vals);
+        let si = vk::SubmitInfo::default()
+            .wait_semaphores(&wait_sems)
+            .wait_dst_stage_mask(&stages)
+            .command_buffers(&cmds)
+            .signal_semaphores(&sig)
+            .push_next(&mut tsi);
+        let r = fault::check(Point::QueueSubmit).map_err(|c| s.fail("vkQueueSubmit", c)).and_then(|()| {
+            let q = pick_queue(l, self.queue_kind, self.queue_index);
+            let g = lock(&q.raw);
+            // SAFETY: the queue is externally synchronized by its lock; everything the command
+            // buffer names is kept alive until `value` completes (last-use tracking).
+            unsafe { d.queue_submit(*g, &[si], vk::Fence::null()) }.map_err(|c| s.fail("vkQueueSubmit", c))
+        });
+        match r {
+            Ok(()) => {
+                st.submitted = value;
+                st.waits.clear();
+                let keep = std::mem::take(&mut st.wait_on);
+                st.inflight.push_back(Done { value, cmd: b.cmd, _keep: keep });
+                Ok(())
+            }
+            Err(e) => {
+                // The batch is lost: its copies did not run. Completions that depended on it
+                // would copy stale bytes, so drop them, and free its ring chunks.
+                st.free_cmds.push(b.cmd);
+                st.completions.retain(|c| c.value != value);
+                if let Some(r) = st.ring.as_mut() {
+                    for v in r.last.iter_mut() {
+                        if *v == value {
+                            *v = 0;
+                        }
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn completed_value(&self, l: &Live) -> Result<u64> {
+        let sem = self.sem;
+        // SAFETY: the semaphore is a live timeline semaphore of this device.
+        let v = unsafe { l.device.get_semaphore_counter_value(sem) }.map_err(|c| self.shared.fail("vkGetSemaphoreCounterValue", c))?;
+        self.completed.fetch_max(v, Ordering::Relaxed);
+        Ok(v)
+    }
+
+    /// Waits until `value` completed (value ≤ submitted).
+    fn wait_sem(&self, l: &Live, value: u64) -> Result<()> {
+        let sem = self.sem;
+        if self.completed.load(Ordering::Relaxed) >= value {
+            return Ok(());
+        }
+        let s = &*self.shared;
+        fault::check(Point::WaitSemaphores).map_err(|c| s.fail("vkWaitSemaphores", c))?;
+        let t = Instant::now();
+        while t.elapsed() < SPIN {
+            if self.completed_value(l)? >= value {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+        let sems = [sem];
+        let vals = [value];
+        let wi = vk::SemaphoreWaitInfo::default().semaphores(&sems).values(&vals);
+        // SAFETY: valid wait info on a live semaphore whose value will be signalled (submitted).
+        unsafe { l.device.wait_semaphores(&wi, WAIT_TIMEOUT_NS) }.map_err(|c| s.fail("vkWaitSemaphores", c))?;
+        self.completed.fetch_max(value, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Recycles finished batches and runs finished d2h completions.
+    fn reap(&self, l: &Live, st: &mut State) -> Result<()> {
+        let done = self.completed_value(l)?;
+        while st.inflight.front().is_some_and(|b| b.value <= done) {
+            if let Some(b) = st.inflight.pop_front() {
+                st.free_cmds.push(b.cmd);
+            }
+        }
+        while st.completions.front().is_some_and(|c| c.value <= done) {
+            let Some(c) = st.completions.pop_front() else { break };
+            if let Some(r) = &st.ring {
+                if let Some(p) = r.bound.ptr {
+                    // SAFETY: the device finished writing this ring range (value completed, and
+                    // the batch ends with a transfer → host barrier); `addr` is the caller's
+                    // writable memory, valid until synchronize/wait per the async contract.
+                    unsafe { par_copy(c.addr as *mut u8, p.0.as_ptr().add(c.ring_off as usize), c.len as usize) };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes if needed, waits for `value`, reaps. Takes and releases the stream lock.
+    pub(crate) fn wait_value(&self, l: &Live, value: u64) -> Result<()> {
+        {
+            let mut st = relock(&self.state);
+            if st.dead {
+                return Ok(());
+            }
+            if value > st.submitted {
+                self.flush(l, &mut st)?;
+            }
+        }
+        self.wait_sem(l, value)?;
+        let mut st = relock(&self.state);
+        if st.dead {
+            return Ok(());
+        }
+        self.reap(l, &mut st)
+    }
+
+    /// Synchronizes and destroys the stream's objects (stream drop, device destroy).
+    pub(crate) fn shutdown(&self, l: &Live) {
+        let s = &*self.shared;
+        let mut st = relock(&self.state);
+        if st.dead {
+            return;
+        }
+        let r = self.flush(l, &mut st).and_then(|()| self.wait_sem(l, st.submitted));
+        match r {
+            Ok(()) => {
+                let _ = self.reap(l, &mut st);
+            }
+            Err(e) => {
+                log::warn!("{}: stream shutdown: {e}; waiting for the queue to go idle", s.id);
+                // SAFETY: waiting idle is always allowed; it makes every object below unused.
+                let _ = unsafe { l.device.device_wait_idle() };
+            }
+        }
+        st.dead = true;
+        // SAFETY: every batch completed (or the device is idle/lost); the objects are ours and
+        // destroyed once (`dead` guards re-entry).
+        unsafe {
+            l.device.destroy_command_pool(st.pool, None);
+            s.count_pool(-1);
+            if let Some(r) = st.ring.take() {
+                s.release_bound(l, r.bound.buffer, r.bound.memory);
+            }
+        }
+        st.inflight.clear();
+        st.free_cmds.clear();
+        st.completions.clear();
+        st.wait_on.clear();
+        st.waits.clear();
+    }
+
+    /// Room for `n` (≤ chunk) staged bytes in the ring; may flush and wait for old work.
+    fn ring_alloc(&self, l: &Live, st: &mut State, n: u64) -> Result<u64> {
+        let s = &*self.shared;
+        if st.ring.is_none() {
+            let chunk = s.options.staging_chunk.max(4096) as u64;
+            let slots = s.options.staging_slots.clamp(2, 16) as u64;
+            let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
+            let bound = s.alloc_bound(l, chunk * slots, usage, memtype::pinned, true)?;
+            st.ring = Some(Ring { bound, chunk, last: vec![0; slots as usize], cur: 0, used: 0 });
+        }
+        let (chunk, full) = {
+            let Some(r) = st.ring.as_ref() else { return Err(Error::unsupported("no staging ring")) };
+            (r.chunk, r.used + n > r.chunk)
+        };
+        debug_assert!(n <= chunk);
+        if full {
+            // Close this chunk: submit what uses it, so the device starts while we fill the next.
+            self.flush(l, st)?;
+            let need = {
+                let Some(r) = st.ring.as_mut() else { return Err(Error::unsupported("no staging ring")) };
+                r.cur = (r.cur + 1) % r.last.len();
+                r.used = 0;
+                r.last[r.cur]
+            };
+            if need > 0 {
+                if need > st.submitted {
+                    self.flush(l, st)?;
+                }
+                self.wait_sem(l, need)?;
+                self.reap(l, st)?;
+            }
+        }
+        let v = Self::batch_value(st);
+        let Some(r) = st.ring.as_mut() else { return Err(Error::unsupported("no staging ring")) };
+        let off = r.cur as u64 * r.chunk + r.used;
+        r.used += n;
+        r.last[r.cur] = v;
+        Ok(off)
+    }
+
+    fn ring_buffer(st: &State) -> Result<(vk::Buffer, *mut u8)> {
+        match &st.ring {
+            Some(Ring { bound: Bound { buffer, ptr: Some(p), .. }, .. }) => Ok((*buffer, p.0.as_ptr())),
+            _ => Err(Error::unsupported("staging ring is not mapped")),
+        }
+    }
+
+    /// Records one copy, with a barrier before it (stream order), and flushes a full batch.
+    fn push_copy(&self, l: &Live, st: &mut State, src: vk::Buffer, dst: vk::Buffer, region: vk::BufferCopy, d2h: bool) -> Result<()> {
+        // SAFETY: recording into our open command buffer; both buffers are alive until the batch
+        // completes (imports and device buffers wait for their last use before release).
+        self.push(l, st, region.size, d2h, |cmd| unsafe { l.device.cmd_copy_buffer(cmd, src, dst, &[region]) })
+    }
+
+    /// Records one command (`rec`), with a barrier before it, and flushes a full batch.
+    fn push(&self, l: &Live, st: &mut State, bytes: u64, d2h: bool, rec: impl FnOnce(vk::CommandBuffer)) -> Result<()> {
+        self.begin(l, st)?;
+        let Some(b) = st.open.as_mut() else { return Err(Error::unsupported("no open batch")) };
+        if b.cmds > 0 {
+            barrier(l, b.cmd);
+        }
+        rec(b.cmd);
+        b.cmds += 1;
+        b.bytes += bytes;
+        b.d2h |= d2h;
+        if b.cmds >= BATCH_CMDS || b.bytes >= BATCH_BYTES {
+            self.flush(l, st)?;
+        }
+        Ok(())
+    }
+
+    /// An async host↔device copy (see the `Stream` methods).
+    ///
+    /// # Safety
+    /// h2d: `addr` readable for `len` bytes until the call returns, and, where a registration
+    /// or pinned block covers it, unchanged until the work completes. d2h: `addr` writable for
+    /// `len` bytes and not otherwise accessed until the work completes and a wait returns.
+    unsafe fn host_copy(&self, to_device: bool, addr: usize, len: usize, buf: &DeviceBuffer, off: usize) -> Result<u64> {
+        let s = &*self.shared;
+        if buf.shared.id != s.id {
+            return Err(Error::invalid("the device buffer belongs to another device"));
+        }
+        let l = s.live()?;
+        buf.check_range(off, len)?;
+        host::check_host_range(addr, len)?;
+        let mut st = relock(&self.state);
+        self.check(&st)?;
+        if len == 0 {
+            return Ok(st.submitted + u64::from(st.open.is_some()));
+        }
+        let plan = loop {
+            let p = host::plan(s, addr, len, off as u64);
+            let Some(guards) = host::hold(&p.cells) else { continue };
+            // Record our use in each entry while holding it, so a release after this point
+            // waits for the work.
+            let v = Self::batch_value(&st);
+            for c in &p.cells {
+                c.note_use(&self.weak(), v);
+            }
+            drop(guards);
+            break p;
+        };
+        buf.note_use(&self.weak(), Self::batch_value(&st));
+        let mut direct = 0;
+        let mut staged = 0;
+        for piece in &plan.pieces {
+            match piece.host {
+                HostSide::Direct { buffer, offset } => {
+                    let (src, dst, region) = if to_device {
+                        (buffer, buf.raw(), vk::BufferCopy { src_offset: offset, dst_offset: piece.dev_offset, size: piece.len })
+                    } else {
+                        (buf.raw(), buffer, vk::BufferCopy { src_offset: piece.dev_offset, dst_offset: offset, size: piece.len })
+                    };
+                    // Imports noted their use at the value of the batch open when planning;
+                    // a flush in between moves later pieces to a later batch, so note again.
+                    let v = Self::batch_value(&st);
+                    for c in &plan.cells {
+                        c.note_use(&self.weak(), v);
+                    }
+                    buf.note_use(&self.weak(), v);
+                    self.push_copy(&l, &mut st, src, dst, region, !to_device)?;
+                    direct += piece.len;
+                }
+                HostSide::Staged { addr: a } => {
+                    let chunk = s.options.staging_chunk.max(4096) as u64;
+                    let mut done = 0;
+                    while done < piece.len {
+                        let n = (piece.len - done).min(chunk);
+                        let roff = self.ring_alloc(&l, &mut st, n)?;
+                        let (rb, rp) = Self::ring_buffer(&st)?;
+                        let v = Self::batch_value(&st);
+                        buf.note_use(&self.weak(), v);
+                        let dev_off = piece.dev_offset + done;
+                        if to_device {
+                            // SAFETY: the source is readable (contract); the ring range is ours
+                            // and idle (ring_alloc waited for its previous use).
+                            unsafe { par_copy(rp.add(roff as usize), (a + done as usize) as *const u8, n as usize) };
+                            self.push_copy(
+                                &l,
+                                &mut st,
+                                rb,
+                                buf.raw(),
+                                vk::BufferCopy { src_offset: roff, dst_offset: dev_off, size: n },
+                                false,
+                            )?;
+                        } else {
+                            self.push_copy(
+                                &l,
+                                &mut st,
+                                buf.raw(),
+                                rb,
+                                vk::BufferCopy { src_offset: dev_off, dst_offset: roff, size: n },
+                                true,
+                            )?;
+                            st.completions.push_back(Completion { value: v, ring_off: roff, addr: a + done as usize, len: n });
+                        }
+                        done += n;
+                    }
+                    staged += piece.len;
+                }
+            }
+        }
+        host::record(s, direct, staged);
+        // The value that covers this copy: the open batch, or the last submitted one.
+        Ok(if st.open.is_some() { st.submitted + 1 } else { st.submitted })
+    }
+
+    fn weak(&self) -> Weak<StreamInner> {
+        self.me.clone()
+    }
+}
+
+fn barrier(l: &Live, cmd: vk::CommandBuffer) {
+    let b = vk::MemoryBarrier::default()
+        .src_access_mask(vk::AccessFlags::TRANSFER_WRITE | vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::HOST_WRITE)
+        .dst_access_mask(vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE);
+    // SAFETY: `cmd` is in the recording state and owned by the caller's stream.
+    unsafe {
+        l.device.cmd_pipeline_barrier(
+            cmd,
+            vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::HOST,
+            vk::PipelineStageFlags::TRANSFER,
+            vk::DependencyFlags::empty(),
+            &[b],
+            &[],
+            &[],
+        )
+    };
+}
+
+impl Stream {
+    /// The device this stream runs on.
+    pub fn device(&self) -> Device {
+        Device { shared: self.inner.shared.clone() }
+    }
+
+    /// Enqueues a copy of `len` host bytes at `src` into `dst` at `dst_offset`.
+    ///
+    /// Host bytes covered by a registration or pinned block are enqueued and the call returns
+    /// at once. Pageable bytes are copied into the stream's staging ring before the call
+    /// returns, so `src` may be reused right away.
+    ///
+    /// # Safety
+    /// `src` must be readable for `len` bytes during the call. Where a registration or pinned
+    /// block covers it, those bytes must not change until the copy completes (an event recorded
+    /// after it, or `synchronize`).
+    pub unsafe fn copy_to_device_async(&self, src: *const u8, len: usize, dst: &DeviceBuffer, dst_offset: usize) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.inner.host_copy(true, src as usize, len, dst, dst_offset) }.map(|_| ())
+    }
+
+    /// Enqueues a copy of `len` bytes from `src` at `src_offset` into host memory at `dst`.
+    /// The bytes are in place after `synchronize`, or `Event::wait` on an event recorded after
+    /// this call.
+    ///
+    /// # Safety
+    /// `dst` must stay valid, writable and otherwise untouched for `len` bytes until then.
+    pub unsafe fn copy_to_host_async(&self, src: &DeviceBuffer, src_offset: usize, dst: *mut u8, len: usize) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.inner.host_copy(false, dst as usize, len, src, src_offset) }.map(|_| ())
+    }
+
+    /// Safe h2d: borrows `src` (a `PinnedBuffer`, a `Registration` or any slice) until the
+    /// returned guard is dropped or waited.
+    pub fn upload<'a>(&self, src: &'a [u8], dst: &DeviceBuffer, dst_offset: usize) -> Result<Pending<'a>> {
+        // SAFETY: `src` is borrowed for 'a by the Pending, which waits for the copy on drop.
+        let v = unsafe { self.inner.host_copy(true, src.as_ptr() as usize, src.len(), dst, dst_offset) }?;
+        Ok(Pending { event: Some(Event { inner: self.inner.clone(), value: v }), _borrow: PhantomData })
+    }
+
+    /// Safe d2h: borrows `dst` mutably until the returned guard is dropped or waited, which
+    /// also completes pageable destinations.
+    pub fn download<'a>(&self, src: &DeviceBuffer, src_offset: usize, dst: &'a mut [u8]) -> Result<Pending<'a>> {
+        // SAFETY: `dst` is borrowed mutably for 'a by the Pending, which waits on drop.
+        let v = unsafe { self.inner.host_copy(false, dst.as_mut_ptr() as usize, dst.len(), src, src_offset) }?;
+        Ok(Pending { event: Some(Event { inner: self.inner.clone(), value: v }), _borrow: PhantomData })
+    }
+
+    /// Enqueues a device-to-device copy. Overlapping ranges of one buffer are refused.
+    pub fn copy_async(&self, src: &DeviceBuffer, src_offset: usize, dst: &DeviceBuffer, dst_offset: usize, len: usize) -> Result<()> {
+        let inner = &*self.inner;
+        let s = &*inner.shared;
+        if src.shared.id != s.id || dst.shared.id != s.id {
+            return Err(Error::invalid("buffers of another device"));
+        }
+        let l = s.live()?;
+        src.check_range(src_offset, len)?;
+        dst.check_range(dst_offset, len)?;
+        if src.raw() == dst.raw() && src_offset < dst_offset + len && dst_offset < src_offset + len && len > 0 {
+            return Err(Error::invalid("overlapping source and destination ranges in one buffer"));
+        }
+        let mut st = relock(&inner.state);
+        inner.check(&st)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let v = StreamInner::batch_value(&st);
+        src.note_use(&inner.weak(), v);
+        dst.note_use(&inner.weak(), v);
+        let region = vk::BufferCopy { src_offset: src_offset as u64, dst_offset: dst_offset as u64, size: len as u64 };
+        inner.push_copy(&l, &mut st, src.raw(), dst.raw(), region, false)
+    }
+
+    /// Enqueues vkCmdFillBuffer: `len` bytes at `offset` set to the repeated `value`.
+    /// `offset` and `len` must be multiples of 4.
+    pub fn fill_async(&self, dst: &DeviceBuffer, offset: usize, len: usize, value: u32) -> Result<()> {
+        let inner = &*self.inner;
+        let s = &*inner.shared;
+        if dst.shared.id != s.id {
+            return Err(Error::invalid("buffer of another device"));
+        }
+        let l = s.live()?;
+        dst.check_range(offset, len)?;
+        if offset % 4 != 0 || len % 4 != 0 {
+            return Err(Error::invalid("fill offset and length must be multiples of 4"));
+        }
+        let mut st = relock(&inner.state);
+        inner.check(&st)?;
+        if len == 0 {
+            return Ok(());
+        }
+        dst.note_use(&inner.weak(), StreamInner::batch_value(&st));
+        let b = dst.raw();
+        // SAFETY: recording into our open command buffer; `dst` waits for this use on drop.
+        inner.push(&l, &mut st, len as u64, false, |cmd| unsafe { l.device.cmd_fill_buffer(cmd, b, offset as u64, len as u64, value) })
+    }
+
+    /// Submits recorded work now, without waiting.
+    pub fn flush(&self) -> Result<()> {
+        let l = self.inner.shared.live()?;
+        let mut st = relock(&self.inner.state);
+        self.inner.check(&st)?;
+        self.inner.flush(&l, &mut st)
+    }
+
+    /// An event at the current end of the stream (submits recorded work).
+    pub fn record(&self) -> Result<Event> {
+        let l = self.inner.shared.live()?;
+        let mut st = relock(&self.inner.state);
+        self.inner.check(&st)?;
+        self.inner.flush(&l, &mut st)?;
+        Ok(Event { inner: self.inner.clone(), value: st.submitted })
+    }
+
+    /// Makes later work on this stream wait, on the device, for `event` (any stream of the same
+    /// device, any queue), through its timeline semaphore.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        if !Arc::ptr_eq(&event.inner.shared, &self.inner.shared) {
+            return Err(Error::invalid("event of another device"));
+        }
+        let l = self.inner.shared.live()?;
+        if Arc::ptr_eq(&event.inner, &self.inner) || event.value == 0 || event.inner.completed.load(Ordering::Relaxed) >= event.value {
+            return Ok(());
+        }
+        let mut st = relock(&self.inner.state);
+        self.inner.check(&st)?;
+        // Work recorded before the wait must not wait: submit it first.
+        self.inner.flush(&l, &mut st)?;
+        st.waits.push((event.inner.sem, event.value));
+        st.wait_on.push(event.inner.clone());
+        Ok(())
+    }
+
+    /// Waits until all work enqueued so far is done, and completes pageable d2h copies.
+    pub fn synchronize(&self) -> Result<()> {
+        let l = self.inner.shared.live()?;
+        let v = {
+            let mut st = relock(&self.inner.state);
+            self.inner.check(&st)?;
+            self.inner.flush(&l, &mut st)?;
+            st.submitted
+        };
+        self.inner.wait_value(&l, v)
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if let Ok(l) = self.inner.shared.live_any() {
+            self.inner.shutdown(&l);
+        }
+    }
+}
+
+impl Event {
+    /// Waits on the host until the work before this event is done, and completes pageable d2h
+    /// copies up to it. After the device or stream is gone, its work is done: `Ok`.
+    pub fn wait(&self) -> Result<()> {
+        let Ok(l) = self.inner.shared.live_any() else { return Ok(()) };
+        if self.inner.shared.lost.load(Ordering::Relaxed) {
+            return Err(Error::DeviceLost);
+        }
+        self.inner.wait_value(&l, self.value)
+    }
+
+    /// Whether the work before this event is done (never blocks).
+    pub fn is_done(&self) -> Result<bool> {
+        let Ok(l) = self.inner.shared.live_any() else { return Ok(true) };
+        let mut st = relock(&self.inner.state);
+        if st.dead {
+            return Ok(true);
+        }
+        if self.inner.completed_value(&l)? >= self.value {
+            self.inner.reap(&l, &mut st)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
+impl Pending<'_> {
+    /// Waits for the copy (and completes a pageable destination).
+    pub fn wait(mut self) -> Result<()> {
+        match self.event.take() {
+            Some(e) => e.wait(),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the copy is done (never blocks).
+    pub fn is_done(&self) -> Result<bool> {
+        self.event.as_ref().map_or(Ok(true), |e| e.is_done())
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let Some(e) = self.event.take() {
+            if let Err(err) = e.wait() {
+                log::error!("Pending drop: waiting for the copy failed: {err}");
+            }
+        }
+    }
+}

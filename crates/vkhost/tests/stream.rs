@@ -1,0 +1,237 @@
+//! Async streams: ordering, events across streams, in-flight safety, staged async paths.
+//! Validation on (CI adds synchronization validation through VK_LAYER_ENABLES); zero errors.
+
+mod common;
+use common::*;
+use vkhost::host::{self, entries_of};
+use vkhost::{Error, PinnedBuffer};
+
+#[test]
+fn chain_of_100_dependent_copies_across_two_streams() {
+    let d = device().unwrap();
+    let (a, b) = (d.stream().unwrap(), d.stream().unwrap());
+    let n = 64 << 10;
+    let bufs: Vec<_> = (0..2).map(|_| d.alloc_buffer(n).unwrap()).collect();
+    let want = pattern(n, 77);
+    a.upload(&want, &bufs[0], 0).unwrap().wait().unwrap();
+    // Copy 0→1 on A, 1→0 on B, ..., each waiting for the previous on the other stream.
+    let mut ev = a.record().unwrap();
+    for i in 0..100 {
+        let (s, src, dst) = if i % 2 == 0 { (&b, &bufs[0], &bufs[1]) } else { (&a, &bufs[1], &bufs[0]) };
+        s.wait_event(&ev).unwrap();
+        // Poison the destination's other half in the same stream, then copy over it.
+        s.fill_async(dst, 0, n, 0xDEAD_BEEF).unwrap();
+        s.copy_async(src, 0, dst, 0, n).unwrap();
+        ev = s.record().unwrap();
+    }
+    ev.wait().unwrap();
+    assert!(ev.is_done().unwrap());
+    let mut out = vec![0u8; n];
+    bufs[0].read(0, &mut out).unwrap();
+    assert!(out == want, "chain ended with wrong bytes");
+}
+
+#[test]
+fn stream_order_within_one_stream() {
+    let d = device().unwrap();
+    let s = d.stream().unwrap();
+    let buf = d.alloc_buffer(4096).unwrap();
+    for i in 0..50u32 {
+        s.fill_async(&buf, 0, 4096, i).unwrap();
+    }
+    let mut out = vec![0u8; 4096];
+    s.download(&buf, 0, &mut out).unwrap().wait().unwrap();
+    assert!(out.chunks(4).all(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) == 49));
+}
+
+#[test]
+fn unregister_and_free_pinned_wait_for_pending_work() {
+    let d = device().unwrap();
+    let s = d.stream().unwrap();
+    let n = 8 << 20;
+    let buf = d.alloc_buffer(n).unwrap();
+    let mut m = Pages::new(n);
+    let want = pattern(n, 3);
+    m.slice().copy_from_slice(&want);
+    // SAFETY: the mapping outlives the registration and the copies.
+    unsafe {
+        host::register(&d, m.ptr, n).unwrap();
+        s.copy_to_device_async(m.ptr, n, &buf, 0).unwrap();
+    }
+    // Not synchronized: unregister must wait for the copy, then release.
+    host::unregister(&d, m.ptr).unwrap();
+    let mut out = vec![0u8; n];
+    buf.read(0, &mut out).unwrap();
+    assert!(out == want);
+
+    let p = host::alloc_pinned(&d, n).unwrap();
+    // SAFETY: the block lives until free_pinned, which waits for the copy.
+    unsafe {
+        s.copy_to_host_async(&buf, 0, p.as_ptr(), n).unwrap();
+    }
+    // A second stream on the other queue keeps the device busy meanwhile.
+    let s2 = d.stream().unwrap();
+    s2.fill_async(&d.alloc_buffer(1 << 20).unwrap(), 0, 1 << 20, 1).unwrap();
+    // free waits; read the block through find's buffer before that? The block must hold the
+    // bytes once the copy completed: check through an event first, then free.
+    let ev = s.record().unwrap();
+    ev.wait().unwrap();
+    // SAFETY: the block is alive and the copy finished.
+    let got = unsafe { std::slice::from_raw_parts(p.as_ptr(), n) };
+    assert!(got == &want[..]);
+    unsafe { s.copy_to_host_async(&buf, 0, p.as_ptr(), n).unwrap() };
+    host::free_pinned(&d, p).unwrap();
+    assert_eq!(entries_of(&d), 0);
+    s.synchronize().unwrap();
+}
+
+#[test]
+fn dropping_pending_waits() {
+    let d = device().unwrap();
+    let s = d.stream().unwrap();
+    let n = 4 << 20;
+    let buf = d.alloc_buffer(n).unwrap();
+    let mut src = PinnedBuffer::new(&d, n).unwrap();
+    src.copy_from_slice(&pattern(n, 8));
+    {
+        let p = s.upload(&src, &buf, 0).unwrap();
+        drop(p); // waits
+    }
+    let mut out = PinnedBuffer::new(&d, n).unwrap();
+    out.fill(0);
+    {
+        let p = s.download(&buf, 0, &mut out).unwrap();
+        assert!(p.is_done().is_ok());
+    } // waits
+    assert!(out[..] == src[..]);
+    // Pageable destination: completed by the library when the Pending goes.
+    let mut v = vec![0u8; n];
+    drop(s.download(&buf, 0, &mut v).unwrap());
+    assert!(v[..] == src[..]);
+    assert_eq!(host::device_stats(&d).staged_bytes, n as u64);
+}
+
+#[test]
+fn pageable_source_reusable_right_after_return() {
+    let d = device().unwrap();
+    let s = d.stream().unwrap();
+    // Larger than the staging ring, so the ring wraps during the call.
+    let n = 100 << 20;
+    let buf = d.alloc_buffer(n).unwrap();
+    let mut src = pattern(n, 42);
+    let want = src.clone();
+    // SAFETY: `src` is readable during the call; pageable, so it is read before return.
+    unsafe { s.copy_to_device_async(src.as_ptr(), n, &buf, 0).unwrap() };
+    src.fill(0xFF); // overwrite at once
+    let mut small = vec![0u8; 1000];
+    unsafe { s.copy_to_device_async(small.as_ptr(), 1000, &buf, 7).unwrap() };
+    small.fill(1);
+    s.synchronize().unwrap();
+    let mut out = vec![0u8; n];
+    buf.read(0, &mut out).unwrap();
+    assert!(out[..7] == want[..7]);
+    assert!(out[7..1007].iter().all(|&b| b == 0));
+    assert!(out[1007..] == want[1007..], "bytes changed by overwriting the source after return");
+}
+
+#[test]
+fn pageable_d2h_completes_at_synchronize_and_event_wait() {
+    let d = device().unwrap();
+    let s = d.stream().unwrap();
+    let n = 40 << 20;
+    let buf = d.alloc_buffer(n).unwrap();
+    let want = pattern(n, 9);
+    buf.write(0, &want).unwrap();
+    let mut out = vec![0u8; n];
+    let mut out2 = vec![0u8; 1234];
+    // SAFETY: both destinations stay untouched until synchronize / the event wait.
+    unsafe {
+        s.copy_to_host_async(&buf, 0, out.as_mut_ptr(), n).unwrap();
+        s.copy_to_host_async(&buf, 100, out2.as_mut_ptr(), 1234).unwrap();
+    }
+    let e = s.record().unwrap();
+    e.wait().unwrap();
+    assert!(out == want);
+    assert!(out2[..] == want[100..1334]);
+}
+
+#[test]
+fn mixed_async_range() {
+    let d = device().unwrap();
+    let s = d.stream().unwrap();
+    let mut m = Pages::new(6 * 4096);
+    let base = m.ptr as usize;
+    // SAFETY: mapping outlives registration and copies.
+    unsafe { host::register(&d, base + 2 * 4096, 4096).unwrap() };
+    let src = pattern(5 * 4096, 1);
+    m.slice()[..5 * 4096].copy_from_slice(&src);
+    let buf = d.alloc_buffer(5 * 4096).unwrap();
+    unsafe { s.copy_to_device_async(base as *const u8, 5 * 4096, &buf, 0).unwrap() };
+    // The registered page is read by the device later: wait before overwriting it.
+    s.record().unwrap().wait().unwrap();
+    m.slice().fill(0);
+    unsafe { s.copy_to_host_async(&buf, 0, base as *mut u8, 5 * 4096).unwrap() };
+    s.synchronize().unwrap();
+    assert!(m.slice()[..5 * 4096] == src[..]);
+    host::unregister(&d, base + 2 * 4096).unwrap();
+}
+
+#[test]
+fn thousand_small_async_copies_are_correct() {
+    let d = device().unwrap();
+    let s = d.stream().unwrap();
+    let buf = d.alloc_buffer(1000 * 4096).unwrap();
+    let mut src = PinnedBuffer::new(&d, 1000 * 4096).unwrap();
+    src.copy_from_slice(&pattern(1000 * 4096, 5));
+    for i in 0..1000 {
+        // SAFETY: the pinned block outlives the stream work (synchronized below).
+        unsafe { s.copy_to_device_async(src.as_ptr().add(i * 4096), 4096, &buf, (999 - i) * 4096).unwrap() };
+    }
+    s.synchronize().unwrap();
+    let mut out = vec![0u8; 1000 * 4096];
+    buf.read(0, &mut out).unwrap();
+    for i in 0..1000 {
+        assert!(out[(999 - i) * 4096..(1000 - i) * 4096] == src[i * 4096..(i + 1) * 4096]);
+    }
+}
+
+#[test]
+fn device_buffer_dropped_with_pending_work_waits() {
+    let d = device().unwrap();
+    let s = d.stream().unwrap();
+    let keep = d.alloc_buffer(1 << 20).unwrap();
+    {
+        let tmp = d.alloc_buffer(1 << 20).unwrap();
+        s.fill_async(&tmp, 0, 1 << 20, 7).unwrap();
+        s.copy_async(&tmp, 0, &keep, 0, 1 << 20).unwrap();
+        // dropped here with both commands possibly unsubmitted: must flush and wait
+    }
+    let mut out = vec![0u8; 1 << 20];
+    s.download(&keep, 0, &mut out).unwrap().wait().unwrap();
+    assert!(out.chunks(4).all(|c| c == [7, 0, 0, 0]));
+}
+
+#[test]
+fn refusals_and_destroy() {
+    let d = device().unwrap();
+    let s = d.stream().unwrap();
+    let buf = d.alloc_buffer(100).unwrap();
+    assert_eq!(s.fill_async(&buf, 0, 101, 0), Err(Error::OutOfRange));
+    assert!(matches!(s.fill_async(&buf, 1, 4, 0), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(s.copy_async(&buf, 0, &buf, 10, 20), Err(Error::InvalidArgument { .. })));
+    s.copy_async(&buf, 0, &buf, 50, 50).unwrap();
+    let mut v = vec![0u8; 50];
+    assert_eq!(s.download(&buf, 51, &mut v).unwrap_err(), Error::OutOfRange);
+    // Work recorded and not synchronized: destroy completes it.
+    let mut out = vec![0u8; 100];
+    s.fill_async(&buf, 0, 100, 0x01010101).unwrap();
+    unsafe { s.copy_to_host_async(&buf, 0, out.as_mut_ptr(), 100).unwrap() };
+    let ev = s.record().unwrap();
+    d.destroy().unwrap();
+    assert!(out.iter().all(|&b| b == 1), "destroy must complete pageable d2h work");
+    assert_eq!(s.fill_async(&buf, 0, 4, 0), Err(Error::DeviceDestroyed));
+    assert_eq!(s.record().unwrap_err(), Error::DeviceDestroyed);
+    assert_eq!(ev.wait(), Ok(()));
+    assert_eq!(ev.is_done(), Ok(true));
+    assert_eq!(d.live_objects(), vkhost::LiveObjects::default());
+}
