@@ -37,3 +37,4 @@ clippy:
 test: export VK_LAYER_ENABLES = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
 test: setup fmt clippy
 	$(CARGO) test --workspace --release
+	$(CARGO) test -p vkhost --release --features fault-injection --test fault

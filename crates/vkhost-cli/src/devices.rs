@@ -23,6 +23,7 @@ pub fn flags<T: std::fmt::Debug>(f: T) -> String {
 /// What opening the device tells beyond its facts.
 struct Opened {
     registration: Result<usize, String>,
+    probed: bool,
     choices: Option<vkhost::MemoryChoices>,
     open_error: Option<String>,
 }
@@ -30,11 +31,16 @@ struct Opened {
 fn open(info: &DeviceInfo) -> Opened {
     match Device::open_with(info.index, &OpenOptions::default()) {
         Ok(d) => {
-            let o = Opened { registration: d.host_registration(), choices: Some(d.memory_choices()), open_error: None };
+            let o = Opened {
+                registration: d.host_registration(),
+                probed: d.import_probe().is_some(),
+                choices: Some(d.memory_choices()),
+                open_error: None,
+            };
             let _ = d.destroy();
             o
         }
-        Err(e) => Opened { registration: info.host_registration(), choices: None, open_error: Some(e.to_string()) },
+        Err(e) => Opened { registration: info.host_registration(), probed: false, choices: None, open_error: Some(e.to_string()) },
     }
 }
 
@@ -76,7 +82,7 @@ pub fn run(a: Args) -> anyhow_free::Result<ExitCode> {
                 "queue_families": info.queue_families.iter().map(|q| json!({"index": q.index, "flags": flags(q.flags), "count": q.count})).collect::<Vec<_>>(),
                 "host_import_alignment": info.host_import_alignment,
                 "max_memory_allocation_size": info.max_memory_allocation_size,
-                "host_registration": match &o.registration { Ok(a) => json!({"available": true, "alignment": a}), Err(w) => json!({"available": false, "reason": w}) },
+                "host_registration": match &o.registration { Ok(a) => json!({"available": true, "alignment": a, "probed": o.probed}), Err(w) => json!({"available": false, "reason": w, "probed": o.probed}) },
                 "memory_choices": o.choices.as_ref().map(|c| json!({
                     "pinned": choice(c.pinned),
                     "import": choice(c.import),
@@ -101,7 +107,8 @@ pub fn run(a: Args) -> anyhow_free::Result<ExitCode> {
             println!("    queue family {}: {} x{}{tag}", q.index, flags(q.flags), q.count);
         }
         println!("    max allocation: {}", fmt_bytes(info.max_memory_allocation_size));
-        println!("    host registration: {}", registration_line(&o.registration));
+        let proof = if o.probed && o.registration.is_ok() { " (proven by an import probe at open)" } else { "" };
+        println!("    host registration: {}{proof}", registration_line(&o.registration));
         if let Some(c) = &o.choices {
             let show = |c: Option<vkhost::memtype::Choice>| match c {
                 Some(c) => format!("memory type {} ({})", c.index, c.reason),

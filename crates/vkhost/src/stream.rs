@@ -91,6 +91,9 @@ struct State {
     waits: Vec<(vk::Semaphore, u64)>,
     ring: Option<Ring>,
     completions: VecDeque<Completion>,
+    /// Set when queued pageable d2h completions were cancelled after an error; the next wait
+    /// on this stream reports it, so no caller mistakes an unwritten destination for data.
+    cancelled: Option<Error>,
     dead: bool,
 }
 
@@ -250,6 +253,7 @@ impl Device {
                 waits: Vec::new(),
                 ring: None,
                 completions: VecDeque::new(),
+                cancelled: None,
                 dead: false,
             }),
             completed: AtomicU64::new(0),
@@ -394,7 +398,11 @@ impl StreamInner {
                 // The batch is lost: its copies did not run. Completions that depended on it
                 // would copy stale bytes, so drop them, and free its ring chunks.
                 st.free_cmds.push(b.cmd);
+                let before = st.completions.len();
                 st.completions.retain(|c| c.value != value);
+                if st.completions.len() != before {
+                    st.cancelled = Some(e.clone());
+                }
                 if let Some(r) = st.ring.as_mut() {
                     for v in r.last.iter_mut() {
                         if *v == value {
@@ -462,8 +470,29 @@ impl StreamInner {
     }
 
     /// Flushes if needed, waits for `value`, reaps. Takes and releases the stream lock.
+    ///
+    /// On failure, every queued pageable d2h completion is cancelled: the caller sees an error
+    /// and may free those destinations, so the library must never write them later.
     pub(crate) fn wait_value(&self, l: &Live, value: u64) -> Result<()> {
-        {
+        let r = self.wait_value_inner(l, value);
+        if let Err(e) = &r {
+            let mut st = relock(&self.state);
+            if !st.completions.is_empty() {
+                log::warn!("{}: stream wait failed ({e}); {} pageable d2h copies cancelled", self.shared.id, st.completions.len());
+                st.completions.clear();
+            }
+            st.cancelled = None;
+            return r;
+        }
+        let mut st = relock(&self.state);
+        match st.cancelled.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn wait_value_inner(&self, l: &Live, value: u64) -> Result<()> {
+        let value = {
             let mut st = relock(&self.state);
             if st.dead {
                 return Ok(());
@@ -471,7 +500,10 @@ impl StreamInner {
             if value > st.submitted {
                 self.flush(l, &mut st)?;
             }
-        }
+            // A value past the last submission belonged to a batch whose submission failed:
+            // that work never ran, so there is nothing to wait for.
+            value.min(st.submitted)
+        };
         self.wait_sem(l, value)?;
         let mut st = relock(&self.state);
         if st.dead {
@@ -855,6 +887,10 @@ impl Drop for Stream {
     fn drop(&mut self) {
         if let Ok(l) = self.inner.shared.live_any() {
             self.inner.shutdown(&l);
+            // Nobody else (no event, no batch of another stream) refers to the semaphore.
+            if Arc::strong_count(&self.inner) == 1 {
+                self.inner.destroy_semaphore(&l);
+            }
         }
     }
 }

@@ -188,6 +188,10 @@ pub(crate) struct Shared {
     /// Timeline semaphores of streams whose last reference went; destroyed at the next
     /// stream creation or at destroy.
     pub deferred_semaphores: Mutex<Vec<vk::Semaphore>>,
+    /// The import probe's verdict, run once at open: `Ok(granule)` or why registration failed.
+    pub probe: std::sync::OnceLock<std::result::Result<usize, String>>,
+    /// True while the probe runs at open: its copies are not the user's traffic.
+    pub probing: AtomicBool,
 }
 
 /// A read guard on a live device.
@@ -287,6 +291,18 @@ impl Shared {
     }
     pub(crate) fn count_semaphore(&self, delta: i64) {
         self.objects.semaphores.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// See `Device::host_registration`.
+    pub(crate) fn registration(&self) -> std::result::Result<usize, String> {
+        if self.options.import == ImportPolicy::Never {
+            return Err("imports disabled by policy (VKHOST_IMPORT=never or OpenOptions::import)".into());
+        }
+        let g = self.info.host_registration()?;
+        match self.probe.get() {
+            Some(Err(why)) => Err(format!("import probe failed: {why}")),
+            _ => Ok(g),
+        }
     }
 
     /// Destroys semaphores of streams that are gone.
@@ -614,10 +630,30 @@ impl Device {
                 staged_bytes: AtomicU64::new(0),
                 next_buffer: AtomicU64::new(1),
                 deferred_semaphores: Mutex::new(Vec::new()),
+                probe: std::sync::OnceLock::new(),
+                probing: AtomicBool::new(false),
             }),
         };
         log::debug!("{}: opened {} ({})", d.shared.id, d.shared.info.name, d.shared.info.driver_name);
+        d.probe_registration();
         d
+    }
+
+    /// Proves registration with a real import of one page: register, a device round trip of a
+    /// pattern in both directions, unregister. Until then VK_EXT_external_memory_host is only
+    /// advertised. Skipped when the facts or the policy already rule registration out.
+    fn probe_registration(&self) {
+        let s = &self.shared;
+        if s.options.import == ImportPolicy::Never || s.info.host_registration().is_err() {
+            return;
+        }
+        s.probing.store(true, Ordering::Relaxed);
+        let verdict = crate::host::probe(self);
+        s.probing.store(false, Ordering::Relaxed);
+        if let Err(why) = &verdict {
+            log::warn!("{}: host registration disabled, import probe failed: {why}", s.id);
+        }
+        let _ = s.probe.set(verdict);
     }
 
     /// Wraps a VkDevice created elsewhere.
@@ -740,11 +776,18 @@ impl Device {
     }
 
     /// Where registration stands on this device: the granule (alignment) or why not.
+    ///
+    /// Cached per device: the facts (extension, alignment), the policy, and the import probe run
+    /// at open. When it is `Err`, `host::register` is `Unsupported` with this reason and copies
+    /// stage.
     pub fn host_registration(&self) -> std::result::Result<usize, String> {
-        if self.shared.options.import == ImportPolicy::Never {
-            return Err("imports disabled by policy (VKHOST_IMPORT=never or OpenOptions::import)".into());
-        }
-        self.shared.info.host_registration()
+        self.shared.registration()
+    }
+
+    /// The import probe's verdict from open: `None` when it did not run (policy, or the device
+    /// cannot import at all), else `Ok(granule)` or what failed.
+    pub fn import_probe(&self) -> Option<std::result::Result<usize, String>> {
+        self.shared.probe.get().cloned()
     }
 
     /// The memory types this device's pinned blocks, imports, staging and device buffers use,

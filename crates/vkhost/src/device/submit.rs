@@ -325,8 +325,13 @@ pub(crate) unsafe fn execute(s: &Shared, l: &Live, dir: Dir, dev: vk::Buffer, pi
 
 /// Waits for a slot's submission, then does its d2h memcpys.
 fn complete(s: &Shared, l: &Live, slot: &mut Slot, staging: Option<SendPtr>) -> Result<()> {
-    let Some(outs) = slot.pending.take() else { return Ok(()) };
+    if slot.pending.is_none() {
+        return Ok(());
+    }
+    // Stay pending if the wait fails: the work may still be in flight, and the slot's command
+    // buffer and staging must not be reused until a later wait succeeds.
     wait_fence(s, l, slot.fence)?;
+    let Some(outs) = slot.pending.take() else { return Ok(()) };
     if let Some(st) = staging {
         for (soff, addr, len) in outs {
             // SAFETY: the fence signalled, so the device's writes to staging are complete and

@@ -36,7 +36,7 @@ pub(crate) mod safe;
 
 use crate::buffer::DeviceBuffer;
 use crate::device::submit::{self, Dir, HostSide, Piece};
-use crate::device::{lock, Device, ImportPolicy, Live, Shared};
+use crate::device::{lock, Device, Live, Shared};
 use crate::error::{Error, Result};
 use ash::vk;
 use import::Import;
@@ -276,10 +276,11 @@ fn release_cell(s: &Shared, l: &Live, cell: &Cell) {
 pub unsafe fn register(dev: &Device, ptr: impl HostPtr, len: usize) -> Result<()> {
     let s = &*dev.shared;
     let addr = ptr.addr();
-    if s.options.import == ImportPolicy::Never {
-        return Err(Error::unsupported("imports disabled by policy"));
-    }
-    let granule = s.info.host_registration().map_err(Error::unsupported)?;
+    let granule = match s.registration() {
+        Ok(g) => g,
+        Err(why) if why.starts_with("imports disabled by policy") => return Err(Error::unsupported("imports disabled by policy")),
+        Err(why) => return Err(Error::unsupported(why)),
+    };
     if addr == 0 {
         return Err(Error::invalid("null pointer"));
     }
@@ -446,6 +447,9 @@ unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer
 }
 
 pub(crate) fn record(s: &Shared, direct: u64, staged: u64) {
+    if s.probing.load(Ordering::Relaxed) {
+        return;
+    }
     DIRECT.fetch_add(direct, Ordering::Relaxed);
     STAGED.fetch_add(staged, Ordering::Relaxed);
     s.direct_bytes.fetch_add(direct, Ordering::Relaxed);
@@ -476,4 +480,50 @@ pub(crate) fn on_device_destroy(s: &Shared, l: &Live) {
     for c in cells {
         release_cell(s, l, &c);
     }
+}
+
+/// The import probe run at open (see `Device::host_registration`): one page registered, a
+/// pattern copied to the device and back through it, unregistered. `Err` says what failed.
+pub(crate) fn probe(dev: &Device) -> std::result::Result<usize, String> {
+    let page = page_size();
+    let granule = dev.shared.info.host_registration()?;
+    maps::with_probe_page(page, |p| {
+        let fail = |what: &str, e: Error| Error::unsupported(format!("{what}: {e}"));
+        // SAFETY: the probe page is mapped read-write until with_probe_page returns, after the
+        // unregister below.
+        unsafe { register(dev, p, page) }.map_err(|e| fail("register", e))?;
+        let r = (|| {
+            let buf = dev.alloc_buffer(page).map_err(|e| fail("device buffer", e))?;
+            // SAFETY: the page is ours, page-sized.
+            let page_bytes = unsafe { std::slice::from_raw_parts_mut(p, page) };
+            for (i, b) in page_bytes.iter_mut().enumerate() {
+                *b = (i as u8).wrapping_mul(31) ^ 0xA5;
+            }
+            let want = page_bytes.to_vec();
+            // SAFETY: as above.
+            let path = unsafe { copy_to_device(dev, p, page, &buf, 0) }.map_err(|e| fail("copy to device", e))?;
+            let mut back = vec![0u8; page];
+            buf.read(0, &mut back).map_err(|e| fail("read back", e))?;
+            if path != CopyPath::Direct || back != want {
+                return Err(Error::unsupported(format!("h2d round trip through the import was wrong ({path:?})")));
+            }
+            let other: Vec<u8> = want.iter().map(|b| !b).collect();
+            buf.write(0, &other).map_err(|e| fail("write", e))?;
+            // SAFETY: as above.
+            unsafe { copy_to_host(dev, &buf, 0, p, page) }.map_err(|e| fail("copy to host", e))?;
+            // SAFETY: the copy completed; the page is ours.
+            if unsafe { std::slice::from_raw_parts(p, page) } != &other[..] {
+                return Err(Error::unsupported("d2h round trip through the import was wrong"));
+            }
+            Ok(())
+        })();
+        let u = unregister(dev, p);
+        r?;
+        u.map_err(|e| fail("unregister", e))
+    })
+    .map(|()| granule)
+    .map_err(|e| match e {
+        Error::Unsupported { reason } => reason,
+        e => e.to_string(),
+    })
 }

@@ -1,0 +1,228 @@
+//! Fault injection (cargo feature `fault-injection`): make the Nth call to each guarded Vulkan
+//! entry point fail with OUT_OF_HOST_MEMORY, OUT_OF_DEVICE_MEMORY or DEVICE_LOST, for every N
+//! that an operation reaches, and check after each fault:
+//! - a typed error (the code's own variant);
+//! - no registry entry left behind;
+//! - the next operation works and the live-object counters are back to baseline (OOM), or
+//!   every operation returns `DeviceLost` until destroy, with late unregister/free still `Ok`
+//!   and a validation-clean destroy that leaves no object (DEVICE_LOST).
+
+mod common;
+use common::*;
+use vkhost::fault::{disarm, inject, Point};
+use vkhost::host::{self, entries_of};
+use vkhost::{vk, Device, Error, OpenOptions, PinnedBuffer};
+
+const CODES: [(vk::Result, Error); 3] = [
+    (vk::Result::ERROR_OUT_OF_HOST_MEMORY, Error::OutOfHostMemory),
+    (vk::Result::ERROR_OUT_OF_DEVICE_MEMORY, Error::OutOfDeviceMemory),
+    (vk::Result::ERROR_DEVICE_LOST, Error::DeviceLost),
+];
+
+/// Small staging chunks so staged copies span several batches and slots.
+fn fopts() -> OpenOptions {
+    OpenOptions { staging_chunk: 256 << 10, staging_slots: 2, ..opts() }
+}
+
+/// State an operation may use, made before the fault window.
+struct Env {
+    dev: Device,
+    mem: Pages,
+    reg_base: usize,
+    pinned: PinnedBuffer,
+    buf: vkhost::DeviceBuffer,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dev = Device::open_default_with(&fopts()).expect("device");
+        let mem = Pages::new(16 * 4096);
+        let reg_base = mem.ptr as usize + 8 * 4096;
+        // SAFETY: the mapping outlives the registration (Env drops it after destroy).
+        unsafe { host::register(&dev, reg_base, 4 * 4096) }.unwrap();
+        let pinned = PinnedBuffer::new(&dev, 1 << 20).unwrap();
+        let buf = dev.alloc_buffer(1 << 20).unwrap();
+        Env { dev, mem, reg_base, pinned, buf }
+    }
+}
+
+type Op = fn(&mut Env) -> vkhost::Result<()>;
+
+fn op_register(e: &mut Env) -> vkhost::Result<()> {
+    let p = e.mem.ptr as usize + 100;
+    // SAFETY: inside the live mapping, not overlapping the Env registration.
+    unsafe { host::register(&e.dev, p, 3 * 4096) }?;
+    host::unregister(&e.dev, p)
+}
+fn op_alloc_pinned(e: &mut Env) -> vkhost::Result<()> {
+    let p = host::alloc_pinned(&e.dev, 64 << 10)?;
+    host::free_pinned(&e.dev, p)
+}
+fn op_alloc_buffer(e: &mut Env) -> vkhost::Result<()> {
+    e.dev.alloc_buffer(4096).map(drop)
+}
+fn op_staged(e: &mut Env) -> vkhost::Result<()> {
+    let v = pattern(700 << 10, 1);
+    e.buf.write(3, &v)?;
+    let mut out = vec![0u8; v.len()];
+    e.buf.read(3, &mut out)?;
+    assert!(out == v, "staged round trip after faults");
+    Ok(())
+}
+fn op_direct(e: &mut Env) -> vkhost::Result<()> {
+    let n = 4 * 4096;
+    e.mem.slice()[8 * 4096..12 * 4096].copy_from_slice(&pattern(n, 2));
+    // SAFETY: the registered range lies in the live mapping.
+    unsafe { host::copy_to_device(&e.dev, e.reg_base as *const u8, n, &e.buf, 0) }?;
+    unsafe { host::copy_to_host(&e.dev, &e.buf, 0, e.pinned.as_mut_ptr(), n) }?;
+    assert!(e.pinned[..n] == pattern(n, 2)[..]);
+    Ok(())
+}
+fn op_mixed(e: &mut Env) -> vkhost::Result<()> {
+    // 2 pages before the registration (staged) + 2 registered pages.
+    let from = e.reg_base - 2 * 4096;
+    let n = 4 * 4096;
+    // SAFETY: inside the live mapping.
+    let p = unsafe { host::copy_to_device(&e.dev, from as *const u8, n, &e.buf, 0) }?;
+    assert_eq!(p, vkhost::CopyPath::Mixed);
+    unsafe { host::copy_to_host(&e.dev, &e.buf, 0, from as *mut u8, n) }?;
+    Ok(())
+}
+fn op_stream(e: &mut Env) -> vkhost::Result<()> {
+    let s = e.dev.stream()?;
+    let v = pattern(600 << 10, 3);
+    s.upload(&v, &e.buf, 0)?.wait()?;
+    let mut out = vec![0u8; v.len()];
+    s.download(&e.buf, 0, &mut out)?.wait()?;
+    assert!(out == v, "stream round trip after faults");
+    // SAFETY: registered range in the live mapping; synchronized before return.
+    unsafe { s.copy_to_device_async(e.reg_base as *const u8, 4096, &e.buf, 0) }?;
+    s.fill_async(&e.buf, 4096, 4096, 7)?;
+    let ev = s.record()?;
+    let t = e.dev.stream()?;
+    t.wait_event(&ev)?;
+    t.copy_async(&e.buf, 0, &e.buf, 8192, 4096)?;
+    t.synchronize()?;
+    s.synchronize()
+}
+
+const OPS: [(&str, Op); 7] = [
+    ("register", op_register),
+    ("alloc_pinned", op_alloc_pinned),
+    ("alloc_buffer", op_alloc_buffer),
+    ("staged copies", op_staged),
+    ("direct copies", op_direct),
+    ("mixed copies", op_mixed),
+    ("stream work", op_stream),
+];
+
+/// Sweeps N over every call of `point` that `op` makes, for each code.
+fn sweep(name: &str, op: Op) {
+    init_log();
+    let mut fired_total = 0;
+    for point in Point::ALL {
+        for (code, want) in CODES.iter() {
+            let mut env = Env::new();
+            op(&mut env).expect("warm-up"); // lazily created contexts and staging now exist
+            let base_entries = entries_of(&env.dev);
+            let base_objects = env.dev.live_objects();
+            let mut nth = 0;
+            loop {
+                inject(point, nth, *code);
+                let r = op(&mut env);
+                let fired = disarm();
+                if !fired {
+                    r.unwrap_or_else(|e| panic!("{name}: no fault armed at {point:?}#{nth}, yet {e}"));
+                    break;
+                }
+                fired_total += 1;
+                let ctx = format!("{name}: {} #{nth} -> {code:?}", point.name());
+                let err = r.expect_err(&ctx);
+                assert_eq!(&err, want, "{ctx}: untyped or misclassified error");
+                assert_eq!(entries_of(&env.dev), base_entries, "{ctx}: registry entry left behind");
+                if *code == vk::Result::ERROR_DEVICE_LOST {
+                    // Every operation answers DeviceLost until destroy...
+                    assert_eq!(op(&mut env).unwrap_err(), Error::DeviceLost, "{ctx}: op after loss");
+                    assert_eq!(env.dev.alloc_buffer(16).unwrap_err(), Error::DeviceLost, "{ctx}");
+                    assert_eq!(env.buf.write(0, &[1]).unwrap_err(), Error::DeviceLost, "{ctx}");
+                    // ...late unregister and free still work...
+                    assert_eq!(host::unregister(&env.dev, env.reg_base), Ok(()), "{ctx}: late unregister");
+                    let Env { dev, mem, pinned, buf, .. } = env;
+                    drop((pinned, buf));
+                    // ...and destroy is clean.
+                    dev.destroy().unwrap();
+                    assert_eq!(dev.live_objects(), vkhost::LiveObjects::default(), "{ctx}: objects leaked");
+                    assert_eq!(dev.validation_errors(), 0, "{ctx}: validation errors");
+                    drop(mem);
+                    env = Env::new();
+                    op(&mut env).expect("warm-up");
+                } else {
+                    op(&mut env).unwrap_or_else(|e| panic!("{ctx}: next operation failed: {e}"));
+                    assert_eq!(env.dev.live_objects(), base_objects, "{ctx}: live objects not back to baseline");
+                    assert_eq!(entries_of(&env.dev), base_entries, "{ctx}");
+                }
+                nth += 1;
+            }
+            let Env { dev, pinned, buf, mem, reg_base } = env;
+            host::unregister(&dev, reg_base).unwrap();
+            drop((pinned, buf));
+            dev.destroy().unwrap();
+            assert_eq!(dev.validation_errors(), 0, "{name}: validation errors");
+            assert_eq!(dev.live_objects(), vkhost::LiveObjects::default(), "{name}: objects left at destroy");
+            drop(mem);
+        }
+    }
+    assert!(fired_total > 0, "{name}: the sweep never injected a fault");
+    eprintln!("{name}: {fired_total} faults injected and survived");
+}
+
+#[test]
+fn fault_register() {
+    sweep(OPS[0].0, OPS[0].1);
+}
+#[test]
+fn fault_alloc_pinned() {
+    sweep(OPS[1].0, OPS[1].1);
+}
+#[test]
+fn fault_alloc_buffer() {
+    sweep(OPS[2].0, OPS[2].1);
+}
+#[test]
+fn fault_staged_copies() {
+    sweep(OPS[3].0, OPS[3].1);
+}
+#[test]
+fn fault_direct_copies() {
+    sweep(OPS[4].0, OPS[4].1);
+}
+#[test]
+fn fault_mixed_copies() {
+    sweep(OPS[5].0, OPS[5].1);
+}
+#[test]
+fn fault_stream_work() {
+    sweep(OPS[6].0, OPS[6].1);
+}
+
+/// A probe that fails at open disables registration with its reason; copies stage.
+#[test]
+fn failing_probe_disables_registration() {
+    init_log();
+    inject(Point::GetMemoryHostPointerProperties, 0, vk::Result::ERROR_OUT_OF_HOST_MEMORY);
+    let d = Device::open_default_with(&opts()).unwrap();
+    assert!(disarm(), "the probe never queried the host pointer");
+    let why = d.host_registration().unwrap_err();
+    assert!(why.contains("import probe failed"), "{why}");
+    assert_eq!(d.import_probe().map(|r| r.is_err()), Some(true));
+    let mut v = vec![1u8; 8192];
+    let e = unsafe { host::register(&d, v.as_mut_ptr(), v.len()) }.unwrap_err();
+    assert!(matches!(e, Error::Unsupported { ref reason } if reason.contains("probe")), "{e:?}");
+    let buf = d.alloc_buffer(8192).unwrap();
+    buf.write(0, &v).unwrap();
+    assert_eq!(host::device_stats(&d).staged_bytes, 8192);
+    assert_eq!(entries_of(&d), 0);
+    drop(buf);
+    d.destroy().unwrap();
+    assert_eq!(d.validation_errors(), 0);
+}
