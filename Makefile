@@ -5,7 +5,7 @@
 
 CARGO ?= cargo
 
-.PHONY: run test setup build devices fmt clippy unit device-tests bench-full memcheck
+.PHONY: run test setup build devices check fmt clippy bench-full memcheck
 
 setup:
 	@bash scripts/setup
@@ -20,6 +20,9 @@ run: build
 
 devices: build
 	./target/release/vkhost devices
+
+check: build
+	./target/release/vkhost check --all
 
 # The full sweep of docs/PERFORMANCE.md (4K..1G, all paths and directions).
 bench-full: build
@@ -37,4 +40,6 @@ clippy:
 test: export VK_LAYER_ENABLES = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
 test: setup fmt clippy
 	$(CARGO) test --workspace --release
+	$(CARGO) build --release
+	./target/release/vkhost check --all
 	$(CARGO) test -p vkhost --release --features fault-injection --test fault

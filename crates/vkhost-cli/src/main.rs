@@ -1,6 +1,7 @@
 //! `vkhost`: list Vulkan devices, measure host↔device bandwidth, self-check the driver.
 
 mod bench;
+mod check;
 mod cuda;
 mod devices;
 mod plot;
@@ -22,6 +23,8 @@ enum Cmd {
     Devices(devices::Args),
     /// Measure host↔device bandwidth and latency by path (pinned, registered, pageable, bar).
     Bench(Box<bench::Args>),
+    /// Self-test vkhost on this driver: every copy path, refusals, teardown; exit 1 on failure.
+    Check(check::Args),
 }
 
 fn main() -> ExitCode {
@@ -30,6 +33,7 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Devices(a) => devices::run(a),
         Cmd::Bench(a) => bench::run(*a),
+        Cmd::Check(a) => check::run(a),
     };
     match r {
         Ok(code) => code,

@@ -1,0 +1,389 @@
+//! `vkhost check`: a self-test of vkhost on your driver.
+//!
+//! The correctness matrix of every path (pinned, registered, pageable, mixed) in both
+//! directions, synchronous and on a stream, at odd sizes and offsets, with guard bytes around
+//! every copied range on the host and on the device; the refusals (unmapped, read-only,
+//! overlapping, double operations); teardown with live entries. The validation layer is on
+//! where installed, and any validation error is a failure. Exit code 1 on any failure.
+
+use crate::devices::anyhow_free::Result;
+use std::process::ExitCode;
+use vkhost::host::{self, entries_of};
+use vkhost::{CopyPath, Device, DeviceBuffer, Error, OpenOptions, PinnedBuffer};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Check this device index (default: the preferred device).
+    #[arg(long, conflicts_with = "all")]
+    device: Option<usize>,
+    /// Check every device.
+    #[arg(long)]
+    all: bool,
+}
+
+const GUARD: usize = 4096 + 5;
+const SIZES: [usize; 6] = [1, 3, 4095, 4097, 65537, (1 << 20) + 3];
+const OFFSETS: [(usize, usize); 3] = [(0, 0), (1, 13), (4095, 7)];
+
+struct Row {
+    name: String,
+    passed: usize,
+    total: usize,
+    detail: String,
+}
+
+fn pattern(n: usize, seed: usize) -> Vec<u8> {
+    (0..n).map(|i| ((i.wrapping_mul(2654435761) >> 7) as u8 ^ seed as u8) | 1).collect()
+}
+
+/// Page-aligned anonymous memory.
+struct Pages {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Pages {
+    fn new(len: usize, prot: i32) -> Result<Pages> {
+        // SAFETY: anonymous private mapping, no hint.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+        if p == libc::MAP_FAILED {
+            return Err("mmap failed".into());
+        }
+        Ok(Pages { ptr: p.cast(), len })
+    }
+    fn slice(&mut self) -> &mut [u8] {
+        // SAFETY: mapped read-write for len bytes (callers use read-write mappings here).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Pages {
+    fn drop(&mut self) {
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Path {
+    Pinned,
+    Registered,
+    Pageable,
+    Mixed,
+}
+
+/// Host memory for a path: `len` bytes at `off` inside a region with guards around.
+enum Host {
+    Pinned(PinnedBuffer),
+    Pages(Pages, Vec<usize>),
+    Vec(Vec<u8>),
+}
+
+impl Host {
+    fn new(dev: &Device, path: Path, region: usize, off: usize, len: usize, can_register: bool) -> Result<Host> {
+        Ok(match path {
+            Path::Pinned => Host::Pinned(PinnedBuffer::new(dev, region)?),
+            Path::Pageable => Host::Vec(vec![0; region]),
+            Path::Registered | Path::Mixed => {
+                let mut p = Pages::new(region.next_multiple_of(4096), libc::PROT_READ | libc::PROT_WRITE)?;
+                let base = p.slice().as_mut_ptr() as usize;
+                let mut regs = Vec::new();
+                if !can_register {
+                    // Registration is unavailable: the same memory, which must then stage.
+                } else if path == Path::Registered {
+                    // SAFETY: the mapping outlives the registration (unregistered in Drop order
+                    // by `finish`).
+                    unsafe { host::register(dev, base + GUARD + off, len) }?;
+                    regs.push(base + GUARD + off);
+                } else if len >= 3 {
+                    // Register the middle third: the range is gap + registration + gap.
+                    let a = base + GUARD + off + len / 3;
+                    // SAFETY: as above.
+                    unsafe { host::register(dev, a, len / 3) }?;
+                    regs.push(a);
+                }
+                Host::Pages(p, regs)
+            }
+        })
+    }
+    fn bytes(&mut self) -> &mut [u8] {
+        match self {
+            Host::Pinned(p) => &mut p[..],
+            Host::Pages(p, _) => p.slice(),
+            Host::Vec(v) => &mut v[..],
+        }
+    }
+    fn finish(self, dev: &Device) -> Result<()> {
+        if let Host::Pages(_, regs) = &self {
+            for &r in regs {
+                host::unregister(dev, r)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn expected(path: Path, len: usize, can_register: bool) -> CopyPath {
+    match path {
+        Path::Pinned => CopyPath::Direct,
+        Path::Registered if can_register => CopyPath::Direct,
+        Path::Mixed if can_register && len >= 3 => CopyPath::Mixed,
+        _ => CopyPath::Staged,
+    }
+}
+
+/// One copy through `path` in `dir` (h2d when `up`), sync or on `stream`, with guards.
+fn one(
+    dev: &Device,
+    dbuf: &DeviceBuffer,
+    stream: Option<&vkhost::Stream>,
+    path: Path,
+    up: bool,
+    len: usize,
+    (hoff, doff): (usize, usize),
+) -> Result<()> {
+    let region = GUARD + hoff + len + GUARD;
+    let can_register = dev.host_registration().is_ok();
+    let mut h = Host::new(dev, path, region, hoff, len, can_register)?;
+    let payload = pattern(len, len + hoff);
+    let dguard = 0xD7u8;
+    let hguard = 0x5Au8;
+    dbuf.write(0, &vec![dguard; doff + len + GUARD])?;
+    let bytes = h.bytes();
+    bytes.fill(hguard);
+    let at = GUARD + hoff;
+    let ptr = bytes.as_mut_ptr();
+    // A small "mixed" range can lie wholly inside its registration's rounded page: then the
+    // import covers it and the copy is rightly direct.
+    let want_path = match expected(path, len, can_register) {
+        CopyPath::Mixed if host::find(dev, ptr.wrapping_add(at), len).is_some() => CopyPath::Direct,
+        p => p,
+    };
+    let ran = if up {
+        bytes[at..at + len].copy_from_slice(&payload);
+        match stream {
+            // SAFETY: the host region lives until after synchronize.
+            Some(s) => unsafe { s.copy_to_device_async(ptr.add(at), len, dbuf, doff).and_then(|()| s.synchronize()).map(|()| None) }?,
+            // SAFETY: as above.
+            None => Some(unsafe { host::copy_to_device(dev, ptr.add(at), len, dbuf, doff) }?),
+        }
+    } else {
+        dbuf.write(doff, &payload)?;
+        match stream {
+            // SAFETY: the host region lives and is untouched until after synchronize.
+            Some(s) => unsafe { s.copy_to_host_async(dbuf, doff, ptr.add(at), len).and_then(|()| s.synchronize()).map(|()| None) }?,
+            // SAFETY: as above.
+            None => Some(unsafe { host::copy_to_host(dev, dbuf, doff, ptr.add(at), len) }?),
+        }
+    };
+    let mut dv = vec![0u8; doff + len + GUARD];
+    dbuf.read(0, &mut dv)?;
+    let bytes = h.bytes();
+    let fail = |what: &str| -> Result<()> { Err(format!("{what} (len {len}, host offset {hoff}, device offset {doff})").into()) };
+    let r = if bytes[..at].iter().any(|&b| b != hguard) || bytes[at + len..].iter().any(|&b| b != hguard) {
+        fail("host guard bytes changed")
+    } else if dv[..doff].iter().any(|&b| b != dguard) || dv[doff + len..].iter().any(|&b| b != dguard) {
+        fail("device guard bytes changed")
+    } else if (up && dv[doff..doff + len] != payload[..]) || (!up && bytes[at..at + len] != payload[..]) {
+        fail("payload mismatch")
+    } else if let Some(p) = ran.filter(|&p| p != want_path) {
+        fail(&format!("ran {p:?}, expected {want_path:?}"))
+    } else {
+        Ok(())
+    };
+    h.finish(dev)?;
+    r
+}
+
+fn matrix(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
+    let dbuf = dev.alloc_buffer(7 + (1 << 20) + 3 + GUARD + 4096)?;
+    let stream = dev.stream().ok();
+    for (pname, path) in [("pinned", Path::Pinned), ("registered", Path::Registered), ("pageable", Path::Pageable), ("mixed", Path::Mixed)]
+    {
+        for (dname, up) in [("h2d", true), ("d2h", false)] {
+            for mode in ["sync", "stream"] {
+                let s = if mode == "stream" {
+                    match &stream {
+                        Some(s) => Some(s),
+                        None => continue,
+                    }
+                } else {
+                    None
+                };
+                let degraded = matches!(path, Path::Registered | Path::Mixed) && dev.host_registration().is_err();
+                let name = format!("{pname} {dname} {mode}{}", if degraded { " (staged: no registration)" } else { "" });
+                let mut row = Row { name, passed: 0, total: 0, detail: String::new() };
+                for &len in &SIZES {
+                    for &offs in &OFFSETS {
+                        row.total += 1;
+                        match one(dev, &dbuf, s, path, up, len, offs) {
+                            Ok(()) => row.passed += 1,
+                            Err(e) if row.detail.is_empty() => row.detail = e.to_string(),
+                            Err(_) => {}
+                        }
+                    }
+                }
+                rows.push(row);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn refusals(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
+    let can_register = dev.host_registration().is_ok();
+    let mut cases: Vec<(&str, std::result::Result<(), String>)> = Vec::new();
+    let mut expect = |name: &'static str, got: vkhost::Result<()>, want: fn(&Error) -> bool, before: usize| {
+        let ok = match &got {
+            Err(e) if want(e) && entries_of(dev) == before => Ok(()),
+            Err(e) => Err(format!("{e:?}, registry {} entries (was {before})", entries_of(dev))),
+            Ok(()) => Err("accepted".into()),
+        };
+        cases.push((name, ok));
+    };
+    let inv = |e: &Error| matches!(e, Error::InvalidArgument { .. });
+    let unsup = |e: &Error| matches!(e, Error::Unsupported { .. });
+    let n0 = entries_of(dev);
+    let gone = Pages::new(2 * 4096, libc::PROT_READ | libc::PROT_WRITE)?;
+    let gone_ptr = gone.ptr;
+    drop(gone);
+    // SAFETY (all register calls): each is expected to be refused before touching memory, or
+    // registers memory that outlives the registration.
+    unsafe {
+        expect("register unmapped", host::register(dev, gone_ptr, 100), if can_register { inv } else { unsup }, n0);
+        let ro = Pages::new(4096, libc::PROT_READ)?;
+        expect("register read-only", host::register(dev, ro.ptr, 4096), if can_register { inv } else { unsup }, n0);
+        expect("register null", host::register(dev, std::ptr::null::<u8>(), 10), if can_register { inv } else { unsup }, n0);
+        expect("register zero length", host::register(dev, 4096usize, 0), if can_register { inv } else { unsup }, n0);
+        if can_register {
+            let mut m = Pages::new(4 * 4096, libc::PROT_READ | libc::PROT_WRITE)?;
+            let b = m.slice().as_mut_ptr() as usize;
+            host::register(dev, b + 100, 5000)?;
+            expect("register overlapping", host::register(dev, b + 5000, 10), |e| *e == Error::AlreadyRegistered, n0 + 1);
+            expect("unregister interior pointer", host::unregister(dev, b + 101), |e| *e == Error::NotRegistered, n0 + 1);
+            expect("free_pinned of a registration", host::free_pinned(dev, b + 100), |e| *e == Error::NotPinned, n0 + 1);
+            host::unregister(dev, b + 100)?;
+            expect("double unregister", host::unregister(dev, b + 100), |e| *e == Error::NotRegistered, n0);
+        }
+    }
+    let p = host::alloc_pinned(dev, 4096)?;
+    expect("unregister of a pinned block", host::unregister(dev, p), |e| *e == Error::NotRegistered, n0 + 1);
+    host::free_pinned(dev, p)?;
+    expect("double free_pinned", host::free_pinned(dev, p), |e| *e == Error::NotPinned, n0);
+    expect("alloc_pinned of 0 bytes", host::alloc_pinned(dev, 0).map(drop), inv, n0);
+    let b = dev.alloc_buffer(16)?;
+    expect("write past the end", b.write(10, &[0; 7]), |e| *e == Error::OutOfRange, n0);
+    let total = cases.len();
+    let failed: Vec<String> = cases.iter().filter_map(|(n, r)| r.as_ref().err().map(|e| format!("{n}: {e}"))).collect();
+    rows.push(Row { name: "refusals".into(), passed: total - failed.len(), total, detail: failed.join("; ") });
+    Ok(())
+}
+
+fn teardown(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
+    let dev = Device::open_with(index, opts)?;
+    let mut steps: Vec<(&str, bool)> = Vec::new();
+    let mut m = Pages::new(2 * 4096, libc::PROT_READ | libc::PROT_WRITE)?;
+    let base = m.slice().as_mut_ptr() as usize;
+    let can_register = dev.host_registration().is_ok();
+    if can_register {
+        // SAFETY: the mapping outlives the device.
+        unsafe { host::register(&dev, base, 4096) }?;
+    }
+    let raw = host::alloc_pinned(&dev, 8192)?;
+    let safe = PinnedBuffer::new(&dev, 4096)?;
+    let buf = dev.alloc_buffer(64)?;
+    steps.push(("destroy is Busy while a PinnedBuffer lives", matches!(dev.destroy(), Err(Error::Busy { .. }))));
+    drop(safe);
+    steps.push(("destroy succeeds", dev.destroy().is_ok()));
+    steps.push(("destroy twice", dev.destroy().is_ok()));
+    steps.push(("find is None after destroy", host::find(&dev, raw, 1).is_none()));
+    if can_register {
+        steps.push(("late unregister is Ok", host::unregister(&dev, base).is_ok()));
+        steps.push(("second late unregister is NotRegistered", host::unregister(&dev, base) == Err(Error::NotRegistered)));
+    }
+    steps.push(("late free_pinned is Ok", host::free_pinned(&dev, raw).is_ok()));
+    steps.push(("inert buffer: DeviceDestroyed", buf.write(0, &[1]) == Err(Error::DeviceDestroyed)));
+    steps.push(("new work: DeviceDestroyed", dev.alloc_buffer(1).err() == Some(Error::DeviceDestroyed)));
+    steps.push(("registry empty", entries_of(&dev) == 0));
+    steps.push(("no Vulkan object left", dev.live_objects() == vkhost::LiveObjects::default()));
+    drop(buf);
+    let total = steps.len();
+    let failed: Vec<&str> = steps.iter().filter(|s| !s.1).map(|s| s.0).collect();
+    rows.push(Row { name: "teardown".into(), passed: total - failed.len(), total, detail: failed.join("; ") });
+    Ok(dev.validation_errors())
+}
+
+fn check_device(index: usize) -> Result<bool> {
+    let mut opts = OpenOptions { validation: true, ..OpenOptions::default() };
+    let dev = match Device::open_with(index, &opts) {
+        Ok(d) => d,
+        Err(Error::Unsupported { reason }) if reason.contains("validation") => {
+            println!("note: validation layer not installed, checking without it");
+            opts.validation = false;
+            Device::open_with(index, &opts)?
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let info = dev.info().clone();
+    println!("[{}] {} ({}, {})", info.index, info.name, info.device_type.as_str(), info.driver_name);
+    println!("    host registration: {}", crate::devices::registration_line(&dev.host_registration()));
+    let mut rows = Vec::new();
+    let t = std::time::Instant::now();
+    matrix(&dev, &mut rows)?;
+    refusals(&dev, &mut rows)?;
+    let left = entries_of(&dev);
+    dev.destroy()?;
+    let errors = dev.validation_errors() + teardown(index, &opts, &mut rows)?;
+    rows.push(Row {
+        name: "registry empty at the end".into(),
+        passed: usize::from(left == 0),
+        total: 1,
+        detail: if left == 0 { String::new() } else { format!("{left} entries left") },
+    });
+    if opts.validation {
+        rows.push(Row {
+            name: "validation errors".into(),
+            passed: usize::from(errors == 0),
+            total: 1,
+            detail: if errors == 0 { String::new() } else { format!("{errors} (run with RUST_LOG=vkhost=warn to see them)") },
+        });
+    }
+    println!("    {:<44} {:>6} {:>9}  detail", "check", "result", "cases");
+    let mut ok = true;
+    for r in &rows {
+        let pass = r.passed == r.total;
+        ok &= pass;
+        println!("    {:<44} {:>6} {:>4}/{:<4}  {}", r.name, if pass { "pass" } else { "FAIL" }, r.passed, r.total, r.detail);
+    }
+    println!("    {} in {:.1} s", if ok { "all checks passed" } else { "FAILED" }, t.elapsed().as_secs_f64());
+    Ok(ok)
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    let infos = vkhost::devices()?;
+    let indices: Vec<usize> = if a.all {
+        infos.iter().map(|i| i.index).collect()
+    } else if let Some(i) = a.device {
+        vec![i]
+    } else {
+        let d = Device::open_default_with(&OpenOptions { validation: false, ..OpenOptions::default() })?;
+        let i = d.info().index;
+        d.destroy()?;
+        vec![i]
+    };
+    if indices.is_empty() {
+        println!("no Vulkan devices");
+        return Ok(ExitCode::from(1));
+    }
+    let mut ok = true;
+    for i in indices {
+        match check_device(i) {
+            Ok(pass) => ok &= pass,
+            Err(e) => {
+                println!("[{i}] FAILED: {e}");
+                ok = false;
+            }
+        }
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
