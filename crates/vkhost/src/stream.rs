@@ -587,6 +587,20 @@ impl StreamInner {
         Ok(off)
     }
 
+    /// Completes pending pageable d2h copies that write into `[addr, addr+len)`.
+    fn settle(&self, l: &Live, st: &mut State, addr: usize, len: usize) -> Result<()> {
+        let end = addr + len;
+        let need = st.completions.iter().filter(|c| c.addr < end && addr < c.addr + c.len as usize).map(|c| c.value).max();
+        if let Some(v) = need {
+            if v > st.submitted {
+                self.flush(l, st)?;
+            }
+            self.wait_sem(l, v.min(st.submitted))?;
+            self.reap(l, st)?;
+        }
+        Ok(())
+    }
+
     fn ring_buffer(st: &State) -> Result<(vk::Buffer, *mut u8)> {
         match &st.ring {
             Some(Ring { bound: Bound { buffer, ptr: Some(p), .. }, .. }) => Ok((*buffer, p.0.as_ptr())),
@@ -671,6 +685,11 @@ impl StreamInner {
                     direct += piece.len;
                 }
                 HostSide::Staged { addr: a } => {
+                    if to_device {
+                        // Stream order for host bytes: an earlier pageable d2h into these bytes
+                        // must land before we read them.
+                        self.settle(&l, &mut st, a, piece.len as usize)?;
+                    }
                     let chunk = s.options.staging_chunk.max(4096) as u64;
                     let mut done = 0;
                     while done < piece.len {

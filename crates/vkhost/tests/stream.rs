@@ -235,3 +235,25 @@ fn refusals_and_destroy() {
     assert_eq!(ev.is_done(), Ok(true));
     assert_eq!(d.live_objects(), vkhost::LiveObjects::default());
 }
+
+/// Found by the model test: on one stream, a pageable d2h into bytes followed by a pageable h2d
+/// from the same bytes must see the d2h's data (stream order holds for host bytes too).
+#[test]
+fn pageable_d2h_then_h2d_of_same_bytes_is_ordered() {
+    let d = device().unwrap();
+    let s = d.stream().unwrap();
+    let a = d.alloc_buffer(8192).unwrap();
+    let b = d.alloc_buffer(8192).unwrap();
+    a.write(0, &pattern(8192, 6)).unwrap();
+    b.write(0, &[0u8; 8192]).unwrap();
+    let mut host_mem = vec![0u8; 8192];
+    // SAFETY: host_mem lives until synchronize and is not touched by us meanwhile.
+    unsafe {
+        s.copy_to_host_async(&a, 0, host_mem.as_mut_ptr(), 8192).unwrap();
+        s.copy_to_device_async(host_mem.as_ptr(), 8192, &b, 0).unwrap();
+    }
+    s.synchronize().unwrap();
+    let mut out = vec![0u8; 8192];
+    b.read(0, &mut out).unwrap();
+    assert!(out == pattern(8192, 6));
+}

@@ -30,6 +30,8 @@ pub(crate) fn entry() -> Result<ash::Entry> {
 pub(crate) struct ValidationCounts {
     pub errors: AtomicU64,
     pub warnings: AtomicU64,
+    /// The most recent error message, for reports.
+    pub last_error: std::sync::Mutex<Option<String>>,
 }
 
 /// Whether `VKHOST_VALIDATION=1` asks for the Khronos validation layer.
@@ -66,6 +68,9 @@ unsafe extern "system" fn messenger_callback(
         if severity.contains(vk::DebugUtilsMessageSeverityFlagsEXT::ERROR) {
             if let Some(c) = counts {
                 c.errors.fetch_add(1, Ordering::Relaxed);
+                if let Ok(mut g) = c.last_error.lock() {
+                    *g = Some(msg.clone());
+                }
             }
             log::error!(target: "vkhost::validation", "{types:?}: {msg}");
         } else if severity.contains(vk::DebugUtilsMessageSeverityFlagsEXT::WARNING) {

@@ -734,6 +734,11 @@ impl Device {
         self.shared.counts.errors.load(Ordering::Relaxed)
     }
 
+    /// The most recent validation-layer error message, if any.
+    pub fn last_validation_error(&self) -> Option<String> {
+        self.shared.counts.last_error.lock().ok().and_then(|g| g.clone())
+    }
+
     /// Validation-layer warnings seen so far.
     pub fn validation_warnings(&self) -> u64 {
         self.shared.counts.warnings.load(Ordering::Relaxed)

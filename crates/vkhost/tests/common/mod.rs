@@ -50,7 +50,7 @@ impl Drop for Checked {
         }
         assert!(r.is_ok() || matches!(r, Err(vkhost::Error::Busy { .. })), "destroy: {r:?}");
         assert!(self.0.validation_enabled(), "validation must be on in device tests");
-        assert_eq!(self.0.validation_errors(), 0, "validation errors (see log above)");
+        assert_eq!(self.0.validation_errors(), 0, "validation errors; last: {:?}", self.0.last_validation_error());
     }
 }
 

@@ -1,0 +1,85 @@
+//! Process edge cases: fork after registering, memory unmapped after unregister, neighbours
+//! sharing a page.
+
+mod common;
+use common::*;
+use vkhost::host::{self, entries_of};
+use vkhost::CopyPath;
+
+#[test]
+fn fork_after_register_keeps_parent_copies_correct() {
+    let d = device().unwrap();
+    let mut m = Pages::new(16 * 4096);
+    let n = m.len;
+    // SAFETY: the mapping outlives the registration.
+    unsafe { host::register(&d, m.ptr, n) }.unwrap();
+    let buf = d.alloc_buffer(n).unwrap();
+    m.slice().copy_from_slice(&pattern(n, 1));
+    buf.write(0, m.slice()).unwrap();
+    // SAFETY: the child only calls _exit: it touches neither Vulkan nor the allocator.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // SAFETY: async-signal-safe exit without running destructors or atexit handlers.
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    // The parent writes after the fork (copy-on-write breaks here), then copies both ways.
+    let want = pattern(n, 2);
+    m.slice().copy_from_slice(&want);
+    // SAFETY: inside the registered mapping.
+    assert_eq!(unsafe { host::copy_to_device(&d, m.ptr, n, &buf, 0) }, Ok(CopyPath::Direct));
+    let mut out = vec![0u8; n];
+    buf.read(0, &mut out).unwrap();
+    assert!(out == want, "device got stale pages after fork");
+    m.slice().fill(0);
+    buf.read(0, m.slice()).unwrap();
+    assert!(m.slice() == &want[..]);
+    host::unregister(&d, m.ptr).unwrap();
+}
+
+#[test]
+fn munmap_after_unregister_is_harmless() {
+    let d = device().unwrap();
+    let buf = d.alloc_buffer(8192).unwrap();
+    for _ in 0..20 {
+        let mut m = Pages::new(8192);
+        // SAFETY: the mapping outlives the registration.
+        unsafe { host::register(&d, m.ptr, 8192) }.unwrap();
+        m.slice().fill(9);
+        buf.write(0, m.slice()).unwrap();
+        host::unregister(&d, m.ptr).unwrap();
+        drop(m); // munmap after unregister
+    }
+    // The device and other copies are unaffected; destroy is clean (checked on drop).
+    let mut out = vec![0u8; 8192];
+    buf.read(0, &mut out).unwrap();
+    assert!(out.iter().all(|&b| b == 9));
+    assert_eq!(entries_of(&d), 0);
+}
+
+#[test]
+fn neighbours_share_a_page() {
+    let d = device().unwrap();
+    let mut m = Pages::new(3 * 4096);
+    let a = m.ptr as usize + 4096 - 100; // straddles pages 0-1
+    let b = m.ptr as usize + 4096 + 50; // on page 1, next to a
+                                        // SAFETY: the mapping outlives both registrations.
+    unsafe {
+        host::register(&d, a, 150).unwrap();
+        host::register(&d, b, 4000).unwrap();
+    }
+    let buf = d.alloc_buffer(4096).unwrap();
+    m.slice()[4096 + 50..4096 + 4050].copy_from_slice(&pattern(4000, 4));
+    host::unregister(&d, a).unwrap();
+    // SAFETY: inside b's registration.
+    assert_eq!(unsafe { host::copy_to_device(&d, b as *const u8, 4000, &buf, 0) }, Ok(CopyPath::Direct));
+    let mut out = vec![0u8; 4000];
+    buf.read(0, &mut out).unwrap();
+    assert!(out == pattern(4000, 4));
+    host::unregister(&d, b).unwrap();
+    m.slice()[0] = 0;
+}
