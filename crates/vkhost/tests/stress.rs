@@ -50,7 +50,7 @@ fn sixteen_threads_mixed() {
         for t in 0..THREADS {
             let (d, keys, moved, content, errors, ops) = (&d, &keys, &moved, &content, &errors, &ops);
             s.spawn(move || {
-                let mut r = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1) * 0x1234_5678_9ABC_DEF1);
+                let mut r = Rng(0x9E37_79B9_7F4A_7C15 ^ ((t as u64 + 1) * 0x1234_5678_9ABC_DEF1));
                 let dbuf = d.alloc_buffer(1 << 20).unwrap();
                 let stream = d.stream().unwrap();
                 let mut private = Pages::new(16 * page);
