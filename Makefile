@@ -23,6 +23,7 @@ devices: build
 
 check: build
 	./target/release/vkhost check --all
+	bash scripts/memcheck quick
 
 # The full sweep of docs/PERFORMANCE.md (4K..1G, all paths and directions).
 bench-full: build
@@ -43,3 +44,8 @@ test: setup fmt clippy
 	$(CARGO) build --release
 	./target/release/vkhost check --all
 	$(CARGO) test -p vkhost --release --features fault-injection --test fault
+
+# Every device test binary under valgrind memcheck (0 errors, 0 definite leaks). CI runs the
+# quick subset inside `make test`; this is the full set (slow: large copies under valgrind).
+memcheck: setup
+	bash scripts/memcheck full

@@ -244,9 +244,13 @@ fn refusals(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
     let inv = |e: &Error| matches!(e, Error::InvalidArgument { .. });
     let unsup = |e: &Error| matches!(e, Error::Unsupported { .. });
     let n0 = entries_of(dev);
-    let gone = Pages::new(2 * 4096, libc::PROT_READ | libc::PROT_WRITE)?;
-    let gone_ptr = gone.ptr;
-    drop(gone);
+    // An unmapped hole inside our own reservation (no other mapping lands there by chance).
+    let reserve = Pages::new(8 * 4096, libc::PROT_READ | libc::PROT_WRITE)?;
+    let gone_ptr = reserve.ptr.wrapping_add(3 * 4096);
+    // SAFETY: unmapping two pages of our own mapping; nothing references them.
+    if unsafe { libc::munmap(gone_ptr.cast(), 2 * 4096) } != 0 {
+        return Err("munmap failed".into());
+    }
     // SAFETY (all register calls): each is expected to be refused before touching memory, or
     // registers memory that outlives the registration.
     unsafe {

@@ -200,16 +200,19 @@ fn refusals_leave_nothing_behind() {
         check("null", host::register(&d, std::ptr::null::<u8>(), 10), inv);
         check("zero length", host::register(&d, 4096usize, 0), inv);
         check("overflow", host::register(&d, usize::MAX - 100, 1000), inv);
-        // munmapped
-        let m = Pages::new(3 * 4096);
+        // munmapped: a hole punched inside our own reservation, so no other mapping lands
+        // next to it by chance
+        let m = Pages::new(16 * 4096);
         let p = m.ptr as usize;
-        drop(m);
-        check("munmapped", host::register(&d, p + 4096, 100), inv);
+        assert_eq!(libc::munmap((p + 6 * 4096) as *mut libc::c_void, 2 * 4096), 0);
+        check("munmapped", host::register(&d, p + 6 * 4096 + 100, 100), inv);
+        check("straddling a hole", host::register(&d, p + 5 * 4096, 2 * 4096), inv);
         // read-only
         let ro = Pages::with_prot(2 * 4096, libc::PROT_READ);
         check("PROT_READ", host::register(&d, ro.ptr, 4096), inv);
-        // a range running off the end of a mapping
-        let mut m = Pages::new(2 * 4096);
+        // a range running off the end of the read-write part of a mapping
+        let mut m = Pages::new(3 * 4096);
+        assert_eq!(libc::mprotect(m.ptr.add(2 * 4096).cast(), 4096, libc::PROT_NONE), 0);
         check("past the mapping", host::register(&d, m.ptr as usize + 4096, 8192), inv);
         // overlap
         host::register(&d, m.ptr as usize + 100, 1000).unwrap();
