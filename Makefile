@@ -1,5 +1,6 @@
 # vkhost: the two commands are `make run` (the main job: `vkhost bench` on the default device)
-# and `make test` (fmt, clippy, the whole test suite with the validation layer on).
+# and `make test` (fmt, clippy, the whole test suite with the validation layer on, the
+# fault-injection sweep, `vkhost check --all`, and the quick memcheck set under valgrind).
 # Both first run scripts/setup, which installs a Vulkan loader, lavapipe and the validation
 # layer where they are missing, and changes nothing where Vulkan already works.
 
@@ -23,7 +24,6 @@ devices: build
 
 check: build
 	./target/release/vkhost check --all
-	bash scripts/memcheck quick
 
 # The full sweep of docs/PERFORMANCE.md (4K..1G, all paths and directions).
 bench-full: build
@@ -44,6 +44,7 @@ test: setup fmt clippy
 	$(CARGO) build --release
 	./target/release/vkhost check --all
 	$(CARGO) test -p vkhost --release --features fault-injection --test fault
+	bash scripts/memcheck quick
 
 # Every device test binary under valgrind memcheck (0 errors, 0 definite leaks). CI runs the
 # quick subset inside `make test`; this is the full set (slow: large copies under valgrind).
