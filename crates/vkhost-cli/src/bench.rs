@@ -102,6 +102,13 @@ pub struct Args {
     /// Also run the same sweep through CUDA on the same GPU and print Vulkan/CUDA ratios.
     #[arg(long, value_enum)]
     baseline: Option<Baseline>,
+    /// Advise huge pages (MADV_HUGEPAGE) on the registered and pageable paths' memory.
+    #[arg(long)]
+    hugepages: bool,
+    /// Queue pairs for bidir (h2d-d2h): copy-copy (two copy-engine queues), compute-copy,
+    /// copy-compute, compute-compute. Several give one bidir point each.
+    #[arg(long, value_delimiter = ',', default_value = "copy-copy")]
+    bidir_queues: Vec<String>,
     /// Test hook: corrupt the expected pattern of the first check, which must then FAIL (exit 2).
     #[arg(long, hide = true)]
     plant_mismatch: bool,
@@ -160,12 +167,20 @@ struct Pages {
 
 impl Pages {
     fn new(len: usize) -> Result<Pages> {
+        Self::with_advice(len, false)
+    }
+
+    fn with_advice(len: usize, huge: bool) -> Result<Pages> {
         // SAFETY: anonymous private mapping, no hint.
         let p = unsafe {
             libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
         };
         if p == libc::MAP_FAILED {
             return Err(format!("mmap of {len} bytes failed").into());
+        }
+        if huge {
+            // SAFETY: advice on our own fresh mapping.
+            unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
         }
         let mut pg = Pages { ptr: p.cast(), len };
         pg.slice().fill(1); // fault the pages in before timing
@@ -265,6 +280,8 @@ impl Drop for Bar {
 
 struct Ctx {
     dev: Device,
+    hugepages: bool,
+    bidir_queues: Vec<String>,
     device_name: String,
     driver: String,
     iters: usize,
@@ -352,6 +369,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         info.transfer_family().map(|f| format!("family {} x{}", f.index, f.count.min(2))).unwrap_or_else(|| "none (compute queue)".into())
     );
     let mut cx = Ctx {
+        hugepages: a.hugepages,
+        bidir_queues: a.bidir_queues.clone(),
         device_name: info.name.clone(),
         driver: format!("{} {}", info.driver_name, info.driver_info),
         dev: dev.clone(),
@@ -442,7 +461,7 @@ fn bench_path(cx: &mut Ctx, path: PathKind, dirs: &[DirKind], sizes: &[u64], dbu
     let mut host = match path {
         PathKind::Pinned => Host::Pinned(PinnedBuffer::new(&dev, max)?, PinnedBuffer::new(&dev, max)?),
         PathKind::Registered => {
-            let (a, b) = (Pages::new(max)?, Pages::new(max)?);
+            let (a, b) = (Pages::with_advice(max, cx.hugepages)?, Pages::with_advice(max, cx.hugepages)?);
             // SAFETY: the mappings live until after unregister below (they drop with `host`).
             unsafe {
                 host::register(&dev, a.ptr, a.len)?;
@@ -503,10 +522,23 @@ fn sweep_host(cx: &mut Ctx, path: PathKind, dirs: &[DirKind], sizes: &[u64], dbu
             let (s, extra) = match dir {
                 DirKind::H2d => (measure(cx.iters, cx.budget, || Ok(dbuf[0].write(0, src)?))?, Value::Null),
                 DirKind::D2h => (measure(cx.iters, cx.budget, || Ok(dbuf[1].read(0, dst)?))?, Value::Null),
-                DirKind::Bidir => bidir(cx, &dbuf[0], src, &dbuf[1], dst)?,
+                DirKind::Bidir => {
+                    for (i, pair) in cx.bidir_queues.clone().iter().enumerate() {
+                        let (s, extra) = bidir(cx, pair, &dbuf[0], src, &dbuf[1], dst)?;
+                        let mut p = point("vulkan", "copy", path.name(), dir.name(), size, 2 * size, s);
+                        p.verified = Some(ok);
+                        p.note = if cx.bidir_queues.len() > 1 { format!("{note}{}queues {pair}", if note.is_empty() { "" } else { "; " }) } else { note.clone() };
+                        p.extra = extra;
+                        if i + 1 < cx.bidir_queues.len() {
+                            cx.points.push(p);
+                        } else {
+                            cx.push(p);
+                        }
+                    }
+                    continue;
+                }
             };
-            let moved = if dir == DirKind::Bidir { 2 * size } else { size };
-            let mut p = point("vulkan", "copy", path.name(), dir.name(), size, moved, s);
+            let mut p = point("vulkan", "copy", path.name(), dir.name(), size, size, s);
             p.verified = Some(ok);
             p.note = note;
             p.extra = extra;
@@ -520,8 +552,18 @@ fn sweep_host(cx: &mut Ctx, path: PathKind, dirs: &[DirKind], sizes: &[u64], dbu
 /// each driven by its own thread so a staged direction's memcpy does not hold up the other.
 /// Bandwidth is the sum over the wall time of both; the median iteration's start and end of
 /// each direction (µs from the iteration's start) go into the JSON.
-fn bidir(cx: &Ctx, up: &DeviceBuffer, src: &[u8], down: &DeviceBuffer, dst: &mut [u8]) -> Result<(Summary, Value)> {
-    let (s_up, s_down) = (cx.dev.stream()?, cx.dev.stream()?);
+fn bidir(cx: &Ctx, pair: &str, up: &DeviceBuffer, src: &[u8], down: &DeviceBuffer, dst: &mut [u8]) -> Result<(Summary, Value)> {
+    use vkhost::QueueKind::{Compute, Copy};
+    let (ku, kd) = match pair {
+        "copy-copy" => (Copy, Copy),
+        "compute-copy" => (Compute, Copy),
+        "copy-compute" => (Copy, Compute),
+        "compute-compute" => (Compute, Compute),
+        other => return Err(format!("unknown --bidir-queues pair {other:?}").into()),
+    };
+    let s_up = cx.dev.stream_on_queue(ku, 0)?;
+    let s_down = cx.dev.stream_on_queue(kd, if kd == ku { 1 } else { 0 })?;
+    let queues = format!("h2d on queue {:?}, d2h on queue {:?} (family, index)", s_up.queue()?, s_down.queue()?);
     let mut runs: Vec<(f64, [f64; 4])> = Vec::new();
     let mut one = || -> Result<(f64, [f64; 4])> {
         let barrier = std::sync::Barrier::new(2);
@@ -559,20 +601,9 @@ fn bidir(cx: &Ctx, up: &DeviceBuffer, src: &[u8], down: &DeviceBuffer, dst: &mut
         "h2d_start_us": m[0] * 1e6, "h2d_end_us": m[1] * 1e6,
         "d2h_start_us": m[2] * 1e6, "d2h_end_us": m[3] * 1e6,
         "mode": "two streams (one thread each)",
-        "queues": describe_queues(&cx.dev),
+        "queues": queues,
     });
     Ok((s, extra))
-}
-
-fn describe_queues(dev: &Device) -> String {
-    match dev.raw() {
-        Ok(r) => match r.copy_family {
-            Some(f) if r.copy_queue_indices.len() >= 2 => format!("h2d on queue {f}:0, d2h on queue {f}:1"),
-            Some(f) => format!("both on queue {f}:0"),
-            None => format!("both on queue {}:{}", r.compute_family, r.compute_queue_index),
-        },
-        Err(_) => String::new(),
-    }
 }
 
 /// 1000 async 4 KiB h2d copies from pinned memory plus one synchronize, against 1000

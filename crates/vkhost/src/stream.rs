@@ -213,14 +213,27 @@ impl Device {
         self.stream_on(QueueKind::Copy)
     }
 
-    /// A stream on the given kind of queue.
+    /// A stream on the given kind of queue (copy streams alternate between the copy queues).
     pub fn stream_on(&self, kind: QueueKind) -> Result<Stream> {
+        self.stream_at(kind, None)
+    }
+
+    /// A stream on queue `index` of the given kind (modulo the queues vkhost created there:
+    /// up to two copy-engine queues, one compute queue).
+    pub fn stream_on_queue(&self, kind: QueueKind, index: usize) -> Result<Stream> {
+        self.stream_at(kind, Some(index))
+    }
+
+    fn stream_at(&self, kind: QueueKind, index: Option<usize>) -> Result<Stream> {
         let s = &self.shared;
         if !s.info.timeline_semaphore {
             return Err(Error::unsupported("streams need timeline semaphores (Vulkan 1.2)"));
         }
         let l = s.live()?;
-        let queue_index = l.next_stream.fetch_add(1, Ordering::Relaxed) as usize;
+        let queue_index = match index {
+            Some(i) => i,
+            None => l.next_stream.fetch_add(1, Ordering::Relaxed) as usize,
+        };
         let family = pick_queue(&l, kind, queue_index).family;
         fault::check(Point::CreateCommandPool).map_err(|c| s.fail("vkCreateCommandPool", c))?;
         let pi = vk::CommandPoolCreateInfo::default().queue_family_index(family).flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
@@ -757,6 +770,13 @@ fn barrier(l: &Live, cmd: vk::CommandBuffer) {
 }
 
 impl Stream {
+    /// The queue this stream submits to: (family, index).
+    pub fn queue(&self) -> Result<(u32, u32)> {
+        let l = self.inner.shared.live_any()?;
+        let q = pick_queue(&l, self.inner.queue_kind, self.inner.queue_index);
+        Ok((q.family, q.index))
+    }
+
     /// The device this stream runs on.
     pub fn device(&self) -> Device {
         Device { shared: self.inner.shared.clone() }

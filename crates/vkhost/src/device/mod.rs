@@ -79,6 +79,9 @@ pub struct OpenOptions {
     pub staging_chunk: usize,
     /// Staging chunks in flight per copy context (default 3).
     pub staging_slots: usize,
+    /// The queue synchronous copies use: the copy engines (default) or the compute queue.
+    /// `VKHOST_COPY_QUEUE=compute` sets `Compute`.
+    pub copy_queue: crate::QueueKind,
 }
 
 impl Default for OpenOptions {
@@ -91,6 +94,10 @@ impl Default for OpenOptions {
             validation: instance::validation_requested(),
             staging_chunk: 16 << 20,
             staging_slots: 3,
+            copy_queue: match std::env::var("VKHOST_COPY_QUEUE").as_deref() {
+                Ok("compute") => crate::QueueKind::Compute,
+                _ => crate::QueueKind::Copy,
+            },
         }
     }
 }

@@ -72,9 +72,10 @@ pub(crate) struct CopyCtx {
     chunk: u64,
 }
 
-/// Which queue a context index submits to: copy engines when the device has them.
-fn queue_of(l: &Live, ctx_index: usize) -> &Queue {
-    if l.copy_queues.is_empty() {
+/// Which queue a context submits to: the copy engines when the device has them (and the
+/// options do not ask for the compute queue).
+fn queue_of<'a>(s: &Shared, l: &'a Live, ctx_index: usize) -> &'a Queue {
+    if l.copy_queues.is_empty() || s.options.copy_queue == crate::QueueKind::Compute {
         &l.compute
     } else {
         &l.copy_queues[ctx_index % l.copy_queues.len()]
@@ -83,7 +84,7 @@ fn queue_of(l: &Live, ctx_index: usize) -> &Queue {
 
 impl CopyCtx {
     fn new(s: &Shared, l: &Live, ctx_index: usize) -> Result<CopyCtx> {
-        let q = queue_of(l, ctx_index);
+        let q = queue_of(s, l, ctx_index);
         fault::check(Point::CreateCommandPool).map_err(|c| s.fail("vkCreateCommandPool", c))?;
         let pi = vk::CommandPoolCreateInfo::default().queue_family_index(q.family).flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
         // SAFETY: valid create info for a family the device was created with.
@@ -289,7 +290,7 @@ pub(crate) unsafe fn execute(s: &Shared, l: &Live, dir: Dir, dev: vk::Buffer, pi
     let batches = batches(pieces, ctx.chunk);
     let any_staged = pieces.iter().any(|p| matches!(p.host, HostSide::Staged { .. }));
     let staging = if any_staged { Some(ctx.staging(s, l)?) } else { None };
-    let queue = queue_of(l, ctx.queue);
+    let queue = queue_of(s, l, ctx.queue);
     let nslots = ctx.slots.len();
     let mut moved = Moved::default();
 
