@@ -527,7 +527,11 @@ fn sweep_host(cx: &mut Ctx, path: PathKind, dirs: &[DirKind], sizes: &[u64], dbu
                         let (s, extra) = bidir(cx, pair, &dbuf[0], src, &dbuf[1], dst)?;
                         let mut p = point("vulkan", "copy", path.name(), dir.name(), size, 2 * size, s);
                         p.verified = Some(ok);
-                        p.note = if cx.bidir_queues.len() > 1 { format!("{note}{}queues {pair}", if note.is_empty() { "" } else { "; " }) } else { note.clone() };
+                        p.note = if cx.bidir_queues.len() > 1 {
+                            format!("{note}{}queues {pair}", if note.is_empty() { "" } else { "; " })
+                        } else {
+                            note.clone()
+                        };
                         p.extra = extra;
                         if i + 1 < cx.bidir_queues.len() {
                             cx.points.push(p);

@@ -54,6 +54,29 @@ struct Batch {
     cmds: usize,
     bytes: u64,
     d2h: bool,
+    /// Buffer ranges touched since the last barrier: (buffer, start, end, written).
+    touched: Vec<(vk::Buffer, u64, u64, bool)>,
+}
+
+/// How many accesses to track before a barrier is cheaper than checking.
+const TRACKED: usize = 64;
+
+/// A buffer range a command reads or writes.
+#[derive(Clone, Copy)]
+struct Access {
+    buffer: vk::Buffer,
+    start: u64,
+    end: u64,
+    write: bool,
+}
+
+impl Batch {
+    /// Whether `acc` conflicts with an access since the last barrier (a write on either side of
+    /// overlapping bytes of one buffer): then a barrier must separate them.
+    fn conflicts(&self, acc: &[Access]) -> bool {
+        self.touched.len() + acc.len() > TRACKED
+            || acc.iter().any(|a| self.touched.iter().any(|&(b, s, e, w)| b == a.buffer && s < a.end && a.start < e && (w || a.write)))
+    }
 }
 
 struct Done {
@@ -344,7 +367,7 @@ impl StreamInner {
             return Err(s.fail("vkBeginCommandBuffer", c));
         }
         barrier(l, cmd);
-        st.open = Some(Batch { cmd, cmds: 0, bytes: 0, d2h: false });
+        st.open = Some(Batch { cmd, cmds: 0, bytes: 0, d2h: false, touched: Vec::new() });
         Ok(())
     }
 
@@ -621,20 +644,31 @@ impl StreamInner {
         }
     }
 
-    /// Records one copy, with a barrier before it (stream order), and flushes a full batch.
+    /// Records one copy, ordered after earlier commands it conflicts with, and flushes a full
+    /// batch.
     fn push_copy(&self, l: &Live, st: &mut State, src: vk::Buffer, dst: vk::Buffer, region: vk::BufferCopy, d2h: bool) -> Result<()> {
+        let acc = [
+            Access { buffer: src, start: region.src_offset, end: region.src_offset + region.size, write: false },
+            Access { buffer: dst, start: region.dst_offset, end: region.dst_offset + region.size, write: true },
+        ];
         // SAFETY: recording into our open command buffer; both buffers are alive until the batch
         // completes (imports and device buffers wait for their last use before release).
-        self.push(l, st, region.size, d2h, |cmd| unsafe { l.device.cmd_copy_buffer(cmd, src, dst, &[region]) })
+        self.push(l, st, region.size, d2h, &acc, |cmd| unsafe { l.device.cmd_copy_buffer(cmd, src, dst, &[region]) })
     }
 
-    /// Records one command (`rec`), with a barrier before it, and flushes a full batch.
-    fn push(&self, l: &Live, st: &mut State, bytes: u64, d2h: bool, rec: impl FnOnce(vk::CommandBuffer)) -> Result<()> {
+    /// Records one command (`rec`) that makes the accesses `acc`, and flushes a full batch.
+    ///
+    /// Stream order: a barrier goes before the command only when it touches bytes that an
+    /// earlier command since the last barrier touched, with a write on either side. Independent
+    /// small copies then run concurrently on the copy engine instead of draining it one by one.
+    fn push(&self, l: &Live, st: &mut State, bytes: u64, d2h: bool, acc: &[Access], rec: impl FnOnce(vk::CommandBuffer)) -> Result<()> {
         self.begin(l, st)?;
         let Some(b) = st.open.as_mut() else { return Err(Error::unsupported("no open batch")) };
-        if b.cmds > 0 {
+        if b.cmds > 0 && b.conflicts(acc) {
             barrier(l, b.cmd);
+            b.touched.clear();
         }
+        b.touched.extend(acc.iter().map(|a| (a.buffer, a.start, a.end, a.write)));
         rec(b.cmd);
         b.cmds += 1;
         b.bytes += bytes;
@@ -870,7 +904,9 @@ impl Stream {
         dst.note_use(&inner.weak(), StreamInner::batch_value(&st));
         let b = dst.raw();
         // SAFETY: recording into our open command buffer; `dst` waits for this use on drop.
-        inner.push(&l, &mut st, len as u64, false, |cmd| unsafe { l.device.cmd_fill_buffer(cmd, b, offset as u64, len as u64, value) })
+        let acc = [Access { buffer: b, start: offset as u64, end: (offset + len) as u64, write: true }];
+        inner
+            .push(&l, &mut st, len as u64, false, &acc, |cmd| unsafe { l.device.cmd_fill_buffer(cmd, b, offset as u64, len as u64, value) })
     }
 
     /// Submits recorded work now, without waiting.

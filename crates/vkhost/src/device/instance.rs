@@ -3,6 +3,13 @@
 //! The loader is opened once per process (`ash::Entry::load`); a missing loader is
 //! `Error::LoaderMissing`, never a panic. Each `Device` owns its own `VkInstance`, so its
 //! debug messenger counts only that device's validation errors and its teardown is independent.
+//!
+//! Driver workaround (NVIDIA 580, seen on the H200): the ICD loads glvnd's libEGL, which
+//! registers a thread-exit destructor. When the last VkInstance is destroyed the loader unloads
+//! the ICD; a thread that exits afterwards jumps into unmapped code (SIGSEGV in libEGL.so.1 at
+//! thread exit, only with instances created and destroyed on several threads). vkhost therefore
+//! keeps one layer-less instance for the life of the process ([`keep_icds_loaded`]), so ICDs
+//! are never unloaded. It costs one idle instance and is never destroyed (reachable, not leaked).
 
 use crate::error::{Error, Result, VkResultExt};
 use ash::vk;
@@ -23,6 +30,19 @@ pub(crate) fn entry() -> Result<ash::Entry> {
         })
         .clone()
         .map_err(|reason| Error::LoaderMissing { reason })
+}
+
+/// Creates, once, an instance that lives as long as the process: it pins the ICD libraries
+/// (see the module docs). Failure is ignored: it is a workaround, not a requirement.
+fn keep_icds_loaded(entry: &ash::Entry) {
+    struct Pinned(#[allow(dead_code)] Option<ash::Instance>);
+    static KEEP: OnceLock<Pinned> = OnceLock::new();
+    KEEP.get_or_init(|| {
+        let app = vk::ApplicationInfo::default().application_name(c"vkhost-keepalive").api_version(vk::API_VERSION_1_1);
+        let info = vk::InstanceCreateInfo::default().application_info(&app);
+        // SAFETY: a plain instance with no layers or extensions; never destroyed on purpose.
+        Pinned(unsafe { entry.create_instance(&info, None) }.ok())
+    });
 }
 
 /// Counts of validation messages, shared with the messenger callback.
@@ -106,6 +126,7 @@ fn messenger_info(counts: &Arc<ValidationCounts>) -> vk::DebugUtilsMessengerCrea
 /// asked for and the layer is absent.
 pub(crate) fn create(validation: bool, counts: &Arc<ValidationCounts>) -> Result<InstanceParts> {
     let entry = entry()?;
+    keep_icds_loaded(&entry);
     // SAFETY: plain query on a loaded entry.
     let loader_version =
         unsafe { entry.try_enumerate_instance_version() }.call("vkEnumerateInstanceVersion")?.unwrap_or(vk::API_VERSION_1_0);
