@@ -4,7 +4,6 @@
 mod common;
 use common::*;
 use proptest::prelude::*;
-use std::sync::OnceLock;
 use vkhost::host::{self, entries_of};
 use vkhost::{CopyPath, Device, PinnedBuffer};
 
@@ -37,11 +36,6 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn dev() -> &'static Checked {
-    static D: OnceLock<Checked> = OnceLock::new();
-    D.get_or_init(|| device().expect("device"))
-}
-
 /// Clamps a copy to the host region and the device buffer.
 fn clamp(pinned: bool, h: usize, l: usize, d: usize) -> (usize, usize, usize) {
     let hl = if pinned { PIN } else { ARENA };
@@ -50,11 +44,20 @@ fn clamp(pinned: bool, h: usize, l: usize, d: usize) -> (usize, usize, usize) {
     (h, l, d)
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
-    #[test]
-    fn copies_match_the_model(ops in proptest::collection::vec(op(), 1..24), seed in any::<u8>()) {
-        let d: &Device = dev();
+/// One device for every case, destroyed (and checked for validation errors) at the end.
+#[test]
+fn copies_match_the_model() {
+    let d = device().expect("device");
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(500);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig { cases, ..ProptestConfig::default() });
+    let strategy = (proptest::collection::vec(op(), 1..24), any::<u8>());
+    if let Err(e) = runner.run(&strategy, |(ops, seed)| one_case(&d, ops, seed)) {
+        panic!("{e}");
+    }
+}
+
+fn one_case(d: &Device, ops: Vec<Op>, seed: u8) -> Result<(), TestCaseError> {
+    {
         let errors_before = d.validation_errors();
         let stream = d.stream().unwrap();
         let mut arena = Pages::new(ARENA);
@@ -82,7 +85,9 @@ proptest! {
                     // SAFETY: inside the arena, which outlives the registrations.
                     let r = unsafe { host::register(d, base + a, l) };
                     prop_assert_eq!(r.is_err(), clash, "register {}+{}: {:?}", a, l, r);
-                    if r.is_ok() { regs.push((a, l)); }
+                    if r.is_ok() {
+                        regs.push((a, l));
+                    }
                 }
                 Op::Unregister(i) => {
                     if !regs.is_empty() {
@@ -98,7 +103,9 @@ proptest! {
                     if matches!(op, Op::H2d(..)) {
                         // SAFETY: inside the arena or the pinned block.
                         let path = unsafe { host::copy_to_device(d, src as *const u8, l, &buf, o) }.unwrap();
-                        if p { prop_assert_eq!(path, CopyPath::Direct); }
+                        if p {
+                            prop_assert_eq!(path, CopyPath::Direct);
+                        }
                     } else {
                         // SAFETY: as above; host memory is not written until synchronize.
                         unsafe { stream.copy_to_device_async(src as *const u8, l, &buf, o) }.unwrap();
@@ -135,4 +142,5 @@ proptest! {
         prop_assert_eq!(entries_of(d), 0);
         prop_assert_eq!(d.validation_errors(), errors_before, "validation: {:?}", d.last_validation_error());
     }
+    Ok(())
 }
