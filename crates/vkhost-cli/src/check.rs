@@ -251,7 +251,7 @@ fn refusals(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
     if unsafe { libc::munmap(gone_ptr.cast(), 2 * 4096) } != 0 {
         return Err("munmap failed".into());
     }
-    // SAFETY (all register calls): each is expected to be refused before touching memory, or
+    // SAFETY: (all register calls) each is expected to be refused before touching memory, or
     // registers memory that outlives the registration.
     unsafe {
         expect("register unmapped", host::register(dev, gone_ptr, 100), if can_register { inv } else { unsup }, n0);

@@ -3,9 +3,11 @@
 //! A [`Stream`] records copies into an open batch (one command buffer) and submits it when it
 //! holds enough work, when a staging chunk fills, or on [`Stream::record`],
 //! [`Stream::synchronize`], [`Stream::flush`] or any wait. Batch k signals value k on the
-//! stream's timeline semaphore. Commands in a batch are separated by global transfer barriers,
-//! so a stream is ordered like a CUDA stream; each batch also starts with one, ordering it after
-//! the previous batch on the same queue, and ends with a transfer → host barrier for d2h.
+//! stream's timeline semaphore. A stream is ordered like a CUDA stream: within a batch a global
+//! transfer barrier goes between two commands whenever they touch overlapping bytes of one
+//! buffer with a write on either side (independent copies run concurrently); each batch starts
+//! with one, ordering it after the previous batch on the same queue, and ends with a transfer →
+//! host barrier when it writes host memory.
 //!
 //! Host memory:
 //! - a range covered by a registration or pinned block is copied directly and the call returns
@@ -20,7 +22,7 @@
 //! engines where the device has two.
 
 use crate::buffer::DeviceBuffer;
-use crate::device::submit::{par_copy, HostSide};
+use crate::device::submit::{host_read_barrier, par_copy, transfer_barrier, HostSide};
 use crate::device::{lock, Bound, Device, Live, Queue, Shared};
 use crate::error::{Error, Result};
 use crate::fault::{self, Point};
@@ -366,7 +368,8 @@ impl StreamInner {
             st.free_cmds.push(cmd);
             return Err(s.fail("vkBeginCommandBuffer", c));
         }
-        barrier(l, cmd);
+        // SAFETY: `cmd` was just begun and is ours, under the stream lock.
+        unsafe { transfer_barrier(&l.device, cmd) };
         st.open = Some(Batch { cmd, cmds: 0, bytes: 0, d2h: false, touched: Vec::new() });
         Ok(())
     }
@@ -383,18 +386,7 @@ impl StreamInner {
         // SAFETY: `b.cmd` is in the recording state, owned by this stream.
         unsafe {
             if b.d2h {
-                let after = vk::MemoryBarrier::default()
-                    .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-                    .dst_access_mask(vk::AccessFlags::HOST_READ);
-                d.cmd_pipeline_barrier(
-                    b.cmd,
-                    vk::PipelineStageFlags::TRANSFER,
-                    vk::PipelineStageFlags::HOST,
-                    vk::DependencyFlags::empty(),
-                    &[after],
-                    &[],
-                    &[],
-                );
+                host_read_barrier(d, b.cmd);
             }
             if let Err(c) = d.end_command_buffer(b.cmd) {
                 st.free_cmds.push(b.cmd);
@@ -665,7 +657,8 @@ impl StreamInner {
         self.begin(l, st)?;
         let Some(b) = st.open.as_mut() else { return Err(Error::unsupported("no open batch")) };
         if b.cmds > 0 && b.conflicts(acc) {
-            barrier(l, b.cmd);
+            // SAFETY: the open batch's command buffer is recording, under the stream lock.
+            unsafe { transfer_barrier(&l.device, b.cmd) };
             b.touched.clear();
         }
         b.touched.extend(acc.iter().map(|a| (a.buffer, a.start, a.end, a.write)));
@@ -783,24 +776,6 @@ impl StreamInner {
     fn weak(&self) -> Weak<StreamInner> {
         self.me.clone()
     }
-}
-
-fn barrier(l: &Live, cmd: vk::CommandBuffer) {
-    let b = vk::MemoryBarrier::default()
-        .src_access_mask(vk::AccessFlags::TRANSFER_WRITE | vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::HOST_WRITE)
-        .dst_access_mask(vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE);
-    // SAFETY: `cmd` is in the recording state and owned by the caller's stream.
-    unsafe {
-        l.device.cmd_pipeline_barrier(
-            cmd,
-            vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::HOST,
-            vk::PipelineStageFlags::TRANSFER,
-            vk::DependencyFlags::empty(),
-            &[b],
-            &[],
-            &[],
-        )
-    };
 }
 
 impl Stream {

@@ -343,6 +343,31 @@ fn complete(s: &Shared, l: &Live, slot: &mut Slot, staging: Option<SendPtr>) -> 
     Ok(())
 }
 
+/// Orders what follows in `cmd` after earlier transfer and host accesses (same command buffer,
+/// or earlier submissions on the same queue).
+///
+/// # Safety
+/// `cmd` is in the recording state and externally synchronized by the caller.
+pub(crate) unsafe fn transfer_barrier(d: &ash::Device, cmd: vk::CommandBuffer) {
+    let b = vk::MemoryBarrier::default()
+        .src_access_mask(vk::AccessFlags::TRANSFER_WRITE | vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::HOST_WRITE)
+        .dst_access_mask(vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE);
+    let (src, dst) = (vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::HOST, vk::PipelineStageFlags::TRANSFER);
+    // SAFETY: the caller's contract.
+    unsafe { d.cmd_pipeline_barrier(cmd, src, dst, vk::DependencyFlags::empty(), &[b], &[], &[]) };
+}
+
+/// Makes transfer writes in `cmd` visible to host reads once the submission is waited on.
+///
+/// # Safety
+/// As for [`transfer_barrier`].
+pub(crate) unsafe fn host_read_barrier(d: &ash::Device, cmd: vk::CommandBuffer) {
+    let b = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(vk::AccessFlags::HOST_READ);
+    let (src, dst) = (vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::HOST);
+    // SAFETY: the caller's contract.
+    unsafe { d.cmd_pipeline_barrier(cmd, src, dst, vk::DependencyFlags::empty(), &[b], &[], &[]) };
+}
+
 #[allow(clippy::too_many_arguments)]
 unsafe fn submit_batch(
     s: &Shared,
@@ -373,20 +398,8 @@ unsafe fn submit_batch(
         d.reset_command_buffer(cmd, vk::CommandBufferResetFlags::empty()).map_err(|c| s.fail("vkResetCommandBuffer", c))?;
         d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT))
             .map_err(|c| s.fail("vkBeginCommandBuffer", c))?;
-        // Order against earlier transfers on this queue (write-after-write and read-after-write
-        // across submissions on the same buffers).
-        let before = vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE | vk::AccessFlags::HOST_WRITE)
-            .dst_access_mask(vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE);
-        d.cmd_pipeline_barrier(
-            cmd,
-            vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::HOST,
-            vk::PipelineStageFlags::TRANSFER,
-            vk::DependencyFlags::empty(),
-            &[before],
-            &[],
-            &[],
-        );
+        // Order against earlier transfers on this queue (across submissions on the same buffers).
+        transfer_barrier(d, cmd);
         for op in ops {
             let (host_buf, host_off) = match (op.src, staging) {
                 (OpSrc::Direct { buffer, offset }, _) => (buffer, offset),
@@ -405,18 +418,7 @@ unsafe fn submit_batch(
             d.cmd_copy_buffer(cmd, src, dst, &[region]);
         }
         if dir == Dir::ToHost {
-            // Make the device's writes visible to host reads after the fence wait.
-            let after =
-                vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(vk::AccessFlags::HOST_READ);
-            d.cmd_pipeline_barrier(
-                cmd,
-                vk::PipelineStageFlags::TRANSFER,
-                vk::PipelineStageFlags::HOST,
-                vk::DependencyFlags::empty(),
-                &[after],
-                &[],
-                &[],
-            );
+            host_read_barrier(d, cmd);
         }
         d.end_command_buffer(cmd).map_err(|c| s.fail("vkEndCommandBuffer", c))?;
         d.reset_fences(&[slot.fence]).map_err(|c| s.fail("vkResetFences", c))?;
