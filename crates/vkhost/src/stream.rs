@@ -57,10 +57,19 @@ struct Batch {
     d2h: bool,
     /// Buffer ranges touched since the last barrier: (buffer, start, end, written).
     touched: Vec<(vk::Buffer, u64, u64, bool)>,
+    /// Copies between one pair of buffers not yet recorded: consecutive copies between the same
+    /// buffers become one vkCmdCopyBuffer with several regions, and contiguous ones one region.
+    merged: Option<Merged>,
+}
+
+struct Merged {
+    src: vk::Buffer,
+    dst: vk::Buffer,
+    regions: Vec<vk::BufferCopy>,
 }
 
 /// How many accesses to track before a barrier is cheaper than checking.
-const TRACKED: usize = 64;
+const TRACKED: usize = 128;
 
 /// A buffer range a command reads or writes.
 #[derive(Clone, Copy)]
@@ -72,6 +81,36 @@ struct Access {
 }
 
 impl Batch {
+    /// Records the merged copy, if any.
+    ///
+    /// # Safety
+    /// `self.cmd` is recording, under the stream lock; the buffers named are alive until the
+    /// batch completes.
+    unsafe fn emit(&mut self, d: &ash::Device) {
+        if let Some(m) = self.merged.take() {
+            // SAFETY: the caller's contract; the regions do not overlap (a conflict would have
+            // emitted the earlier ones and put a barrier in between).
+            unsafe { d.cmd_copy_buffer(self.cmd, m.src, m.dst, &m.regions) };
+        }
+    }
+
+    /// Puts a barrier before a command making the accesses `acc` if it conflicts with one since
+    /// the last barrier (recording pending copies first), then tracks `acc`.
+    ///
+    /// # Safety
+    /// As for [`Batch::emit`].
+    unsafe fn order(&mut self, d: &ash::Device, acc: &[Access]) {
+        if self.cmds > 0 && self.conflicts(acc) {
+            // SAFETY: the caller's contract.
+            unsafe {
+                self.emit(d);
+                transfer_barrier(d, self.cmd);
+            }
+            self.touched.clear();
+        }
+        self.touched.extend(acc.iter().map(|a| (a.buffer, a.start, a.end, a.write)));
+    }
+
     /// Whether `acc` conflicts with an access since the last barrier (a write on either side of
     /// overlapping bytes of one buffer): then a barrier must separate them.
     fn conflicts(&self, acc: &[Access]) -> bool {
@@ -369,7 +408,7 @@ impl StreamInner {
         }
         // SAFETY: `cmd` was just begun and is ours, under the stream lock.
         unsafe { transfer_barrier(&l.device, cmd) };
-        st.open = Some(Batch { cmd, cmds: 0, bytes: 0, d2h: false, touched: Vec::new() });
+        st.open = Some(Batch { cmd, cmds: 0, bytes: 0, d2h: false, touched: Vec::new(), merged: None });
         Ok(())
     }
 
@@ -380,10 +419,11 @@ impl StreamInner {
         }
         self.begin(l, st)?;
         let s = &*self.shared;
-        let Some(b) = st.open.take() else { return Ok(()) };
+        let Some(mut b) = st.open.take() else { return Ok(()) };
         let d = &l.device;
         // SAFETY: `b.cmd` is in the recording state, owned by this stream.
         unsafe {
+            b.emit(d);
             if b.d2h {
                 host_read_barrier(d, b.cmd);
             }
@@ -644,9 +684,32 @@ impl StreamInner {
             Access { buffer: src, start: region.src_offset, end: region.src_offset + region.size, write: false },
             Access { buffer: dst, start: region.dst_offset, end: region.dst_offset + region.size, write: true },
         ];
-        // SAFETY: recording into our open command buffer; both buffers are alive until the batch
-        // completes (imports and device buffers wait for their last use before release).
-        self.push(l, st, region.size, d2h, &acc, |cmd| unsafe { l.device.cmd_copy_buffer(cmd, src, dst, &[region]) })
+        self.begin(l, st)?;
+        let Some(b) = st.open.as_mut() else { return Err(Error::unsupported("no open batch")) };
+        let d = &l.device;
+        // SAFETY: recording into our open command buffer under the stream lock; both buffers are
+        // alive until the batch completes (imports and device buffers wait for their last use).
+        unsafe { b.order(d, &acc) };
+        match b.merged.as_mut() {
+            Some(m) if m.src == src && m.dst == dst => match m.regions.last_mut() {
+                Some(last) if last.src_offset + last.size == region.src_offset && last.dst_offset + last.size == region.dst_offset => {
+                    last.size += region.size
+                }
+                _ => m.regions.push(region),
+            },
+            _ => {
+                // SAFETY: as above.
+                unsafe { b.emit(d) };
+                b.merged = Some(Merged { src, dst, regions: vec![region] });
+            }
+        }
+        b.cmds += 1;
+        b.bytes += region.size;
+        b.d2h |= d2h;
+        if b.cmds >= BATCH_CMDS || b.bytes >= BATCH_BYTES {
+            self.flush(l, st)?;
+        }
+        Ok(())
     }
 
     /// Records one command (`rec`) that makes the accesses `acc`, and flushes a full batch.
@@ -657,12 +720,12 @@ impl StreamInner {
     fn push(&self, l: &Live, st: &mut State, bytes: u64, d2h: bool, acc: &[Access], rec: impl FnOnce(vk::CommandBuffer)) -> Result<()> {
         self.begin(l, st)?;
         let Some(b) = st.open.as_mut() else { return Err(Error::unsupported("no open batch")) };
-        if b.cmds > 0 && b.conflicts(acc) {
-            // SAFETY: the open batch's command buffer is recording, under the stream lock.
-            unsafe { transfer_barrier(&l.device, b.cmd) };
-            b.touched.clear();
+        // SAFETY: the open batch's command buffer is recording, under the stream lock; pending
+        // copies are recorded first so command order is stream order.
+        unsafe {
+            b.order(&l.device, acc);
+            b.emit(&l.device);
         }
-        b.touched.extend(acc.iter().map(|a| (a.buffer, a.start, a.end, a.write)));
         rec(b.cmd);
         b.cmds += 1;
         b.bytes += bytes;
