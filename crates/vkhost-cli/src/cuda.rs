@@ -174,7 +174,10 @@ mod imp {
             }
             Ok(())
         })?;
-        for (dir, s, note) in [("async", a, format!("{many} x 4K async to scattered offsets + synchronize")), ("sync", sy, format!("{many} x 4K synchronous"))] {
+        for (dir, s, note) in [
+            ("async", a, format!("{many} x 4K async to scattered offsets + synchronize")),
+            ("sync", sy, format!("{many} x 4K synchronous")),
+        ] {
             let mut p = pt("pinned", dir, k as u64, (many * k) as u64, s);
             p.kind = "small-async";
             p.note = note;

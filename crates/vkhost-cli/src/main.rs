@@ -25,6 +25,8 @@ enum Cmd {
     Bench(Box<bench::Args>),
     /// Self-test vkhost on this driver: every copy path, refusals, teardown; exit 1 on failure.
     Check(check::Args),
+    /// Re-plot a saved `vkhost bench --json` file as SVG.
+    Plot(plot::Args),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
         Cmd::Devices(a) => devices::run(a),
         Cmd::Bench(a) => bench::run(*a),
         Cmd::Check(a) => check::run(a),
+        Cmd::Plot(a) => plot::run(a),
     };
     match r {
         Ok(code) => code,

@@ -93,6 +93,12 @@ fn bench_json_matches_schema_and_svg_is_written() {
     assert!(points.iter().any(|p| p["kind"] == "small-async"));
     let svg = std::fs::read_to_string(&s).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("</svg>") && svg.contains("pinned h2d"));
+    // The JSON re-plots.
+    let s2 = tmp("replot.svg");
+    let o = vkhost(&["plot", j.to_str().unwrap(), s2.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let svg2 = std::fs::read_to_string(&s2).unwrap();
+    assert!(svg2.starts_with("<svg") && svg2.contains("registered d2h") && svg2.contains("1M"));
 }
 
 #[test]
