@@ -1,5 +1,7 @@
 //! `vkhost`: list Vulkan devices, measure host↔device bandwidth, self-check the driver.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 mod bench;
 mod check;
 mod cuda;

@@ -20,6 +20,7 @@
 //! |---|---|---|
 //! | [`PinnedBuffer`], [`Registration`], [`DeviceBuffer::write`]/[`read`](DeviceBuffer::read) | owning types and slice copies | safe |
 //! | [`host`] functions | the seed's address-based API, for runtimes and FFI | `register` and the copies are `unsafe` |
+//! | [`Stream`], [`Event`], [`Pending`] | async copies on a queue, timeline-semaphore events | `Pending` guards are safe; raw async copies are `unsafe` |
 //! | [`Device`], [`DeviceBuffer`] | the Vulkan device: queues, submission, teardown, interop ([`Device::raw`]) | safe |
 //! | `host::registry`, `memtype` | pure data: the interval registry, memory-type ranking | no Vulkan |
 //!
@@ -37,12 +38,17 @@
 //!
 //! // Your own memory, registered for as long as the guard lives.
 //! let mut mine = vec![0u8; 1 << 20];
-//! {
-//!     let reg = dev.register(&mut mine)?;
-//!     gpu.read(0, &mut vec![0u8; 16])?; // plain Vec: staged
-//!     drop(reg);
-//! }
-//! assert_eq!(vkhost::host::stats().staged_bytes, 16);
+//! let mut reg = dev.register(&mut mine)?;
+//! gpu.read(0, &mut reg)?; // direct into your pages
+//! drop(reg);
+//!
+//! // Async: enqueue, keep working, wait when the bytes are needed.
+//! let stream = dev.stream()?;
+//! let pending = stream.upload(&pinned, &gpu, 0)?;
+//! pending.wait()?;
+//!
+//! println!("{:?}", vkhost::host::stats()); // direct_bytes, staged_bytes, live entries
+//! drop(pinned);
 //! dev.destroy()?;
 //! # Ok(()) }
 //! ```

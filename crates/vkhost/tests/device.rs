@@ -47,6 +47,9 @@ fn device_is_clone_send_sync() {
     assert_send_sync::<vkhost::DeviceBuffer>();
     assert_send_sync::<vkhost::PinnedBuffer>();
     assert_send_sync::<vkhost::Registration<'static>>();
+    assert_send_sync::<vkhost::Stream>();
+    assert_send_sync::<vkhost::Event>();
+    assert_send_sync::<vkhost::Pending<'static>>();
     assert_send_sync::<Error>();
 }
 
