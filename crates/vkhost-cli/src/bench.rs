@@ -315,7 +315,8 @@ impl Ctx {
     }
 }
 
-fn point(api: &'static str, kind: &'static str, path: &str, dir: &str, size: u64, moved: u64, s: Summary) -> Point {
+/// A point with no check, note or extra data yet.
+pub fn point(api: &'static str, kind: &'static str, path: &str, dir: &str, size: u64, moved: u64, s: Summary) -> Point {
     Point {
         api,
         kind,

@@ -47,27 +47,10 @@ fn libcuda_present() -> bool {
 #[cfg(feature = "cuda")]
 mod imp {
     use super::*;
-    use crate::bench::measure;
+    use crate::bench::{measure, point};
     use crate::devices::anyhow_free::Result;
-    use crate::stats::summarize;
     use cudarc::driver::CudaContext;
     use serde_json::json;
-    use std::time::Instant;
-
-    fn pt(path: &str, dir: &str, size: u64, moved: u64, s: crate::stats::Summary) -> Point {
-        Point {
-            api: "cuda",
-            kind: "copy",
-            path: path.into(),
-            dir: dir.into(),
-            size,
-            bytes_moved: moved,
-            s,
-            verified: None,
-            note: String::new(),
-            extra: serde_json::Value::Null,
-        }
-    }
 
     pub fn run(sizes: &[u64], iters: usize, budget: Duration, dirs: &[DirKind]) -> Result<Vec<Point>> {
         let ctx = CudaContext::new(0)?;
@@ -83,7 +66,6 @@ mod imp {
         p1.as_mut_slice()?.fill(7);
         p2.as_mut_slice()?.fill(7);
         let mut v1 = vec![7u8; max];
-        let mut v2 = vec![7u8; max];
         let mut out = Vec::new();
         for &size in sizes {
             let n = size as usize;
@@ -111,30 +93,22 @@ mod imp {
                             s1.synchronize()?;
                             Ok(())
                         })?,
-                        DirKind::Bidir if pinned => {
-                            // Two streams, one h2d and one d2h at once, as cuda_baseline.py does.
-                            let mut t = Vec::new();
-                            let mut go = || -> Result<f64> {
-                                let t0 = Instant::now();
-                                let mut dv = d1.slice_mut(..n);
-                                s1.memcpy_htod(&p1.as_slice()?[..n], &mut dv)?;
-                                let dv2 = d2.slice(..n);
-                                s2.memcpy_dtoh(&dv2, &mut p2.as_mut_slice()?[..n])?;
-                                s1.synchronize()?;
-                                s2.synchronize()?;
-                                Ok(t0.elapsed().as_secs_f64())
-                            };
-                            go()?;
-                            let b = Instant::now();
-                            while t.len() < iters.max(1) && (t.is_empty() || b.elapsed() < budget) {
-                                t.push(go()?);
-                            }
-                            summarize(&t).ok_or("no samples")?
-                        }
+                        // Two streams, one h2d and one d2h at once, as cuda_baseline.py does.
+                        DirKind::Bidir if pinned => measure(iters, budget, || {
+                            let mut dv = d1.slice_mut(..n);
+                            s1.memcpy_htod(&p1.as_slice()?[..n], &mut dv)?;
+                            let dv2 = d2.slice(..n);
+                            s2.memcpy_dtoh(&dv2, &mut p2.as_mut_slice()?[..n])?;
+                            s1.synchronize()?;
+                            s2.synchronize()?;
+                            Ok(())
+                        })?,
                         DirKind::Bidir => continue,
                     };
                     let moved = if dir == DirKind::Bidir { 2 * size } else { size };
-                    let mut p = pt(
+                    let mut p = point(
+                        "cuda",
+                        "copy",
                         path,
                         match dir {
                             DirKind::H2d => "h2d",
@@ -152,34 +126,31 @@ mod imp {
                 }
             }
         }
-        let _ = (&mut v2, &mut p2);
         // The small-async figure: 1000 async 4 KiB copies + one synchronize vs 1000 synchronous.
         let k = 4096usize;
         let many = 1000usize.min(max / k);
         // The same scattered destinations as the Vulkan figure.
         let dst_of = |i: usize| (i * 617) % many * k;
-        let a = measure(iters.min(5), budget, || {
-            for i in 0..many {
-                let mut dv = d1.slice_mut(dst_of(i)..dst_of(i) + k);
-                s1.memcpy_htod(&p1.as_slice()?[i * k..(i + 1) * k], &mut dv)?;
-            }
-            s1.synchronize()?;
-            Ok(())
-        })?;
-        let sy = measure(iters.min(5), budget, || {
-            for i in 0..many {
-                let mut dv = d1.slice_mut(dst_of(i)..dst_of(i) + k);
-                s1.memcpy_htod(&p1.as_slice()?[i * k..(i + 1) * k], &mut dv)?;
+        let mut run = |sync_each: bool| {
+            measure(iters.min(5), budget, || {
+                for i in 0..many {
+                    let mut dv = d1.slice_mut(dst_of(i)..dst_of(i) + k);
+                    s1.memcpy_htod(&p1.as_slice()?[i * k..(i + 1) * k], &mut dv)?;
+                    if sync_each {
+                        s1.synchronize()?;
+                    }
+                }
                 s1.synchronize()?;
-            }
-            Ok(())
-        })?;
+                Ok(())
+            })
+        };
+        let a = run(false)?;
+        let sy = run(true)?;
         for (dir, s, note) in [
             ("async", a, format!("{many} x 4K async to scattered offsets + synchronize")),
             ("sync", sy, format!("{many} x 4K synchronous")),
         ] {
-            let mut p = pt("pinned", dir, k as u64, (many * k) as u64, s);
-            p.kind = "small-async";
+            let mut p = point("cuda", "small-async", "pinned", dir, k as u64, (many * k) as u64, s);
             p.note = note;
             out.push(p);
         }

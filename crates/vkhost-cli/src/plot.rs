@@ -84,18 +84,9 @@ pub fn run(a: Args) -> Result<std::process::ExitCode> {
         let moved = if dir == "bidir" { 2 * size } else { size };
         let s =
             crate::stats::Summary { median, min: p["min_s"].as_f64().unwrap_or(median), max: p["max_s"].as_f64().unwrap_or(median), n: 1 };
-        points.push(Point {
-            api,
-            kind,
-            path: p["path"].as_str().unwrap_or_default().to_string(),
-            dir,
-            size,
-            bytes_moved: moved,
-            s,
-            verified: p["verified"].as_bool(),
-            note: String::new(),
-            extra: serde_json::Value::Null,
-        });
+        let mut pt = crate::bench::point(api, kind, p["path"].as_str().unwrap_or_default(), &dir, size, moved, s);
+        pt.verified = p["verified"].as_bool();
+        points.push(pt);
     }
     let refs: Vec<&Point> = points.iter().collect();
     svg(&a.output, &refs, &title)?;

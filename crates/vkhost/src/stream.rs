@@ -595,8 +595,11 @@ impl StreamInner {
             }
             Err(e) => {
                 log::warn!("{}: stream shutdown: {e}; waiting for the queue to go idle", s.id);
-                // SAFETY: waiting idle is always allowed; it makes every object below unused.
-                let _ = unsafe { l.device.device_wait_idle() };
+                let q = pick_queue(l, self.queue_kind, self.queue_index);
+                let g = lock(&q.raw);
+                // SAFETY: the queue is externally synchronized by its lock; once idle, nothing
+                // this stream submitted runs, so the objects below are unused.
+                let _ = unsafe { l.device.queue_wait_idle(*g) };
             }
         }
         st.dead = true;
@@ -942,10 +945,12 @@ impl Stream {
         }
         dst.note_use(&inner.weak(), StreamInner::batch_value(&st));
         let b = dst.raw();
-        // SAFETY: recording into our open command buffer; `dst` waits for this use on drop.
         let acc = [Access { buffer: b, start: offset as u64, end: (offset + len) as u64, write: true }];
-        inner
-            .push(&l, &mut st, len as u64, false, &acc, |cmd| unsafe { l.device.cmd_fill_buffer(cmd, b, offset as u64, len as u64, value) })
+        let rec = |cmd| {
+            // SAFETY: recording into our open command buffer; `dst` waits for this use on drop.
+            unsafe { l.device.cmd_fill_buffer(cmd, b, offset as u64, len as u64, value) }
+        };
+        inner.push(&l, &mut st, len as u64, false, &acc, rec)
     }
 
     /// Submits recorded work now, without waiting.

@@ -105,6 +105,7 @@ fn raw_handles_usable() {
     // SAFETY: plain queries on live handles.
     let props = unsafe { raw.instance.get_physical_device_properties(raw.physical_device) };
     assert_eq!(props.device_id, d.info().device_id);
+    // SAFETY: a plain query on live handles.
     let fams = unsafe { raw.instance.get_physical_device_queue_family_properties(raw.physical_device) };
     assert!(fams[raw.compute_family as usize].queue_flags.contains(vkhost::vk::QueueFlags::COMPUTE));
 }
@@ -162,6 +163,7 @@ fn validation_layer_counts_errors() {
     // SAFETY: deliberately invalid create info for the layer to catch; the buffer is destroyed
     // right after and never bound or used.
     if let Ok(b) = unsafe { raw.device.create_buffer(&info, None) } {
+        // SAFETY: the buffer was created just above, never bound or used.
         unsafe { raw.device.destroy_buffer(b, None) };
     }
     assert!(d.validation_errors() >= 1, "the validation layer did not report a size-0 buffer");

@@ -46,6 +46,20 @@ impl Env {
     }
 }
 
+impl Env {
+    /// Unregisters (late, after a loss), frees the pinned block and the buffer, destroys the
+    /// device, and checks that nothing is left and validation saw no error.
+    fn finish(self, ctx: &str) {
+        let Env { dev, mem, pinned, buf, reg_base } = self;
+        assert_eq!(host::unregister(&dev, reg_base), Ok(()), "{ctx}: late unregister");
+        drop((pinned, buf));
+        dev.destroy().unwrap();
+        assert_eq!(dev.live_objects(), vkhost::LiveObjects::default(), "{ctx}: objects left at destroy");
+        assert_eq!(dev.validation_errors(), 0, "{ctx}: validation errors: {:?}", dev.last_validation_error());
+        drop(mem);
+    }
+}
+
 type Op = fn(&mut Env) -> vkhost::Result<()>;
 
 fn op_register(e: &mut Env) -> vkhost::Result<()> {
@@ -74,6 +88,7 @@ fn op_direct(e: &mut Env) -> vkhost::Result<()> {
     e.mem.slice()[8 * 4096..12 * 4096].copy_from_slice(&pattern(n, 2));
     // SAFETY: the registered range lies in the live mapping.
     unsafe { host::copy_to_device(&e.dev, e.reg_base as *const u8, n, &e.buf, 0) }?;
+    // SAFETY: the pinned block holds n bytes and outlives the call.
     unsafe { host::copy_to_host(&e.dev, &e.buf, 0, e.pinned.as_mut_ptr(), n) }?;
     assert!(e.pinned[..n] == pattern(n, 2)[..]);
     Ok(())
@@ -85,6 +100,7 @@ fn op_mixed(e: &mut Env) -> vkhost::Result<()> {
     // SAFETY: inside the live mapping.
     let p = unsafe { host::copy_to_device(&e.dev, from as *const u8, n, &e.buf, 0) }?;
     assert_eq!(p, vkhost::CopyPath::Mixed);
+    // SAFETY: inside the live mapping.
     unsafe { host::copy_to_host(&e.dev, &e.buf, 0, from as *mut u8, n) }?;
     Ok(())
 }
@@ -145,15 +161,8 @@ fn sweep(name: &str, op: Op) {
                     assert_eq!(op(&mut env).unwrap_err(), Error::DeviceLost, "{ctx}: op after loss");
                     assert_eq!(env.dev.alloc_buffer(16).unwrap_err(), Error::DeviceLost, "{ctx}");
                     assert_eq!(env.buf.write(0, &[1]).unwrap_err(), Error::DeviceLost, "{ctx}");
-                    // ...late unregister and free still work...
-                    assert_eq!(host::unregister(&env.dev, env.reg_base), Ok(()), "{ctx}: late unregister");
-                    let Env { dev, mem, pinned, buf, .. } = env;
-                    drop((pinned, buf));
-                    // ...and destroy is clean.
-                    dev.destroy().unwrap();
-                    assert_eq!(dev.live_objects(), vkhost::LiveObjects::default(), "{ctx}: objects leaked");
-                    assert_eq!(dev.validation_errors(), 0, "{ctx}: validation errors");
-                    drop(mem);
+                    // ...late unregister and free still work, and destroy is clean.
+                    env.finish(&ctx);
                     env = Env::new();
                     op(&mut env).expect("warm-up");
                 } else {
@@ -163,13 +172,7 @@ fn sweep(name: &str, op: Op) {
                 }
                 nth += 1;
             }
-            let Env { dev, pinned, buf, mem, reg_base } = env;
-            host::unregister(&dev, reg_base).unwrap();
-            drop((pinned, buf));
-            dev.destroy().unwrap();
-            assert_eq!(dev.validation_errors(), 0, "{name}: validation errors");
-            assert_eq!(dev.live_objects(), vkhost::LiveObjects::default(), "{name}: objects left at destroy");
-            drop(mem);
+            env.finish(name);
         }
     }
     assert!(fired_total > 0, "{name}: the sweep never injected a fault");
@@ -216,6 +219,7 @@ fn failing_probe_disables_registration() {
     assert!(why.contains("import probe failed"), "{why}");
     assert_eq!(d.import_probe().map(|r| r.is_err()), Some(true));
     let mut v = vec![1u8; 8192];
+    // SAFETY: refused before the memory is touched.
     let e = unsafe { host::register(&d, v.as_mut_ptr(), v.len()) }.unwrap_err();
     assert!(matches!(e, Error::Unsupported { ref reason } if reason.contains("probe")), "{e:?}");
     let buf = d.alloc_buffer(8192).unwrap();

@@ -22,6 +22,7 @@ fn pinned_round_trips_are_direct() {
         // The raw API reports the path.
         // SAFETY: live pinned slices of n bytes.
         assert_eq!(unsafe { host::copy_to_device(&d, src.as_ptr(), n, &buf, 0) }, Ok(CopyPath::Direct));
+        // SAFETY: live pinned slice of n bytes.
         assert_eq!(unsafe { host::copy_to_host(&d, &buf, 0, dst.as_mut_ptr(), n) }, Ok(CopyPath::Direct));
     }
     let s = device_stats(&d);
@@ -132,6 +133,7 @@ fn shared_page_registrations() {
         host::register(&d, base + 10, 100).unwrap();
         host::register(&d, base + 200, 100).unwrap();
     }
+    // SAFETY: refused (overlap) before the memory is touched.
     assert_eq!(unsafe { host::register(&d, base + 50, 200) }, Err(Error::AlreadyRegistered));
     let buf = d.alloc_buffer(100).unwrap();
     m.slice()[200..300].copy_from_slice(&pattern(100, 9));
@@ -250,6 +252,7 @@ fn refusals_leave_nothing_behind() {
 fn policy_never_and_missing_extension_are_unsupported() {
     let d = device_with(OpenOptions { import: ImportPolicy::Never, ..opts() }).unwrap();
     let mut v = vec![1u8; 8192];
+    // SAFETY: refused by policy before the memory is touched.
     let e = unsafe { host::register(&d, v.as_mut_ptr(), v.len()) }.unwrap_err();
     assert_eq!(e, Error::Unsupported { reason: "imports disabled by policy".into() });
     assert!(d.host_registration().unwrap_err().contains("policy"));
@@ -265,6 +268,7 @@ fn policy_never_and_missing_extension_are_unsupported() {
     let raw = d.raw().unwrap();
     // SAFETY: live handles outliving `w`, which is destroyed first.
     let w = unsafe { Device::from_raw(raw, vkhost::Ownership::Borrowed, false, &opts()) }.unwrap();
+    // SAFETY: refused (no extension) before the memory is touched.
     let e = unsafe { host::register(&w, v.as_mut_ptr(), v.len()) }.unwrap_err();
     assert!(matches!(e, Error::Unsupported { ref reason } if reason.contains("external_memory_host")), "{e:?}");
     w.destroy().unwrap();
@@ -277,6 +281,7 @@ fn teardown_tombstones_and_busy() {
     let base = m.ptr as usize;
     // SAFETY: mapping outlives the device.
     unsafe { host::register(&d, base, 4096) }.unwrap();
+    // SAFETY: the mapping outlives the device.
     unsafe { host::register(&d, base + 8192, 100) }.unwrap();
     let pb = host::alloc_pinned(&d, 1 << 20).unwrap();
     let safe = PinnedBuffer::new(&d, 4096).unwrap();
@@ -297,6 +302,7 @@ fn teardown_tombstones_and_busy() {
     assert_eq!(host::unregister(&d, base + 8192), Ok(()));
     assert_eq!(entries_of(&d), 0);
     // New work on the destroyed device.
+    // SAFETY: refused (device destroyed) before the memory is touched.
     assert_eq!(unsafe { host::register(&d, base, 10) }, Err(Error::DeviceDestroyed));
     assert_eq!(host::alloc_pinned(&d, 10).unwrap_err(), Error::DeviceDestroyed);
     assert!(matches!(PinnedBuffer::new(&d, 10), Err(Error::DeviceDestroyed)));

@@ -79,6 +79,7 @@ fn unregister_and_free_pinned_wait_for_pending_work() {
     // SAFETY: the block is alive and the copy finished.
     let got = unsafe { std::slice::from_raw_parts(p.as_ptr(), n) };
     assert!(got == &want[..]);
+    // SAFETY: the block lives until free_pinned, which waits for the copy.
     unsafe { s.copy_to_host_async(&buf, 0, p.as_ptr(), n).unwrap() };
     host::free_pinned(&d, p).unwrap();
     assert_eq!(entries_of(&d), 0);
@@ -124,6 +125,7 @@ fn pageable_source_reusable_right_after_return() {
     unsafe { s.copy_to_device_async(src.as_ptr(), n, &buf, 0).unwrap() };
     src.fill(0xFF); // overwrite at once
     let mut small = vec![0u8; 1000];
+    // SAFETY: pageable source, read before the call returns.
     unsafe { s.copy_to_device_async(small.as_ptr(), 1000, &buf, 7).unwrap() };
     small.fill(1);
     s.synchronize().unwrap();
@@ -166,10 +168,12 @@ fn mixed_async_range() {
     let src = pattern(5 * 4096, 1);
     m.slice()[..5 * 4096].copy_from_slice(&src);
     let buf = d.alloc_buffer(5 * 4096).unwrap();
+    // SAFETY: the mapping outlives the stream work (synchronized below).
     unsafe { s.copy_to_device_async(base as *const u8, 5 * 4096, &buf, 0).unwrap() };
     // The registered page is read by the device later: wait before overwriting it.
     s.record().unwrap().wait().unwrap();
     m.slice().fill(0);
+    // SAFETY: as above; the mapping is untouched until synchronize.
     unsafe { s.copy_to_host_async(&buf, 0, base as *mut u8, 5 * 4096).unwrap() };
     s.synchronize().unwrap();
     assert!(m.slice()[..5 * 4096] == src[..]);
@@ -225,6 +229,7 @@ fn refusals_and_destroy() {
     // Work recorded and not synchronized: destroy completes it.
     let mut out = vec![0u8; 100];
     s.fill_async(&buf, 0, 100, 0x01010101).unwrap();
+    // SAFETY: `out` stays untouched until destroy completes the copy.
     unsafe { s.copy_to_host_async(&buf, 0, out.as_mut_ptr(), 100).unwrap() };
     let ev = s.record().unwrap();
     d.destroy().unwrap();

@@ -326,9 +326,21 @@ pub(crate) unsafe fn execute(s: &Shared, l: &Live, dir: Dir, dev: vk::Buffer, pi
             }
         }
     }
-    // Drain every slot, even after an error: nothing may be in flight when we return.
+    // Drain every slot, even after an error: nothing may be in flight when we return, because
+    // the caller may then free what the copy names (an import, a device buffer, its memory).
     for slot in ctx.slots.iter_mut() {
         let r = complete(s, l, slot, staging.map(|x| x.1));
+        if r.is_err() && slot.pending.is_some() {
+            // The fence wait failed with the submission possibly still running: wait for the
+            // whole queue instead (on a really lost device this returns at once, and nothing
+            // runs any more). The slot's d2h memcpys are dropped: the copy reports an error.
+            let q = lock(&queue.raw);
+            // SAFETY: the queue is externally synchronized by its lock.
+            if let Err(c) = unsafe { l.device.queue_wait_idle(*q) } {
+                log::warn!("{}: vkQueueWaitIdle after a failed fence wait: {c:?}", s.id);
+            }
+            slot.pending = None;
+        }
         if result.is_ok() {
             result = r;
         }
