@@ -217,14 +217,15 @@ impl Uses {
         }
     }
 
-    /// Waits for every noted use (flushing streams as needed). Never fails: errors are logged,
-    /// and a lost device has nothing left running.
+    /// Waits for every noted use (flushing streams as needed), so the caller may release what
+    /// they name. Never fails: if a wait fails, the stream's whole queue is waited idle instead.
     pub(crate) fn wait_all(&self, l: &Live) {
         let uses = std::mem::take(&mut *lock(&self.0));
         for (w, v) in uses {
             if let Some(st) = w.upgrade() {
                 if let Err(e) = st.wait_value(l, v) {
-                    log::warn!("waiting for stream work before release: {e}");
+                    log::warn!("waiting for stream work before release: {e}; waiting for its queue instead");
+                    st.queue_idle(l);
                 }
             }
         }
@@ -581,6 +582,18 @@ impl StreamInner {
         self.reap(l, &mut st)
     }
 
+    /// Waits until the stream's queue is idle (under the queue's lock): the fallback when a
+    /// semaphore wait fails and something must be released. On a lost device it returns at once,
+    /// and nothing runs any more.
+    pub(crate) fn queue_idle(&self, l: &Live) {
+        let q = pick_queue(l, self.queue_kind, self.queue_index);
+        let g = lock(&q.raw);
+        // SAFETY: the queue is externally synchronized by its lock.
+        if let Err(c) = unsafe { l.device.queue_wait_idle(*g) } {
+            log::warn!("{}: vkQueueWaitIdle: {c:?}", self.shared.id);
+        }
+    }
+
     /// Synchronizes and destroys the stream's objects (stream drop, device destroy).
     pub(crate) fn shutdown(&self, l: &Live) {
         let s = &*self.shared;
@@ -595,11 +608,7 @@ impl StreamInner {
             }
             Err(e) => {
                 log::warn!("{}: stream shutdown: {e}; waiting for the queue to go idle", s.id);
-                let q = pick_queue(l, self.queue_kind, self.queue_index);
-                let g = lock(&q.raw);
-                // SAFETY: the queue is externally synchronized by its lock; once idle, nothing
-                // this stream submitted runs, so the objects below are unused.
-                let _ = unsafe { l.device.queue_wait_idle(*g) };
+                self.queue_idle(l);
             }
         }
         st.dead = true;
@@ -637,18 +646,23 @@ impl StreamInner {
         if full {
             // Close this chunk: submit what uses it, so the device starts while we fill the next.
             self.flush(l, st)?;
-            let need = {
-                let Some(r) = st.ring.as_mut() else { return Err(Error::unsupported("no staging ring")) };
-                r.cur = (r.cur + 1) % r.last.len();
-                r.used = 0;
-                r.last[r.cur]
+            let (next, need) = {
+                let Some(r) = st.ring.as_ref() else { return Err(Error::unsupported("no staging ring")) };
+                let next = (r.cur + 1) % r.last.len();
+                (next, r.last[next])
             };
             if need > 0 {
                 if need > st.submitted {
                     self.flush(l, st)?;
                 }
-                self.wait_sem(l, need)?;
+                // Move to the next chunk only once its previous use is done: after a failed wait
+                // the ring stays where it was, and the next call waits again.
+                self.wait_sem(l, need.min(st.submitted))?;
                 self.reap(l, st)?;
+            }
+            if let Some(r) = st.ring.as_mut() {
+                r.cur = next;
+                r.used = 0;
             }
         }
         let v = Self::batch_value(st);
