@@ -127,6 +127,8 @@ struct Done {
 
 /// A pageable d2h piece to copy out of the ring once `value` completes.
 struct Completion {
+    /// The enqueue call that queued it: a failed call removes its own completions.
+    call: u64,
     value: u64,
     ring_off: u64,
     addr: usize,
@@ -154,6 +156,8 @@ struct State {
     waits: Vec<(vk::Semaphore, u64)>,
     ring: Option<Ring>,
     completions: VecDeque<Completion>,
+    /// Numbers enqueue calls, for `Completion::call`.
+    calls: u64,
     /// Set when queued pageable d2h completions were cancelled after an error; the next wait
     /// on this stream reports it, so no caller mistakes an unwritten destination for data.
     cancelled: Option<Error>,
@@ -330,6 +334,7 @@ impl Device {
                 waits: Vec::new(),
                 ring: None,
                 completions: VecDeque::new(),
+                calls: 0,
                 cancelled: None,
                 dead: false,
             }),
@@ -785,9 +790,36 @@ impl StreamInner {
             break p;
         };
         buf.note_use(&self.weak(), Self::batch_value(&st));
-        let mut direct = 0;
-        let mut staged = 0;
-        for piece in &plan.pieces {
+        st.calls += 1;
+        let call = st.calls;
+        let r = self.enqueue_pieces(&l, &mut st, to_device, &plan.pieces, &plan.cells, buf, call);
+        if r.is_err() {
+            // The caller sees an error and may free the destination: the pageable d2h pieces
+            // this call queued must never be written (pieces already completed were written
+            // inside the call, while the memory was still the caller's to lend).
+            st.completions.retain(|c| c.call != call);
+        }
+        let (direct, staged) = r?;
+        host::record(s, direct, staged);
+        // The value that covers this copy: the open batch, or the last submitted one.
+        Ok(if st.open.is_some() { st.submitted + 1 } else { st.submitted })
+    }
+
+    /// Records a planned copy's pieces; returns (direct, staged) bytes.
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue_pieces(
+        &self,
+        l: &Live,
+        st: &mut State,
+        to_device: bool,
+        pieces: &[crate::device::submit::Piece],
+        cells: &[Arc<host::Cell>],
+        buf: &DeviceBuffer,
+        call: u64,
+    ) -> Result<(u64, u64)> {
+        let s = &*self.shared;
+        let (mut direct, mut staged) = (0, 0);
+        for piece in pieces {
             match piece.host {
                 HostSide::Direct { buffer, offset } => {
                     let (src, dst, region) = if to_device {
@@ -797,51 +829,37 @@ impl StreamInner {
                     };
                     // Imports noted their use at the value of the batch open when planning;
                     // a flush in between moves later pieces to a later batch, so note again.
-                    let v = Self::batch_value(&st);
-                    for c in &plan.cells {
+                    let v = Self::batch_value(st);
+                    for c in cells {
                         c.note_use(&self.weak(), v);
                     }
                     buf.note_use(&self.weak(), v);
-                    self.push_copy(&l, &mut st, src, dst, region, !to_device)?;
+                    self.push_copy(l, st, src, dst, region, !to_device)?;
                     direct += piece.len;
                 }
                 HostSide::Staged { addr: a } => {
                     if to_device {
                         // Stream order for host bytes: an earlier pageable d2h into these bytes
                         // must land before we read them.
-                        self.settle(&l, &mut st, a, piece.len as usize)?;
+                        self.settle(l, st, a, piece.len as usize)?;
                     }
                     let chunk = s.options.staging_chunk.max(4096) as u64;
                     let mut done = 0;
                     while done < piece.len {
                         let n = (piece.len - done).min(chunk);
-                        let roff = self.ring_alloc(&l, &mut st, n)?;
-                        let (rb, rp) = Self::ring_buffer(&st)?;
-                        let v = Self::batch_value(&st);
+                        let roff = self.ring_alloc(l, st, n)?;
+                        let (rb, rp) = Self::ring_buffer(st)?;
+                        let v = Self::batch_value(st);
                         buf.note_use(&self.weak(), v);
                         let dev_off = piece.dev_offset + done;
                         if to_device {
                             // SAFETY: the source is readable (contract); the ring range is ours
                             // and idle (ring_alloc waited for its previous use).
                             unsafe { par_copy(rp.add(roff as usize), (a + done as usize) as *const u8, n as usize) };
-                            self.push_copy(
-                                &l,
-                                &mut st,
-                                rb,
-                                buf.raw(),
-                                vk::BufferCopy { src_offset: roff, dst_offset: dev_off, size: n },
-                                false,
-                            )?;
+                            self.push_copy(l, st, rb, buf.raw(), vk::BufferCopy { src_offset: roff, dst_offset: dev_off, size: n }, false)?;
                         } else {
-                            self.push_copy(
-                                &l,
-                                &mut st,
-                                buf.raw(),
-                                rb,
-                                vk::BufferCopy { src_offset: dev_off, dst_offset: roff, size: n },
-                                true,
-                            )?;
-                            st.completions.push_back(Completion { value: v, ring_off: roff, addr: a + done as usize, len: n });
+                            self.push_copy(l, st, buf.raw(), rb, vk::BufferCopy { src_offset: dev_off, dst_offset: roff, size: n }, true)?;
+                            st.completions.push_back(Completion { call, value: v, ring_off: roff, addr: a + done as usize, len: n });
                         }
                         done += n;
                     }
@@ -849,9 +867,7 @@ impl StreamInner {
                 }
             }
         }
-        host::record(s, direct, staged);
-        // The value that covers this copy: the open batch, or the last submitted one.
-        Ok(if st.open.is_some() { st.submitted + 1 } else { st.submitted })
+        Ok((direct, staged))
     }
 
     fn weak(&self) -> Weak<StreamInner> {

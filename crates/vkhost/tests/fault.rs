@@ -230,3 +230,39 @@ fn failing_probe_disables_registration() {
     d.destroy().unwrap();
     assert_eq!(d.validation_errors(), 0);
 }
+
+/// A pageable download that fails partway (here: the wait for a staging-ring chunk) returns an
+/// error, so the caller may free or reuse the destination: the library must never write it
+/// afterwards, even though earlier chunks of that download were already submitted. (Found by
+/// the stream sweep under load as heap corruption: the stream's later reap wrote into a freed
+/// Vec.)
+#[test]
+fn failed_download_never_writes_its_destination_later() {
+    init_log();
+    let d = Device::open_default_with(&fopts()).unwrap();
+    let buf = d.alloc_buffer(1 << 20).unwrap();
+    buf.write(0, &pattern(1 << 20, 4)).unwrap();
+    let s = d.stream().unwrap();
+    let mut out = vec![0u8; 600 << 10]; // 3 ring chunks of 256 KiB: the third waits for the first
+    let mut hit = false;
+    for nth in 0..4 {
+        out.fill(0xEE);
+        inject(Point::WaitSemaphores, nth, vk::Result::ERROR_OUT_OF_HOST_MEMORY);
+        // SAFETY: `out` outlives the stream work; after an error it must not be written at all.
+        let r = unsafe { s.copy_to_host_async(&buf, 0, out.as_mut_ptr(), out.len()) };
+        let fired = disarm();
+        if fired && r.is_err() {
+            hit = true;
+            out.fill(0x5A); // the caller reuses the memory after the error
+            s.synchronize().ok(); // runs whatever is queued
+            assert!(out.iter().all(|&b| b == 0x5A), "the failed download wrote its destination later (nth {nth})");
+        } else {
+            s.synchronize().unwrap();
+        }
+    }
+    assert!(hit, "no wait inside the download was made to fail");
+    drop(s);
+    drop(buf);
+    d.destroy().unwrap();
+    assert_eq!(d.validation_errors(), 0);
+}
