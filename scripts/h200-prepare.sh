@@ -12,6 +12,13 @@ for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]:
         print(m["executable"])' | while read -r f; do cp "$f" ".h200/tests/$(basename "$f" | sed "s/-[0-9a-f]*$//")"; done
+# The fault-injection sweep is a separate build (feature `fault-injection`).
+f=$(cargo test --release -p vkhost --features fault-injection --test fault --no-run --message-format=json 2>/dev/null \
+  | python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m.get("executable"): print(m["executable"])' | tail -1)
+[ -n "$f" ] && cp "$f" .h200/tests/fault
 cp target/release/vkhost .h200/vkhost
 strip .h200/vkhost .h200/tests/*
 ls -la .h200/tests; du -sh .h200
