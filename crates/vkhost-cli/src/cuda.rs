@@ -56,7 +56,8 @@ mod imp {
         let ctx = CudaContext::new(0)?;
         let s1 = ctx.new_stream()?;
         let s2 = ctx.new_stream()?;
-        let max = *sizes.iter().max().unwrap_or(&4096) as usize;
+        // At least the small-async figure's 1000 x 4 KiB, whatever the sweep.
+        let max = (*sizes.iter().max().unwrap_or(&4096) as usize).max(1000 * 4096);
         let mut d1 = s1.alloc_zeros::<u8>(max)?;
         let d2 = s1.alloc_zeros::<u8>(max)?;
         // SAFETY: pinned host memory of u8, fully written below before any read.
@@ -126,33 +127,37 @@ mod imp {
                 }
             }
         }
-        // The small-async figure: 1000 async 4 KiB copies + one synchronize vs 1000 synchronous.
+        // The small-async figures: 1000 async 4 KiB copies + one synchronize vs 1000
+        // synchronous, to consecutive and to scattered offsets, as the Vulkan ones.
         let k = 4096usize;
-        let many = 1000usize.min(max / k);
-        // The same scattered destinations as the Vulkan figure.
-        let dst_of = |i: usize| (i * 617) % many * k;
-        let mut run = |sync_each: bool| {
-            measure(iters.min(5), budget, || {
-                for i in 0..many {
-                    let mut dv = d1.slice_mut(dst_of(i)..dst_of(i) + k);
-                    s1.memcpy_htod(&p1.as_slice()?[i * k..(i + 1) * k], &mut dv)?;
-                    if sync_each {
-                        s1.synchronize()?;
+        let many = 1000usize;
+        type Offset<'a> = &'a dyn Fn(usize) -> usize;
+        let patterns: [(&str, Offset); 2] = [("", &|i| i * k), ("-scattered", &|i| (i * 617) % many * k)];
+        for (suffix, dst_of) in patterns {
+            let mut run = |sync_each: bool| {
+                measure(iters.min(5), budget, || {
+                    for i in 0..many {
+                        let mut dv = d1.slice_mut(dst_of(i)..dst_of(i) + k);
+                        s1.memcpy_htod(&p1.as_slice()?[i * k..(i + 1) * k], &mut dv)?;
+                        if sync_each {
+                            s1.synchronize()?;
+                        }
                     }
-                }
-                s1.synchronize()?;
-                Ok(())
-            })
-        };
-        let a = run(false)?;
-        let sy = run(true)?;
-        for (dir, s, note) in [
-            ("async", a, format!("{many} x 4K async to scattered offsets + synchronize")),
-            ("sync", sy, format!("{many} x 4K synchronous")),
-        ] {
-            let mut p = point("cuda", "small-async", "pinned", dir, k as u64, (many * k) as u64, s);
-            p.note = note;
-            out.push(p);
+                    s1.synchronize()?;
+                    Ok(())
+                })
+            };
+            let a = run(false)?;
+            let sy = run(true)?;
+            let offsets = if suffix.is_empty() { "consecutive" } else { "scattered" };
+            for (dir, s, note) in [
+                (format!("async{suffix}"), a, format!("{many} x 4K async to {offsets} offsets + synchronize")),
+                (format!("sync{suffix}"), sy, format!("{many} x 4K synchronous to {offsets} offsets")),
+            ] {
+                let mut p = point("cuda", "small-async", "pinned", &dir, k as u64, (many * k) as u64, s);
+                p.note = note;
+                out.push(p);
+            }
         }
         Ok(out)
     }
