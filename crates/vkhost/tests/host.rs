@@ -197,7 +197,8 @@ fn refusals_leave_nothing_behind() {
         assert_eq!(d.live_objects(), objs, "{what}: Vulkan objects leaked");
     };
     let inv = |e: &Error| matches!(e, Error::InvalidArgument { .. });
-    // SAFETY (all register calls below): each is refused before anything touches the memory.
+    // SAFETY: (all register calls below) each is refused before anything touches the memory,
+    // or registers memory that outlives the registration.
     unsafe {
         check("null", host::register(&d, std::ptr::null::<u8>(), 10), inv);
         check("zero length", host::register(&d, 4096usize, 0), inv);
