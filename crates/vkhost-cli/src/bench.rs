@@ -12,6 +12,7 @@
 //! the exit code is 2.
 
 use crate::devices::anyhow_free::Result;
+use crate::pages::{Pages, RW};
 use crate::stats::{gbps, parse_size, size_label, summarize, sweep, Summary};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
@@ -159,44 +160,14 @@ fn pattern(buf: &mut [u8], seed: u64) {
     }
 }
 
-/// Page-aligned anonymous memory (the `registered` path's "user allocation").
-struct Pages {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Pages {
-    fn new(len: usize) -> Result<Pages> {
-        Self::with_advice(len, false)
+/// Page-aligned memory faulted in before timing (the `registered` path's "user allocation").
+fn touched_pages(len: usize, huge: bool) -> Result<Pages> {
+    let mut p = Pages::map(len, RW)?;
+    if huge {
+        p.advise_huge();
     }
-
-    fn with_advice(len: usize, huge: bool) -> Result<Pages> {
-        // SAFETY: anonymous private mapping, no hint.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-        };
-        if p == libc::MAP_FAILED {
-            return Err(format!("mmap of {len} bytes failed").into());
-        }
-        if huge {
-            // SAFETY: advice on our own fresh mapping.
-            unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
-        }
-        let mut pg = Pages { ptr: p.cast(), len };
-        pg.slice().fill(1); // fault the pages in before timing
-        Ok(pg)
-    }
-    fn slice(&mut self) -> &mut [u8] {
-        // SAFETY: mapped read-write for len bytes while self lives.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-impl Drop for Pages {
-    fn drop(&mut self) {
-        // SAFETY: our mapping.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
+    p.slice().fill(1);
+    Ok(p)
 }
 
 /// Host memory for one path: two regions (the second for bidir's other direction).
@@ -462,7 +433,7 @@ fn bench_path(cx: &mut Ctx, path: PathKind, dirs: &[DirKind], sizes: &[u64], dbu
     let mut host = match path {
         PathKind::Pinned => Host::Pinned(PinnedBuffer::new(&dev, max)?, PinnedBuffer::new(&dev, max)?),
         PathKind::Registered => {
-            let (a, b) = (Pages::with_advice(max, cx.hugepages)?, Pages::with_advice(max, cx.hugepages)?);
+            let (a, b) = (touched_pages(max, cx.hugepages)?, touched_pages(max, cx.hugepages)?);
             // SAFETY: the mappings live until after unregister below (they drop with `host`).
             unsafe {
                 host::register(&dev, a.ptr, a.len)?;
@@ -726,7 +697,7 @@ fn costs(cx: &mut Ctx, sizes: &[u64], notes: &mut Vec<String>) -> Result<()> {
         let n = size as usize;
         cx.pb.set_message(format!("costs {}", size_label(size)));
         if can_register {
-            let mut pages = Pages::new(n)?;
+            let mut pages = touched_pages(n, false)?;
             let (mut reg, mut unreg) = (Vec::new(), Vec::new());
             for _ in 0..iters.max(1) {
                 let t = Instant::now();
@@ -766,7 +737,7 @@ fn costs(cx: &mut Ctx, sizes: &[u64], notes: &mut Vec<String>) -> Result<()> {
     for &count in counts {
         cx.pb.set_message(format!("find with {count} registrations"));
         let page = host::page_size();
-        let mut pages = Pages::new(2 * count * page)?;
+        let mut pages = touched_pages(2 * count * page, false)?;
         let base = pages.slice().as_mut_ptr() as usize;
         let mut done = 0;
         let mut r: Result<()> = Ok(());

@@ -7,6 +7,7 @@
 //! where installed, and any validation error is a failure. Exit code 1 on any failure.
 
 use crate::devices::anyhow_free::Result;
+use crate::pages::{Pages, RW};
 use std::process::ExitCode;
 use vkhost::host::{self, entries_of};
 use vkhost::{CopyPath, Device, DeviceBuffer, Error, OpenOptions, PinnedBuffer};
@@ -36,34 +37,6 @@ fn pattern(n: usize, seed: usize) -> Vec<u8> {
     (0..n).map(|i| ((i.wrapping_mul(2654435761) >> 7) as u8 ^ seed as u8) | 1).collect()
 }
 
-/// Page-aligned anonymous memory.
-struct Pages {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Pages {
-    fn new(len: usize, prot: i32) -> Result<Pages> {
-        // SAFETY: anonymous private mapping, no hint.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
-        if p == libc::MAP_FAILED {
-            return Err("mmap failed".into());
-        }
-        Ok(Pages { ptr: p.cast(), len })
-    }
-    fn slice(&mut self) -> &mut [u8] {
-        // SAFETY: mapped read-write for len bytes (callers use read-write mappings here).
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-impl Drop for Pages {
-    fn drop(&mut self) {
-        // SAFETY: our mapping.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
 #[derive(Clone, Copy, PartialEq)]
 enum Path {
     Pinned,
@@ -85,7 +58,7 @@ impl Host {
             Path::Pinned => Host::Pinned(PinnedBuffer::new(dev, region)?),
             Path::Pageable => Host::Vec(vec![0; region]),
             Path::Registered | Path::Mixed => {
-                let mut p = Pages::new(region.next_multiple_of(4096), libc::PROT_READ | libc::PROT_WRITE)?;
+                let mut p = Pages::map(region.next_multiple_of(4096), RW)?;
                 let base = p.slice().as_mut_ptr() as usize;
                 let mut regs = Vec::new();
                 if !can_register {
@@ -245,7 +218,7 @@ fn refusals(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
     let unsup = |e: &Error| matches!(e, Error::Unsupported { .. });
     let n0 = entries_of(dev);
     // An unmapped hole inside our own reservation (no other mapping lands there by chance).
-    let reserve = Pages::new(8 * 4096, libc::PROT_READ | libc::PROT_WRITE)?;
+    let reserve = Pages::map(8 * 4096, RW)?;
     let gone_ptr = reserve.ptr.wrapping_add(3 * 4096);
     // SAFETY: unmapping two pages of our own mapping; nothing references them.
     if unsafe { libc::munmap(gone_ptr.cast(), 2 * 4096) } != 0 {
@@ -255,12 +228,12 @@ fn refusals(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
     // registers memory that outlives the registration.
     unsafe {
         expect("register unmapped", host::register(dev, gone_ptr, 100), if can_register { inv } else { unsup }, n0);
-        let ro = Pages::new(4096, libc::PROT_READ)?;
+        let ro = Pages::map(4096, libc::PROT_READ)?;
         expect("register read-only", host::register(dev, ro.ptr, 4096), if can_register { inv } else { unsup }, n0);
         expect("register null", host::register(dev, std::ptr::null::<u8>(), 10), if can_register { inv } else { unsup }, n0);
         expect("register zero length", host::register(dev, 4096usize, 0), if can_register { inv } else { unsup }, n0);
         if can_register {
-            let mut m = Pages::new(4 * 4096, libc::PROT_READ | libc::PROT_WRITE)?;
+            let mut m = Pages::map(4 * 4096, RW)?;
             let b = m.slice().as_mut_ptr() as usize;
             host::register(dev, b + 100, 5000)?;
             expect("register overlapping", host::register(dev, b + 5000, 10), |e| *e == Error::AlreadyRegistered, n0 + 1);
@@ -286,7 +259,7 @@ fn refusals(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
 fn teardown(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
     let dev = Device::open_with(index, opts)?;
     let mut steps: Vec<(&str, bool)> = Vec::new();
-    let mut m = Pages::new(2 * 4096, libc::PROT_READ | libc::PROT_WRITE)?;
+    let mut m = Pages::map(2 * 4096, RW)?;
     let base = m.slice().as_mut_ptr() as usize;
     let can_register = dev.host_registration().is_ok();
     if can_register {

@@ -6,6 +6,7 @@ mod bench;
 mod check;
 mod cuda;
 mod devices;
+mod pages;
 mod plot;
 mod stats;
 
