@@ -118,16 +118,12 @@ fn count(reg: &Reg, dev: Option<crate::DeviceId>) -> (usize, usize) {
     match dev {
         Some(d) => reg.entries(d).for_each(&mut tally),
         None => {
-            for d in all_devices(reg) {
+            for d in reg.device_ids() {
                 reg.entries(d).for_each(&mut tally);
             }
         }
     }
     (imports, pinned)
-}
-
-fn all_devices(reg: &Reg) -> Vec<crate::DeviceId> {
-    reg.device_ids()
 }
 
 /// Process-wide counters: bytes by path since start, and live entries now.
