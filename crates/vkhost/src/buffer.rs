@@ -1,23 +1,27 @@
 //! Device-local buffers and the safe copy entry points.
 
-use crate::device::{lock, Device, Shared};
+use crate::device::object::BufferObj;
+use crate::device::{Device, Shared};
 use crate::error::{Error, Result};
 use crate::memtype;
+use crate::resource::Resource;
 use ash::vk;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// A device-local buffer (TRANSFER_SRC | TRANSFER_DST | STORAGE_BUFFER).
 ///
-/// It holds its device and frees itself on drop. If the device is destroyed first, the buffer
-/// is inert: its operations return `DeviceDestroyed` and its drop does nothing.
+/// Submitted work owns what it uses: a stream copy that names the buffer keeps it alive until
+/// that work is reaped, so dropping the buffer never waits and never frees memory the device
+/// still uses. If the device is destroyed first, the buffer is inert: its operations return
+/// `DeviceDestroyed` and its drop does nothing.
+///
+/// Synchronous copies ([`DeviceBuffer::write`], [`DeviceBuffer::read`]) first wait for stream
+/// work already enqueued on the buffer, as a CUDA user expects of the legacy default stream:
+/// a `read` after `fill_async` sees the fill.
 pub struct DeviceBuffer {
     pub(crate) shared: Arc<Shared>,
-    id: u64,
-    buffer: vk::Buffer,
+    pub(crate) res: Arc<Resource>,
     len: usize,
-    /// Stream work that names this buffer: dropping waits for it.
-    uses: crate::stream::Uses,
 }
 
 impl std::fmt::Debug for DeviceBuffer {
@@ -40,9 +44,8 @@ impl DeviceBuffer {
         }
         let l = s.live()?;
         let b = s.alloc_bound(&l, len as u64, USAGE, memtype::device_local, false)?;
-        let id = s.next_buffer.fetch_add(1, Ordering::Relaxed);
-        lock(&l.buffers).insert(id, (b.buffer, b.memory));
-        Ok(DeviceBuffer { shared: s.clone(), id, buffer: b.buffer, len, uses: Default::default() })
+        let res = Resource::new(s, BufferObj::new(s, b, len as u64));
+        Ok(DeviceBuffer { shared: s.clone(), res, len })
     }
 
     /// Size in bytes.
@@ -55,18 +58,15 @@ impl DeviceBuffer {
         self.len == 0
     }
 
-    /// The VkBuffer. Valid until this buffer is dropped or its device destroyed.
+    /// The VkBuffer. Valid while this buffer lives and its device is not destroyed (stream work
+    /// that names it keeps it a little longer).
     pub fn raw(&self) -> vk::Buffer {
-        self.buffer
+        self.res.obj.buffer
     }
 
     /// The device this buffer belongs to.
     pub fn device(&self) -> Device {
         Device { shared: self.shared.clone() }
-    }
-
-    pub(crate) fn note_use(&self, w: &std::sync::Weak<crate::stream::StreamInner>, v: u64) {
-        self.uses.note(w, v);
     }
 
     /// Checks `[offset, offset+len)` against the buffer: `OutOfRange` past the end.
@@ -90,19 +90,5 @@ impl DeviceBuffer {
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         // SAFETY: `out` is a live, writable slice for the whole call, borrowed exclusively.
         unsafe { crate::host::copy_to_host_impl(&self.shared, self, offset, out.as_mut_ptr(), out.len()) }.map(|_| ())
-    }
-}
-
-impl Drop for DeviceBuffer {
-    fn drop(&mut self) {
-        let Ok(l) = self.shared.live_any() else { return };
-        // Pending stream work that names the buffer finishes first.
-        self.uses.wait_all(&l);
-        let entry = lock(&l.buffers).remove(&self.id);
-        if let Some((b, m)) = entry {
-            // SAFETY: synchronous copies borrow `&self`, so none is in flight; stream work naming
-            // the buffer completed (waited above); the map entry proves destroy did not free it.
-            unsafe { self.shared.release_bound(&l, b, m) };
-        }
     }
 }

@@ -45,6 +45,13 @@ pub enum Error {
     /// `register` of bytes that overlap a registration or pinned block on the same device.
     #[error("range overlaps a registration or pinned block on this device")]
     AlreadyRegistered,
+    /// The raw `free_pinned`/`unregister` named an entry that a safe guard owns (`what`: a
+    /// `PinnedBuffer` or a `Registration`); nothing changed. Drop the guard instead.
+    #[error("that range is owned by a {what}: drop it instead of freeing it through the raw API")]
+    OwnedByGuard {
+        /// The guard type that owns the entry.
+        what: &'static str,
+    },
     /// The device cannot be destroyed while safe owners of its memory live.
     #[error("device is busy: {reason}")]
     Busy { reason: String },

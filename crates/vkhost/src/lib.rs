@@ -66,14 +66,23 @@ mod error;
 pub mod fault;
 pub mod host;
 pub mod memtype;
+mod resource;
 mod stream;
+mod track;
+
+/// The sync primitives of the ownership protocol (`track`): `std` here, `loom` in its model
+/// test, which includes `track.rs` itself.
+mod sync_prims {
+    pub(crate) use std::sync::atomic::{AtomicBool, Ordering};
+    pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
+}
 
 pub use ash;
 pub use ash::vk;
 pub use buffer::DeviceBuffer;
 pub use device::info::{fmt_bytes, ApiVersion, DeviceInfo, DeviceType, MemoryHeap, MemoryType, QueueFamily};
-pub use device::{devices, Device, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership, RawDevice};
+pub use device::{devices, Device, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership, QueueKind, RawDevice};
 pub use error::{Error, Result};
 pub use host::safe::{PinnedBuffer, Registration};
 pub use host::{CopyPath, HostStats};
-pub use stream::{Event, Pending, QueueKind, Stream};
+pub use stream::{Event, Pending, Stream};

@@ -22,12 +22,15 @@
 //! engines where the device has two.
 
 use crate::buffer::DeviceBuffer;
+use crate::device::object::{phase, Child};
 use crate::device::submit::{host_read_barrier, par_copy, transfer_barrier, HostSide};
+use crate::device::QueueKind;
 use crate::device::{lock, Bound, Device, Live, Queue, Shared};
 use crate::error::{Error, Result};
 use crate::fault::{self, Point};
 use crate::host;
 use crate::memtype;
+use crate::resource::{Resource, Timeline};
 use ash::vk;
 use std::collections::VecDeque;
 use std::marker::PhantomData;
@@ -40,23 +43,15 @@ const BATCH_CMDS: usize = 512;
 const BATCH_BYTES: u64 = 4 << 20;
 const WAIT_TIMEOUT_NS: u64 = 120_000_000_000;
 
-/// Which queue a stream submits to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum QueueKind {
-    /// The copy engines (transfer-only family) where the device has them, else the compute queue.
-    #[default]
-    Copy,
-    /// The compute-capable queue.
-    Compute,
-}
-
 struct Batch {
     cmd: vk::CommandBuffer,
     cmds: usize,
     bytes: u64,
     d2h: bool,
-    /// Buffer ranges touched since the last barrier: (buffer, start, end, written).
-    touched: Vec<(vk::Buffer, u64, u64, bool)>,
+    /// Ranges touched since the last barrier.
+    touched: Vec<Access>,
+    /// Owners of what the batch names, kept until it is reaped.
+    keep: Vec<Arc<Resource>>,
     /// Copies between one pair of buffers not yet recorded: consecutive copies between the same
     /// buffers become one vkCmdCopyBuffer with several regions, and contiguous ones one region.
     merged: Option<Merged>,
@@ -71,13 +66,31 @@ struct Merged {
 /// How many accesses to track before a barrier is cheaper than checking.
 const TRACKED: usize = 128;
 
-/// A buffer range a command reads or writes.
+/// What a range is a range of: bytes of one device buffer, or host bytes by address. Host
+/// bytes are keyed by address, not by the import that reaches them, so two imports that share
+/// a page conflict as they should.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Buffer(vk::Buffer),
+    Host,
+}
+
+/// A range a command reads or writes.
 #[derive(Clone, Copy)]
 struct Access {
-    buffer: vk::Buffer,
+    key: Key,
     start: u64,
     end: u64,
     write: bool,
+}
+
+impl Access {
+    fn buf(buffer: vk::Buffer, start: u64, len: u64, write: bool) -> Access {
+        Access { key: Key::Buffer(buffer), start, end: start + len, write }
+    }
+    fn host(addr: usize, len: u64, write: bool) -> Access {
+        Access { key: Key::Host, start: addr as u64, end: addr as u64 + len, write }
+    }
 }
 
 impl Batch {
@@ -108,21 +121,23 @@ impl Batch {
             }
             self.touched.clear();
         }
-        self.touched.extend(acc.iter().map(|a| (a.buffer, a.start, a.end, a.write)));
+        self.touched.extend_from_slice(acc);
     }
 
     /// Whether `acc` conflicts with an access since the last barrier (a write on either side of
     /// overlapping bytes of one buffer): then a barrier must separate them.
     fn conflicts(&self, acc: &[Access]) -> bool {
         self.touched.len() + acc.len() > TRACKED
-            || acc.iter().any(|a| self.touched.iter().any(|&(b, s, e, w)| b == a.buffer && s < a.end && a.start < e && (w || a.write)))
+            || acc.iter().any(|a| self.touched.iter().any(|t| t.key == a.key && t.start < a.end && a.start < t.end && (t.write || a.write)))
     }
 }
 
+/// A submitted batch: it owns what it names until it is reaped.
 struct Done {
     value: u64,
     cmd: vk::CommandBuffer,
-    _keep: Vec<Arc<StreamInner>>,
+    _wait_on: Vec<Arc<StreamInner>>,
+    _owners: Vec<Arc<Resource>>,
 }
 
 /// A pageable d2h piece to copy out of the ring once `value` completes.
@@ -133,6 +148,16 @@ struct Completion {
     ring_off: u64,
     addr: usize,
     len: u64,
+}
+
+/// What an async host copy enqueued.
+struct Enqueued {
+    /// The timeline value that completes it.
+    value: u64,
+    /// Whether a direct piece lies in a registration (the caller's memory).
+    registered: bool,
+    /// Whether some bytes went through the staging ring.
+    staged: bool,
 }
 
 struct Ring {
@@ -201,37 +226,6 @@ impl StreamInner {
             // SAFETY: the device is idle and every stream is shut down: nothing waits on it.
             unsafe { l.device.destroy_semaphore(self.sem, None) };
             self.shared.count_semaphore(-1);
-        }
-    }
-}
-
-/// The streams whose work an import or a device buffer was last named in, with the value.
-#[derive(Default, Debug)]
-pub(crate) struct Uses(Mutex<Vec<(Weak<StreamInner>, u64)>>);
-
-impl Uses {
-    pub(crate) fn note(&self, w: &Weak<StreamInner>, v: u64) {
-        let mut g = lock(&self.0);
-        match g.iter_mut().find(|(x, _)| Weak::ptr_eq(x, w)) {
-            Some(e) => e.1 = e.1.max(v),
-            None => {
-                g.retain(|(x, _)| x.strong_count() > 0);
-                g.push((w.clone(), v));
-            }
-        }
-    }
-
-    /// Waits for every noted use (flushing streams as needed), so the caller may release what
-    /// they name. Never fails: if a wait fails, the stream's whole queue is waited idle instead.
-    pub(crate) fn wait_all(&self, l: &Live) {
-        let uses = std::mem::take(&mut *lock(&self.0));
-        for (w, v) in uses {
-            if let Some(st) = w.upgrade() {
-                if let Err(e) = st.wait_value(l, v) {
-                    log::warn!("waiting for stream work before release: {e}; waiting for its queue instead");
-                    st.queue_idle(l);
-                }
-            }
         }
     }
 }
@@ -340,10 +334,8 @@ impl Device {
             }),
             completed: AtomicU64::new(0),
         });
-        let mut list = lock(&l.streams);
-        list.retain(|w| w.strong_count() > 0);
-        list.push(Arc::downgrade(&inner));
-        drop(list);
+        let child: Weak<dyn Child> = Arc::downgrade(&inner) as Weak<StreamInner>;
+        s.add_child(child);
         s.destroy_deferred(&l);
         Ok(Stream { inner })
     }
@@ -414,7 +406,7 @@ impl StreamInner {
         }
         // SAFETY: `cmd` was just begun and is ours, under the stream lock.
         unsafe { transfer_barrier(&l.device, cmd) };
-        st.open = Some(Batch { cmd, cmds: 0, bytes: 0, d2h: false, touched: Vec::new(), merged: None });
+        st.open = Some(Batch { cmd, cmds: 0, bytes: 0, d2h: false, touched: Vec::new(), keep: Vec::new(), merged: None });
         Ok(())
     }
 
@@ -463,8 +455,8 @@ impl StreamInner {
             Ok(()) => {
                 st.submitted = value;
                 st.waits.clear();
-                let keep = std::mem::take(&mut st.wait_on);
-                st.inflight.push_back(Done { value, cmd: b.cmd, _keep: keep });
+                let wait_on = std::mem::take(&mut st.wait_on);
+                st.inflight.push_back(Done { value, cmd: b.cmd, _wait_on: wait_on, _owners: b.keep });
                 Ok(())
             }
             Err(e) => {
@@ -700,17 +692,26 @@ impl StreamInner {
     }
 
     /// Records one copy, ordered after earlier commands it conflicts with, and flushes a full
-    /// batch.
-    fn push_copy(&self, l: &Live, st: &mut State, src: vk::Buffer, dst: vk::Buffer, region: vk::BufferCopy, d2h: bool) -> Result<()> {
-        let acc = [
-            Access { buffer: src, start: region.src_offset, end: region.src_offset + region.size, write: false },
-            Access { buffer: dst, start: region.dst_offset, end: region.dst_offset + region.size, write: true },
-        ];
+    /// batch. `acc` is what it touches (source first); each of `owners` is noted as used (with
+    /// whether the copy writes it) and kept by the batch until it is reaped.
+    #[allow(clippy::too_many_arguments)]
+    fn push_copy(
+        &self,
+        l: &Live,
+        st: &mut State,
+        src: vk::Buffer,
+        dst: vk::Buffer,
+        region: vk::BufferCopy,
+        d2h: bool,
+        acc: [Access; 2],
+        owners: &[(&Arc<Resource>, bool)],
+    ) -> Result<()> {
         self.begin(l, st)?;
+        self.own(st, owners);
         let Some(b) = st.open.as_mut() else { return Err(Error::unsupported("no open batch")) };
         let d = &l.device;
         // SAFETY: recording into our open command buffer under the stream lock; both buffers are
-        // alive until the batch completes (imports and device buffers wait for their last use).
+        // owned by the batch (`own` above) until it is reaped.
         unsafe { b.order(d, &acc) };
         match b.merged.as_mut() {
             Some(m) if m.src == src && m.dst == dst => match m.regions.last_mut() {
@@ -734,13 +735,39 @@ impl StreamInner {
         Ok(())
     }
 
+    /// Notes a use of each owner by the open batch and makes the batch keep it. Call after
+    /// `begin` and before recording, so the use is noted before the batch can be submitted
+    /// (`crate::track`).
+    fn own(&self, st: &mut State, owners: &[(&Arc<Resource>, bool)]) {
+        let v = Self::batch_value(st);
+        let tl = self.timeline();
+        let Some(b) = st.open.as_mut() else { return };
+        for &(r, write) in owners {
+            r.tracker.note(&tl, v, write);
+            if !b.keep.iter().rev().take(8).any(|k| Arc::ptr_eq(k, r)) {
+                b.keep.push(r.clone());
+            }
+        }
+    }
+
     /// Records one command (`rec`) that makes the accesses `acc`, and flushes a full batch.
     ///
     /// Stream order: a barrier goes before the command only when it touches bytes that an
     /// earlier command since the last barrier touched, with a write on either side. Independent
     /// small copies then run concurrently on the copy engine instead of draining it one by one.
-    fn push(&self, l: &Live, st: &mut State, bytes: u64, d2h: bool, acc: &[Access], rec: impl FnOnce(vk::CommandBuffer)) -> Result<()> {
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &self,
+        l: &Live,
+        st: &mut State,
+        bytes: u64,
+        d2h: bool,
+        acc: &[Access],
+        owners: &[(&Arc<Resource>, bool)],
+        rec: impl FnOnce(vk::CommandBuffer),
+    ) -> Result<()> {
         self.begin(l, st)?;
+        self.own(st, owners);
         let Some(b) = st.open.as_mut() else { return Err(Error::unsupported("no open batch")) };
         // SAFETY: the open batch's command buffer is recording, under the stream lock; pending
         // copies are recorded first so command order is stream order.
@@ -764,7 +791,7 @@ impl StreamInner {
     /// h2d: `addr` readable for `len` bytes until the call returns, and, where a registration
     /// or pinned block covers it, unchanged until the work completes. d2h: `addr` writable for
     /// `len` bytes and not otherwise accessed until the work completes and a wait returns.
-    unsafe fn host_copy(&self, to_device: bool, addr: usize, len: usize, buf: &DeviceBuffer, off: usize) -> Result<u64> {
+    unsafe fn host_copy(&self, to_device: bool, addr: usize, len: usize, buf: &DeviceBuffer, off: usize) -> Result<Enqueued> {
         let s = &*self.shared;
         if buf.shared.id != s.id {
             return Err(Error::invalid("the device buffer belongs to another device"));
@@ -775,24 +802,13 @@ impl StreamInner {
         let mut st = relock(&self.state);
         self.check(&st)?;
         if len == 0 {
-            return Ok(st.submitted + u64::from(st.open.is_some()));
+            return Ok(Enqueued { value: st.submitted + u64::from(st.open.is_some()), registered: false, staged: false });
         }
-        let plan = loop {
-            let p = host::plan(s, addr, len, off as u64);
-            let Some(guards) = host::hold(&p.cells) else { continue };
-            // Record our use in each entry while holding it, so a release after this point
-            // waits for the work.
-            let v = Self::batch_value(&st);
-            for c in &p.cells {
-                c.note_use(&self.weak(), v);
-            }
-            drop(guards);
-            break p;
-        };
-        buf.note_use(&self.weak(), Self::batch_value(&st));
+        // Holds every resource a direct piece names until this call has noted all its uses.
+        let plan = host::plan(s, addr, len, off as u64);
         st.calls += 1;
         let call = st.calls;
-        let r = self.enqueue_pieces(&l, &mut st, to_device, &plan.pieces, &plan.cells, buf, call);
+        let r = self.enqueue_pieces(&l, &mut st, to_device, &plan, buf, call);
         if r.is_err() {
             // The caller sees an error and may free the destination: the pageable d2h pieces
             // this call queued must never be written (pieces already completed were written
@@ -802,39 +818,39 @@ impl StreamInner {
         let (direct, staged) = r?;
         host::record(s, direct, staged);
         // The value that covers this copy: the open batch, or the last submitted one.
-        Ok(if st.open.is_some() { st.submitted + 1 } else { st.submitted })
+        let value = if st.open.is_some() { st.submitted + 1 } else { st.submitted };
+        Ok(Enqueued { value, registered: plan.registered, staged: staged > 0 })
     }
 
     /// Records a planned copy's pieces; returns (direct, staged) bytes.
-    #[allow(clippy::too_many_arguments)]
     fn enqueue_pieces(
         &self,
         l: &Live,
         st: &mut State,
         to_device: bool,
-        pieces: &[crate::device::submit::Piece],
-        cells: &[Arc<host::Cell>],
+        plan: &host::Plan,
         buf: &DeviceBuffer,
         call: u64,
     ) -> Result<(u64, u64)> {
         let s = &*self.shared;
         let (mut direct, mut staged) = (0, 0);
-        for piece in pieces {
+        let (dev, dev_res) = (buf.raw(), &buf.res);
+        for piece in &plan.pieces {
             match piece.host {
-                HostSide::Direct { buffer, offset } => {
-                    let (src, dst, region) = if to_device {
-                        (buffer, buf.raw(), vk::BufferCopy { src_offset: offset, dst_offset: piece.dev_offset, size: piece.len })
-                    } else {
-                        (buf.raw(), buffer, vk::BufferCopy { src_offset: piece.dev_offset, dst_offset: offset, size: piece.len })
+                HostSide::Direct { buffer, offset, addr } => {
+                    let Some(held) = plan.held.iter().find(|h| h.0.obj.buffer == buffer) else {
+                        return Err(Error::unsupported("direct piece without its owner"));
                     };
-                    // Imports noted their use at the value of the batch open when planning;
-                    // a flush in between moves later pieces to a later batch, so note again.
-                    let v = Self::batch_value(st);
-                    for c in cells {
-                        c.note_use(&self.weak(), v);
+                    let host_acc = Access::host(addr, piece.len, !to_device);
+                    let dev_acc = Access::buf(dev, piece.dev_offset, piece.len, to_device);
+                    let owners = [(&held.0, !to_device), (dev_res, to_device)];
+                    if to_device {
+                        let region = vk::BufferCopy { src_offset: offset, dst_offset: piece.dev_offset, size: piece.len };
+                        self.push_copy(l, st, buffer, dev, region, false, [host_acc, dev_acc], &owners)?;
+                    } else {
+                        let region = vk::BufferCopy { src_offset: piece.dev_offset, dst_offset: offset, size: piece.len };
+                        self.push_copy(l, st, dev, buffer, region, true, [dev_acc, host_acc], &owners)?;
                     }
-                    buf.note_use(&self.weak(), v);
-                    self.push_copy(l, st, src, dst, region, !to_device)?;
                     direct += piece.len;
                 }
                 HostSide::Staged { addr: a } => {
@@ -849,16 +865,20 @@ impl StreamInner {
                         let n = (piece.len - done).min(chunk);
                         let roff = self.ring_alloc(l, st, n)?;
                         let (rb, rp) = Self::ring_buffer(st)?;
-                        let v = Self::batch_value(st);
-                        buf.note_use(&self.weak(), v);
                         let dev_off = piece.dev_offset + done;
+                        let owners = [(dev_res, to_device)];
                         if to_device {
                             // SAFETY: the source is readable (contract); the ring range is ours
                             // and idle (ring_alloc waited for its previous use).
                             unsafe { par_copy(rp.add(roff as usize), (a + done as usize) as *const u8, n as usize) };
-                            self.push_copy(l, st, rb, buf.raw(), vk::BufferCopy { src_offset: roff, dst_offset: dev_off, size: n }, false)?;
+                            let acc = [Access::buf(rb, roff, n, false), Access::buf(dev, dev_off, n, true)];
+                            let region = vk::BufferCopy { src_offset: roff, dst_offset: dev_off, size: n };
+                            self.push_copy(l, st, rb, dev, region, false, acc, &owners)?;
                         } else {
-                            self.push_copy(l, st, buf.raw(), rb, vk::BufferCopy { src_offset: dev_off, dst_offset: roff, size: n }, true)?;
+                            let v = Self::batch_value(st);
+                            let acc = [Access::buf(dev, dev_off, n, false), Access::buf(rb, roff, n, true)];
+                            let region = vk::BufferCopy { src_offset: dev_off, dst_offset: roff, size: n };
+                            self.push_copy(l, st, dev, rb, region, true, acc, &owners)?;
                             st.completions.push_back(Completion { call, value: v, ring_off: roff, addr: a + done as usize, len: n });
                         }
                         done += n;
@@ -870,8 +890,40 @@ impl StreamInner {
         Ok((direct, staged))
     }
 
-    fn weak(&self) -> Weak<StreamInner> {
+    /// This stream as the timeline its uses are noted on.
+    fn timeline(&self) -> Weak<dyn Timeline> {
         self.me.clone()
+    }
+}
+
+impl StreamInner {
+    /// Drops queued pageable d2h copy-outs up to `value` (their work cannot be confirmed).
+    fn cancel_completions(&self, value: u64) {
+        let mut st = relock(&self.state);
+        let before = st.completions.len();
+        st.completions.retain(|c| c.value > value);
+        if st.completions.len() != before {
+            log::warn!("{}: {} pageable d2h copies cancelled", self.shared.id, before - st.completions.len());
+        }
+    }
+}
+
+impl Timeline for StreamInner {
+    fn wait_for(&self, l: &Live, value: u64) -> Result<()> {
+        self.wait_value(l, value)
+    }
+    fn queue_idle(&self, l: &Live) {
+        StreamInner::queue_idle(self, l)
+    }
+}
+
+impl Child for StreamInner {
+    fn teardown(&self, _s: &Shared, l: &Live, p: u8) {
+        match p {
+            phase::WORK => self.shutdown(l),
+            phase::SYNC => self.destroy_semaphore(l),
+            _ => {}
+        }
     }
 }
 
@@ -914,20 +966,50 @@ impl Stream {
         unsafe { self.inner.host_copy(false, dst as usize, len, src, src_offset) }.map(|_| ())
     }
 
-    /// Safe h2d: borrows `src` (a `PinnedBuffer`, a `Registration` or any slice) until the
-    /// returned guard is dropped or waited.
+    /// Safe h2d from `src` (a `PinnedBuffer`, a `Registration` or any slice).
+    ///
+    /// Async only where that is sound without trusting a destructor (see the module docs):
+    /// - bytes in pinned blocks (vkhost's memory, owned by the work) are read by the device
+    ///   after the call returns;
+    /// - pageable bytes are copied into the staging ring before the call returns;
+    /// - bytes in a registration (the caller's memory) are read before the call returns: the
+    ///   call waits for the copy.
+    ///
+    /// The returned guard borrows `src` until it is dropped or waited (drop waits).
     pub fn upload<'a>(&self, src: &'a [u8], dst: &DeviceBuffer, dst_offset: usize) -> Result<Pending<'a>> {
-        // SAFETY: `src` is borrowed for 'a by the Pending, which waits for the copy on drop.
-        let v = unsafe { self.inner.host_copy(true, src.as_ptr() as usize, src.len(), dst, dst_offset) }?;
-        Ok(Pending { event: Some(Event { inner: self.inner.clone(), value: v }), _borrow: PhantomData })
+        // SAFETY: `src` is readable for the call; what the device reads after the call returns
+        // lies in pinned blocks, which the submitted work owns (their memory outlives it).
+        let e = unsafe { self.inner.host_copy(true, src.as_ptr() as usize, src.len(), dst, dst_offset) }?;
+        self.finish(e.value, e.registered)
     }
 
-    /// Safe d2h: borrows `dst` mutably until the returned guard is dropped or waited, which
-    /// also completes pageable destinations.
+    /// Safe d2h into `dst` (a `PinnedBuffer`, a `Registration` or any slice).
+    ///
+    /// Async only into pinned blocks, whose `Deref` waits for device writes still pending, so a
+    /// leaked guard cannot expose bytes being written. Into pageable or registered memory the
+    /// call returns once the bytes are in place.
     pub fn download<'a>(&self, src: &DeviceBuffer, src_offset: usize, dst: &'a mut [u8]) -> Result<Pending<'a>> {
-        // SAFETY: `dst` is borrowed mutably for 'a by the Pending, which waits on drop.
-        let v = unsafe { self.inner.host_copy(false, dst.as_mut_ptr() as usize, dst.len(), src, src_offset) }?;
-        Ok(Pending { event: Some(Event { inner: self.inner.clone(), value: v }), _borrow: PhantomData })
+        // SAFETY: `dst` is writable for the call; what the device writes after the call returns
+        // lies in pinned blocks, owned by the submitted work, whose safe views wait for it.
+        let e = unsafe { self.inner.host_copy(false, dst.as_mut_ptr() as usize, dst.len(), src, src_offset) }?;
+        self.finish(e.value, e.registered || e.staged)
+    }
+
+    /// The guard of a safe copy; waits first when `now` (the copy touches memory the caller
+    /// may reuse once we return). A wait that fails waits for the queue to go idle before
+    /// returning the error, so the device no longer touches the bytes either way.
+    fn finish<'a>(&self, value: u64, now: bool) -> Result<Pending<'a>> {
+        let event = Event { inner: self.inner.clone(), value };
+        if !now {
+            return Ok(Pending { event: Some(event), _borrow: PhantomData });
+        }
+        if let Err(e) = event.wait() {
+            if let Ok(l) = self.inner.shared.live_any() {
+                self.inner.queue_idle(&l);
+            }
+            return Err(e);
+        }
+        Ok(Pending { event: None, _borrow: PhantomData })
     }
 
     /// Enqueues a device-to-device copy. Overlapping ranges of one buffer are refused.
@@ -948,11 +1030,10 @@ impl Stream {
         if len == 0 {
             return Ok(());
         }
-        let v = StreamInner::batch_value(&st);
-        src.note_use(&inner.weak(), v);
-        dst.note_use(&inner.weak(), v);
-        let region = vk::BufferCopy { src_offset: src_offset as u64, dst_offset: dst_offset as u64, size: len as u64 };
-        inner.push_copy(&l, &mut st, src.raw(), dst.raw(), region, false)
+        let (so, dof, n) = (src_offset as u64, dst_offset as u64, len as u64);
+        let region = vk::BufferCopy { src_offset: so, dst_offset: dof, size: n };
+        let acc = [Access::buf(src.raw(), so, n, false), Access::buf(dst.raw(), dof, n, true)];
+        inner.push_copy(&l, &mut st, src.raw(), dst.raw(), region, false, acc, &[(&src.res, false), (&dst.res, true)])
     }
 
     /// Enqueues vkCmdFillBuffer: `len` bytes at `offset` set to the repeated `value`.
@@ -973,14 +1054,13 @@ impl Stream {
         if len == 0 {
             return Ok(());
         }
-        dst.note_use(&inner.weak(), StreamInner::batch_value(&st));
         let b = dst.raw();
-        let acc = [Access { buffer: b, start: offset as u64, end: (offset + len) as u64, write: true }];
+        let acc = [Access::buf(b, offset as u64, len as u64, true)];
         let rec = |cmd| {
-            // SAFETY: recording into our open command buffer; `dst` waits for this use on drop.
+            // SAFETY: recording into our open command buffer; the batch owns `dst` (see `push`).
             unsafe { l.device.cmd_fill_buffer(cmd, b, offset as u64, len as u64, value) }
         };
-        inner.push(&l, &mut st, len as u64, false, &acc, rec)
+        inner.push(&l, &mut st, len as u64, false, &acc, &[(&dst.res, true)], rec)
     }
 
     /// Submits recorded work now, without waiting.
@@ -1034,6 +1114,9 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
+        if self.inner.shared.forked() {
+            return;
+        }
         if let Ok(l) = self.inner.shared.live_any() {
             self.inner.shutdown(&l);
             // Nobody else (no event, no batch of another stream) refers to the semaphore.
@@ -1050,6 +1133,9 @@ impl Event {
     pub fn wait(&self) -> Result<()> {
         let Ok(l) = self.inner.shared.live_any() else { return Ok(()) };
         if self.inner.shared.lost.load(Ordering::Relaxed) {
+            // Nothing will complete: cancel the copy-outs this event guards before returning,
+            // so the library never writes destinations the caller may now reuse.
+            self.inner.cancel_completions(self.value);
             return Err(Error::DeviceLost);
         }
         self.inner.wait_value(&l, self.value)
@@ -1061,6 +1147,10 @@ impl Event {
         let mut st = relock(&self.inner.state);
         if st.dead {
             return Ok(true);
+        }
+        if self.value > st.submitted {
+            // The work is still in the open batch: submit it, or polling never sees it finish.
+            self.inner.flush(&l, &mut st)?;
         }
         if self.inner.completed_value(&l)? >= self.value {
             self.inner.reap(&l, &mut st)?;
@@ -1088,6 +1178,9 @@ impl Pending<'_> {
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
         if let Some(e) = self.event.take() {
+            if e.inner.shared.forked() {
+                return;
+            }
             if let Err(err) = e.wait() {
                 log::error!("Pending drop: waiting for the copy failed: {err}");
             }

@@ -17,6 +17,7 @@
 
 pub(crate) mod info;
 pub(crate) mod instance;
+pub(crate) mod object;
 pub(crate) mod submit;
 
 use crate::error::{Error, Result, VkResultExt};
@@ -25,7 +26,6 @@ use crate::memtype::{self, Choice};
 use ash::vk;
 use info::DeviceInfo;
 use instance::{InstanceParts, ValidationCounts};
-use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
@@ -68,6 +68,16 @@ pub enum ImportPolicy {
     Never,
 }
 
+/// Which queue a stream (or the synchronous copies) submit to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QueueKind {
+    /// The copy engines (transfer-only family) where the device has them, else the compute queue.
+    #[default]
+    Copy,
+    /// The compute-capable queue.
+    Compute,
+}
+
 /// Options for [`Device::open_with`].
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
@@ -81,7 +91,7 @@ pub struct OpenOptions {
     pub staging_slots: usize,
     /// The queue synchronous copies use: the copy engines (default) or the compute queue.
     /// `VKHOST_COPY_QUEUE=compute` sets `Compute`.
-    pub copy_queue: crate::QueueKind,
+    pub copy_queue: QueueKind,
 }
 
 impl Default for OpenOptions {
@@ -95,8 +105,8 @@ impl Default for OpenOptions {
             staging_chunk: 16 << 20,
             staging_slots: 3,
             copy_queue: match std::env::var("VKHOST_COPY_QUEUE").as_deref() {
-                Ok("compute") => crate::QueueKind::Compute,
-                _ => crate::QueueKind::Copy,
+                Ok("compute") => QueueKind::Compute,
+                _ => QueueKind::Copy,
             },
         }
     }
@@ -170,11 +180,12 @@ pub(crate) struct Live {
     /// Queues of the transfer-only family, where the device has one.
     pub copy_queues: Vec<Queue>,
     pub copy_ctxs: Vec<Mutex<Option<submit::CopyCtx>>>,
-    /// Device buffers alive, by id, so destroy can free what their handles still name.
-    pub buffers: Mutex<HashMap<u64, (vk::Buffer, vk::DeviceMemory)>>,
     pub types: Vec<vk::MemoryPropertyFlags>,
-    /// Streams created on this device, shut down first at destroy.
-    pub streams: Mutex<Vec<std::sync::Weak<crate::stream::StreamInner>>>,
+    /// The queue families vkhost submits to. With more than one, buffers are created with
+    /// CONCURRENT sharing across them: synchronous copies use the copy family and streams may
+    /// use either, with no ownership transfers (an EXCLUSIVE buffer used by two families without
+    /// a transfer has undefined contents).
+    pub families: Vec<u32>,
     pub next_stream: AtomicU64,
 }
 
@@ -191,7 +202,13 @@ pub(crate) struct Shared {
     pub safe_pinned: AtomicUsize,
     pub direct_bytes: AtomicU64,
     pub staged_bytes: AtomicU64,
-    pub next_buffer: AtomicU64,
+    /// Children to tear down at destroy (streams, buffers, imports), see `object`.
+    pub children: Mutex<Vec<std::sync::Weak<dyn object::Child>>>,
+    /// Buffers whose last owner dropped them while the device lock was taken.
+    pub garbage: Mutex<Vec<(vk::Buffer, vk::DeviceMemory)>>,
+    pub has_garbage: AtomicBool,
+    /// The process that opened the device: in a forked child, drops and destroy do nothing.
+    pub pid: u32,
     /// Timeline semaphores of streams whose last reference went; destroyed at the next
     /// stream creation or at destroy.
     pub deferred_semaphores: Mutex<Vec<vk::Semaphore>>,
@@ -232,6 +249,22 @@ impl Shared {
             return Err(Error::DeviceDestroyed);
         }
         Ok(LiveRef(g))
+    }
+
+    /// Whether this is a forked child of the process that opened the device: there, vkhost's
+    /// objects are the parent's and are never touched.
+    pub(crate) fn forked(&self) -> bool {
+        std::process::id() != self.pid
+    }
+
+    /// Buffer create info with the sharing mode every vkhost buffer uses (see `Live::families`).
+    pub(crate) fn buffer_info<'a>(l: &'a Live, size: u64, usage: vk::BufferUsageFlags) -> vk::BufferCreateInfo<'a> {
+        let info = vk::BufferCreateInfo::default().size(size).usage(usage);
+        if l.families.len() > 1 {
+            info.sharing_mode(vk::SharingMode::CONCURRENT).queue_family_indices(&l.families)
+        } else {
+            info.sharing_mode(vk::SharingMode::EXCLUSIVE)
+        }
     }
 
     /// Classifies a failed call, remembering a device loss.
@@ -346,7 +379,8 @@ impl Shared {
                 self.info.max_memory_allocation_size
             )));
         }
-        let info = vk::BufferCreateInfo::default().size(size).usage(usage).sharing_mode(vk::SharingMode::EXCLUSIVE);
+        self.drain_garbage(l);
+        let info = Self::buffer_info(l, size, usage);
         let buffer = self.create_buffer(l, &info)?;
         let r = (|| {
             // SAFETY: `buffer` is a live buffer of this device.
@@ -387,28 +421,19 @@ impl Shared {
 
     /// Tears down everything the device owns, in reverse order of creation.
     fn teardown(&self, live: Live) {
-        // Streams first: submit what they recorded, wait, complete pageable d2h copies.
-        let streams: Vec<_> = lock(&live.streams).drain(..).filter_map(|w| w.upgrade()).collect();
-        for st in &streams {
-            st.shutdown(&live);
-        }
+        // Work first: streams submit what they recorded, wait, reap (dropping the owners their
+        // batches held), complete pageable d2h copies.
+        self.teardown_children(&live, object::phase::WORK);
         // SAFETY: the device is valid; waiting idle is always allowed (a lost device returns
         // an error, which changes nothing here).
         if let Err(e) = unsafe { live.device.device_wait_idle() } {
             log::warn!("{}: vkDeviceWaitIdle at destroy: {e:?}", self.id);
         }
-        crate::host::on_device_destroy(self, &live);
-        let bufs: Vec<_> = lock(&live.buffers).drain().collect();
-        for (_, (b, m)) in bufs {
-            // SAFETY: the device is idle and these buffers' handles are now inert (the map no
-            // longer lists them, so their Drop does nothing).
-            unsafe { self.release_bound(&live, b, m) };
-        }
-        // Semaphores of streams still referenced (by events) go now; the rest were deferred.
-        for st in &streams {
-            st.destroy_semaphore(&live);
-        }
-        drop(streams);
+        // Then objects: imports, pinned blocks, device buffers. Owners that outlive the device
+        // (registry tombstones, handles) keep inert shells.
+        self.teardown_children(&live, object::phase::OBJECTS);
+        self.drain_garbage(&live);
+        self.teardown_children(&live, object::phase::SYNC);
         self.destroy_deferred(&live);
         for ctx in &live.copy_ctxs {
             if let Some(c) = lock(ctx).take() {
@@ -434,6 +459,9 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        if self.forked() {
+            return;
+        }
         let live = self.live.get_mut().unwrap_or_else(PoisonError::into_inner).take();
         if let Some(live) = live {
             self.teardown(live);
@@ -604,6 +632,8 @@ impl Device {
         let copy_queues: Vec<Queue> = tfam.map(|(f, idx)| idx.into_iter().map(|i| get(f, i)).collect()).unwrap_or_default();
         let ext_host = info.host_import_alignment.map(|_| ash::ext::external_memory_host::Device::new(&instance, &device));
         let nctx = copy_queues.len().max(1) * 2;
+        let mut families = vec![compute_q.family];
+        families.extend(copy_queues.first().map(|q| q.family).filter(|&f| f != compute_q.family));
         Ok(Live {
             instance_parts: parts,
             owns_device,
@@ -615,9 +645,8 @@ impl Device {
             compute: compute_q,
             copy_queues,
             copy_ctxs: (0..nctx).map(|_| Mutex::new(None)).collect(),
-            buffers: Mutex::new(HashMap::new()),
             types: info.memory_type_flags(),
-            streams: Mutex::new(Vec::new()),
+            families,
             next_stream: AtomicU64::new(0),
         })
     }
@@ -635,7 +664,10 @@ impl Device {
                 safe_pinned: AtomicUsize::new(0),
                 direct_bytes: AtomicU64::new(0),
                 staged_bytes: AtomicU64::new(0),
-                next_buffer: AtomicU64::new(1),
+                children: Mutex::new(Vec::new()),
+                garbage: Mutex::new(Vec::new()),
+                has_garbage: AtomicBool::new(false),
+                pid: std::process::id(),
                 deferred_semaphores: Mutex::new(Vec::new()),
                 probe: std::sync::OnceLock::new(),
                 probing: AtomicBool::new(false),
@@ -771,6 +803,10 @@ impl Device {
     /// device buffers (their handles become inert), copy contexts, the device, the instance.
     /// Idempotent. `Error::Busy` while a `PinnedBuffer` of this device lives.
     pub fn destroy(&self) -> Result<()> {
+        if self.shared.forked() {
+            // The objects are the parent's: never touch them from a forked child.
+            return Ok(());
+        }
         let mut g = self.shared.live.write().unwrap_or_else(PoisonError::into_inner);
         let n = self.shared.safe_pinned.load(Ordering::Acquire);
         if g.is_some() && n > 0 {

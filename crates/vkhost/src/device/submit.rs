@@ -29,8 +29,8 @@ pub(crate) enum Dir {
 /// The host side of one piece.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HostSide {
-    /// Host bytes covered by `buffer` at `offset`.
-    Direct { buffer: vk::Buffer, offset: u64 },
+    /// Host bytes at `addr`, covered by `buffer` at `offset`.
+    Direct { buffer: vk::Buffer, offset: u64, addr: usize },
     /// Plain host bytes at `addr`, copied through staging.
     Staged { addr: usize },
 }
@@ -77,7 +77,7 @@ pub(crate) struct CopyCtx {
 /// Which queue a context submits to: the copy engines when the device has them (and the
 /// options do not ask for the compute queue).
 fn queue_of<'a>(s: &Shared, l: &'a Live, ctx_index: usize) -> &'a Queue {
-    if l.copy_queues.is_empty() || s.options.copy_queue == crate::QueueKind::Compute {
+    if l.copy_queues.is_empty() || s.options.copy_queue == super::QueueKind::Compute {
         &l.compute
     } else {
         &l.copy_queues[ctx_index % l.copy_queues.len()]
@@ -256,7 +256,7 @@ fn batches(pieces: &[Piece], chunk: u64) -> Vec<Vec<Op>> {
     let mut used = 0u64;
     for p in pieces {
         match p.host {
-            HostSide::Direct { buffer, offset } => {
+            HostSide::Direct { buffer, offset, .. } => {
                 cur.push(Op { dev_offset: p.dev_offset, len: p.len, src: OpSrc::Direct { buffer, offset } })
             }
             HostSide::Staged { addr } => {
@@ -472,7 +472,7 @@ mod tests {
     fn batches_split_staged_bytes_by_chunk() {
         let pieces = [
             Piece { dev_offset: 0, len: 10, host: HostSide::Staged { addr: 1000 } },
-            Piece { dev_offset: 10, len: 100, host: HostSide::Direct { buffer: vk::Buffer::null(), offset: 5 } },
+            Piece { dev_offset: 10, len: 100, host: HostSide::Direct { buffer: vk::Buffer::null(), offset: 5, addr: 0 } },
             Piece { dev_offset: 110, len: 25, host: HostSide::Staged { addr: 2000 } },
         ];
         let b = batches(&pieces, 16);
@@ -492,7 +492,7 @@ mod tests {
     #[test]
     fn all_direct_is_one_batch() {
         let pieces: Vec<Piece> = (0..5)
-            .map(|i| Piece { dev_offset: i * 100, len: 100, host: HostSide::Direct { buffer: vk::Buffer::null(), offset: 0 } })
+            .map(|i| Piece { dev_offset: i * 100, len: 100, host: HostSide::Direct { buffer: vk::Buffer::null(), offset: 0, addr: 0 } })
             .collect();
         assert_eq!(batches(&pieces, 16).len(), 1);
     }

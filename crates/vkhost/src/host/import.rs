@@ -1,20 +1,13 @@
 //! Vulkan objects behind registry entries: imports of host pages and pinned blocks.
 
 use crate::buffer::USAGE;
-use crate::device::{Live, SendPtr, Shared};
+use crate::device::{Bound, Live, SendPtr, Shared};
 use crate::error::{Error, Result};
 use crate::fault::{self, Point};
 use crate::memtype;
 use ash::vk;
 use std::ops::Range;
 use std::ptr::NonNull;
-
-/// The seed's `import`: a buffer bound to memory that covers `covered` host bytes.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Import {
-    pub buffer: vk::Buffer,
-    pub memory: vk::DeviceMemory,
-}
 
 /// The memory types a host pointer can be imported into (vkGetMemoryHostPointerPropertiesEXT).
 pub(crate) fn host_pointer_bits(s: &Shared, l: &Live, ptr: *const u8) -> Result<u32> {
@@ -39,7 +32,7 @@ pub(crate) fn host_pointer_bits(s: &Shared, l: &Live, ptr: *const u8) -> Result<
 
 /// Imports the host pages `covered` (already rounded, validated and reserved).
 /// On failure nothing is left behind.
-pub(crate) fn import_range(s: &Shared, l: &Live, covered: &Range<usize>) -> Result<Import> {
+pub(crate) fn import_range(s: &Shared, l: &Live, covered: &Range<usize>) -> Result<Bound> {
     let len = covered.len() as u64;
     if len > s.info.max_memory_allocation_size {
         return Err(Error::invalid(format!(
@@ -48,7 +41,7 @@ pub(crate) fn import_range(s: &Shared, l: &Live, covered: &Range<usize>) -> Resu
         )));
     }
     let mut ext = vk::ExternalMemoryBufferCreateInfo::default().handle_types(vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT);
-    let info = vk::BufferCreateInfo::default().size(len).usage(USAGE).sharing_mode(vk::SharingMode::EXCLUSIVE).push_next(&mut ext);
+    let info = Shared::buffer_info(l, len, USAGE).push_next(&mut ext);
     let buffer = s.create_buffer(l, &info)?;
     let r = (|| {
         // SAFETY: `buffer` is a live buffer of this device.
@@ -74,7 +67,7 @@ pub(crate) fn import_range(s: &Shared, l: &Live, covered: &Range<usize>) -> Resu
             unsafe { s.free_memory(l, memory) };
             return Err(e);
         }
-        Ok(Import { buffer, memory })
+        Ok(Bound { buffer, memory, ptr: None })
     })();
     if r.is_err() {
         // SAFETY: fresh, unused buffer of ours, destroyed once.
@@ -84,21 +77,14 @@ pub(crate) fn import_range(s: &Shared, l: &Live, covered: &Range<usize>) -> Resu
 }
 
 /// A driver allocation of `len` bytes, bound and mapped for its whole life.
-pub(crate) fn alloc_pinned_block(s: &Shared, l: &Live, len: usize) -> Result<(Import, NonNull<u8>)> {
+pub(crate) fn alloc_pinned_block(s: &Shared, l: &Live, len: usize) -> Result<(Bound, NonNull<u8>)> {
     let b = s.alloc_bound(l, len as u64, USAGE, memtype::pinned, true)?;
     match b.ptr {
-        Some(SendPtr(p)) => Ok((Import { buffer: b.buffer, memory: b.memory }, p)),
+        Some(SendPtr(p)) => Ok((b, p)),
         None => {
             // SAFETY: fresh objects of ours, released once.
             unsafe { s.release_bound(l, b.buffer, b.memory) };
             Err(Error::unsupported("pinned memory was not mapped"))
         }
     }
-}
-
-/// # Safety
-/// No pending work may use the import, and it is released once.
-pub(crate) unsafe fn release(s: &Shared, l: &Live, i: Import) {
-    // SAFETY: the caller's contract.
-    unsafe { s.release_bound(l, i.buffer, i.memory) }
 }

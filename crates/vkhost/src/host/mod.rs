@@ -25,9 +25,17 @@
 //! intent: a caller who mixes up which device a pointer came from gets `NotPinned` or frees the
 //! other listing. Free every block before destroying its device.
 //!
-//! In-flight safety: each entry's import sits behind a lock; a copy holds it shared while its
-//! submission runs, and `unregister`/`free_pinned` take it exclusively before destroying the
-//! Vulkan objects, so they wait for copies that name the import.
+//! Ownership (see `crate::track` and `crate::resource`): an entry owns its import or block as an
+//! `Arc<Resource>`. Work that names it — a synchronous copy, a stream batch — holds the resource
+//! while recording, notes its use, and keeps an `Arc` until it is reaped. `unregister` and
+//! `free_pinned` remove the entry at once (later lookups miss; the range may be registered
+//! again). An unregister then closes the import and returns only once no submitted work can read
+//! or write the caller's bytes, and destroys the import; a pinned block, which vkhost owns, goes
+//! when the last work holding it is reaped.
+//!
+//! Entries owned by a safe guard ([`PinnedBuffer`](crate::PinnedBuffer),
+//! [`Registration`](crate::Registration)) are marked: the raw [`free_pinned`] and [`unregister`]
+//! refuse them with [`Error::OwnedByGuard`] and change nothing.
 
 pub(crate) mod import;
 pub(crate) mod maps;
@@ -35,41 +43,21 @@ pub(crate) mod registry;
 pub(crate) mod safe;
 
 use crate::buffer::DeviceBuffer;
+use crate::device::object::BufferObj;
 use crate::device::submit::{self, Dir, HostSide, Piece};
-use crate::device::{lock, Device, Live, Shared};
+use crate::device::{lock, Device, Shared};
 use crate::error::{Error, Result};
+use crate::resource::{Held, Resource};
 use ash::vk;
-use import::Import;
 pub use maps::page_size;
 use registry::{Entry, Kind, Registry};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::{Arc, LazyLock, Mutex};
 
 pub use registry::round_out;
 
-/// An import and the lock that keeps it alive while copies use it.
-#[derive(Debug)]
-pub(crate) struct Cell {
-    import: Import,
-    /// `true` while the Vulkan objects exist. Copies hold a read guard during submission;
-    /// releasing takes the write guard and sets it false.
-    alive: RwLock<bool>,
-    /// Stream work that names this import, waited for before release.
-    uses: crate::stream::Uses,
-}
-
-impl Cell {
-    fn new(import: Import) -> Arc<Cell> {
-        Arc::new(Cell { import, alive: RwLock::new(true), uses: Default::default() })
-    }
-
-    pub(crate) fn note_use(&self, w: &std::sync::Weak<crate::stream::StreamInner>, v: u64) {
-        self.uses.note(w, v);
-    }
-}
-
-type Reg = Registry<crate::DeviceId, Option<Arc<Cell>>>;
+type Reg = Registry<crate::DeviceId, Option<Arc<Resource>>>;
 
 static REGISTRY: LazyLock<Mutex<Reg>> = LazyLock::new(|| Mutex::new(Registry::new()));
 
@@ -107,8 +95,8 @@ pub struct HostStats {
 fn count(reg: &Reg, dev: Option<crate::DeviceId>) -> (usize, usize) {
     let mut imports = 0;
     let mut pinned = 0;
-    let mut tally = |e: &Entry<Option<Arc<Cell>>>| {
-        if e.live {
+    let mut tally = |e: &Entry<Option<Arc<Resource>>>| {
+        if e.live && e.cell.as_ref().is_some_and(|c| c.obj.alive()) {
             match e.kind {
                 Kind::Registered => imports += 1,
                 Kind::Pinned => pinned += 1,
@@ -182,22 +170,29 @@ impl HostPtr for usize {
 ///
 /// Errors: `len == 0` → `InvalidArgument`; more than maxMemoryAllocationSize → `InvalidArgument`.
 pub fn alloc_pinned(dev: &Device, len: usize) -> Result<NonNull<u8>> {
-    let s = &*dev.shared;
+    alloc_pinned_entry(dev, len, false).map(|(p, _)| p)
+}
+
+/// [`alloc_pinned`], marking the entry as owned by a guard when `guarded`.
+pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guarded: bool) -> Result<(NonNull<u8>, Arc<Resource>)> {
+    let s = &dev.shared;
     if len == 0 {
         return Err(Error::invalid("alloc_pinned of zero bytes"));
     }
     let l = s.live()?;
-    let (imp, ptr) = import::alloc_pinned_block(s, &l, len)?;
+    let (b, ptr) = import::alloc_pinned_block(s, &l, len)?;
+    let res = Resource::new(s, BufferObj::new(s, b, len as u64));
     let start = ptr.as_ptr() as usize;
-    let entry = Entry { kind: Kind::Pinned, user: start..start + len, covered: start..start + len, live: true, cell: Some(Cell::new(imp)) };
+    let entry =
+        Entry { kind: Kind::Pinned, user: start..start + len, covered: start..start + len, live: true, guarded, cell: Some(res.clone()) };
     if registry().insert(s.id, entry).is_err() {
         // Only possible if the caller registered memory, freed it without unregistering, and
         // the driver reused the address.
-        // SAFETY: fresh objects of ours, never used.
-        unsafe { import::release(s, &l, imp) };
+        // SAFETY: fresh objects of ours, never used by any work.
+        unsafe { res.obj.release_now(s, &l) };
         return Err(Error::AlreadyRegistered);
     }
-    Ok(ptr)
+    Ok((ptr, res))
 }
 
 /// Releases a pinned block: its buffer and memory, which unmaps it.
@@ -206,19 +201,22 @@ pub fn alloc_pinned(dev: &Device, len: usize) -> Result<NonNull<u8>> {
 /// a second free. A block whose device was destroyed has nothing left to release: `Ok`. Waits
 /// for copies in flight that use the block. See the module docs for the address-reuse caveat.
 pub fn free_pinned(dev: &Device, ptr: impl HostPtr) -> Result<()> {
-    release_entry(dev, ptr.addr(), Kind::Pinned)
+    release_entry(dev, ptr.addr(), Kind::Pinned, false)
 }
 
 /// Unregisters the registration that starts at `ptr`.
 ///
 /// `NotRegistered` for an interior pointer, an unknown address, a second unregister or a pinned
-/// block. After the device was destroyed the entry is a tombstone: `Ok`, once. Waits for copies
-/// in flight that use the import.
+/// block; `OwnedByGuard` for a range a [`Registration`](crate::Registration) owns. After the
+/// device was destroyed the entry is a tombstone: `Ok`, once. Returns once no submitted work can
+/// read or write the registered bytes (it waits for copies in flight that name them).
 pub fn unregister(dev: &Device, ptr: impl HostPtr) -> Result<()> {
-    release_entry(dev, ptr.addr(), Kind::Registered)
+    release_entry(dev, ptr.addr(), Kind::Registered, false)
 }
 
-fn release_entry(dev: &Device, addr: usize, kind: Kind) -> Result<()> {
+/// Removes the entry keyed `addr` and releases what it owns. `by_guard` is the safe owner's
+/// own release; raw calls refuse guarded entries.
+pub(crate) fn release_entry(dev: &Device, addr: usize, kind: Kind, by_guard: bool) -> Result<()> {
     let s = &*dev.shared;
     let missing = match kind {
         Kind::Pinned => Error::NotPinned,
@@ -226,30 +224,36 @@ fn release_entry(dev: &Device, addr: usize, kind: Kind) -> Result<()> {
     };
     // Hold the device (if alive) across the release so destroy cannot interleave.
     let l = s.live_any().ok();
-    // A reservation (register in progress) is not live and has no cell: not ours to remove.
-    let removed = registry().remove_if(s.id, addr, |e| e.kind == kind && (e.live || l.is_none()));
+    let removed = {
+        let mut reg = registry();
+        match reg.get(s.id, addr) {
+            // A reservation (register in progress) is not live and not ours to remove.
+            Some(e) if e.kind == kind && e.live => {
+                if e.guarded && !by_guard {
+                    return Err(Error::OwnedByGuard { what: if kind == Kind::Pinned { "PinnedBuffer" } else { "Registration" } });
+                }
+                reg.remove_if(s.id, addr, |_| true)
+            }
+            _ => None,
+        }
+    };
     let e = removed.ok_or(missing)?;
-    if let (Some(l), Some(cell)) = (l.as_ref(), e.cell) {
-        release_cell(s, l, &cell);
+    if let (Some(l), Some(res)) = (l.as_ref(), e.cell) {
+        match kind {
+            Kind::Registered => {
+                // The caller may unmap the bytes as soon as we return: close the import, wait
+                // for every use, and destroy it now.
+                res.close_and_wait(l);
+                // SAFETY: closed and every use waited, so no work can name it any more.
+                unsafe { res.obj.release_now(s, l) };
+            }
+            Kind::Pinned => {
+                // vkhost's own memory: it goes with the last owner, possibly a batch in flight.
+                res.tracker.close();
+            }
+        }
     }
     Ok(())
-}
-
-/// Waits for copies using the cell (synchronous ones through its lock, stream work through
-/// its noted uses), then destroys its objects.
-fn release_cell(s: &Shared, l: &Live, cell: &Cell) {
-    let was_alive = {
-        let mut alive = cell.alive.write().unwrap_or_else(PoisonError::into_inner);
-        std::mem::replace(&mut *alive, false)
-    };
-    if was_alive {
-        // No new work can name it now; wait for what already does (without holding the lock:
-        // a stream may need it to finish enqueuing elsewhere).
-        cell.uses.wait_all(l);
-        // SAFETY: no synchronous copy holds the import (we took the write guard after them),
-        // stream work naming it completed, and `alive` flipped once.
-        unsafe { import::release(s, l, cell.import) };
-    }
 }
 
 /// Imports the host pages covering `[ptr, ptr+len)` on `dev` (VK_EXT_external_memory_host).
@@ -274,8 +278,16 @@ fn release_cell(s: &Shared, l: &Live, cell: &Cell) {
 /// at any time a copy names them. The rounded range includes the partial pages at both ends; the
 /// caller must own them too (they are only read or written by copies that name those bytes).
 pub unsafe fn register(dev: &Device, ptr: impl HostPtr, len: usize) -> Result<()> {
-    let s = &*dev.shared;
-    let addr = ptr.addr();
+    // SAFETY: forwarded contract.
+    unsafe { register_entry(dev, ptr.addr(), len, false) }.map(|_| ())
+}
+
+/// [`register`], marking the entry as owned by a guard when `guarded`.
+///
+/// # Safety
+/// As for [`register`].
+pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guarded: bool) -> Result<Arc<Resource>> {
+    let s = &dev.shared;
     let granule = match s.registration() {
         Ok(g) => g,
         Err(why) if why.starts_with("imports disabled by policy") => return Err(Error::unsupported("imports disabled by policy")),
@@ -293,16 +305,17 @@ pub unsafe fn register(dev: &Device, ptr: impl HostPtr, len: usize) -> Result<()
     maps::check_rw(&covered)?;
     // Reserve the bytes, so a concurrent overlapping register is refused while we import
     // without holding the registry lock.
-    let reservation = Entry { kind: Kind::Registered, user: addr..end, covered: covered.clone(), live: false, cell: None };
+    let reservation = Entry { kind: Kind::Registered, user: addr..end, covered: covered.clone(), live: false, guarded, cell: None };
     registry().insert(s.id, reservation).map_err(|_| Error::AlreadyRegistered)?;
     match import::import_range(s, &l, &covered) {
-        Ok(imp) => {
+        Ok(b) => {
+            let res = Resource::new(s, BufferObj::new(s, b, covered.len() as u64));
             let mut reg = registry();
             if let Some(e) = reg.get_mut(s.id, addr) {
-                e.cell = Some(Cell::new(imp));
+                e.cell = Some(res.clone());
                 e.live = true;
             }
-            Ok(())
+            Ok(res)
         }
         Err(e) => {
             registry().remove_if(s.id, addr, |e| !e.live);
@@ -318,8 +331,8 @@ pub fn find(dev: &Device, ptr: impl HostPtr, len: usize) -> Option<(vk::Buffer, 
     let addr = ptr.addr();
     let reg = registry();
     let e = reg.find(dev.id(), addr, len)?;
-    let cell = e.cell.as_ref()?;
-    Some((cell.import.buffer, (addr - e.covered.start) as u64))
+    let res = e.cell.as_ref().filter(|r| r.obj.alive())?;
+    Some((res.obj.buffer, (addr - e.covered.start) as u64))
 }
 
 /// Copies `len` bytes from host `src` to `dst` at `dst_offset`, synchronously.
@@ -369,39 +382,39 @@ pub(crate) unsafe fn copy_to_host_impl(s: &Shared, src: &DeviceBuffer, off: usiz
     unsafe { copy(s, Dir::ToHost, dst as usize, len, src, off) }
 }
 
-/// A plan: pieces plus the import cells that must stay alive while it runs.
+/// A plan: pieces, and holds on the resources its direct pieces name (see `crate::track`):
+/// while the plan lives, closing them waits.
 pub(crate) struct Plan {
     pub pieces: Vec<Piece>,
-    pub cells: Vec<Arc<Cell>>,
+    pub held: Vec<Held>,
+    /// Whether a direct piece lies in a registration (the caller's memory, not vkhost's).
+    pub registered: bool,
 }
 
-/// Splits a host range against the registry into direct pieces and staged gaps.
+/// Splits a host range against the registry into direct pieces and staged gaps, holding every
+/// resource a direct piece names.
 pub(crate) fn plan(s: &Shared, addr: usize, len: usize, dev_off: u64) -> Plan {
     let reg = registry();
-    let mut cells: Vec<Arc<Cell>> = Vec::new();
+    let mut held: Vec<Held> = Vec::new();
+    let mut registered = false;
     let pieces = reg
         .split(s.id, addr, len)
         .into_iter()
         .map(|(r, e)| {
-            let host = match e.and_then(|e| e.cell.as_ref().map(|c| (e, c))) {
-                Some((e, c)) => {
-                    if !cells.iter().any(|x| Arc::ptr_eq(x, c)) {
-                        cells.push(c.clone());
-                    }
-                    HostSide::Direct { buffer: c.import.buffer, offset: (r.start - e.covered.start) as u64 }
+            let mut host = HostSide::Staged { addr: r.start };
+            if let Some((e, res)) = e.and_then(|e| e.cell.as_ref().map(|c| (e, c))) {
+                // Entries in the registry are never closed (removal comes first), but one whose
+                // device was destroyed has no objects: stage around it.
+                let have = held.iter().any(|h| Arc::ptr_eq(&h.0, res));
+                if res.obj.alive() && (have || res.hold().map(|h| held.push(h)).is_some()) {
+                    registered |= e.kind == Kind::Registered;
+                    host = HostSide::Direct { buffer: res.obj.buffer, offset: (r.start - e.covered.start) as u64, addr: r.start };
                 }
-                None => HostSide::Staged { addr: r.start },
-            };
+            }
             Piece { dev_offset: dev_off + (r.start - addr) as u64, len: r.len() as u64, host }
         })
         .collect();
-    Plan { pieces, cells }
-}
-
-/// Read guards on every cell of a plan, or `None` if one was released meanwhile.
-pub(crate) fn hold(cells: &[Arc<Cell>]) -> Option<Vec<RwLockReadGuard<'_, bool>>> {
-    let guards: Vec<_> = cells.iter().map(|c| c.alive.read().unwrap_or_else(PoisonError::into_inner)).collect();
-    guards.iter().all(|g| **g).then_some(guards)
+    Plan { pieces, held, registered }
 }
 
 pub(crate) fn path_of(pieces: &[Piece]) -> CopyPath {
@@ -432,18 +445,15 @@ unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer
     if len == 0 {
         return Ok(CopyPath::Direct);
     }
-    loop {
-        let p = plan(s, addr, len, off as u64);
-        let Some(_guards) = hold(&p.cells) else {
-            // An entry was released between planning and holding it: plan again.
-            continue;
-        };
-        // SAFETY: staged host ranges are the caller's (readable or writable per the contract);
-        // the direct buffers are held alive by the guards; device ranges were range-checked.
-        let moved = unsafe { submit::execute(s, &l, dir, buf.raw(), &p.pieces, thread_hint()) }?;
-        record(s, moved.direct, moved.staged);
-        return Ok(path_of(&p.pieces));
-    }
+    // Stream work already enqueued on the buffer comes first (see `DeviceBuffer`).
+    buf.res.settle(&l);
+    let p = plan(s, addr, len, off as u64);
+    // SAFETY: staged host ranges are the caller's (readable or writable per the contract); the
+    // direct buffers are held (and owned through `p.held`) until this returns; device ranges
+    // were range-checked. `execute` never returns with work in flight.
+    let moved = unsafe { submit::execute(s, &l, dir, buf.raw(), &p.pieces, thread_hint()) }?;
+    record(s, moved.direct, moved.staged);
+    Ok(path_of(&p.pieces))
 }
 
 pub(crate) fn record(s: &Shared, direct: u64, staged: u64) {
@@ -463,23 +473,6 @@ fn thread_hint() -> usize {
         NEXT.fetch_add(1, Ordering::Relaxed) as usize
     }}
     HINT.with(|h| *h)
-}
-
-/// The registry hook of `Device::destroy`: destroys every import and pinned block of the device.
-/// Registrations stay as tombstones, pinned blocks stay listed; both are no longer `live`.
-pub(crate) fn on_device_destroy(s: &Shared, l: &Live) {
-    let cells: Vec<Arc<Cell>> = {
-        let mut reg = registry();
-        reg.entries_mut(s.id)
-            .filter_map(|e| {
-                e.live = false;
-                e.cell.take()
-            })
-            .collect()
-    };
-    for c in cells {
-        release_cell(s, l, &c);
-    }
 }
 
 /// The import probe run at open (see `Device::host_registration`): one page registered, a

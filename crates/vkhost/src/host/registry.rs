@@ -31,8 +31,11 @@ pub struct Entry<T> {
     pub user: Range<usize>,
     /// The bytes the buffer covers; `user` ⊆ `covered`.
     pub covered: Range<usize>,
-    /// Whether the import is usable (false for a tombstone or a reservation in progress).
+    /// False while a registration is being imported (a reservation): not usable, not removable.
     pub live: bool,
+    /// Owned by a safe guard (`PinnedBuffer`, `Registration`): the raw `free_pinned` and
+    /// `unregister` refuse it.
+    pub guarded: bool,
     pub cell: T,
 }
 
@@ -81,6 +84,11 @@ impl<D: std::hash::Hash + Eq + Copy, T> Registry<D, T> {
         self.slack = self.slack.max(slack);
         self.devices.entry(dev).or_default().insert(entry.user.start, entry);
         Ok(())
+    }
+
+    /// The entry keyed exactly `addr`.
+    pub fn get(&self, dev: D, addr: usize) -> Option<&Entry<T>> {
+        self.devices.get(&dev)?.get(&addr)
     }
 
     pub fn get_mut(&mut self, dev: D, addr: usize) -> Option<&mut Entry<T>> {
@@ -182,6 +190,7 @@ impl<D: std::hash::Hash + Eq + Copy, T> Registry<D, T> {
     }
 
     /// All entries of a device, mutable, in address order.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn entries_mut(&mut self, dev: D) -> impl Iterator<Item = &mut Entry<T>> {
         self.devices.get_mut(&dev).into_iter().flat_map(|m| m.values_mut())
     }
@@ -225,11 +234,11 @@ mod tests {
     type R = Registry<u32, u32>;
 
     fn reg(user: Range<usize>, g: usize, cell: u32) -> Entry<u32> {
-        Entry { kind: Kind::Registered, covered: round_out(user.start, user.len(), g).unwrap(), user, live: true, cell }
+        Entry { kind: Kind::Registered, covered: round_out(user.start, user.len(), g).unwrap(), user, live: true, guarded: false, cell }
     }
 
     fn pin(user: Range<usize>, cell: u32) -> Entry<u32> {
-        Entry { kind: Kind::Pinned, covered: user.clone(), user, live: true, cell }
+        Entry { kind: Kind::Pinned, covered: user.clone(), user, live: true, guarded: false, cell }
     }
 
     #[test]

@@ -1,19 +1,29 @@
 //! Safe owners over the raw, address-based API: [`PinnedBuffer`] and [`Registration`].
 
+use super::registry::Kind;
 use crate::device::{Device, SendPtr};
 use crate::error::{Error, Result};
+use crate::resource::Resource;
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Driver-allocated, mapped host memory that DMA copies address directly; frees on drop.
 ///
 /// While any `PinnedBuffer` of a device lives, `Device::destroy` returns `Error::Busy`, so safe
 /// code never touches unmapped memory. Its contents start zeroed where the driver zeroes
 /// (not guaranteed by Vulkan): write before you read.
+///
+/// Stream work that names the block owns it: dropping the buffer while an async copy runs frees
+/// the memory only once that copy is reaped. Reading the bytes (`Deref`) first waits for device
+/// writes to them still pending, and writing them (`DerefMut`) for any device access, so even a
+/// leaked [`Pending`](crate::Pending) (`mem::forget`) cannot let safe code race the device.
+/// The raw [`host::free_pinned`](super::free_pinned) refuses a `PinnedBuffer`'s block.
 pub struct PinnedBuffer {
     dev: Device,
     ptr: SendPtr,
     len: usize,
+    res: Arc<Resource>,
 }
 
 impl std::fmt::Debug for PinnedBuffer {
@@ -31,8 +41,8 @@ impl PinnedBuffer {
             let _l = dev.shared.live()?;
             dev.shared.safe_pinned.fetch_add(1, Ordering::AcqRel);
         }
-        match super::alloc_pinned(dev, len) {
-            Ok(p) => Ok(PinnedBuffer { dev: dev.clone(), ptr: SendPtr(p), len }),
+        match super::alloc_pinned_entry(dev, len, true) {
+            Ok((p, res)) => Ok(PinnedBuffer { dev: dev.clone(), ptr: SendPtr(p), len, res }),
             Err(e) => {
                 dev.shared.safe_pinned.fetch_sub(1, Ordering::AcqRel);
                 Err(e)
@@ -50,7 +60,8 @@ impl PinnedBuffer {
         self.len == 0
     }
 
-    /// The mapped pointer.
+    /// The mapped pointer. Accesses through it are not ordered after pending device work;
+    /// the slice views are.
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr.0.as_ptr()
     }
@@ -69,22 +80,30 @@ impl PinnedBuffer {
 impl std::ops::Deref for PinnedBuffer {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: the block is mapped for `len` bytes while we live (destroy is Busy meanwhile)
-        // and aliasing follows `&self`.
+        self.res.settle_writes();
+        // SAFETY: the block is mapped for `len` bytes while we live (destroy is Busy meanwhile,
+        // and the memory goes with its last owner, `self.res` among them); no device write to
+        // it is pending (settled above, and a new one needs `&mut` access to the bytes through
+        // the safe API); aliasing follows `&self`.
         unsafe { std::slice::from_raw_parts(self.ptr.0.as_ptr(), self.len) }
     }
 }
 
 impl std::ops::DerefMut for PinnedBuffer {
     fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `deref`, with exclusive access through `&mut self`.
+        self.res.settle_all();
+        // SAFETY: as in `deref`, with no device access pending at all, and exclusive access
+        // through `&mut self`.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.0.as_ptr(), self.len) }
     }
 }
 
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
-        if let Err(e) = super::free_pinned(&self.dev, self.ptr.0) {
+        if self.dev.shared.forked() {
+            return;
+        }
+        if let Err(e) = super::release_entry(&self.dev, self.ptr.0.as_ptr() as usize, Kind::Pinned, true) {
             log::error!("PinnedBuffer drop: free_pinned failed: {e}");
         }
         self.dev.shared.safe_pinned.fetch_sub(1, Ordering::AcqRel);
@@ -94,11 +113,21 @@ impl Drop for PinnedBuffer {
 /// A registration of a borrowed slice; unregisters on drop.
 ///
 /// Borrowing the slice mutably for `'a` keeps the memory mapped, writable and unaliased for as
-/// long as the device may use it. Read and write it through `Deref`/`DerefMut`.
+/// long as the device may use it. Read and write it through `Deref`/`DerefMut`. The raw
+/// [`host::unregister`](super::unregister) refuses it.
+///
+/// Leaks: `mem::forget` on a `Registration` ends the borrow without unregistering. That is
+/// memory-safe because safe code never leaves device work on registered memory in flight (safe
+/// stream copies that touch registered bytes complete before they return, see
+/// [`Stream`](crate::Stream)), but the range stays registered until the device is destroyed:
+/// registering those bytes again is `AlreadyRegistered`, and copies of memory later placed at
+/// those addresses go through the old import, which on a discrete GPU still pins the old pages.
+/// Do not forget a `Registration`.
 pub struct Registration<'a> {
     dev: Device,
     ptr: SendPtr,
     len: usize,
+    res: Arc<Resource>,
     _borrow: PhantomData<&'a mut [u8]>,
 }
 
@@ -118,8 +147,8 @@ impl Device {
         }
         // SAFETY: the slice is borrowed mutably for 'a, so its pages stay mapped and writable
         // and nobody else touches it until the Registration (which unregisters on drop) ends.
-        unsafe { super::register(self, ptr, buf.len()) }?;
-        Ok(Registration { dev: self.clone(), ptr: SendPtr(ptr), len: buf.len(), _borrow: PhantomData })
+        let res = unsafe { super::register_entry(self, ptr.as_ptr() as usize, buf.len(), true) }?;
+        Ok(Registration { dev: self.clone(), ptr: SendPtr(ptr), len: buf.len(), res, _borrow: PhantomData })
     }
 }
 
@@ -148,13 +177,16 @@ impl Registration<'_> {
 impl std::ops::Deref for Registration<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: the slice is borrowed for 'a by this guard; shared access follows `&self`.
+        self.res.settle_writes();
+        // SAFETY: the slice is borrowed for 'a by this guard; no device write is pending (raw
+        // async copies are the caller's to order); shared access follows `&self`.
         unsafe { std::slice::from_raw_parts(self.ptr.0.as_ptr(), self.len) }
     }
 }
 
 impl std::ops::DerefMut for Registration<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
+        self.res.settle_all();
         // SAFETY: as above, exclusive through `&mut self`.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.0.as_ptr(), self.len) }
     }
@@ -162,7 +194,10 @@ impl std::ops::DerefMut for Registration<'_> {
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        if let Err(e) = super::unregister(&self.dev, self.ptr.0) {
+        if self.dev.shared.forked() {
+            return;
+        }
+        if let Err(e) = super::release_entry(&self.dev, self.ptr.0.as_ptr() as usize, Kind::Registered, true) {
             log::error!("Registration drop: unregister failed: {e}");
         }
     }

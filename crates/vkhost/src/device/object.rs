@@ -1,0 +1,153 @@
+//! Vulkan objects with owners: a buffer bound to memory, destroyed when its owner drops it or at
+//! device teardown, whichever comes first; and the children a device tears down.
+//!
+//! The device layer knows nothing of what its children are (imports, device buffers, streams):
+//! each registers a `Weak<dyn Child>` when it is created, and [`Shared::teardown`] walks them in
+//! [`Child::order`] after the device is idle.
+//!
+//! A [`BufferObj`] dropped while the device's `live` lock cannot be taken without blocking (a
+//! destroy is waiting, or this thread is inside the teardown) is queued on `Shared::garbage` and
+//! released by the next allocation or by teardown: a drop never blocks and never panics.
+
+use super::DeviceId;
+use super::{lock, Bound, Live, Shared};
+use ash::vk;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, Weak};
+
+/// Teardown phases, in order.
+pub(crate) mod phase {
+    /// Finish work: streams submit what they recorded, wait, reap.
+    pub const WORK: u8 = 0;
+    /// The device is idle: buffers, imports, pinned blocks, command pools go.
+    pub const OBJECTS: u8 = 1;
+    /// Synchronization objects other work could wait on (timeline semaphores) go last.
+    pub const SYNC: u8 = 2;
+}
+
+/// Something a device destroys at teardown.
+pub(crate) trait Child: Send + Sync {
+    /// Does this child's part of teardown `phase` (see [`phase`]); called for every phase.
+    fn teardown(&self, s: &Shared, l: &Live, phase: u8);
+}
+
+/// A buffer bound to memory of the device, optionally mapped (the mapping lasts as long as the
+/// memory). The handles are released once: by [`BufferObj::release_now`], by teardown, or by
+/// drop.
+pub(crate) struct BufferObj {
+    /// Weak: registry entries own imports, and must not keep their device alive.
+    shared: Weak<Shared>,
+    pub device: DeviceId,
+    /// The process that created it: in a forked child, drops do nothing.
+    pid: u32,
+    pub buffer: vk::Buffer,
+    pub size: u64,
+    /// `Some` while the objects exist.
+    memory: Mutex<Option<vk::DeviceMemory>>,
+}
+
+impl std::fmt::Debug for BufferObj {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufferObj").field("device", &self.device).field("buffer", &self.buffer).field("size", &self.size).finish()
+    }
+}
+
+impl BufferObj {
+    /// Takes ownership of a freshly bound buffer.
+    pub(crate) fn new(shared: &Arc<Shared>, b: Bound, size: u64) -> BufferObj {
+        BufferObj {
+            shared: Arc::downgrade(shared),
+            device: shared.id,
+            pid: shared.pid,
+            buffer: b.buffer,
+            size,
+            memory: Mutex::new(Some(b.memory)),
+        }
+    }
+
+    /// The device's state, while the device is alive.
+    pub(crate) fn shared(&self) -> Option<Arc<Shared>> {
+        self.shared.upgrade()
+    }
+
+    /// Whether the Vulkan objects still exist.
+    pub(crate) fn alive(&self) -> bool {
+        lock(&self.memory).is_some()
+    }
+
+    /// Destroys the objects now (no-op if already gone).
+    ///
+    /// # Safety
+    /// No pending or future device work may use the buffer, and `s`, `l` are its device's.
+    pub(crate) unsafe fn release_now(&self, s: &Shared, l: &Live) {
+        let m = lock(&self.memory).take();
+        if let Some(m) = m {
+            // SAFETY: the caller's contract; `take` makes this the only release.
+            unsafe { s.release_bound(l, self.buffer, m) };
+        }
+    }
+}
+
+impl Drop for BufferObj {
+    fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            return;
+        }
+        let m = match self.memory.get_mut() {
+            Ok(m) => m.take(),
+            Err(p) => p.into_inner().take(),
+        };
+        // The last owner went: no submitted work holds it (batches keep an owner until they are
+        // reaped), so it may go now, or as soon as the device lock is free. If the device is
+        // gone, its teardown released everything (and `memory` was already taken).
+        if let (Some(m), Some(s)) = (m, self.shared.upgrade()) {
+            s.release_or_defer(self.buffer, m);
+        }
+    }
+}
+
+impl Shared {
+    /// Releases a buffer and its memory if the device lock is free now; queues them otherwise.
+    pub(crate) fn release_or_defer(&self, buffer: vk::Buffer, memory: vk::DeviceMemory) {
+        if let Ok(g) = self.live.try_read() {
+            if let Some(l) = g.as_ref() {
+                // SAFETY: the owner's last reference went, so nothing uses the objects, and they
+                // are released once (the owner took them).
+                unsafe { self.release_bound(l, buffer, memory) };
+            }
+            // A destroyed device already released everything it had.
+            return;
+        }
+        lock(&self.garbage).push((buffer, memory));
+        self.has_garbage.store(true, Ordering::Release);
+    }
+
+    /// Releases queued garbage (called with the device lock held).
+    pub(crate) fn drain_garbage(&self, l: &Live) {
+        if !self.has_garbage.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let g = std::mem::take(&mut *lock(&self.garbage));
+        for (b, m) in g {
+            // SAFETY: queued by a drop of the last owner: nothing uses them; released once.
+            unsafe { self.release_bound(l, b, m) };
+        }
+    }
+
+    /// Registers a child for teardown.
+    pub(crate) fn add_child(&self, c: Weak<dyn Child>) {
+        let mut g = lock(&self.children);
+        if g.len() >= 64 && g.len().is_power_of_two() {
+            g.retain(|w| w.strong_count() > 0);
+        }
+        g.push(c);
+    }
+
+    /// Runs teardown `phase` on every child still alive.
+    pub(crate) fn teardown_children(&self, l: &Live, phase: u8) {
+        let kids: Vec<Arc<dyn Child>> = lock(&self.children).iter().filter_map(|w| w.upgrade()).collect();
+        for k in &kids {
+            k.teardown(self, l, phase);
+        }
+    }
+}

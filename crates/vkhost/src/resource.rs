@@ -1,0 +1,125 @@
+//! Tracked resources: a Vulkan buffer (device buffer, import, pinned block) with the uses that
+//! submitted work made of it, owned through `Arc`.
+//!
+//! The protocol is [`crate::track`]'s: recorders [`Resource::hold`] the resource while they
+//! record work that names it, note each use with the timeline value that completes it, and put
+//! an `Arc` clone into the batch, which keeps it until it is reaped. The objects go when the last
+//! owner goes ([`BufferObj`]'s drop), or at device teardown.
+//!
+//! This layer names no stream: submitted work is seen through the [`Timeline`] trait, which
+//! streams implement.
+
+use crate::device::object::{BufferObj, Child};
+use crate::device::{Live, Shared};
+use crate::error::Result;
+use crate::track::{Tracker, Use};
+use std::sync::{Arc, Weak};
+
+/// Something submitted work completes on (a stream's timeline semaphore).
+pub(crate) trait Timeline: Send + Sync {
+    /// Waits until `value` completed, submitting recorded work first if it is not yet.
+    fn wait_for(&self, l: &Live, value: u64) -> Result<()>;
+    /// The fallback when a wait fails and something must be released: waits for the queue to
+    /// go idle (returns at once on a lost device, where nothing runs any more).
+    fn queue_idle(&self, l: &Live);
+}
+
+/// A reference to a timeline, as uses record it.
+pub(crate) type TimelineRef = Weak<dyn Timeline>;
+
+/// A buffer and the uses of it by submitted work.
+#[derive(Debug)]
+pub(crate) struct Resource {
+    pub obj: BufferObj,
+    pub tracker: Tracker<TimelineRef>,
+}
+
+impl Child for Resource {
+    fn teardown(&self, s: &Shared, l: &Live, phase: u8) {
+        if phase == crate::device::object::phase::OBJECTS {
+            // SAFETY: this phase runs with the device idle and every stream shut down.
+            unsafe { self.obj.release_now(s, l) };
+        }
+    }
+}
+
+impl Resource {
+    /// Wraps a bound buffer and registers it with its device for teardown.
+    pub(crate) fn new(shared: &Arc<Shared>, obj: BufferObj) -> Arc<Resource> {
+        let r = Arc::new(Resource { obj, tracker: Tracker::default() });
+        let w: Weak<Resource> = Arc::downgrade(&r);
+        shared.add_child(w);
+        r
+    }
+
+    fn shared(&self) -> Option<Arc<Shared>> {
+        self.obj.shared()
+    }
+
+    /// Enters as a recorder (see [`crate::track`]); `None` once the resource was closed.
+    pub(crate) fn hold(self: &Arc<Self>) -> Option<Held> {
+        self.tracker.enter().then(|| Held(self.clone()))
+    }
+
+    /// Waits for `uses` to complete; a failed wait falls back to waiting the queue idle, so
+    /// this never returns while work it was given may still run.
+    pub(crate) fn wait_uses(&self, l: &Live, uses: Vec<Use<TimelineRef>>) {
+        for u in uses {
+            let Some(tl) = u.timeline.upgrade() else { continue };
+            match tl.wait_for(l, u.value) {
+                Ok(()) => self.tracker.retire(&u.timeline, u.value),
+                Err(e) => {
+                    log::warn!("waiting for work that names a buffer: {e}; waiting for its queue instead");
+                    tl.queue_idle(l);
+                }
+            }
+        }
+    }
+
+    /// Waits for every use noted so far (the resource stays open): orders a synchronous access
+    /// after earlier stream work.
+    pub(crate) fn settle(&self, l: &Live) {
+        let uses = self.tracker.uses();
+        if !uses.is_empty() {
+            self.wait_uses(l, uses);
+        }
+    }
+
+    /// Waits for device writes noted so far; cheap when none can be pending.
+    pub(crate) fn settle_writes(&self) {
+        if !self.tracker.may_have_writes() {
+            return;
+        }
+        let Some(s) = self.shared() else { return };
+        let Ok(l) = s.live_any() else { return };
+        let writes: Vec<_> = self.tracker.uses().into_iter().filter(|u| u.write).collect();
+        self.wait_uses(&l, writes);
+    }
+
+    /// Waits for every use noted so far, taking the device lock itself; cheap when none was.
+    pub(crate) fn settle_all(&self) {
+        if !self.tracker.has_uses() {
+            return;
+        }
+        let Some(s) = self.shared() else { return };
+        let Ok(l) = s.live_any() else { return };
+        self.settle(&l);
+    }
+
+    /// Closes the resource to new work and waits until no submitted work can touch it.
+    pub(crate) fn close_and_wait(&self, l: &Live) {
+        let uses = self.tracker.close();
+        self.wait_uses(l, uses);
+    }
+}
+
+/// A recorder's hold on a resource (see [`Resource::hold`]); leaves on drop. Crate-internal:
+/// never leaked.
+#[derive(Debug)]
+pub(crate) struct Held(pub Arc<Resource>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.tracker.leave();
+    }
+}
