@@ -1,0 +1,144 @@
+//! The `pinned`, `registered` and `pageable` paths: their host memory, registration, the
+//! round-trip check, and the h2d/d2h timing per size (bidir is handed to `bidir`).
+
+use super::bar::bench_bar;
+use super::bidir::bidir;
+use super::{measure, point, point::pattern, Ctx, DirKind, PathKind};
+use crate::devices::anyhow_free::Result;
+use crate::pages::{Pages, RW};
+use crate::stats::size_label;
+use serde_json::Value;
+use vkhost::{host, DeviceBuffer, PinnedBuffer};
+
+/// Page-aligned memory faulted in before timing (the `registered` path's "user allocation").
+pub(super) fn touched_pages(len: usize, huge: bool) -> Result<Pages> {
+    let mut p = Pages::map(len, RW)?;
+    if huge {
+        p.advise_huge();
+    }
+    p.slice().fill(1);
+    Ok(p)
+}
+
+/// Host memory for one path: two regions (the second for bidir's other direction).
+enum Host {
+    Pinned(PinnedBuffer, PinnedBuffer),
+    Registered(Pages, Pages),
+    Pageable(Vec<u8>, Vec<u8>),
+}
+
+impl Host {
+    fn both(&mut self) -> (&mut [u8], &mut [u8]) {
+        match self {
+            Host::Pinned(a, b) => (&mut a[..], &mut b[..]),
+            Host::Registered(a, b) => (a.slice(), b.slice()),
+            Host::Pageable(a, b) => (&mut a[..], &mut b[..]),
+        }
+    }
+}
+pub(super) fn bench_path(
+    cx: &mut Ctx,
+    path: PathKind,
+    dirs: &[DirKind],
+    sizes: &[u64],
+    dbuf: &[DeviceBuffer; 2],
+    bar_cap: usize,
+) -> Result<()> {
+    let max = *sizes.iter().max().unwrap_or(&4096) as usize;
+    if path == PathKind::Bar {
+        return bench_bar(cx, dirs, sizes, max, bar_cap);
+    }
+    let dev = cx.dev.clone();
+    let mut host = match path {
+        PathKind::Pinned => Host::Pinned(PinnedBuffer::new(&dev, max)?, PinnedBuffer::new(&dev, max)?),
+        PathKind::Registered => {
+            let (a, b) = (touched_pages(max, cx.hugepages)?, touched_pages(max, cx.hugepages)?);
+            // SAFETY: the mappings live until after unregister below (they drop with `host`).
+            unsafe {
+                host::register(&dev, a.ptr, a.len)?;
+                if let Err(e) = host::register(&dev, b.ptr, b.len) {
+                    host::unregister(&dev, a.ptr)?;
+                    return Err(e.into());
+                }
+            }
+            Host::Registered(a, b)
+        }
+        _ => Host::Pageable(vec![1u8; max], vec![1u8; max]),
+    };
+    let r = sweep_host(cx, path, dirs, sizes, dbuf, &mut host);
+    if let Host::Registered(a, b) = &host {
+        host::unregister(&dev, a.ptr)?;
+        host::unregister(&dev, b.ptr)?;
+    }
+    r
+}
+
+fn sweep_host(cx: &mut Ctx, path: PathKind, dirs: &[DirKind], sizes: &[u64], dbuf: &[DeviceBuffer; 2], host: &mut Host) -> Result<()> {
+    let expect = if path == PathKind::Pageable { vkhost::CopyPath::Staged } else { vkhost::CopyPath::Direct };
+    for &size in sizes {
+        let n = size as usize;
+        for &dir in dirs {
+            cx.pb.set_message(format!("{} {} {}", path.name(), dir.name(), size_label(size)));
+            let what = format!("{} {} {}", path.name(), dir.name(), size_label(size));
+            let (src, dst) = host.both();
+            let (src, dst) = (&mut src[..n], &mut dst[..n]);
+            // Check one round trip through this path, and which copy path ran.
+            let seed = size ^ (dir as u64) << 40 ^ (path as u64) << 48;
+            let mut want = vec![0u8; n];
+            pattern(&mut want, seed);
+            let mut ran = Vec::new();
+            let mut check_buf = vec![0u8; n];
+            if dir != DirKind::D2h {
+                src.copy_from_slice(&want);
+                // SAFETY: `src` is a live slice of n bytes.
+                ran.push(unsafe { host::copy_to_device(&cx.dev, src.as_ptr(), n, &dbuf[0], 0) }?);
+                dbuf[0].read(0, &mut check_buf)?;
+            }
+            if dir != DirKind::H2d {
+                dbuf[1].write(0, &want)?;
+                dst.fill(0);
+                // SAFETY: `dst` is a live, exclusively borrowed slice of n bytes.
+                ran.push(unsafe { host::copy_to_host(&cx.dev, &dbuf[1], 0, dst.as_mut_ptr(), n) }?);
+                if dir == DirKind::D2h {
+                    check_buf.copy_from_slice(dst);
+                } else if dst != &want[..] {
+                    check_buf.fill(0);
+                }
+            }
+            let ok = cx.check(&what, &check_buf, &want);
+            let mut note = String::new();
+            if ran.iter().any(|&r| r != expect) {
+                note = format!("copy path {ran:?}, expected {expect:?}");
+            }
+            let (s, extra) = match dir {
+                DirKind::H2d => (measure(cx.iters, cx.budget, || Ok(dbuf[0].write(0, src)?))?, Value::Null),
+                DirKind::D2h => (measure(cx.iters, cx.budget, || Ok(dbuf[1].read(0, dst)?))?, Value::Null),
+                DirKind::Bidir => {
+                    for (i, pair) in cx.bidir_queues.clone().iter().enumerate() {
+                        let (s, extra) = bidir(cx, pair, &dbuf[0], src, &dbuf[1], dst)?;
+                        let mut p = point("vulkan", "copy", path.name(), dir.name(), size, 2 * size, s);
+                        p.verified = Some(ok);
+                        p.note = if cx.bidir_queues.len() > 1 {
+                            format!("{note}{}queues {pair}", if note.is_empty() { "" } else { "; " })
+                        } else {
+                            note.clone()
+                        };
+                        p.extra = extra;
+                        if i + 1 < cx.bidir_queues.len() {
+                            cx.points.push(p);
+                        } else {
+                            cx.push(p);
+                        }
+                    }
+                    continue;
+                }
+            };
+            let mut p = point("vulkan", "copy", path.name(), dir.name(), size, size, s);
+            p.verified = Some(ok);
+            p.note = note;
+            p.extra = extra;
+            cx.push(p);
+        }
+    }
+    Ok(())
+}

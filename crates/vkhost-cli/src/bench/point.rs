@@ -1,0 +1,67 @@
+//! One measured point (`Point`, `point`), the timing loop every measurement shares
+//! (`measure`), and the non-zero pattern the round-trip checks write (`pattern`).
+
+use crate::devices::anyhow_free::Result;
+use crate::stats::{gbps, summarize, Summary};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+/// One measured point.
+#[derive(Debug, Clone)]
+pub struct Point {
+    pub api: &'static str,
+    pub kind: &'static str,
+    pub path: String,
+    pub dir: String,
+    pub size: u64,
+    pub bytes_moved: u64,
+    pub s: Summary,
+    pub verified: Option<bool>,
+    pub note: String,
+    pub extra: Value,
+}
+
+impl Point {
+    pub fn gbps(&self) -> f64 {
+        gbps(self.bytes_moved, self.s.median)
+    }
+}
+
+/// Runs `f` once to warm up, then up to `iters` timed runs within `budget`.
+pub fn measure(iters: usize, budget: Duration, mut f: impl FnMut() -> Result<()>) -> Result<Summary> {
+    f()?;
+    let mut t = Vec::with_capacity(iters);
+    let start = Instant::now();
+    while t.len() < iters.max(1) && (t.is_empty() || start.elapsed() < budget) {
+        let t0 = Instant::now();
+        f()?;
+        t.push(t0.elapsed().as_secs_f64());
+    }
+    summarize(&t).ok_or_else(|| "no samples".into())
+}
+
+pub(super) fn pattern(buf: &mut [u8], seed: u64) {
+    let mut x = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+    for c in buf.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = (x | 0x0101_0101_0101_0101).to_le_bytes();
+        c.copy_from_slice(&b[..c.len()]);
+    }
+}
+/// A point with no check, note or extra data yet.
+pub fn point(api: &'static str, kind: &'static str, path: &str, dir: &str, size: u64, moved: u64, s: Summary) -> Point {
+    Point {
+        api,
+        kind,
+        path: path.into(),
+        dir: dir.into(),
+        size,
+        bytes_moved: moved,
+        s,
+        verified: None,
+        note: String::new(),
+        extra: Value::Null,
+    }
+}

@@ -1,0 +1,60 @@
+//! `small-async`: 1000 async 4 KiB copies plus one synchronize against 1000 synchronous ones.
+
+use super::{measure, point, point::pattern, Ctx};
+use crate::devices::anyhow_free::Result;
+use serde_json::json;
+use vkhost::PinnedBuffer;
+
+/// 1000 async 4 KiB h2d copies from pinned memory plus one synchronize, against 1000
+/// synchronous ones, twice: to consecutive offsets (`async`/`sync`: the plain case, where the
+/// stream batches adjacent copies into few regions) and to scattered offsets
+/// (`async-scattered`/`sync-scattered`: a permutation, so nothing merges; every copy is its own
+/// region for the copy engine).
+pub(super) fn small_async(cx: &mut Ctx) -> Result<()> {
+    const N: usize = 1000;
+    const K: usize = 4096;
+    let dev = cx.dev.clone();
+    let mut src = PinnedBuffer::new(&dev, N * K)?;
+    pattern(&mut src, 99);
+    let buf = dev.alloc_buffer(N * K)?;
+    let stream = dev.stream()?;
+    type Offset = fn(usize) -> usize;
+    let patterns: [(&str, Offset); 2] = [("", |i| i * K), ("-scattered", |i| (i * 617) % N * K)];
+    for (suffix, dst_of) in patterns {
+        let run_async = || -> Result<()> {
+            for i in 0..N {
+                // SAFETY: the pinned block outlives the work (synchronized below).
+                unsafe { stream.copy_to_device_async(src.as_ptr().add(i * K), K, &buf, dst_of(i)) }?;
+            }
+            stream.synchronize()?;
+            Ok(())
+        };
+        let run_sync = || -> Result<()> {
+            for i in 0..N {
+                buf.write(dst_of(i), &src[i * K..(i + 1) * K])?;
+            }
+            Ok(())
+        };
+        buf.write(0, &vec![0u8; N * K])?;
+        let a = measure(cx.iters.min(5), cx.budget, run_async)?;
+        let mut back = vec![0u8; N * K];
+        buf.read(0, &mut back)?;
+        let mut want = vec![0u8; N * K];
+        for i in 0..N {
+            want[dst_of(i)..dst_of(i) + K].copy_from_slice(&src[i * K..(i + 1) * K]);
+        }
+        let ok = cx.check(&format!("small-async{suffix}"), &back, &want);
+        let sy = measure(cx.iters.min(5), cx.budget, run_sync)?;
+        let speedup = sy.median / a.median;
+        let offsets = if suffix.is_empty() { "consecutive" } else { "scattered" };
+        let mut p = point("vulkan", "small-async", "pinned", &format!("async{suffix}"), K as u64, (N * K) as u64, a);
+        p.verified = Some(ok);
+        p.note = format!("1000 x 4K async to {offsets} offsets + synchronize; {speedup:.1}x faster than 1000 synchronous copies");
+        p.extra = json!({"sync_median_s": sy.median, "speedup": speedup, "offsets": offsets});
+        cx.push(p);
+        let mut q = point("vulkan", "small-async", "pinned", &format!("sync{suffix}"), K as u64, (N * K) as u64, sy);
+        q.note = format!("1000 x 4K synchronous copies to {offsets} offsets");
+        cx.push(q);
+    }
+    Ok(())
+}
