@@ -69,19 +69,66 @@ pub enum ImportPolicy {
 }
 
 /// Options for [`Device::open_with`].
+///
+/// [`Device::open_with`] and [`Device::from_raw`] refuse options that fail
+/// [`OpenOptions::validate`] with `Error::InvalidArgument`, before any Vulkan object is created.
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
     /// Import policy. Default: `VKHOST_IMPORT=never` → `Never`, else `Auto`.
     pub import: ImportPolicy,
     /// Enable the Khronos validation layer. Default: `VKHOST_VALIDATION=1`.
     pub validation: bool,
-    /// Bytes per staging chunk for staged copies (default 16 MiB).
+    /// Bytes per staging chunk for staged copies (default 16 MiB). At least
+    /// [`STAGING_CHUNK_MIN`](Self::STAGING_CHUNK_MIN) (4 KiB) and a multiple of it.
     pub staging_chunk: usize,
-    /// Staging chunks in flight per copy context (default 3).
+    /// Staging chunks in flight per copy context and per stream (default 3). In
+    /// [`STAGING_SLOTS`](Self::STAGING_SLOTS) (2..=16); `staging_chunk × staging_slots` (one
+    /// staging buffer) must fit the device's maxMemoryAllocationSize.
     pub staging_slots: usize,
     /// The queue synchronous copies use: the copy engines (default) or the compute queue.
     /// `VKHOST_COPY_QUEUE=compute` sets `Compute`.
     pub copy_queue: crate::QueueKind,
+}
+
+impl OpenOptions {
+    /// The smallest staging chunk, and the granule every chunk is a multiple of: one 4 KiB page.
+    /// Smaller chunks would make the open-time import probe (one page through staging) and every
+    /// staged copy overrun the staging buffer.
+    pub const STAGING_CHUNK_MIN: usize = 4096;
+    /// The allowed staging slot counts. Streams need two (one chunk fills while the device copies
+    /// the other); more than 16 only pins memory and command buffers without more overlap.
+    pub const STAGING_SLOTS: std::ops::RangeInclusive<usize> = 2..=16;
+
+    /// Checks the options against a device's facts: `staging_chunk` at least 4 KiB and a
+    /// multiple of 4 KiB, `staging_slots` in 2..=16, and `staging_chunk × staging_slots` (the size
+    /// of one staging buffer) no more than `info.max_memory_allocation_size`. Any failure is
+    /// `Error::InvalidArgument` naming the field. Called by [`Device::open_with`] and
+    /// [`Device::from_raw`] before they create anything.
+    pub fn validate(&self, info: &DeviceInfo) -> Result<()> {
+        let (chunk, slots) = (self.staging_chunk, self.staging_slots);
+        let min = Self::STAGING_CHUNK_MIN;
+        if chunk < min || chunk % min != 0 {
+            return Err(Error::invalid(format!(
+                "OpenOptions::staging_chunk = {chunk}: it must be at least {min} bytes and a multiple of {min} (one page)"
+            )));
+        }
+        if !Self::STAGING_SLOTS.contains(&slots) {
+            return Err(Error::invalid(format!(
+                "OpenOptions::staging_slots = {slots}: it must be in {}..={}",
+                Self::STAGING_SLOTS.start(),
+                Self::STAGING_SLOTS.end()
+            )));
+        }
+        let max = info.max_memory_allocation_size;
+        match (chunk as u64).checked_mul(slots as u64) {
+            Some(total) if total <= max => Ok(()),
+            total => Err(Error::invalid(format!(
+                "OpenOptions::staging_chunk × staging_slots = {chunk} × {slots} = {}: one staging buffer must fit this device's \
+                 maxMemoryAllocationSize ({max} bytes)",
+                total.map_or_else(|| "more than 2^64".to_string(), |t| format!("{t} bytes"))
+            ))),
+        }
+    }
 }
 
 impl Default for OpenOptions {
@@ -533,28 +580,33 @@ impl Device {
     pub fn open_with(index: usize, opts: &OpenOptions) -> Result<Device> {
         let counts = Arc::new(ValidationCounts::default());
         let parts = instance::create(opts.validation, &counts)?;
-        match Self::create_on(&parts, index) {
+        match Self::create_on(&parts, index, opts) {
             Ok((pd, info, device, cfam, tfam)) => {
                 let live = Self::assemble(Some(parts), true, pd, &info, device, (cfam, 0), tfam)?;
                 Ok(Self::wrap(live, info, opts.clone(), counts))
             }
             Err(e) => {
-                // SAFETY: create_on cleaned up anything it made; the instance has no children.
+                // SAFETY: create_on cleaned up anything it made (invalid options fail before
+                // vkCreateDevice); the instance has no children.
                 unsafe { parts.destroy() };
                 Err(e)
             }
         }
     }
 
+    /// Creates the VkDevice for physical device `index`, once `opts` passed validation against
+    /// its facts (nothing is created otherwise).
     #[allow(clippy::type_complexity)]
     fn create_on(
         parts: &InstanceParts,
         index: usize,
+        opts: &OpenOptions,
     ) -> Result<(vk::PhysicalDevice, DeviceInfo, ash::Device, u32, Option<(u32, Vec<u32>)>)> {
         // SAFETY: the instance is alive.
         let pds = unsafe { parts.instance.enumerate_physical_devices() }.call("vkEnumeratePhysicalDevices")?;
         let &pd = pds.get(index).ok_or(Error::NoDevice)?;
         let info = info::query(&parts.instance, pd, index);
+        opts.validate(&info)?;
         let cfam = info.compute_family().ok_or_else(|| Error::unsupported("no compute-capable queue family"))?.index;
         // Up to two queues of the copy-engine family: streams put h2d and d2h on different ones.
         let tfam = info.transfer_family().map(|f| (f.index, (0..f.count.min(2)).collect::<Vec<u32>>()));
@@ -688,6 +740,7 @@ impl Device {
         if !external_memory_host {
             info.host_import_alignment = None;
         }
+        opts.validate(&info)?;
         let parts = InstanceParts { entry: raw.entry.clone(), instance: raw.instance.clone(), debug: None };
         let tfam = raw.copy_family.map(|f| (f, raw.copy_queue_indices.clone()));
         let owned = ownership == Ownership::Owned;
