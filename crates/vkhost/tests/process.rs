@@ -1,10 +1,10 @@
-//! Process edge cases: fork after registering, memory unmapped after unregister, neighbours
-//! sharing a page.
+//! Process edge cases: fork after registering, a forked child's destroy and drops, memory
+//! unmapped after unregister, neighbours sharing a page.
 
 mod common;
 use common::*;
 use vkhost::host::{self, entries_of};
-use vkhost::CopyPath;
+use vkhost::{CopyPath, Device, PinnedBuffer};
 
 #[test]
 fn fork_after_register_keeps_parent_copies_correct() {
@@ -45,6 +45,91 @@ fn fork_after_register_keeps_parent_copies_correct() {
     buf.read(0, m.slice()).unwrap();
     assert!(m.slice() == &want[..]);
     host::unregister(&d, m.ptr).unwrap();
+}
+
+/// A forked child that drops and destroys its copies of a device makes no Vulkan call: the
+/// handles name the parent's driver objects. The parent's device keeps working.
+#[test]
+fn forked_child_destroy_and_drop_leave_parent_device_alone() {
+    let d = device().unwrap();
+    let n = 64 << 10;
+    let buf = d.alloc_buffer(n).unwrap();
+    buf.write(0, &pattern(n, 3)).unwrap();
+    let mut pinned = PinnedBuffer::new(&d, n).unwrap();
+    pinned.copy_from_slice(&pattern(n, 4));
+    let mut mine = vec![0u8; 2 * n];
+    let mut reg = d.register(&mut mine).unwrap();
+    reg.fill(5);
+    // A second device with a single handle: dropping it in the child runs its last-drop path.
+    let lone = Device::open_with(d.info().index, &opts()).unwrap();
+    let lone_before = lone.live_objects();
+    let clone = d.0.clone();
+    let before = d.live_objects();
+    // SAFETY: the child runs only the closure below (atomics, a try-lock, frees) and _exit; it
+    // never returns into the test harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // A Vulkan call that waits on the parent's driver threads would hang here: die instead.
+            // SAFETY: plain alarm(2); SIGALRM's default action ends the child.
+            unsafe { libc::alarm(30) };
+            let mut bad = 0;
+            // Never Busy in the child, though a PinnedBuffer lives; Ok without tearing down.
+            if clone.destroy().is_err() {
+                bad |= 1;
+            }
+            if !clone.is_destroyed() {
+                bad |= 2;
+            }
+            // A teardown would have released the buffer, the pinned block and the import.
+            if d.live_objects() != before {
+                bad |= 4;
+            }
+            if clone.destroy().is_err() {
+                bad |= 8;
+            }
+            drop(clone);
+            if lone.live_objects() != lone_before {
+                bad |= 16;
+            }
+            drop(lone); // the last handle: inert in the child
+            bad
+        }))
+        .unwrap_or(64);
+        // SAFETY: exits the child without destructors, atexit handlers or the harness.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "child did not exit normally: {status:#x}");
+    if std::env::var("VKHOST_MEMCHECK").is_err() {
+        assert_eq!(libc::WEXITSTATUS(status), 0, "child saw a forked destroy/drop misbehave (bit mask)");
+    }
+    // The parent's devices are untouched and work.
+    assert!(!d.is_destroyed() && !lone.is_destroyed());
+    assert_eq!(d.live_objects(), before);
+    let mut out = vec![0u8; n];
+    buf.read(0, &mut out).unwrap();
+    assert!(out == pattern(n, 3), "device buffer lost its contents");
+    buf.write(0, &pinned).unwrap();
+    buf.read(0, &mut reg[..n]).unwrap();
+    assert!(reg[..n] == pattern(n, 4)[..], "round trip through pinned and registered memory");
+    let want = pattern(n, 6);
+    buf.write(0, &want).unwrap();
+    buf.read(0, &mut out).unwrap();
+    assert!(out == want);
+    let lb = lone.alloc_buffer(4096).unwrap();
+    lb.write(0, &[7; 4096]).unwrap();
+    let mut small = [0u8; 4096];
+    lb.read(0, &mut small).unwrap();
+    assert_eq!(small, [7; 4096]);
+    drop(lb);
+    lone.destroy().unwrap();
+    assert_eq!(lone.validation_errors(), 0, "last: {:?}", lone.last_validation_error());
+    drop((reg, pinned, buf));
+    // `d` (Checked) destroys and asserts zero validation errors.
 }
 
 #[test]

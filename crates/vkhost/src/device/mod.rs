@@ -228,6 +228,9 @@ pub(crate) struct Live {
 /// State shared by every handle of one device.
 pub(crate) struct Shared {
     pub id: DeviceId,
+    /// `std::process::id()` when the device was opened: in a forked child it differs, and the
+    /// child must not touch the parent's Vulkan objects (see [`Shared::forked`]).
+    pub pid: u32,
     pub info: DeviceInfo,
     pub options: OpenOptions,
     pub counts: Arc<ValidationCounts>,
@@ -263,6 +266,14 @@ impl std::ops::Deref for LiveRef<'_> {
 }
 
 impl Shared {
+    /// True in a process forked from the one that opened the device. The child shares the
+    /// parent's driver state (kernel objects, device memory, queues) but not necessarily its
+    /// mappings, so releasing or using Vulkan objects there can corrupt the parent's device:
+    /// every drop and teardown path does nothing in a forked child.
+    pub(crate) fn forked(&self) -> bool {
+        std::process::id() != self.pid
+    }
+
     /// The live device, or `DeviceDestroyed`, or `DeviceLost` once a call has lost it.
     pub(crate) fn live(&self) -> Result<LiveRef<'_>> {
         let l = self.live_any()?;
@@ -432,8 +443,14 @@ impl Shared {
         }
     }
 
-    /// Tears down everything the device owns, in reverse order of creation.
+    /// Tears down everything the device owns, in reverse order of creation. In a forked child
+    /// it only forgets `live`: no Vulkan call, no drop of the loader or the handles, no logging
+    /// (another thread of the parent may have held the logger's lock at the fork).
     fn teardown(&self, live: Live) {
+        if self.forked() {
+            std::mem::forget(live);
+            return;
+        }
         // Streams first: submit what they recorded, wait, complete pageable d2h copies.
         let streams: Vec<_> = lock(&live.streams).drain(..).filter_map(|w| w.upgrade()).collect();
         for st in &streams {
@@ -678,6 +695,7 @@ impl Device {
         let d = Device {
             shared: Arc::new(Shared {
                 id: DeviceId::next(),
+                pid: std::process::id(),
                 info,
                 options,
                 counts,
@@ -823,7 +841,24 @@ impl Device {
     /// registrations stay as tombstones, raw pinned blocks stay listed until `free_pinned`),
     /// device buffers (their handles become inert), copy contexts, the device, the instance.
     /// Idempotent. `Error::Busy` while a `PinnedBuffer` of this device lives.
+    ///
+    /// **In a forked child** (a process forked after the device was opened) `destroy` makes no
+    /// Vulkan call: the child's copies of the handles name the parent's driver objects, and
+    /// destroying them could break the parent's device. It only marks the device destroyed in
+    /// the child (later calls there answer `DeviceDestroyed`), leaking the child's host-side
+    /// copies of the bookkeeping, and returns `Ok(())`, never `Busy`. It does not wait for a lock
+    /// held by a thread that did not survive the fork: if the device's lock is held, it changes
+    /// nothing. Dropping the last handle in a forked child is likewise inert. A child should
+    /// `exec` or `_exit`, not use the device.
     pub fn destroy(&self) -> Result<()> {
+        if self.shared.forked() {
+            if let Ok(mut g) = self.shared.live.try_write() {
+                if let Some(live) = g.take() {
+                    self.shared.teardown(live); // forgets, see teardown
+                }
+            }
+            return Ok(());
+        }
         let mut g = self.shared.live.write().unwrap_or_else(PoisonError::into_inner);
         let n = self.shared.safe_pinned.load(Ordering::Acquire);
         if g.is_some() && n > 0 {
