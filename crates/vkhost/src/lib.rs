@@ -58,6 +58,7 @@
 //! `VKHOST_IMPORT=never` turns registration off (copies stage).
 
 #![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
 #![warn(missing_debug_implementations)]
 
 mod buffer;

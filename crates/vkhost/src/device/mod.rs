@@ -152,10 +152,15 @@ impl Default for OpenOptions {
 /// Live Vulkan object counts of one device, for leak checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LiveObjects {
+    /// VkBuffers.
     pub buffers: i64,
+    /// VkDeviceMemory allocations (imports included).
     pub memories: i64,
+    /// VkCommandPools.
     pub command_pools: i64,
+    /// VkFences.
     pub fences: i64,
+    /// VkSemaphores.
     pub semaphores: i64,
 }
 
@@ -538,15 +543,21 @@ pub fn devices() -> Result<Vec<DeviceInfo>> {
 /// is destroyed; objects a user creates from them must be destroyed before that.
 #[derive(Clone)]
 pub struct RawDevice {
+    /// The loaded Vulkan entry points.
     pub entry: ash::Entry,
+    /// The VkInstance and its function table.
     pub instance: ash::Instance,
+    /// The physical device the device was created from.
     pub physical_device: vk::PhysicalDevice,
+    /// The VkDevice and its function table.
     pub device: ash::Device,
-    /// The compute-capable family and the index of the queue vkhost uses in it.
+    /// The compute-capable family vkhost uses.
     pub compute_family: u32,
+    /// The index of the queue vkhost uses in `compute_family`.
     pub compute_queue_index: u32,
-    /// The transfer-only family and the queue indices vkhost uses in it, if any.
+    /// The transfer-only family (copy engines) vkhost uses, if any.
     pub copy_family: Option<u32>,
+    /// The queue indices vkhost uses in `copy_family`; empty without one.
     pub copy_queue_indices: Vec<u32>,
 }
 
@@ -914,8 +925,12 @@ impl Device {
 /// What [`Device::memory_choices`] reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryChoices {
+    /// The type of pinned blocks and staging buffers ([`memtype::pinned`]).
     pub pinned: Option<Choice>,
+    /// The type of device buffers ([`memtype::device_local`]).
     pub device_local: Option<Choice>,
+    /// The type imports of an anonymous page get ([`memtype::import`]); `None` when
+    /// registration is off or no allowed type is host-coherent.
     pub import: Option<Choice>,
     /// The memory-type bits vkGetMemoryHostPointerPropertiesEXT gave for an anonymous page.
     pub import_bits: std::result::Result<u32, String>,
