@@ -11,7 +11,10 @@ use ash::vk;
 pub enum Error {
     /// libvulkan could not be loaded.
     #[error("the Vulkan loader (libvulkan.so.1) could not be loaded: {reason}")]
-    LoaderMissing { reason: String },
+    LoaderMissing {
+        /// What the loader said.
+        reason: String,
+    },
     /// No physical device, or none at the requested index.
     #[error("no Vulkan device available (or none at the requested index)")]
     NoDevice,
@@ -29,10 +32,16 @@ pub enum Error {
     DeviceDestroyed,
     /// The device or the policy does not allow this.
     #[error("unsupported: {reason}")]
-    Unsupported { reason: String },
+    Unsupported {
+        /// What is missing or refused.
+        reason: String,
+    },
     /// An argument was refused before anything reached the driver.
     #[error("invalid argument: {reason}")]
-    InvalidArgument { reason: String },
+    InvalidArgument {
+        /// Which argument, and what is wrong with it.
+        reason: String,
+    },
     /// An offset or length runs past the end of a buffer.
     #[error("offset or length out of range")]
     OutOfRange,
@@ -54,10 +63,18 @@ pub enum Error {
     },
     /// The device cannot be destroyed while safe owners of its memory live.
     #[error("device is busy: {reason}")]
-    Busy { reason: String },
+    Busy {
+        /// What still holds the device.
+        reason: String,
+    },
     /// Any other Vulkan failure, with the entry point that returned it.
     #[error("{call} failed: {code:?}")]
-    Vulkan { call: &'static str, code: vk::Result },
+    Vulkan {
+        /// The Vulkan entry point, e.g. `"vkQueueSubmit"`.
+        call: &'static str,
+        /// The result it returned.
+        code: vk::Result,
+    },
 }
 
 /// `Result` with [`Error`].

@@ -11,17 +11,29 @@ use ash::vk;
 /// Entry points that can be made to fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Point {
+    /// `vkAllocateMemory`.
     AllocateMemory,
+    /// `vkCreateBuffer`.
     CreateBuffer,
+    /// `vkBindBufferMemory`.
     BindBufferMemory,
+    /// `vkMapMemory`.
     MapMemory,
+    /// `vkQueueSubmit`.
     QueueSubmit,
+    /// `vkWaitForFences`.
     WaitForFences,
+    /// `vkWaitSemaphores`.
     WaitSemaphores,
+    /// `vkCreateCommandPool`.
     CreateCommandPool,
+    /// `vkAllocateCommandBuffers`.
     AllocateCommandBuffers,
+    /// `vkCreateFence`.
     CreateFence,
+    /// `vkCreateSemaphore`.
     CreateSemaphore,
+    /// `vkGetMemoryHostPointerPropertiesEXT`.
     GetMemoryHostPointerProperties,
 }
 
@@ -96,6 +108,8 @@ mod imp {
         })
     }
 
+    /// Arms a fault: the `nth` (0-based) call to `point` on this thread from now fails with
+    /// `code`. Resets this thread's call counts and the fired flag.
     pub fn inject(point: Point, nth: u64, code: vk::Result) {
         STATE.with(|s| {
             let mut s = s.borrow_mut();
@@ -105,6 +119,8 @@ mod imp {
         })
     }
 
+    /// Disarms this thread's fault and clears its call counts; returns whether the armed fault
+    /// fired since `inject`.
     pub fn disarm() -> bool {
         STATE.with(|s| {
             let mut s = s.borrow_mut();
@@ -114,6 +130,7 @@ mod imp {
         })
     }
 
+    /// Calls to `point` on this thread since the last `inject` or `disarm`.
     pub fn calls(point: Point) -> u64 {
         STATE.with(|s| s.borrow().calls.get(&point).copied().unwrap_or(0))
     }

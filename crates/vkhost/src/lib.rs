@@ -57,7 +57,7 @@
 //! enables the Khronos validation layer (errors counted by [`Device::validation_errors`]),
 //! `VKHOST_IMPORT=never` turns registration off (copies stage).
 
-#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![warn(missing_debug_implementations)]
 
 mod buffer;

@@ -6,6 +6,18 @@
 //! 0.03 GB/s on the H200, so host memory is never placed there while a system-memory type exists.
 //! AMD's DEVICE_COHERENT/DEVICE_UNCACHED types are never picked: they are uncached for the device
 //! and meant for debugging markers, not bulk transfers.
+//!
+//! **Host memory is always HOST_COHERENT.** vkhost never calls vkFlushMappedMemoryRanges or
+//! vkInvalidateMappedMemoryRanges: the CPU writes pinned blocks, staging chunks and imported
+//! pages with plain stores and reads the device's results with plain loads. On a memory type
+//! without HOST_COHERENT those stores may sit in a CPU cache the device does not snoop, and the
+//! loads may see stale lines, so every chooser for memory the host touches ([`pinned`] for
+//! pinned blocks and staging, [`import`] for registered pages) considers only
+//! HOST_VISIBLE|HOST_COHERENT types and answers `None` when there is none; callers then refuse
+//! (`Unsupported`) or stage through coherent memory. For imports the candidate types are those
+//! vkGetMemoryHostPointerPropertiesEXT reports for the pointer; the spec allows HOST_COHERENT
+//! only together with HOST_VISIBLE, and NVIDIA reports HOST_VISIBLE|HOST_COHERENT(|HOST_CACHED)
+//! types there, so the requirement costs nothing where imports work today.
 
 use ash::vk::MemoryPropertyFlags as F;
 
@@ -15,9 +27,14 @@ pub const AMD_DEVICE_MEMORY_BITS: F = F::from_raw(F::DEVICE_COHERENT_AMD.as_raw(
 /// A chosen memory type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Choice {
+    /// The memory type index, as passed to vkAllocateMemory.
     pub index: u32,
+    /// Why this type: its tier in the chooser's order, printed by `vkhost devices`.
     pub reason: &'static str,
 }
+
+/// Host-visible and coherent: what every memory type the CPU touches must be (module docs).
+const HOST_VC: F = F::from_raw(F::HOST_VISIBLE.as_raw() | F::HOST_COHERENT.as_raw());
 
 fn allowed(bits: u32, i: usize) -> bool {
     i < 32 && bits & (1 << i) != 0
@@ -33,7 +50,7 @@ fn first(types: &[F], bits: u32, want: impl Fn(F) -> bool) -> Option<u32> {
 /// not DEVICE_LOCAL; only then DEVICE_LOCAL host-visible coherent types (cached first), which
 /// is all UMA and CPU devices have.
 pub fn pinned(types: &[F], bits: u32) -> Option<Choice> {
-    let vc = F::HOST_VISIBLE | F::HOST_COHERENT;
+    let vc = HOST_VC;
     let tiers: [(&dyn Fn(F) -> bool, &'static str); 4] = [
         (&|f: F| f.contains(vc | F::HOST_CACHED) && !f.contains(F::DEVICE_LOCAL), "system memory, cached"),
         (&|f: F| f.contains(vc) && !f.contains(F::DEVICE_LOCAL), "system memory, uncached"),
@@ -44,13 +61,16 @@ pub fn pinned(types: &[F], bits: u32) -> Option<Choice> {
 }
 
 /// Memory for an import of host pages: among the types both the host pointer and the buffer
-/// allow (`bits`), prefer non-DEVICE_LOCAL and HOST_CACHED.
+/// allow (`bits`), only HOST_VISIBLE|HOST_COHERENT ones (see the module docs: vkhost never
+/// flushes or invalidates), preferring non-DEVICE_LOCAL and HOST_CACHED. `None` when no allowed
+/// type is coherent: the range cannot be registered and copies stage.
 pub fn import(types: &[F], bits: u32) -> Option<Choice> {
+    let vc = HOST_VC;
     let tiers: [(&dyn Fn(F) -> bool, &'static str); 4] = [
-        (&|f: F| f.contains(F::HOST_CACHED) && !f.contains(F::DEVICE_LOCAL), "system memory, cached"),
-        (&|f: F| !f.contains(F::DEVICE_LOCAL), "system memory"),
-        (&|f: F| f.contains(F::HOST_CACHED), "device-local, cached (UMA)"),
-        (&|_| true, "device-local (UMA)"),
+        (&|f: F| f.contains(vc | F::HOST_CACHED) && !f.contains(F::DEVICE_LOCAL), "system memory, cached"),
+        (&|f: F| f.contains(vc) && !f.contains(F::DEVICE_LOCAL), "system memory"),
+        (&|f: F| f.contains(vc | F::HOST_CACHED), "device-local, cached (UMA)"),
+        (&|f: F| f.contains(vc), "device-local (UMA)"),
     ];
     tiers.iter().find_map(|(want, reason)| first(types, bits, want).map(|index| Choice { index, reason }))
 }
@@ -128,6 +148,33 @@ mod tests {
         assert_eq!(import(&h200(), 0x4).unwrap().index, 2);
         assert_eq!(import(&lavapipe(), 1).unwrap().index, 0);
         assert_eq!(import(&h200(), 0), None);
+    }
+
+    #[test]
+    fn non_coherent_host_memory_never_picked() {
+        // The only host-visible type is not coherent: nothing the host touches may go there.
+        let types = vec![F::DEVICE_LOCAL, F::HOST_VISIBLE | F::HOST_CACHED, F::HOST_VISIBLE | F::DEVICE_LOCAL];
+        assert_eq!(pinned(&types, u32::MAX), None);
+        assert_eq!(import(&types, u32::MAX), None);
+        assert_eq!(import(&types, 0b110), None);
+        // Device buffers do not care.
+        assert_eq!(device_local(&types, u32::MAX).unwrap().index, 0);
+    }
+
+    #[test]
+    fn mixed_table_picks_the_coherent_type() {
+        // Non-coherent cached system memory comes first and would win every tier but coherence.
+        let types = vec![
+            F::HOST_VISIBLE | F::HOST_CACHED,
+            F::DEVICE_LOCAL,
+            F::HOST_VISIBLE | F::HOST_COHERENT,
+            F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_CACHED,
+        ];
+        assert_eq!(pinned(&types, u32::MAX).unwrap().index, 2);
+        assert_eq!(import(&types, u32::MAX).unwrap().index, 2);
+        // The host pointer allows only the non-coherent types: refused, not silently used.
+        assert_eq!(import(&types, 0b1001), None);
+        assert_eq!(pinned(&types, 0b1001), None);
     }
 
     #[test]

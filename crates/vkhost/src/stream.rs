@@ -629,8 +629,8 @@ impl StreamInner {
     fn ring_alloc(&self, l: &Live, st: &mut State, n: u64) -> Result<u64> {
         let s = &*self.shared;
         if st.ring.is_none() {
-            let chunk = s.options.staging_chunk.max(4096) as u64;
-            let slots = s.options.staging_slots.clamp(2, 16) as u64;
+            let chunk = s.options.staging_chunk as u64;
+            let slots = s.options.staging_slots as u64;
             let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
             let bound = s.alloc_bound(l, chunk * slots, usage, memtype::pinned, true)?;
             st.ring = Some(Ring { bound, chunk, last: vec![0; slots as usize], cur: 0, used: 0 });
@@ -859,7 +859,7 @@ impl StreamInner {
                         // must land before we read them.
                         self.settle(l, st, a, piece.len as usize)?;
                     }
-                    let chunk = s.options.staging_chunk.max(4096) as u64;
+                    let chunk = s.options.staging_chunk as u64;
                     let mut done = 0;
                     while done < piece.len {
                         let n = (piece.len - done).min(chunk);

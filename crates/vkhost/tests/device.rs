@@ -2,7 +2,7 @@
 
 mod common;
 use common::*;
-use vkhost::{Device, DeviceType, Error};
+use vkhost::{Device, DeviceType, Error, OpenOptions};
 
 #[test]
 fn enumerate_reports_facts() {
@@ -207,4 +207,134 @@ fn sync_validation_reports_planted_hazard() {
     assert!(d.validation_errors() >= 1, "synchronization validation did not report a WAW hazard");
     drop((a, b));
     d.destroy().unwrap();
+}
+
+/// The facts of the device `device()` opens.
+fn default_info() -> vkhost::DeviceInfo {
+    device().unwrap().info().clone()
+}
+
+fn staging(chunk: usize, slots: usize) -> OpenOptions {
+    OpenOptions { staging_chunk: chunk, staging_slots: slots, ..opts() }
+}
+
+/// Options refused by `validate`, by `open_with` (before vkCreateDevice) and by `from_raw`.
+fn assert_refused(o: &OpenOptions, info: &vkhost::DeviceInfo, why: &str) {
+    match o.validate(info) {
+        Err(Error::InvalidArgument { reason }) => assert!(reason.contains(why), "reason {reason:?} lacks {why:?}"),
+        r => panic!("validate accepted chunk {} × slots {}: {r:?}", o.staging_chunk, o.staging_slots),
+    }
+    match Device::open_with(info.index, o) {
+        Err(Error::InvalidArgument { reason }) => assert!(reason.contains(why), "reason {reason:?} lacks {why:?}"),
+        r => panic!("open_with accepted chunk {} × slots {}: {r:?}", o.staging_chunk, o.staging_slots),
+    }
+}
+
+#[test]
+fn staging_options_wrapping_product_refused() {
+    let info = default_info();
+    // The soundness issue's case: u64::MAX/3 + 1 bytes × 3 slots wrapped to a 2-byte staging
+    // buffer that the open-time probe then overran by 4 KiB. Not a page multiple either.
+    let chunk = (u64::MAX / 3 + 1) as usize;
+    assert_eq!((chunk as u64).wrapping_mul(3), 2);
+    assert_refused(&staging(chunk, 3), &info, "staging_chunk");
+    // The same product, page-aligned: only the checked multiplication catches it (it wraps to 8 KiB).
+    let chunk = ((u64::MAX / 3 + 1) as usize).next_multiple_of(4096);
+    assert_eq!((chunk as u64).wrapping_mul(3), 8192);
+    assert_refused(&staging(chunk, 3), &info, "maxMemoryAllocationSize");
+    let mut unlimited = info.clone();
+    unlimited.max_memory_allocation_size = u64::MAX;
+    assert_refused_by_validate(&staging(chunk, 3), &unlimited, "more than 2^64");
+}
+
+fn assert_refused_by_validate(o: &OpenOptions, info: &vkhost::DeviceInfo, why: &str) {
+    match o.validate(info) {
+        Err(Error::InvalidArgument { reason }) => assert!(reason.contains(why), "reason {reason:?} lacks {why:?}"),
+        r => panic!("validate accepted chunk {} × slots {}: {r:?}", o.staging_chunk, o.staging_slots),
+    }
+}
+
+#[test]
+fn staging_options_zero_refused() {
+    let info = default_info();
+    assert_refused(&staging(0, 3), &info, "staging_chunk");
+    assert_refused(&staging(16 << 20, 0), &info, "staging_slots");
+    assert_refused(&staging(0, 0), &info, "staging_chunk");
+}
+
+#[test]
+fn staging_chunk_must_be_page_multiple() {
+    let info = default_info();
+    assert_refused(&staging(4095, 3), &info, "multiple of 4096");
+    assert_refused(&staging(4096 + 512, 3), &info, "multiple of 4096");
+    assert_refused(&staging((16 << 20) + 1, 3), &info, "multiple of 4096");
+    assert!(staging(4096, 3).validate(&info).is_ok());
+    assert!(staging(3 * 4096, 3).validate(&info).is_ok());
+}
+
+#[test]
+fn staging_slots_bounded() {
+    let info = default_info();
+    assert_eq!(OpenOptions::STAGING_SLOTS, 2..=16);
+    // One slot: streams would silently take two, so it is refused rather than changed.
+    assert_refused(&staging(1 << 20, 1), &info, "staging_slots");
+    assert_refused(&staging(1 << 20, 17), &info, "staging_slots");
+    assert_refused(&staging(1 << 20, usize::MAX), &info, "staging_slots");
+    assert!(staging(1 << 20, 2).validate(&info).is_ok());
+    assert!(staging(1 << 20, 16).validate(&info).is_ok());
+}
+
+#[test]
+fn staging_over_allocation_limit_refused() {
+    let mut info = default_info();
+    let max = info.max_memory_allocation_size;
+    // 16 slots of the smallest page-multiple chunk whose 16 copies pass the device's limit.
+    if let Some(chunk) = (max / 16 / 4096 + 1).checked_mul(4096).filter(|c| c.checked_mul(16).is_some()) {
+        assert!(chunk * 16 > max);
+        assert_refused(&staging(chunk as usize, 16), &info, "maxMemoryAllocationSize");
+    }
+    // Against a small limit, exactly at it is fine and one page over is not.
+    info.max_memory_allocation_size = 64 << 20;
+    assert!(staging(16 << 20, 4).validate(&info).is_ok());
+    assert_refused_by_validate(&staging((16 << 20) + 4096, 4), &info, "maxMemoryAllocationSize");
+    assert_refused_by_validate(&staging(16 << 20, 5), &info, "maxMemoryAllocationSize");
+}
+
+#[test]
+fn from_raw_refuses_bad_options_before_assembling() {
+    let d = device().unwrap();
+    let raw = d.raw().unwrap();
+    let emh = d.info().host_import_alignment.is_some();
+    for bad in [staging(0, 3), staging(4096, 1), staging(4097, 3), staging(1 << 62, 4)] {
+        // SAFETY: the handles are live; a refused wrap creates and destroys nothing (Borrowed).
+        let r = unsafe { Device::from_raw(raw.clone(), vkhost::Ownership::Borrowed, emh, &bad) };
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "from_raw accepted {bad:?}: {r:?}");
+    }
+    // The device is untouched.
+    let b = d.alloc_buffer(4096).unwrap();
+    b.write(0, &[3; 4096]).unwrap();
+}
+
+#[test]
+fn default_and_boundary_options_open() {
+    let info = default_info();
+    assert!(OpenOptions::default().validate(&info).is_ok());
+    let d = device_with(opts()).unwrap();
+    assert_eq!((d.options().staging_chunk, d.options().staging_slots), (16 << 20, 3));
+    drop(d);
+    // The smallest staging (two 4 KiB slots): a 64 KiB staged copy goes through 16 chunks.
+    let d = device_with(staging(4096, 2)).unwrap();
+    let buf = d.alloc_buffer(64 << 10).unwrap();
+    let want = pattern(64 << 10, 7);
+    buf.write(0, &want).unwrap();
+    let mut out = vec![0u8; 64 << 10];
+    buf.read(0, &mut out).unwrap();
+    assert!(out == want);
+    // A stream's staging ring with the same two slots: upload and download through it.
+    let st = d.stream().unwrap();
+    let up = pattern(64 << 10, 8);
+    st.upload(&up, &buf, 0).unwrap().wait().unwrap();
+    let mut back = vec![0u8; 64 << 10];
+    st.download(&buf, 0, &mut back).unwrap().wait().unwrap();
+    assert!(back == up);
 }

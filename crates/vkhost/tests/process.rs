@@ -1,10 +1,10 @@
-//! Process edge cases: fork after registering, memory unmapped after unregister, neighbours
-//! sharing a page.
+//! Process edge cases: fork after registering, a forked child's destroy and drops, memory
+//! unmapped after unregister, neighbours sharing a page.
 
 mod common;
 use common::*;
 use vkhost::host::{self, entries_of};
-use vkhost::CopyPath;
+use vkhost::{CopyPath, Device, PinnedBuffer};
 
 #[test]
 fn fork_after_register_keeps_parent_copies_correct() {
@@ -45,6 +45,91 @@ fn fork_after_register_keeps_parent_copies_correct() {
     buf.read(0, m.slice()).unwrap();
     assert!(m.slice() == &want[..]);
     host::unregister(&d, m.ptr).unwrap();
+}
+
+/// A forked child that drops and destroys its copies of a device makes no Vulkan call: the
+/// handles name the parent's driver objects. The parent's device keeps working.
+#[test]
+fn forked_child_destroy_and_drop_leave_parent_device_alone() {
+    let d = device().unwrap();
+    let n = 64 << 10;
+    let buf = d.alloc_buffer(n).unwrap();
+    buf.write(0, &pattern(n, 3)).unwrap();
+    let mut pinned = PinnedBuffer::new(&d, n).unwrap();
+    pinned.copy_from_slice(&pattern(n, 4));
+    let mut mine = vec![0u8; 2 * n];
+    let mut reg = d.register(&mut mine).unwrap();
+    reg.fill(5);
+    // A second device with a single handle: dropping it in the child runs its last-drop path.
+    let lone = Device::open_with(d.info().index, &opts()).unwrap();
+    let lone_before = lone.live_objects();
+    let clone = d.0.clone();
+    let before = d.live_objects();
+    // SAFETY: the child runs only the closure below (atomics, a try-lock, frees) and _exit; it
+    // never returns into the test harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // A Vulkan call that waits on the parent's driver threads would hang here: die instead.
+            // SAFETY: plain alarm(2); SIGALRM's default action ends the child.
+            unsafe { libc::alarm(30) };
+            let mut bad = 0;
+            // Never Busy in the child, though a PinnedBuffer lives; Ok without tearing down.
+            if clone.destroy().is_err() {
+                bad |= 1;
+            }
+            if !clone.is_destroyed() {
+                bad |= 2;
+            }
+            // A teardown would have released the buffer, the pinned block and the import.
+            if d.live_objects() != before {
+                bad |= 4;
+            }
+            if clone.destroy().is_err() {
+                bad |= 8;
+            }
+            drop(clone);
+            if lone.live_objects() != lone_before {
+                bad |= 16;
+            }
+            drop(lone); // the last handle: inert in the child
+            bad
+        }))
+        .unwrap_or(64);
+        // SAFETY: exits the child without destructors, atexit handlers or the harness.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "child did not exit normally: {status:#x}");
+    if std::env::var("VKHOST_MEMCHECK").is_err() {
+        assert_eq!(libc::WEXITSTATUS(status), 0, "child saw a forked destroy/drop misbehave (bit mask)");
+    }
+    // The parent's devices are untouched and work.
+    assert!(!d.is_destroyed() && !lone.is_destroyed());
+    assert_eq!(d.live_objects(), before);
+    let mut out = vec![0u8; n];
+    buf.read(0, &mut out).unwrap();
+    assert!(out == pattern(n, 3), "device buffer lost its contents");
+    buf.write(0, &pinned).unwrap();
+    buf.read(0, &mut reg[..n]).unwrap();
+    assert!(reg[..n] == pattern(n, 4)[..], "round trip through pinned and registered memory");
+    let want = pattern(n, 6);
+    buf.write(0, &want).unwrap();
+    buf.read(0, &mut out).unwrap();
+    assert!(out == want);
+    let lb = lone.alloc_buffer(4096).unwrap();
+    lb.write(0, &[7; 4096]).unwrap();
+    let mut small = [0u8; 4096];
+    lb.read(0, &mut small).unwrap();
+    assert_eq!(small, [7; 4096]);
+    drop(lb);
+    lone.destroy().unwrap();
+    assert_eq!(lone.validation_errors(), 0, "last: {:?}", lone.last_validation_error());
+    drop((reg, pinned, buf));
+    // `d` (Checked) destroys and asserts zero validation errors.
 }
 
 #[test]
@@ -88,4 +173,60 @@ fn neighbours_share_a_page() {
     assert!(out == pattern(4000, 4));
     host::unregister(&d, b).unwrap();
     m.slice()[0] = 0;
+}
+
+/// Every guard type created before `fork()` is inert in the child: dropping a DeviceBuffer,
+/// PinnedBuffer, Registration, Stream, Event and Pending there releases, unregisters and waits
+/// for nothing. The parent's registrations, blocks and buffers are all still there and work.
+#[test]
+fn forked_child_drops_every_guard_inertly() {
+    let d = device().unwrap();
+    let n = 64 << 10;
+    let buf = d.alloc_buffer(n).unwrap();
+    let mut pinned = PinnedBuffer::new(&d, n).unwrap();
+    pinned.copy_from_slice(&pattern(n, 9));
+    let mut mine = vec![0u8; n];
+    let reg = d.register(&mut mine).unwrap();
+    let stream = d.stream().unwrap();
+    let pending = stream.upload(&pinned, &buf, 0).unwrap();
+    let event = stream.record().unwrap();
+    let stats = host::device_stats(&d);
+    let objects = d.live_objects();
+    // SAFETY: the child only drops vkhost objects (atomics and early returns) and _exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // SAFETY: plain alarm(2): a drop that waited on the parent's driver threads would hang.
+        unsafe { libc::alarm(30) };
+        drop(pending);
+        drop(event);
+        drop(stream);
+        drop(reg);
+        drop(pinned);
+        drop(buf);
+        // Nothing was released: the counters are the parent's, copied at the fork.
+        let code = u8::from(d.live_objects() != objects) | (u8::from(host::device_stats(&d) != stats) << 1);
+        // SAFETY: leaves the child without destructors, atexit handlers or the harness.
+        unsafe { libc::_exit(i32::from(code)) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "child did not exit normally: {status:#x}");
+    assert_eq!(libc::WEXITSTATUS(status), 0, "a drop in the child touched the device (bit mask)");
+    // The parent's objects are intact.
+    pending.wait().unwrap();
+    event.wait().unwrap();
+    assert_eq!(host::device_stats(&d).live_imports, stats.live_imports);
+    let mut out = vec![0u8; n];
+    buf.read(0, &mut out).unwrap();
+    assert!(out == pattern(n, 9), "the upload recorded before the fork landed");
+    let mut reg = reg;
+    buf.read(0, &mut reg).unwrap();
+    assert!(reg[..] == pattern(n, 9)[..]);
+    drop(reg);
+    drop(stream);
+    drop(pinned);
+    drop(buf);
+    assert_eq!(host::device_stats(&d).live_imports, stats.live_imports - 1);
 }

@@ -6,10 +6,15 @@ use std::ffi::CStr;
 /// The kind of a physical device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeviceType {
+    /// A separate GPU (VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU).
     Discrete,
+    /// A GPU sharing the CPU's memory (INTEGRATED_GPU).
     Integrated,
+    /// A virtualized GPU (VIRTUAL_GPU).
     Virtual,
+    /// Runs on the CPU, e.g. lavapipe (CPU).
     Cpu,
+    /// Anything else (OTHER).
     Other,
 }
 
@@ -35,6 +40,7 @@ impl DeviceType {
         }
     }
 
+    /// The lower-case name `vkhost devices` prints: "discrete", "cpu", ...
     pub fn as_str(self) -> &'static str {
         match self {
             DeviceType::Discrete => "discrete",
@@ -49,22 +55,29 @@ impl DeviceType {
 /// A memory heap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryHeap {
+    /// Size in bytes.
     pub size: u64,
+    /// DEVICE_LOCAL, MULTI_INSTANCE.
     pub flags: vk::MemoryHeapFlags,
 }
 
 /// A memory type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryType {
+    /// The heap this type allocates from.
     pub heap_index: u32,
+    /// DEVICE_LOCAL, HOST_VISIBLE, HOST_COHERENT, HOST_CACHED, ...
     pub flags: vk::MemoryPropertyFlags,
 }
 
 /// A queue family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueFamily {
+    /// The family index.
     pub index: u32,
+    /// GRAPHICS, COMPUTE, TRANSFER, ...
     pub flags: vk::QueueFlags,
+    /// How many queues the family has.
     pub count: u32,
 }
 
@@ -78,8 +91,11 @@ impl QueueFamily {
 /// A Vulkan API version, split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ApiVersion {
+    /// Major version (1).
     pub major: u32,
+    /// Minor version.
     pub minor: u32,
+    /// Patch version.
     pub patch: u32,
 }
 
@@ -100,17 +116,27 @@ impl std::fmt::Display for ApiVersion {
 pub struct DeviceInfo {
     /// Index in the loader's enumeration order, as taken by `Device::open`.
     pub index: usize,
+    /// VkPhysicalDeviceProperties::deviceName.
     pub name: String,
+    /// The kind of device.
     pub device_type: DeviceType,
+    /// PCI vendor id (0x10de NVIDIA, 0x1002 AMD, 0x10005 Mesa).
     pub vendor_id: u32,
+    /// Vendor-specific device id.
     pub device_id: u32,
-    /// VkPhysicalDeviceDriverProperties, empty before Vulkan 1.2.
+    /// VkPhysicalDeviceDriverProperties::driverName, empty before Vulkan 1.2.
     pub driver_name: String,
+    /// VkPhysicalDeviceDriverProperties::driverInfo, empty before Vulkan 1.2.
     pub driver_info: String,
+    /// The Vulkan version the device supports.
     pub api_version: ApiVersion,
+    /// The driver's version, encoded as the vendor chooses.
     pub driver_version: u32,
+    /// The memory heaps, by index.
     pub memory_heaps: Vec<MemoryHeap>,
+    /// The memory types, by index.
     pub memory_types: Vec<MemoryType>,
+    /// The queue families, by index.
     pub queue_families: Vec<QueueFamily>,
     /// minImportedHostPointerAlignment when VK_EXT_external_memory_host is offered, else None.
     pub host_import_alignment: Option<usize>,

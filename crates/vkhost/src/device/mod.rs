@@ -36,6 +36,28 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Bumped in every forked child (a `pthread_atfork` handler), so "was this object created before
+/// this process was forked" is one atomic load, cheap enough for every operation.
+static FORK_GEN: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn on_fork_child() {
+    // Async-signal-safe: one atomic add.
+    FORK_GEN.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The fork generation of this process (see `FORK_GEN`); installs the handler on first use.
+pub(crate) fn fork_generation() -> u64 {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registering a child handler that only does an atomic add.
+        let r = unsafe { libc::pthread_atfork(None, None, Some(on_fork_child)) };
+        if r != 0 {
+            log::warn!("pthread_atfork failed ({r}): objects are not inert in forked children");
+        }
+    });
+    FORK_GEN.load(Ordering::Relaxed)
+}
+
 /// A process-unique device id, never reused, even after the device is destroyed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DeviceId(u64);
@@ -79,19 +101,66 @@ pub enum QueueKind {
 }
 
 /// Options for [`Device::open_with`].
+///
+/// [`Device::open_with`] and [`Device::from_raw`] refuse options that fail
+/// [`OpenOptions::validate`] with `Error::InvalidArgument`, before any Vulkan object is created.
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
     /// Import policy. Default: `VKHOST_IMPORT=never` → `Never`, else `Auto`.
     pub import: ImportPolicy,
     /// Enable the Khronos validation layer. Default: `VKHOST_VALIDATION=1`.
     pub validation: bool,
-    /// Bytes per staging chunk for staged copies (default 16 MiB).
+    /// Bytes per staging chunk for staged copies (default 16 MiB). At least
+    /// [`STAGING_CHUNK_MIN`](Self::STAGING_CHUNK_MIN) (4 KiB) and a multiple of it.
     pub staging_chunk: usize,
-    /// Staging chunks in flight per copy context (default 3).
+    /// Staging chunks in flight per copy context and per stream (default 3). In
+    /// [`STAGING_SLOTS`](Self::STAGING_SLOTS) (2..=16); `staging_chunk × staging_slots` (one
+    /// staging buffer) must fit the device's maxMemoryAllocationSize.
     pub staging_slots: usize,
     /// The queue synchronous copies use: the copy engines (default) or the compute queue.
     /// `VKHOST_COPY_QUEUE=compute` sets `Compute`.
     pub copy_queue: QueueKind,
+}
+
+impl OpenOptions {
+    /// The smallest staging chunk, and the granule every chunk is a multiple of: one 4 KiB page.
+    /// Smaller chunks would make the open-time import probe (one page through staging) and every
+    /// staged copy overrun the staging buffer.
+    pub const STAGING_CHUNK_MIN: usize = 4096;
+    /// The allowed staging slot counts. Streams need two (one chunk fills while the device copies
+    /// the other); more than 16 only pins memory and command buffers without more overlap.
+    pub const STAGING_SLOTS: std::ops::RangeInclusive<usize> = 2..=16;
+
+    /// Checks the options against a device's facts: `staging_chunk` at least 4 KiB and a
+    /// multiple of 4 KiB, `staging_slots` in 2..=16, and `staging_chunk × staging_slots` (the size
+    /// of one staging buffer) no more than `info.max_memory_allocation_size`. Any failure is
+    /// `Error::InvalidArgument` naming the field. Called by [`Device::open_with`] and
+    /// [`Device::from_raw`] before they create anything.
+    pub fn validate(&self, info: &DeviceInfo) -> Result<()> {
+        let (chunk, slots) = (self.staging_chunk, self.staging_slots);
+        let min = Self::STAGING_CHUNK_MIN;
+        if chunk < min || chunk % min != 0 {
+            return Err(Error::invalid(format!(
+                "OpenOptions::staging_chunk = {chunk}: it must be at least {min} bytes and a multiple of {min} (one page)"
+            )));
+        }
+        if !Self::STAGING_SLOTS.contains(&slots) {
+            return Err(Error::invalid(format!(
+                "OpenOptions::staging_slots = {slots}: it must be in {}..={}",
+                Self::STAGING_SLOTS.start(),
+                Self::STAGING_SLOTS.end()
+            )));
+        }
+        let max = info.max_memory_allocation_size;
+        match (chunk as u64).checked_mul(slots as u64) {
+            Some(total) if total <= max => Ok(()),
+            total => Err(Error::invalid(format!(
+                "OpenOptions::staging_chunk × staging_slots = {chunk} × {slots} = {}: one staging buffer must fit this device's \
+                 maxMemoryAllocationSize ({max} bytes)",
+                total.map_or_else(|| "more than 2^64".to_string(), |t| format!("{t} bytes"))
+            ))),
+        }
+    }
 }
 
 impl Default for OpenOptions {
@@ -115,10 +184,15 @@ impl Default for OpenOptions {
 /// Live Vulkan object counts of one device, for leak checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LiveObjects {
+    /// VkBuffers.
     pub buffers: i64,
+    /// VkDeviceMemory allocations (imports included).
     pub memories: i64,
+    /// VkCommandPools.
     pub command_pools: i64,
+    /// VkFences.
     pub fences: i64,
+    /// VkSemaphores.
     pub semaphores: i64,
 }
 
@@ -192,6 +266,9 @@ pub(crate) struct Live {
 /// State shared by every handle of one device.
 pub(crate) struct Shared {
     pub id: DeviceId,
+    /// [`fork_generation`] when the device was opened: in a forked child it differs, and the
+    /// child must not touch the parent's Vulkan objects (see [`Shared::forked`]).
+    pub fork_gen: u64,
     pub info: DeviceInfo,
     pub options: OpenOptions,
     pub counts: Arc<ValidationCounts>,
@@ -207,8 +284,6 @@ pub(crate) struct Shared {
     /// Buffers whose last owner dropped them while the device lock was taken.
     pub garbage: Mutex<Vec<(vk::Buffer, vk::DeviceMemory)>>,
     pub has_garbage: AtomicBool,
-    /// The process that opened the device: in a forked child, drops and destroy do nothing.
-    pub pid: u32,
     /// Timeline semaphores of streams whose last reference went; destroyed at the next
     /// stream creation or at destroy.
     pub deferred_semaphores: Mutex<Vec<vk::Semaphore>>,
@@ -233,6 +308,14 @@ impl std::ops::Deref for LiveRef<'_> {
 }
 
 impl Shared {
+    /// True in a process forked from the one that opened the device. The child shares the
+    /// parent's driver state (kernel objects, device memory, queues) but not necessarily its
+    /// mappings, so releasing or using Vulkan objects there can corrupt the parent's device:
+    /// every drop and teardown path does nothing in a forked child.
+    pub(crate) fn forked(&self) -> bool {
+        fork_generation() != self.fork_gen
+    }
+
     /// The live device, or `DeviceDestroyed`, or `DeviceLost` once a call has lost it.
     pub(crate) fn live(&self) -> Result<LiveRef<'_>> {
         let l = self.live_any()?;
@@ -243,18 +326,17 @@ impl Shared {
     }
 
     /// The live device even if lost: for release paths, which must still work after a loss.
+    /// In a forked child the device is `DeviceDestroyed`: nothing there touches the parent's
+    /// objects.
     pub(crate) fn live_any(&self) -> Result<LiveRef<'_>> {
+        if self.forked() {
+            return Err(Error::DeviceDestroyed);
+        }
         let g = self.live.read().unwrap_or_else(PoisonError::into_inner);
         if g.is_none() {
             return Err(Error::DeviceDestroyed);
         }
         Ok(LiveRef(g))
-    }
-
-    /// Whether this is a forked child of the process that opened the device: there, vkhost's
-    /// objects are the parent's and are never touched.
-    pub(crate) fn forked(&self) -> bool {
-        std::process::id() != self.pid
     }
 
     /// Buffer create info with the sharing mode every vkhost buffer uses (see `Live::families`).
@@ -419,8 +501,14 @@ impl Shared {
         }
     }
 
-    /// Tears down everything the device owns, in reverse order of creation.
+    /// Tears down everything the device owns, in reverse order of creation. In a forked child
+    /// it only forgets `live`: no Vulkan call, no drop of the loader or the handles, no logging
+    /// (another thread of the parent may have held the logger's lock at the fork).
     fn teardown(&self, live: Live) {
+        if self.forked() {
+            std::mem::forget(live);
+            return;
+        }
         // Work first: streams submit what they recorded, wait, reap (dropping the owners their
         // batches held), complete pageable d2h copies.
         self.teardown_children(&live, object::phase::WORK);
@@ -502,15 +590,21 @@ pub fn devices() -> Result<Vec<DeviceInfo>> {
 /// is destroyed; objects a user creates from them must be destroyed before that.
 #[derive(Clone)]
 pub struct RawDevice {
+    /// The loaded Vulkan entry points.
     pub entry: ash::Entry,
+    /// The VkInstance and its function table.
     pub instance: ash::Instance,
+    /// The physical device the device was created from.
     pub physical_device: vk::PhysicalDevice,
+    /// The VkDevice and its function table.
     pub device: ash::Device,
-    /// The compute-capable family and the index of the queue vkhost uses in it.
+    /// The compute-capable family vkhost uses.
     pub compute_family: u32,
+    /// The index of the queue vkhost uses in `compute_family`.
     pub compute_queue_index: u32,
-    /// The transfer-only family and the queue indices vkhost uses in it, if any.
+    /// The transfer-only family (copy engines) vkhost uses, if any.
     pub copy_family: Option<u32>,
+    /// The queue indices vkhost uses in `copy_family`; empty without one.
     pub copy_queue_indices: Vec<u32>,
 }
 
@@ -561,28 +655,33 @@ impl Device {
     pub fn open_with(index: usize, opts: &OpenOptions) -> Result<Device> {
         let counts = Arc::new(ValidationCounts::default());
         let parts = instance::create(opts.validation, &counts)?;
-        match Self::create_on(&parts, index) {
+        match Self::create_on(&parts, index, opts) {
             Ok((pd, info, device, cfam, tfam)) => {
                 let live = Self::assemble(Some(parts), true, pd, &info, device, (cfam, 0), tfam)?;
                 Ok(Self::wrap(live, info, opts.clone(), counts))
             }
             Err(e) => {
-                // SAFETY: create_on cleaned up anything it made; the instance has no children.
+                // SAFETY: create_on cleaned up anything it made (invalid options fail before
+                // vkCreateDevice); the instance has no children.
                 unsafe { parts.destroy() };
                 Err(e)
             }
         }
     }
 
+    /// Creates the VkDevice for physical device `index`, once `opts` passed validation against
+    /// its facts (nothing is created otherwise).
     #[allow(clippy::type_complexity)]
     fn create_on(
         parts: &InstanceParts,
         index: usize,
+        opts: &OpenOptions,
     ) -> Result<(vk::PhysicalDevice, DeviceInfo, ash::Device, u32, Option<(u32, Vec<u32>)>)> {
         // SAFETY: the instance is alive.
         let pds = unsafe { parts.instance.enumerate_physical_devices() }.call("vkEnumeratePhysicalDevices")?;
         let &pd = pds.get(index).ok_or(Error::NoDevice)?;
         let info = info::query(&parts.instance, pd, index);
+        opts.validate(&info)?;
         let cfam = info.compute_family().ok_or_else(|| Error::unsupported("no compute-capable queue family"))?.index;
         // Up to two queues of the copy-engine family: streams put h2d and d2h on different ones.
         let tfam = info.transfer_family().map(|f| (f.index, (0..f.count.min(2)).collect::<Vec<u32>>()));
@@ -655,6 +754,7 @@ impl Device {
         let d = Device {
             shared: Arc::new(Shared {
                 id: DeviceId::next(),
+                fork_gen: fork_generation(),
                 info,
                 options,
                 counts,
@@ -667,7 +767,6 @@ impl Device {
                 children: Mutex::new(Vec::new()),
                 garbage: Mutex::new(Vec::new()),
                 has_garbage: AtomicBool::new(false),
-                pid: std::process::id(),
                 deferred_semaphores: Mutex::new(Vec::new()),
                 probe: std::sync::OnceLock::new(),
                 probing: AtomicBool::new(false),
@@ -720,6 +819,7 @@ impl Device {
         if !external_memory_host {
             info.host_import_alignment = None;
         }
+        opts.validate(&info)?;
         let parts = InstanceParts { entry: raw.entry.clone(), instance: raw.instance.clone(), debug: None };
         let tfam = raw.copy_family.map(|f| (f, raw.copy_queue_indices.clone()));
         let owned = ownership == Ownership::Owned;
@@ -802,9 +902,22 @@ impl Device {
     /// registrations stay as tombstones, raw pinned blocks stay listed until `free_pinned`),
     /// device buffers (their handles become inert), copy contexts, the device, the instance.
     /// Idempotent. `Error::Busy` while a `PinnedBuffer` of this device lives.
+    ///
+    /// **In a forked child** (a process forked after the device was opened) `destroy` makes no
+    /// Vulkan call: the child's copies of the handles name the parent's driver objects, and
+    /// destroying them could break the parent's device. It only marks the device destroyed in
+    /// the child (later calls there answer `DeviceDestroyed`), leaking the child's host-side
+    /// copies of the bookkeeping, and returns `Ok(())`, never `Busy`. It does not wait for a lock
+    /// held by a thread that did not survive the fork: if the device's lock is held, it changes
+    /// nothing. Dropping the last handle in a forked child is likewise inert. A child should
+    /// `exec` or `_exit`, not use the device.
     pub fn destroy(&self) -> Result<()> {
         if self.shared.forked() {
-            // The objects are the parent's: never touch them from a forked child.
+            if let Ok(mut g) = self.shared.live.try_write() {
+                if let Some(live) = g.take() {
+                    self.shared.teardown(live); // forgets, see teardown
+                }
+            }
             return Ok(());
         }
         let mut g = self.shared.live.write().unwrap_or_else(PoisonError::into_inner);
@@ -862,8 +975,12 @@ impl Device {
 /// What [`Device::memory_choices`] reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryChoices {
+    /// The type of pinned blocks and staging buffers ([`memtype::pinned`]).
     pub pinned: Option<Choice>,
+    /// The type of device buffers ([`memtype::device_local`]).
     pub device_local: Option<Choice>,
+    /// The type imports of an anonymous page get ([`memtype::import`]); `None` when
+    /// registration is off or no allowed type is host-coherent.
     pub import: Option<Choice>,
     /// The memory-type bits vkGetMemoryHostPointerPropertiesEXT gave for an anonymous page.
     pub import_bits: std::result::Result<u32, String>,

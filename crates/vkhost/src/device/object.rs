@@ -38,8 +38,8 @@ pub(crate) struct BufferObj {
     /// Weak: registry entries own imports, and must not keep their device alive.
     shared: Weak<Shared>,
     pub device: DeviceId,
-    /// The process that created it: in a forked child, drops do nothing.
-    pid: u32,
+    /// The fork generation it was created in: in a forked child, drops do nothing.
+    fork_gen: u64,
     pub buffer: vk::Buffer,
     pub size: u64,
     /// `Some` while the objects exist.
@@ -58,7 +58,7 @@ impl BufferObj {
         BufferObj {
             shared: Arc::downgrade(shared),
             device: shared.id,
-            pid: shared.pid,
+            fork_gen: shared.fork_gen,
             buffer: b.buffer,
             size,
             memory: Mutex::new(Some(b.memory)),
@@ -90,7 +90,7 @@ impl BufferObj {
 
 impl Drop for BufferObj {
     fn drop(&mut self) {
-        if std::process::id() != self.pid {
+        if super::fork_generation() != self.fork_gen {
             return;
         }
         let m = match self.memory.get_mut() {

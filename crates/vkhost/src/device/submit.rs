@@ -92,9 +92,9 @@ impl CopyCtx {
         // SAFETY: valid create info for a family the device was created with.
         let pool = unsafe { l.device.create_command_pool(&pi, None) }.map_err(|c| s.fail("vkCreateCommandPool", c))?;
         s.count_pool(1);
-        let mut ctx = CopyCtx { queue: ctx_index, pool, slots: Vec::new(), staging: None, chunk: s.options.staging_chunk.max(4096) as u64 };
+        let mut ctx = CopyCtx { queue: ctx_index, pool, slots: Vec::new(), staging: None, chunk: s.options.staging_chunk as u64 };
         let r = (|| {
-            let n = s.options.staging_slots.clamp(1, 16) as u32;
+            let n = s.options.staging_slots as u32;
             fault::check(Point::AllocateCommandBuffers).map_err(|c| s.fail("vkAllocateCommandBuffers", c))?;
             let ai =
                 vk::CommandBufferAllocateInfo::default().command_pool(pool).level(vk::CommandBufferLevel::PRIMARY).command_buffer_count(n);

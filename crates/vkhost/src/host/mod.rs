@@ -138,6 +138,7 @@ pub fn entries_of(dev: &Device) -> usize {
 
 /// Anything that names a host address: raw pointers, `NonNull`, or a plain address.
 pub trait HostPtr {
+    /// The address as an integer.
     fn addr(self) -> usize;
 }
 impl<T> HostPtr for *const T {
