@@ -266,3 +266,34 @@ fn failed_download_never_writes_its_destination_later() {
     d.destroy().unwrap();
     assert_eq!(d.validation_errors(), 0);
 }
+
+/// Device loss with async work outstanding (issue case 4): once another call has lost the
+/// device, `Event::wait` answers `DeviceLost` only after cancelling the copy-outs it guards, so
+/// memory the caller reuses after that error is never written, not by the guard's drop nor by
+/// the stream's. (Before: wait returned first, and the stream's drop wrote the reused memory.)
+#[test]
+fn device_loss_cancels_copy_outs_before_wait_returns() {
+    init_log();
+    let d = Device::open_default_with(&fopts()).unwrap();
+    let n = 600 << 10;
+    let buf = d.alloc_buffer(n).unwrap();
+    buf.write(0, &pattern(n, 4)).unwrap();
+    let s = d.stream().unwrap();
+    let mut out = vec![0xEEu8; n];
+    // SAFETY: `out` outlives the stream; after the error below it must never be written.
+    unsafe { s.copy_to_host_async(&buf, 0, out.as_mut_ptr(), n) }.unwrap();
+    let ev = s.record().unwrap();
+    // Another call loses the device.
+    inject(Point::WaitForFences, 0, vk::Result::ERROR_DEVICE_LOST);
+    let r = buf.write(0, &[1u8; 64]);
+    assert!(disarm(), "the injected loss did not fire");
+    assert_eq!(r, Err(Error::DeviceLost));
+    assert_eq!(ev.wait(), Err(Error::DeviceLost));
+    out.fill(0x5A); // the caller reuses the memory after the error
+    drop(ev);
+    drop(s);
+    assert!(out.iter().all(|&b| b == 0x5A), "a copy-out ran after wait reported the loss");
+    drop(buf);
+    d.destroy().unwrap();
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
+}
