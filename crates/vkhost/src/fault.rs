@@ -1,10 +1,10 @@
 //! Fault injection for tests (cargo feature `fault-injection`).
 //!
 //! Every Vulkan entry point that can fail in a way a caller must survive goes through
-//! [`check`] first. With the feature on, a test arms a fault with [`inject`]: the `nth` call
+//! `check` first. With the feature on, a test arms a fault with `inject`: the `nth` call
 //! (0-based) *on the calling thread* to the named entry point fails with the given code, as if
 //! the driver had returned it. Thread-local, so tests running in parallel do not disturb each
-//! other. Without the feature, [`check`] is an empty inline function.
+//! other. Without the feature, `check` is an empty inline function.
 
 use ash::vk;
 

@@ -21,8 +21,43 @@
 //! | [`PinnedBuffer`], [`Registration`], [`DeviceBuffer::write`]/[`read`](DeviceBuffer::read) | owning types and slice copies | safe |
 //! | [`host`] functions | the seed's address-based API, for runtimes and FFI | `register` and the copies are `unsafe` |
 //! | [`Stream`], [`Event`], [`Pending`] | async copies on a queue, timeline-semaphore events | `Pending` guards are safe; raw async copies are `unsafe` |
+//! | tracked resources (internal) | every import, pinned block and device buffer is an `Arc` owner with the uses submitted work made of it | |
 //! | [`Device`], [`DeviceBuffer`] | the Vulkan device: queues, submission, teardown, interop ([`Device::raw`]) | safe |
-//! | `host::registry`, `memtype` | pure data: the interval registry, memory-type ranking | no Vulkan |
+//! | `host::registry`, `memtype`, the ownership protocol | pure data: the interval registry, memory-type ranking, owners and uses | no Vulkan |
+//!
+//! ## Soundness: what a leaked guard can and cannot do
+//!
+//! `mem::forget` is safe, and so are `Rc` cycles: a destructor is not guaranteed to run. A
+//! guard whose `Drop` is the only thing keeping the device off freed memory is unsound; that is
+//! why `std::thread::scoped` was removed before Rust 1.0 (the "leakpocalypse") and replaced by
+//! `std::thread::scope`, whose closure waits before it returns. vkhost follows the same rule:
+//! no safe call's soundness depends on a destructor running.
+//!
+//! - **Submitted work owns what it names.** A stream batch (or a synchronous copy) keeps an
+//!   `Arc` of every import, pinned block and device buffer it names until its completion is
+//!   reaped, so dropping a [`DeviceBuffer`] or [`PinnedBuffer`], or calling
+//!   [`host::free_pinned`], never frees memory the device still uses.
+//! - **The caller's memory is never lent past a call by safe code.** [`Stream::upload`] and
+//!   [`Stream::download`] are async only where the host bytes are vkhost's own (pinned
+//!   blocks). An upload from pageable memory is copied into the staging ring before it returns;
+//!   a download into pageable memory, and any copy that touches registered memory (the caller's
+//!   pages, which the caller may free once the borrow ends), completes before it returns. The
+//!   returned [`Pending`] still borrows the slice, but forgetting it exposes nothing.
+//! - **Host views wait for the device.** [`PinnedBuffer`]'s `Deref` waits for device writes still
+//!   pending on the block, `DerefMut` for any device access: a forgotten download guard cannot
+//!   let safe code read bytes the device is writing.
+//! - **Releases the caller makes are exact.** [`host::unregister`] (and a [`Registration`]'s
+//!   drop) returns only once no submitted work can read or write the registered bytes. Raw
+//!   [`host::free_pinned`]/[`host::unregister`] refuse entries a guard owns
+//!   ([`Error::OwnedByGuard`]).
+//! - **Leaks leak.** A forgotten [`Pending`], [`Event`] or [`Stream`] leaves its work to be
+//!   finished at device teardown; a forgotten [`PinnedBuffer`] keeps its block and makes
+//!   [`Device::destroy`] `Busy`; a forgotten [`Registration`] leaves its range registered (see
+//!   its docs). None of these lets safe code touch memory the device uses.
+//!
+//! Fully async copies of the caller's own memory remain available through the `unsafe` raw
+//! calls ([`Stream::copy_to_device_async`], [`Stream::copy_to_host_async`]), whose contracts
+//! state what the caller must keep alive.
 //!
 //! ## Example
 //!
