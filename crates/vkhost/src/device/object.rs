@@ -3,7 +3,7 @@
 //!
 //! The device layer knows nothing of what its children are (imports, device buffers, streams):
 //! each registers a `Weak<dyn Child>` when it is created, and [`Shared::teardown`] walks them in
-//! [`Child::order`] after the device is idle.
+//! `phase` after the device is idle.
 //!
 //! A [`BufferObj`] dropped while the device's `live` lock cannot be taken without blocking (a
 //! destroy is waiting, or this thread is inside the teardown) is queued on `Shared::garbage` and

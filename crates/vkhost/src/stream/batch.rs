@@ -1,0 +1,240 @@
+//! Command recording: the open batch (one command buffer), merging consecutive copies, and
+//! the conflict tracking that puts a barrier only between commands that touch the same bytes.
+
+use super::inner::{State, StreamInner};
+use crate::device::submit::transfer_barrier;
+use crate::device::Live;
+use crate::error::{Error, Result};
+use crate::fault::{self, Point};
+use crate::resource::{Resource, Timeline};
+use ash::vk;
+use std::sync::{Arc, Weak};
+
+/// Flush the open batch once it holds this many commands or bytes.
+const BATCH_CMDS: usize = 512;
+const BATCH_BYTES: u64 = 4 << 20;
+
+pub(super) struct Batch {
+    pub(super) cmd: vk::CommandBuffer,
+    cmds: usize,
+    bytes: u64,
+    pub(super) d2h: bool,
+    /// Ranges touched since the last barrier.
+    touched: Vec<Access>,
+    /// Owners of what the batch names, kept until it is reaped.
+    pub(super) keep: Vec<Arc<Resource>>,
+    /// Copies between one pair of buffers not yet recorded: consecutive copies between the same
+    /// buffers become one vkCmdCopyBuffer with several regions, and contiguous ones one region.
+    merged: Option<Merged>,
+}
+
+struct Merged {
+    src: vk::Buffer,
+    dst: vk::Buffer,
+    regions: Vec<vk::BufferCopy>,
+}
+
+/// How many accesses to track before a barrier is cheaper than checking.
+const TRACKED: usize = 128;
+
+/// What a range is a range of: bytes of one device buffer, or host bytes by address. Host
+/// bytes are keyed by address, not by the import that reaches them, so two imports that share
+/// a page conflict as they should.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Buffer(vk::Buffer),
+    Host,
+}
+
+/// A range a command reads or writes.
+#[derive(Clone, Copy)]
+pub(super) struct Access {
+    key: Key,
+    start: u64,
+    end: u64,
+    write: bool,
+}
+
+impl Access {
+    pub(super) fn buf(buffer: vk::Buffer, start: u64, len: u64, write: bool) -> Access {
+        Access { key: Key::Buffer(buffer), start, end: start + len, write }
+    }
+    pub(super) fn host(addr: usize, len: u64, write: bool) -> Access {
+        Access { key: Key::Host, start: addr as u64, end: addr as u64 + len, write }
+    }
+}
+
+impl Batch {
+    /// Records the merged copy, if any.
+    ///
+    /// # Safety
+    /// `self.cmd` is recording, under the stream lock; the buffers named are alive until the
+    /// batch completes.
+    pub(super) unsafe fn emit(&mut self, d: &ash::Device) {
+        if let Some(m) = self.merged.take() {
+            // SAFETY: the caller's contract; the regions do not overlap (a conflict would have
+            // emitted the earlier ones and put a barrier in between).
+            unsafe { d.cmd_copy_buffer(self.cmd, m.src, m.dst, &m.regions) };
+        }
+    }
+
+    /// Puts a barrier before a command making the accesses `acc` if it conflicts with one since
+    /// the last barrier (recording pending copies first), then tracks `acc`.
+    ///
+    /// # Safety
+    /// As for [`Batch::emit`].
+    unsafe fn order(&mut self, d: &ash::Device, acc: &[Access]) {
+        if self.cmds > 0 && self.conflicts(acc) {
+            // SAFETY: the caller's contract.
+            unsafe {
+                self.emit(d);
+                transfer_barrier(d, self.cmd);
+            }
+            self.touched.clear();
+        }
+        self.touched.extend_from_slice(acc);
+    }
+
+    /// Whether `acc` conflicts with an access since the last barrier (a write on either side of
+    /// overlapping bytes of one buffer): then a barrier must separate them.
+    fn conflicts(&self, acc: &[Access]) -> bool {
+        self.touched.len() + acc.len() > TRACKED
+            || acc.iter().any(|a| self.touched.iter().any(|t| t.key == a.key && t.start < a.end && a.start < t.end && (t.write || a.write)))
+    }
+}
+
+impl StreamInner {
+    pub(super) fn begin(&self, l: &Live, st: &mut State) -> Result<()> {
+        if st.open.is_some() {
+            return Ok(());
+        }
+        let s = &*self.shared;
+        let cmd = match st.free_cmds.pop() {
+            Some(c) => c,
+            None => {
+                fault::check(Point::AllocateCommandBuffers).map_err(|c| s.fail("vkAllocateCommandBuffers", c))?;
+                let ai = vk::CommandBufferAllocateInfo::default()
+                    .command_pool(st.pool)
+                    .level(vk::CommandBufferLevel::PRIMARY)
+                    .command_buffer_count(1);
+                // SAFETY: the pool is ours, synchronized by the stream lock.
+                let v = unsafe { l.device.allocate_command_buffers(&ai) }.map_err(|c| s.fail("vkAllocateCommandBuffers", c))?;
+                v[0]
+            }
+        };
+        // SAFETY: `cmd` is idle (fresh or returned by reap after its batch completed).
+        let r = unsafe {
+            l.device.reset_command_buffer(cmd, vk::CommandBufferResetFlags::empty()).and_then(|_| {
+                l.device
+                    .begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT))
+            })
+        };
+        if let Err(c) = r {
+            st.free_cmds.push(cmd);
+            return Err(s.fail("vkBeginCommandBuffer", c));
+        }
+        // SAFETY: `cmd` was just begun and is ours, under the stream lock.
+        unsafe { transfer_barrier(&l.device, cmd) };
+        st.open = Some(Batch { cmd, cmds: 0, bytes: 0, d2h: false, touched: Vec::new(), keep: Vec::new(), merged: None });
+        Ok(())
+    }
+
+    /// Records one copy, ordered after earlier commands it conflicts with, and flushes a full
+    /// batch. `acc` is what it touches (source first); each of `owners` is noted as used (with
+    /// whether the copy writes it) and kept by the batch until it is reaped.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn push_copy(
+        &self,
+        l: &Live,
+        st: &mut State,
+        src: vk::Buffer,
+        dst: vk::Buffer,
+        region: vk::BufferCopy,
+        d2h: bool,
+        acc: [Access; 2],
+        owners: &[(&Arc<Resource>, bool)],
+    ) -> Result<()> {
+        self.begin(l, st)?;
+        self.own(st, owners);
+        let Some(b) = st.open.as_mut() else { return Err(Error::unsupported("no open batch")) };
+        let d = &l.device;
+        // SAFETY: recording into our open command buffer under the stream lock; both buffers are
+        // owned by the batch (`own` above) until it is reaped.
+        unsafe { b.order(d, &acc) };
+        match b.merged.as_mut() {
+            Some(m) if m.src == src && m.dst == dst => match m.regions.last_mut() {
+                Some(last) if last.src_offset + last.size == region.src_offset && last.dst_offset + last.size == region.dst_offset => {
+                    last.size += region.size
+                }
+                _ => m.regions.push(region),
+            },
+            _ => {
+                // SAFETY: as above.
+                unsafe { b.emit(d) };
+                b.merged = Some(Merged { src, dst, regions: vec![region] });
+            }
+        }
+        b.cmds += 1;
+        b.bytes += region.size;
+        b.d2h |= d2h;
+        if b.cmds >= BATCH_CMDS || b.bytes >= BATCH_BYTES {
+            self.flush(l, st)?;
+        }
+        Ok(())
+    }
+
+    /// Notes a use of each owner by the open batch and makes the batch keep it. Call after
+    /// `begin` and before recording, so the use is noted before the batch can be submitted
+    /// (`crate::track`).
+    fn own(&self, st: &mut State, owners: &[(&Arc<Resource>, bool)]) {
+        let v = Self::batch_value(st);
+        let tl = self.timeline();
+        let Some(b) = st.open.as_mut() else { return };
+        for &(r, write) in owners {
+            r.tracker.note(&tl, v, write);
+            if !b.keep.iter().rev().take(8).any(|k| Arc::ptr_eq(k, r)) {
+                b.keep.push(r.clone());
+            }
+        }
+    }
+
+    /// Records one command (`rec`) that makes the accesses `acc`, and flushes a full batch.
+    ///
+    /// Stream order: a barrier goes before the command only when it touches bytes that an
+    /// earlier command since the last barrier touched, with a write on either side. Independent
+    /// small copies then run concurrently on the copy engine instead of draining it one by one.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn push(
+        &self,
+        l: &Live,
+        st: &mut State,
+        bytes: u64,
+        d2h: bool,
+        acc: &[Access],
+        owners: &[(&Arc<Resource>, bool)],
+        rec: impl FnOnce(vk::CommandBuffer),
+    ) -> Result<()> {
+        self.begin(l, st)?;
+        self.own(st, owners);
+        let Some(b) = st.open.as_mut() else { return Err(Error::unsupported("no open batch")) };
+        // SAFETY: the open batch's command buffer is recording, under the stream lock; pending
+        // copies are recorded first so command order is stream order.
+        unsafe {
+            b.order(&l.device, acc);
+            b.emit(&l.device);
+        }
+        rec(b.cmd);
+        b.cmds += 1;
+        b.bytes += bytes;
+        b.d2h |= d2h;
+        if b.cmds >= BATCH_CMDS || b.bytes >= BATCH_BYTES {
+            self.flush(l, st)?;
+        }
+        Ok(())
+    }
+
+    /// This stream as the timeline its uses are noted on.
+    fn timeline(&self) -> Weak<dyn Timeline> {
+        self.me.clone()
+    }
+}

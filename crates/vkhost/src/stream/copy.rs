@@ -1,0 +1,129 @@
+//! Async host↔device copies: a planned copy's direct pieces (registered or pinned memory) and
+//! pageable pieces staged through the ring.
+
+use super::batch::Access;
+use super::inner::{relock, State, StreamInner};
+use super::ring::Completion;
+use crate::buffer::DeviceBuffer;
+use crate::device::submit::{par_copy, HostSide};
+use crate::device::Live;
+use crate::error::{Error, Result};
+use crate::host;
+use ash::vk;
+
+/// What an async host copy enqueued.
+pub(super) struct Enqueued {
+    /// The timeline value that completes it.
+    pub(super) value: u64,
+    /// Whether a direct piece lies in a registration (the caller's memory).
+    pub(super) registered: bool,
+    /// Whether some bytes went through the staging ring.
+    pub(super) staged: bool,
+}
+
+impl StreamInner {
+    /// An async host↔device copy (see the `Stream` methods).
+    ///
+    /// # Safety
+    /// h2d: `addr` readable for `len` bytes until the call returns, and, where a registration
+    /// or pinned block covers it, unchanged until the work completes. d2h: `addr` writable for
+    /// `len` bytes and not otherwise accessed until the work completes and a wait returns.
+    pub(super) unsafe fn host_copy(&self, to_device: bool, addr: usize, len: usize, buf: &DeviceBuffer, off: usize) -> Result<Enqueued> {
+        let s = &*self.shared;
+        if buf.shared.id != s.id {
+            return Err(Error::invalid("the device buffer belongs to another device"));
+        }
+        let l = s.live()?;
+        buf.check_range(off, len)?;
+        host::check_host_range(addr, len)?;
+        let mut st = relock(&self.state);
+        self.check(&st)?;
+        if len == 0 {
+            return Ok(Enqueued { value: st.submitted + u64::from(st.open.is_some()), registered: false, staged: false });
+        }
+        // Holds every resource a direct piece names until this call has noted all its uses.
+        let plan = host::plan(s, addr, len, off as u64);
+        st.calls += 1;
+        let call = st.calls;
+        let r = self.enqueue_pieces(&l, &mut st, to_device, &plan, buf, call);
+        if r.is_err() {
+            // The caller sees an error and may free the destination: the pageable d2h pieces
+            // this call queued must never be written (pieces already completed were written
+            // inside the call, while the memory was still the caller's to lend).
+            st.completions.retain(|c| c.call != call);
+        }
+        let (direct, staged) = r?;
+        host::record(s, direct, staged);
+        // The value that covers this copy: the open batch, or the last submitted one.
+        let value = if st.open.is_some() { st.submitted + 1 } else { st.submitted };
+        Ok(Enqueued { value, registered: plan.registered, staged: staged > 0 })
+    }
+
+    /// Records a planned copy's pieces; returns (direct, staged) bytes.
+    fn enqueue_pieces(
+        &self,
+        l: &Live,
+        st: &mut State,
+        to_device: bool,
+        plan: &host::Plan,
+        buf: &DeviceBuffer,
+        call: u64,
+    ) -> Result<(u64, u64)> {
+        let s = &*self.shared;
+        let (mut direct, mut staged) = (0, 0);
+        let (dev, dev_res) = (buf.raw(), &buf.res);
+        for piece in &plan.pieces {
+            match piece.host {
+                HostSide::Direct { buffer, offset, addr } => {
+                    let Some(held) = plan.held.iter().find(|h| h.0.obj.buffer == buffer) else {
+                        return Err(Error::unsupported("direct piece without its owner"));
+                    };
+                    let host_acc = Access::host(addr, piece.len, !to_device);
+                    let dev_acc = Access::buf(dev, piece.dev_offset, piece.len, to_device);
+                    let owners = [(&held.0, !to_device), (dev_res, to_device)];
+                    if to_device {
+                        let region = vk::BufferCopy { src_offset: offset, dst_offset: piece.dev_offset, size: piece.len };
+                        self.push_copy(l, st, buffer, dev, region, false, [host_acc, dev_acc], &owners)?;
+                    } else {
+                        let region = vk::BufferCopy { src_offset: piece.dev_offset, dst_offset: offset, size: piece.len };
+                        self.push_copy(l, st, dev, buffer, region, true, [dev_acc, host_acc], &owners)?;
+                    }
+                    direct += piece.len;
+                }
+                HostSide::Staged { addr: a } => {
+                    if to_device {
+                        // Stream order for host bytes: an earlier pageable d2h into these bytes
+                        // must land before we read them.
+                        self.settle(l, st, a, piece.len as usize)?;
+                    }
+                    let chunk = s.options.staging_chunk as u64;
+                    let mut done = 0;
+                    while done < piece.len {
+                        let n = (piece.len - done).min(chunk);
+                        let roff = self.ring_alloc(l, st, n)?;
+                        let (rb, rp) = Self::ring_buffer(st)?;
+                        let dev_off = piece.dev_offset + done;
+                        let owners = [(dev_res, to_device)];
+                        if to_device {
+                            // SAFETY: the source is readable (contract); the ring range is ours
+                            // and idle (ring_alloc waited for its previous use).
+                            unsafe { par_copy(rp.add(roff as usize), (a + done as usize) as *const u8, n as usize) };
+                            let acc = [Access::buf(rb, roff, n, false), Access::buf(dev, dev_off, n, true)];
+                            let region = vk::BufferCopy { src_offset: roff, dst_offset: dev_off, size: n };
+                            self.push_copy(l, st, rb, dev, region, false, acc, &owners)?;
+                        } else {
+                            let v = Self::batch_value(st);
+                            let acc = [Access::buf(dev, dev_off, n, false), Access::buf(rb, roff, n, true)];
+                            let region = vk::BufferCopy { src_offset: dev_off, dst_offset: roff, size: n };
+                            self.push_copy(l, st, dev, rb, region, true, acc, &owners)?;
+                            st.completions.push_back(Completion { call, value: v, ring_off: roff, addr: a + done as usize, len: n });
+                        }
+                        done += n;
+                    }
+                    staged += piece.len;
+                }
+            }
+        }
+        Ok((direct, staged))
+    }
+}

@@ -1,0 +1,357 @@
+//! The stream's state and its timeline: submitting the open batch, waiting for and reaping
+//! completed batches (running pageable d2h copy-outs), shutdown, and the semaphore's life.
+
+use super::batch::Batch;
+use super::ring::{Completion, Ring};
+use crate::device::object::{phase, Child};
+use crate::device::submit::{host_read_barrier, par_copy};
+use crate::device::QueueKind;
+use crate::device::{lock, Live, Queue, Shared};
+use crate::error::{Error, Result};
+use crate::fault::{self, Point};
+use crate::resource::{Resource, Timeline};
+use ash::vk;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Instant;
+
+const WAIT_TIMEOUT_NS: u64 = 120_000_000_000;
+
+/// A submitted batch: it owns what it names until it is reaped.
+pub(super) struct Done {
+    value: u64,
+    cmd: vk::CommandBuffer,
+    _wait_on: Vec<Arc<StreamInner>>,
+    _owners: Vec<Arc<Resource>>,
+}
+
+pub(super) struct State {
+    pub(super) pool: vk::CommandPool,
+    /// Value of the last submitted batch.
+    pub(super) submitted: u64,
+    pub(super) open: Option<Batch>,
+    pub(super) inflight: VecDeque<Done>,
+    /// Streams whose semaphores the next submission waits on, kept alive with it.
+    pub(super) wait_on: Vec<Arc<StreamInner>>,
+    pub(super) free_cmds: Vec<vk::CommandBuffer>,
+    pub(super) waits: Vec<(vk::Semaphore, u64)>,
+    pub(super) ring: Option<Ring>,
+    pub(super) completions: VecDeque<Completion>,
+    /// Numbers enqueue calls, for `Completion::call`.
+    pub(super) calls: u64,
+    /// Set when queued pageable d2h completions were cancelled after an error; the next wait
+    /// on this stream reports it, so no caller mistakes an unwritten destination for data.
+    pub(super) cancelled: Option<Error>,
+    pub(super) dead: bool,
+}
+
+impl std::fmt::Debug for StreamInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamInner").field("queue", &self.queue_kind).finish()
+    }
+}
+
+pub(crate) struct StreamInner {
+    pub(super) me: Weak<StreamInner>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) queue_kind: QueueKind,
+    pub(super) queue_index: usize,
+    /// The timeline semaphore. Destroyed only when the last reference goes (other streams'
+    /// batches may wait on it), through `Shared::deferred_semaphores`, or at device destroy.
+    pub(super) sem: vk::Semaphore,
+    pub(super) sem_destroyed: std::sync::atomic::AtomicBool,
+    pub(super) state: Mutex<State>,
+    /// Highest value known complete (cache of the semaphore).
+    pub(super) completed: AtomicU64,
+}
+
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        // No device lock here (this can run inside another stream's reap): defer.
+        if !self.sem_destroyed.swap(true, Ordering::AcqRel) {
+            lock(&self.shared.deferred_semaphores).push(self.sem);
+        }
+    }
+}
+
+impl StreamInner {
+    /// At device destroy, after `shutdown`: the semaphore goes now, even if events still
+    /// reference this stream.
+    pub(crate) fn destroy_semaphore(&self, l: &Live) {
+        if !self.sem_destroyed.swap(true, Ordering::AcqRel) {
+            // SAFETY: the device is idle and every stream is shut down: nothing waits on it.
+            unsafe { l.device.destroy_semaphore(self.sem, None) };
+            self.shared.count_semaphore(-1);
+        }
+    }
+}
+
+pub(super) fn create_timeline(s: &Shared, l: &Live) -> Result<vk::Semaphore> {
+    fault::check(Point::CreateSemaphore).map_err(|c| s.fail("vkCreateSemaphore", c))?;
+    let mut ti = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(0);
+    let si = vk::SemaphoreCreateInfo::default().push_next(&mut ti);
+    // SAFETY: valid create info; the timeline feature was enabled at device creation.
+    let sem = unsafe { l.device.create_semaphore(&si, None) }.map_err(|c| s.fail("vkCreateSemaphore", c))?;
+    s.count_semaphore(1);
+    Ok(sem)
+}
+
+pub(super) fn pick_queue(l: &Live, kind: QueueKind, i: usize) -> &Queue {
+    match kind {
+        QueueKind::Copy if !l.copy_queues.is_empty() => &l.copy_queues[i % l.copy_queues.len()],
+        _ => &l.compute,
+    }
+}
+
+pub(super) fn relock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl StreamInner {
+    pub(super) fn check(&self, st: &State) -> Result<()> {
+        if st.dead {
+            return Err(Error::DeviceDestroyed);
+        }
+        Ok(())
+    }
+
+    /// The value the open batch will signal.
+    pub(super) fn batch_value(st: &State) -> u64 {
+        st.submitted + 1
+    }
+
+    /// Submits the open batch (or, with pending waits and nothing recorded, an empty one).
+    pub(super) fn flush(&self, l: &Live, st: &mut State) -> Result<()> {
+        if st.open.is_none() && st.waits.is_empty() {
+            return Ok(());
+        }
+        self.begin(l, st)?;
+        let s = &*self.shared;
+        let Some(mut b) = st.open.take() else { return Ok(()) };
+        let d = &l.device;
+        // SAFETY: `b.cmd` is in the recording state, owned by this stream.
+        unsafe {
+            b.emit(d);
+            if b.d2h {
+                host_read_barrier(d, b.cmd);
+            }
+            if let Err(c) = d.end_command_buffer(b.cmd) {
+                st.free_cmds.push(b.cmd);
+                return Err(s.fail("vkEndCommandBuffer", c));
+            }
+        }
+        let value = st.submitted + 1;
+        let wait_sems: Vec<vk::Semaphore> = st.waits.iter().map(|w| w.0).collect();
+        let wait_vals: Vec<u64> = st.waits.iter().map(|w| w.1).collect();
+        let stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; wait_sems.len()];
+        let sig = [self.sem];
+        let sig_vals = [value];
+        let cmds = [b.cmd];
+        let mut tsi = vk::TimelineSemaphoreSubmitInfo::default().wait_semaphore_values(&wait_vals).signal_semaphore_values(&sig_vals);
+        let si = vk::SubmitInfo::default()
+            .wait_semaphores(&wait_sems)
+            .wait_dst_stage_mask(&stages)
+            .command_buffers(&cmds)
+            .signal_semaphores(&sig)
+            .push_next(&mut tsi);
+        let r = fault::check(Point::QueueSubmit).map_err(|c| s.fail("vkQueueSubmit", c)).and_then(|()| {
+            let q = pick_queue(l, self.queue_kind, self.queue_index);
+            let g = lock(&q.raw);
+            // SAFETY: the queue is externally synchronized by its lock; everything the command
+            // buffer names is kept alive until `value` completes (last-use tracking).
+            unsafe { d.queue_submit(*g, &[si], vk::Fence::null()) }.map_err(|c| s.fail("vkQueueSubmit", c))
+        });
+        match r {
+            Ok(()) => {
+                st.submitted = value;
+                st.waits.clear();
+                let wait_on = std::mem::take(&mut st.wait_on);
+                st.inflight.push_back(Done { value, cmd: b.cmd, _wait_on: wait_on, _owners: b.keep });
+                Ok(())
+            }
+            Err(e) => {
+                // The batch is lost: its copies did not run. Completions that depended on it
+                // would copy stale bytes, so drop them, and free its ring chunks.
+                st.free_cmds.push(b.cmd);
+                let before = st.completions.len();
+                st.completions.retain(|c| c.value != value);
+                if st.completions.len() != before {
+                    st.cancelled = Some(e.clone());
+                }
+                if let Some(r) = st.ring.as_mut() {
+                    for v in r.last.iter_mut() {
+                        if *v == value {
+                            *v = 0;
+                        }
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    pub(super) fn completed_value(&self, l: &Live) -> Result<u64> {
+        let sem = self.sem;
+        // SAFETY: the semaphore is a live timeline semaphore of this device.
+        let v = unsafe { l.device.get_semaphore_counter_value(sem) }.map_err(|c| self.shared.fail("vkGetSemaphoreCounterValue", c))?;
+        self.completed.fetch_max(v, Ordering::Relaxed);
+        Ok(v)
+    }
+
+    /// Waits until `value` completed (value ≤ submitted).
+    pub(super) fn wait_sem(&self, l: &Live, value: u64) -> Result<()> {
+        let sem = self.sem;
+        if self.completed.load(Ordering::Relaxed) >= value {
+            return Ok(());
+        }
+        let s = &*self.shared;
+        fault::check(Point::WaitSemaphores).map_err(|c| s.fail("vkWaitSemaphores", c))?;
+        // Poll as a 20 MB transfer would (2 ms on GPUs, 200 us on CPU drivers), then sleep.
+        let spin = crate::device::submit::spin_for(s, 20 << 20);
+        let t = Instant::now();
+        while t.elapsed() < spin {
+            if self.completed_value(l)? >= value {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+        let sems = [sem];
+        let vals = [value];
+        let wi = vk::SemaphoreWaitInfo::default().semaphores(&sems).values(&vals);
+        // SAFETY: valid wait info on a live semaphore whose value will be signalled (submitted).
+        unsafe { l.device.wait_semaphores(&wi, WAIT_TIMEOUT_NS) }.map_err(|c| s.fail("vkWaitSemaphores", c))?;
+        self.completed.fetch_max(value, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Recycles finished batches and runs finished d2h completions.
+    pub(super) fn reap(&self, l: &Live, st: &mut State) -> Result<()> {
+        let done = self.completed_value(l)?;
+        while st.inflight.front().is_some_and(|b| b.value <= done) {
+            if let Some(b) = st.inflight.pop_front() {
+                st.free_cmds.push(b.cmd);
+            }
+        }
+        while st.completions.front().is_some_and(|c| c.value <= done) {
+            let Some(c) = st.completions.pop_front() else { break };
+            if let Some(r) = &st.ring {
+                if let Some(p) = r.bound.ptr {
+                    // SAFETY: the device finished writing this ring range (value completed, and
+                    // the batch ends with a transfer → host barrier); `addr` is the caller's
+                    // writable memory, valid until synchronize/wait per the async contract.
+                    unsafe { par_copy(c.addr as *mut u8, p.0.as_ptr().add(c.ring_off as usize), c.len as usize) };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes if needed, waits for `value`, reaps. Takes and releases the stream lock.
+    ///
+    /// On failure, every queued pageable d2h completion is cancelled: the caller sees an error
+    /// and may free those destinations, so the library must never write them later.
+    pub(crate) fn wait_value(&self, l: &Live, value: u64) -> Result<()> {
+        let r = self.wait_value_inner(l, value);
+        if let Err(e) = &r {
+            let mut st = relock(&self.state);
+            if !st.completions.is_empty() {
+                log::warn!("{}: stream wait failed ({e}); {} pageable d2h copies cancelled", self.shared.id, st.completions.len());
+                st.completions.clear();
+            }
+            st.cancelled = None;
+            return r;
+        }
+        let mut st = relock(&self.state);
+        match st.cancelled.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn wait_value_inner(&self, l: &Live, value: u64) -> Result<()> {
+        let value = {
+            let mut st = relock(&self.state);
+            if st.dead {
+                return Ok(());
+            }
+            if value > st.submitted {
+                self.flush(l, &mut st)?;
+            }
+            // A value past the last submission belonged to a batch whose submission failed:
+            // that work never ran, so there is nothing to wait for.
+            value.min(st.submitted)
+        };
+        self.wait_sem(l, value)?;
+        let mut st = relock(&self.state);
+        if st.dead {
+            return Ok(());
+        }
+        self.reap(l, &mut st)
+    }
+
+    /// Waits until the stream's queue is idle (under the queue's lock): the fallback when a
+    /// semaphore wait fails and something must be released. On a lost device it returns at once,
+    /// and nothing runs any more.
+    pub(crate) fn queue_idle(&self, l: &Live) {
+        let q = pick_queue(l, self.queue_kind, self.queue_index);
+        let g = lock(&q.raw);
+        // SAFETY: the queue is externally synchronized by its lock.
+        if let Err(c) = unsafe { l.device.queue_wait_idle(*g) } {
+            log::warn!("{}: vkQueueWaitIdle: {c:?}", self.shared.id);
+        }
+    }
+
+    /// Synchronizes and destroys the stream's objects (stream drop, device destroy).
+    pub(crate) fn shutdown(&self, l: &Live) {
+        let s = &*self.shared;
+        let mut st = relock(&self.state);
+        if st.dead {
+            return;
+        }
+        let r = self.flush(l, &mut st).and_then(|()| self.wait_sem(l, st.submitted));
+        match r {
+            Ok(()) => {
+                let _ = self.reap(l, &mut st);
+            }
+            Err(e) => {
+                log::warn!("{}: stream shutdown: {e}; waiting for the queue to go idle", s.id);
+                self.queue_idle(l);
+            }
+        }
+        st.dead = true;
+        // SAFETY: every batch completed (or the device is idle/lost); the objects are ours and
+        // destroyed once (`dead` guards re-entry).
+        unsafe {
+            l.device.destroy_command_pool(st.pool, None);
+            s.count_pool(-1);
+            if let Some(r) = st.ring.take() {
+                s.release_bound(l, r.bound.buffer, r.bound.memory);
+            }
+        }
+        st.inflight.clear();
+        st.free_cmds.clear();
+        st.completions.clear();
+        st.wait_on.clear();
+        st.waits.clear();
+    }
+}
+
+impl Timeline for StreamInner {
+    fn wait_for(&self, l: &Live, value: u64) -> Result<()> {
+        self.wait_value(l, value)
+    }
+    fn queue_idle(&self, l: &Live) {
+        StreamInner::queue_idle(self, l)
+    }
+}
+
+impl Child for StreamInner {
+    fn teardown(&self, _s: &Shared, l: &Live, p: u8) {
+        match p {
+            phase::WORK => self.shutdown(l),
+            phase::SYNC => self.destroy_semaphore(l),
+            _ => {}
+        }
+    }
+}

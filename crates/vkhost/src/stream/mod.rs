@@ -1,0 +1,413 @@
+//! Async streams: ordered device work on one queue, tracked by a timeline semaphore.
+//!
+//! A [`Stream`] records copies into an open batch (one command buffer) and submits it when it
+//! holds enough work, when a staging chunk fills, or on [`Stream::record`],
+//! [`Stream::synchronize`], [`Stream::flush`] or any wait. Batch k signals value k on the
+//! stream's timeline semaphore. A stream is ordered like a CUDA stream: within a batch a global
+//! transfer barrier goes between two commands whenever they touch overlapping bytes of one
+//! buffer with a write on either side (independent copies run concurrently); each batch starts
+//! with one, ordering it after the previous batch on the same queue, and ends with a transfer →
+//! host barrier when it writes host memory.
+//!
+//! Host memory:
+//! - a range covered by a registration or pinned block is copied directly and the call returns
+//!   at once; the entry remembers (stream, value), and `unregister`/`free_pinned` wait for it;
+//! - a pageable h2d source is memcpy'd into the stream's staging ring (chunks reused once the
+//!   device is past them); the call returns once the source has been read;
+//! - a pageable d2h destination is filled from the ring by the library once the device is done,
+//!   during `synchronize`, `Event::wait`, a `Pending` drop, or when the ring wraps.
+//!
+//! Streams default to the transfer-only family (the copy engines) and alternate between its
+//! queues, so an h2d stream and a d2h stream created one after the other run on different
+//! engines where the device has two.
+
+mod batch;
+mod copy;
+mod inner;
+mod ring;
+
+use crate::buffer::DeviceBuffer;
+use crate::device::object::Child;
+use crate::device::Device;
+use crate::device::QueueKind;
+use crate::error::{Error, Result};
+use crate::fault::{self, Point};
+use ash::vk;
+use batch::Access;
+use inner::{create_timeline, pick_queue, relock, State, StreamInner};
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+/// An ordered sequence of device work on one queue. `Send + Sync`; operations from several
+/// threads are ordered by the stream's lock. Dropping it synchronizes first.
+pub struct Stream {
+    inner: Arc<StreamInner>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream").field("device", &self.inner.shared.id).field("queue", &self.inner.queue_kind).finish()
+    }
+}
+
+/// A point in a stream's work. Cheap to clone.
+#[derive(Clone)]
+pub struct Event {
+    inner: Arc<StreamInner>,
+    value: u64,
+}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Event").field("value", &self.value).finish()
+    }
+}
+
+/// Async work that borrows host memory: waits for it (and completes pageable d2h) on drop, so
+/// safe code cannot touch or free memory the device is still using.
+#[must_use = "dropping a Pending waits for the copy"]
+pub struct Pending<'a> {
+    event: Option<Event>,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+impl std::fmt::Debug for Pending<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending").field("event", &self.event).finish()
+    }
+}
+
+impl Device {
+    /// A stream on the copy engines (see [`QueueKind::Copy`]).
+    pub fn stream(&self) -> Result<Stream> {
+        self.stream_on(QueueKind::Copy)
+    }
+
+    /// A stream on the given kind of queue (copy streams alternate between the copy queues).
+    pub fn stream_on(&self, kind: QueueKind) -> Result<Stream> {
+        self.stream_at(kind, None)
+    }
+
+    /// A stream on queue `index` of the given kind (modulo the queues vkhost created there:
+    /// up to two copy-engine queues, one compute queue).
+    pub fn stream_on_queue(&self, kind: QueueKind, index: usize) -> Result<Stream> {
+        self.stream_at(kind, Some(index))
+    }
+
+    fn stream_at(&self, kind: QueueKind, index: Option<usize>) -> Result<Stream> {
+        let s = &self.shared;
+        if !s.info.timeline_semaphore {
+            return Err(Error::unsupported("streams need timeline semaphores (Vulkan 1.2)"));
+        }
+        let l = s.live()?;
+        let queue_index = match index {
+            Some(i) => i,
+            None => l.next_stream.fetch_add(1, Ordering::Relaxed) as usize,
+        };
+        let family = pick_queue(&l, kind, queue_index).family;
+        fault::check(Point::CreateCommandPool).map_err(|c| s.fail("vkCreateCommandPool", c))?;
+        let pi = vk::CommandPoolCreateInfo::default().queue_family_index(family).flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+        // SAFETY: valid create info for a family of this device.
+        let pool = unsafe { l.device.create_command_pool(&pi, None) }.map_err(|c| s.fail("vkCreateCommandPool", c))?;
+        s.count_pool(1);
+        let sem = match create_timeline(s, &l) {
+            Ok(x) => x,
+            Err(e) => {
+                // SAFETY: fresh pool, unused.
+                unsafe { l.device.destroy_command_pool(pool, None) };
+                s.count_pool(-1);
+                return Err(e);
+            }
+        };
+        let inner = Arc::new_cyclic(|me| StreamInner {
+            me: me.clone(),
+            shared: s.clone(),
+            queue_kind: kind,
+            queue_index,
+            sem,
+            sem_destroyed: std::sync::atomic::AtomicBool::new(false),
+            state: Mutex::new(State {
+                pool,
+                wait_on: Vec::new(),
+                submitted: 0,
+                open: None,
+                inflight: VecDeque::new(),
+                free_cmds: Vec::new(),
+                waits: Vec::new(),
+                ring: None,
+                completions: VecDeque::new(),
+                calls: 0,
+                cancelled: None,
+                dead: false,
+            }),
+            completed: AtomicU64::new(0),
+        });
+        let child: Weak<dyn Child> = Arc::downgrade(&inner) as Weak<StreamInner>;
+        s.add_child(child);
+        s.destroy_deferred(&l);
+        Ok(Stream { inner })
+    }
+}
+
+impl Stream {
+    /// The queue this stream submits to: (family, index).
+    pub fn queue(&self) -> Result<(u32, u32)> {
+        let l = self.inner.shared.live_any()?;
+        let q = pick_queue(&l, self.inner.queue_kind, self.inner.queue_index);
+        Ok((q.family, q.index))
+    }
+
+    /// The device this stream runs on.
+    pub fn device(&self) -> Device {
+        Device { shared: self.inner.shared.clone() }
+    }
+
+    /// Enqueues a copy of `len` host bytes at `src` into `dst` at `dst_offset`.
+    ///
+    /// Host bytes covered by a registration or pinned block are enqueued and the call returns
+    /// at once. Pageable bytes are copied into the stream's staging ring before the call
+    /// returns, so `src` may be reused right away.
+    ///
+    /// # Safety
+    /// `src` must be readable for `len` bytes during the call. Where a registration or pinned
+    /// block covers it, those bytes must not change until the copy completes (an event recorded
+    /// after it, or `synchronize`).
+    pub unsafe fn copy_to_device_async(&self, src: *const u8, len: usize, dst: &DeviceBuffer, dst_offset: usize) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.inner.host_copy(true, src as usize, len, dst, dst_offset) }.map(|_| ())
+    }
+
+    /// Enqueues a copy of `len` bytes from `src` at `src_offset` into host memory at `dst`.
+    /// The bytes are in place after `synchronize`, or `Event::wait` on an event recorded after
+    /// this call.
+    ///
+    /// # Safety
+    /// `dst` must stay valid, writable and otherwise untouched for `len` bytes until then.
+    pub unsafe fn copy_to_host_async(&self, src: &DeviceBuffer, src_offset: usize, dst: *mut u8, len: usize) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.inner.host_copy(false, dst as usize, len, src, src_offset) }.map(|_| ())
+    }
+
+    /// Safe h2d from `src` (a `PinnedBuffer`, a `Registration` or any slice).
+    ///
+    /// Async only where that is sound without trusting a destructor (see the module docs):
+    /// - bytes in pinned blocks (vkhost's memory, owned by the work) are read by the device
+    ///   after the call returns;
+    /// - pageable bytes are copied into the staging ring before the call returns;
+    /// - bytes in a registration (the caller's memory) are read before the call returns: the
+    ///   call waits for the copy.
+    ///
+    /// The returned guard borrows `src` until it is dropped or waited (drop waits).
+    pub fn upload<'a>(&self, src: &'a [u8], dst: &DeviceBuffer, dst_offset: usize) -> Result<Pending<'a>> {
+        // SAFETY: `src` is readable for the call; what the device reads after the call returns
+        // lies in pinned blocks, which the submitted work owns (their memory outlives it).
+        let e = unsafe { self.inner.host_copy(true, src.as_ptr() as usize, src.len(), dst, dst_offset) }?;
+        self.finish(e.value, e.registered)
+    }
+
+    /// Safe d2h into `dst` (a `PinnedBuffer`, a `Registration` or any slice).
+    ///
+    /// Async only into pinned blocks, whose `Deref` waits for device writes still pending, so a
+    /// leaked guard cannot expose bytes being written. Into pageable or registered memory the
+    /// call returns once the bytes are in place.
+    pub fn download<'a>(&self, src: &DeviceBuffer, src_offset: usize, dst: &'a mut [u8]) -> Result<Pending<'a>> {
+        // SAFETY: `dst` is writable for the call; what the device writes after the call returns
+        // lies in pinned blocks, owned by the submitted work, whose safe views wait for it.
+        let e = unsafe { self.inner.host_copy(false, dst.as_mut_ptr() as usize, dst.len(), src, src_offset) }?;
+        self.finish(e.value, e.registered || e.staged)
+    }
+
+    /// The guard of a safe copy; waits first when `now` (the copy touches memory the caller
+    /// may reuse once we return). A wait that fails waits for the queue to go idle before
+    /// returning the error, so the device no longer touches the bytes either way.
+    fn finish<'a>(&self, value: u64, now: bool) -> Result<Pending<'a>> {
+        let event = Event { inner: self.inner.clone(), value };
+        if !now {
+            return Ok(Pending { event: Some(event), _borrow: PhantomData });
+        }
+        if let Err(e) = event.wait() {
+            if let Ok(l) = self.inner.shared.live_any() {
+                self.inner.queue_idle(&l);
+            }
+            return Err(e);
+        }
+        Ok(Pending { event: None, _borrow: PhantomData })
+    }
+
+    /// Enqueues a device-to-device copy. Overlapping ranges of one buffer are refused.
+    pub fn copy_async(&self, src: &DeviceBuffer, src_offset: usize, dst: &DeviceBuffer, dst_offset: usize, len: usize) -> Result<()> {
+        let inner = &*self.inner;
+        let s = &*inner.shared;
+        if src.shared.id != s.id || dst.shared.id != s.id {
+            return Err(Error::invalid("buffers of another device"));
+        }
+        let l = s.live()?;
+        src.check_range(src_offset, len)?;
+        dst.check_range(dst_offset, len)?;
+        if src.raw() == dst.raw() && src_offset < dst_offset + len && dst_offset < src_offset + len && len > 0 {
+            return Err(Error::invalid("overlapping source and destination ranges in one buffer"));
+        }
+        let mut st = relock(&inner.state);
+        inner.check(&st)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let (so, dof, n) = (src_offset as u64, dst_offset as u64, len as u64);
+        let region = vk::BufferCopy { src_offset: so, dst_offset: dof, size: n };
+        let acc = [Access::buf(src.raw(), so, n, false), Access::buf(dst.raw(), dof, n, true)];
+        inner.push_copy(&l, &mut st, src.raw(), dst.raw(), region, false, acc, &[(&src.res, false), (&dst.res, true)])
+    }
+
+    /// Enqueues vkCmdFillBuffer: `len` bytes at `offset` set to the repeated `value`.
+    /// `offset` and `len` must be multiples of 4.
+    pub fn fill_async(&self, dst: &DeviceBuffer, offset: usize, len: usize, value: u32) -> Result<()> {
+        let inner = &*self.inner;
+        let s = &*inner.shared;
+        if dst.shared.id != s.id {
+            return Err(Error::invalid("buffer of another device"));
+        }
+        let l = s.live()?;
+        dst.check_range(offset, len)?;
+        if offset % 4 != 0 || len % 4 != 0 {
+            return Err(Error::invalid("fill offset and length must be multiples of 4"));
+        }
+        let mut st = relock(&inner.state);
+        inner.check(&st)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let b = dst.raw();
+        let acc = [Access::buf(b, offset as u64, len as u64, true)];
+        let rec = |cmd| {
+            // SAFETY: recording into our open command buffer; the batch owns `dst` (see `push`).
+            unsafe { l.device.cmd_fill_buffer(cmd, b, offset as u64, len as u64, value) }
+        };
+        inner.push(&l, &mut st, len as u64, false, &acc, &[(&dst.res, true)], rec)
+    }
+
+    /// Submits recorded work now, without waiting.
+    pub fn flush(&self) -> Result<()> {
+        let l = self.inner.shared.live()?;
+        let mut st = relock(&self.inner.state);
+        self.inner.check(&st)?;
+        self.inner.flush(&l, &mut st)
+    }
+
+    /// An event at the current end of the stream (submits recorded work).
+    pub fn record(&self) -> Result<Event> {
+        let l = self.inner.shared.live()?;
+        let mut st = relock(&self.inner.state);
+        self.inner.check(&st)?;
+        self.inner.flush(&l, &mut st)?;
+        Ok(Event { inner: self.inner.clone(), value: st.submitted })
+    }
+
+    /// Makes later work on this stream wait, on the device, for `event` (any stream of the same
+    /// device, any queue), through its timeline semaphore.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        if !Arc::ptr_eq(&event.inner.shared, &self.inner.shared) {
+            return Err(Error::invalid("event of another device"));
+        }
+        let l = self.inner.shared.live()?;
+        if Arc::ptr_eq(&event.inner, &self.inner) || event.value == 0 || event.inner.completed.load(Ordering::Relaxed) >= event.value {
+            return Ok(());
+        }
+        let mut st = relock(&self.inner.state);
+        self.inner.check(&st)?;
+        // Work recorded before the wait must not wait: submit it first.
+        self.inner.flush(&l, &mut st)?;
+        st.waits.push((event.inner.sem, event.value));
+        st.wait_on.push(event.inner.clone());
+        Ok(())
+    }
+
+    /// Waits until all work enqueued so far is done, and completes pageable d2h copies.
+    pub fn synchronize(&self) -> Result<()> {
+        let l = self.inner.shared.live()?;
+        let v = {
+            let mut st = relock(&self.inner.state);
+            self.inner.check(&st)?;
+            self.inner.flush(&l, &mut st)?;
+            st.submitted
+        };
+        self.inner.wait_value(&l, v)
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if self.inner.shared.forked() {
+            return;
+        }
+        if let Ok(l) = self.inner.shared.live_any() {
+            self.inner.shutdown(&l);
+            // Nobody else (no event, no batch of another stream) refers to the semaphore.
+            if Arc::strong_count(&self.inner) == 1 {
+                self.inner.destroy_semaphore(&l);
+            }
+        }
+    }
+}
+
+impl Event {
+    /// Waits on the host until the work before this event is done, and completes pageable d2h
+    /// copies up to it. After the device or stream is gone, its work is done: `Ok`.
+    pub fn wait(&self) -> Result<()> {
+        let Ok(l) = self.inner.shared.live_any() else { return Ok(()) };
+        if self.inner.shared.lost.load(Ordering::Relaxed) {
+            // Nothing will complete: cancel the copy-outs this event guards before returning,
+            // so the library never writes destinations the caller may now reuse.
+            self.inner.cancel_completions(self.value);
+            return Err(Error::DeviceLost);
+        }
+        self.inner.wait_value(&l, self.value)
+    }
+
+    /// Whether the work before this event is done (never blocks).
+    pub fn is_done(&self) -> Result<bool> {
+        let Ok(l) = self.inner.shared.live_any() else { return Ok(true) };
+        let mut st = relock(&self.inner.state);
+        if st.dead {
+            return Ok(true);
+        }
+        if self.value > st.submitted {
+            // The work is still in the open batch: submit it, or polling never sees it finish.
+            self.inner.flush(&l, &mut st)?;
+        }
+        if self.inner.completed_value(&l)? >= self.value {
+            self.inner.reap(&l, &mut st)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
+impl Pending<'_> {
+    /// Waits for the copy (and completes a pageable destination).
+    pub fn wait(mut self) -> Result<()> {
+        match self.event.take() {
+            Some(e) => e.wait(),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the copy is done (never blocks).
+    pub fn is_done(&self) -> Result<bool> {
+        self.event.as_ref().map_or(Ok(true), |e| e.is_done())
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let Some(e) = self.event.take() {
+            if e.inner.shared.forked() {
+                return;
+            }
+            if let Err(err) = e.wait() {
+                log::error!("Pending drop: waiting for the copy failed: {err}");
+            }
+        }
+    }
+}
