@@ -118,6 +118,7 @@ pub use buffer::DeviceBuffer;
 pub use device::info::{fmt_bytes, ApiVersion, DeviceInfo, DeviceType, MemoryHeap, MemoryType, QueueFamily};
 pub use device::{devices, Device, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership, QueueKind, RawDevice};
 pub use error::{Error, Result};
+pub use host::range::{broadcast, gather, HostRange};
 pub use host::safe::{PinnedBuffer, Registration};
 pub use host::{CopyPath, HostStats};
 pub use stream::{Event, Pending, Stream};

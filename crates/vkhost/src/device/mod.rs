@@ -120,6 +120,12 @@ pub struct OpenOptions {
     /// The queue synchronous copies use: the copy engines (default) or the compute queue.
     /// `VKHOST_COPY_QUEUE=compute` sets `Compute`.
     pub copy_queue: QueueKind,
+    /// The largest single import or pinned allocation, in bytes. A registration or pinned block
+    /// larger than this becomes several imports behind one entry (see [`crate::host`]). `None`
+    /// (the default): the device's maxMemoryAllocationSize. `Some(n)`: `n` must be a multiple of
+    /// the page size (4 KiB), at least one page, and at most the device's limit; mainly for
+    /// testing large ranges with small memory.
+    pub max_import_piece: Option<usize>,
 }
 
 impl OpenOptions {
@@ -152,6 +158,14 @@ impl OpenOptions {
             )));
         }
         let max = info.max_memory_allocation_size;
+        if let Some(p) = self.max_import_piece {
+            if p < min || p % min != 0 || p as u64 > max {
+                return Err(Error::invalid(format!(
+                    "OpenOptions::max_import_piece = {p}: it must be a multiple of {min} (one page), at least one page, and at \
+                     most this device's maxMemoryAllocationSize ({max} bytes)"
+                )));
+            }
+        }
         match (chunk as u64).checked_mul(slots as u64) {
             Some(total) if total <= max => Ok(()),
             total => Err(Error::invalid(format!(
@@ -173,6 +187,7 @@ impl Default for OpenOptions {
             validation: instance::validation_requested(),
             staging_chunk: 16 << 20,
             staging_slots: 3,
+            max_import_piece: None,
             copy_queue: match std::env::var("VKHOST_COPY_QUEUE").as_deref() {
                 Ok("compute") => QueueKind::Compute,
                 _ => QueueKind::Copy,
@@ -282,7 +297,7 @@ pub(crate) struct Shared {
     /// Children to tear down at destroy (streams, buffers, imports), see `object`.
     pub children: Mutex<Vec<std::sync::Weak<dyn object::Child>>>,
     /// Buffers whose last owner dropped them while the device lock was taken.
-    pub garbage: Mutex<Vec<(vk::Buffer, vk::DeviceMemory)>>,
+    pub garbage: Mutex<Vec<(vk::Buffer, vk::DeviceMemory, Option<object::Backing>)>>,
     pub has_garbage: AtomicBool,
     /// Timeline semaphores of streams whose last reference went; destroyed at the next
     /// stream creation or at destroy.
@@ -337,6 +352,14 @@ impl Shared {
             return Err(Error::DeviceDestroyed);
         }
         Ok(LiveRef(g))
+    }
+
+    /// The largest single import or pinned allocation: the option, else the device's limit,
+    /// rounded down to `granule` (a power of two).
+    pub(crate) fn import_piece(&self, granule: usize) -> usize {
+        let limit = self.options.max_import_piece.map_or(self.info.max_memory_allocation_size, |p| p as u64);
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        (limit & !(granule - 1)).max(granule)
     }
 
     /// Buffer create info with the sharing mode every vkhost buffer uses (see `Live::families`).

@@ -44,7 +44,13 @@ pub(crate) struct BufferObj {
     pub size: u64,
     /// `Some` while the objects exist.
     memory: Mutex<Option<vk::DeviceMemory>>,
+    /// What must outlive the memory (the host mapping an import was made from, when vkhost
+    /// made it): dropped only after the memory is freed.
+    backing: Option<Backing>,
 }
+
+/// Something that must outlive a `BufferObj`'s memory.
+pub(crate) type Backing = Arc<dyn std::any::Any + Send + Sync>;
 
 impl std::fmt::Debug for BufferObj {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -62,7 +68,14 @@ impl BufferObj {
             buffer: b.buffer,
             size,
             memory: Mutex::new(Some(b.memory)),
+            backing: None,
         }
+    }
+
+    /// Keeps `backing` alive until the memory is freed.
+    pub(crate) fn with_backing(mut self, backing: Backing) -> BufferObj {
+        self.backing = Some(backing);
+        self
     }
 
     /// The device's state, while the device is alive.
@@ -91,6 +104,8 @@ impl BufferObj {
 impl Drop for BufferObj {
     fn drop(&mut self) {
         if super::fork_generation() != self.fork_gen {
+            // Nothing here is the child's to release, not even a mapping vkhost made.
+            std::mem::forget(self.backing.take());
             return;
         }
         let m = match self.memory.get_mut() {
@@ -101,14 +116,14 @@ impl Drop for BufferObj {
         // reaped), so it may go now, or as soon as the device lock is free. If the device is
         // gone, its teardown released everything (and `memory` was already taken).
         if let (Some(m), Some(s)) = (m, self.shared.upgrade()) {
-            s.release_or_defer(self.buffer, m);
+            s.release_or_defer(self.buffer, m, self.backing.take());
         }
     }
 }
 
 impl Shared {
     /// Releases a buffer and its memory if the device lock is free now; queues them otherwise.
-    pub(crate) fn release_or_defer(&self, buffer: vk::Buffer, memory: vk::DeviceMemory) {
+    pub(crate) fn release_or_defer(&self, buffer: vk::Buffer, memory: vk::DeviceMemory, backing: Option<Backing>) {
         if let Ok(g) = self.live.try_read() {
             if let Some(l) = g.as_ref() {
                 // SAFETY: the owner's last reference went, so nothing uses the objects, and they
@@ -116,9 +131,10 @@ impl Shared {
                 unsafe { self.release_bound(l, buffer, memory) };
             }
             // A destroyed device already released everything it had.
+            drop(backing);
             return;
         }
-        lock(&self.garbage).push((buffer, memory));
+        lock(&self.garbage).push((buffer, memory, backing));
         self.has_garbage.store(true, Ordering::Release);
     }
 
@@ -128,9 +144,10 @@ impl Shared {
             return;
         }
         let g = std::mem::take(&mut *lock(&self.garbage));
-        for (b, m) in g {
+        for (b, m, backing) in g {
             // SAFETY: queued by a drop of the last owner: nothing uses them; released once.
             unsafe { self.release_bound(l, b, m) };
+            drop(backing);
         }
     }
 

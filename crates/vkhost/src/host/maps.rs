@@ -79,6 +79,48 @@ pub fn page_size() -> usize {
     }
 }
 
+/// An anonymous, private, read-write mapping vkhost made (the host side of a pinned block too
+/// large for one allocation), unmapped when dropped: after every import of it was freed (the
+/// imports hold it as their backing).
+#[derive(Debug)]
+pub(crate) struct AnonMap {
+    addr: usize,
+    len: usize,
+}
+
+impl AnonMap {
+    /// Maps `len` (> 0, a page multiple) fresh zeroed bytes.
+    pub(crate) fn new(len: usize) -> Result<AnonMap> {
+        // SAFETY: an anonymous private mapping with no address hint has no preconditions.
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Error::OutOfHostMemory);
+        }
+        Ok(AnonMap { addr: p as usize, len })
+    }
+
+    /// The first byte.
+    pub(crate) fn ptr(&self) -> std::ptr::NonNull<u8> {
+        // mmap never returns null on success (MAP_FAILED is -1).
+        std::ptr::NonNull::new(self.addr as *mut u8).unwrap_or(std::ptr::NonNull::dangling())
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for AnonMap {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once; every import of it was freed first (it is
+        // their backing, dropped after their memory).
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    }
+}
+
 /// Calls `f` with one fresh, anonymous, read-write page of `len` bytes, unmapped afterwards.
 pub(crate) fn with_probe_page<T>(len: usize, f: impl FnOnce(*mut u8) -> Result<T>) -> Result<T> {
     // SAFETY: an anonymous private mapping with no address hint has no preconditions.

@@ -39,6 +39,7 @@
 
 pub(crate) mod import;
 pub(crate) mod maps;
+pub(crate) mod range;
 pub(crate) mod registry;
 pub(crate) mod safe;
 
@@ -57,7 +58,51 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 pub use registry::round_out;
 
-type Reg = Registry<crate::DeviceId, Option<Arc<Resource>>>;
+type Reg = Registry<crate::DeviceId, Option<Arc<Imports>>>;
+
+/// What an entry owns: its covered range as one import (or pinned block), or, when the range
+/// is larger than the device's largest allocation ([`crate::OpenOptions::max_import_piece`]),
+/// as consecutive pieces of `part` bytes each (the last may be shorter). Unregister, tombstones
+/// and stats treat the pieces as one entry; a lookup or a copy addresses the piece that holds
+/// each byte.
+#[derive(Debug)]
+pub(crate) struct Imports {
+    pub parts: Vec<Arc<Resource>>,
+    pub part: usize,
+}
+
+impl Imports {
+    fn one(r: Arc<Resource>, len: usize) -> Arc<Imports> {
+        Arc::new(Imports { parts: vec![r], part: len.max(1) })
+    }
+
+    /// Whether the objects exist (all pieces share their device's fate).
+    pub(crate) fn alive(&self) -> bool {
+        self.parts.first().is_some_and(|p| p.obj.alive())
+    }
+
+    /// The piece holding the byte `off` bytes into the covered range, and its offset there.
+    pub(crate) fn at(&self, off: usize) -> (&Arc<Resource>, usize) {
+        let i = (off / self.part).min(self.parts.len() - 1);
+        (&self.parts[i], off - i * self.part)
+    }
+
+    /// Bytes from `off` to the end of its piece.
+    fn left_in_part(&self, off: usize, covered_len: usize) -> usize {
+        let i = (off / self.part).min(self.parts.len() - 1);
+        ((i + 1) * self.part).min(covered_len) - off
+    }
+
+    /// Waits for device writes pending on any piece (see `Resource::settle_writes`).
+    pub(crate) fn settle_writes(&self) {
+        self.parts.iter().for_each(|p| p.settle_writes());
+    }
+
+    /// Waits for any device access pending on any piece.
+    pub(crate) fn settle_all(&self) {
+        self.parts.iter().for_each(|p| p.settle_all());
+    }
+}
 
 static REGISTRY: LazyLock<Mutex<Reg>> = LazyLock::new(|| Mutex::new(Registry::new()));
 
@@ -95,8 +140,8 @@ pub struct HostStats {
 fn count(reg: &Reg, dev: Option<crate::DeviceId>) -> (usize, usize) {
     let mut imports = 0;
     let mut pinned = 0;
-    let mut tally = |e: &Entry<Option<Arc<Resource>>>| {
-        if e.live && e.cell.as_ref().is_some_and(|c| c.obj.alive()) {
+    let mut tally = |e: &Entry<Option<Arc<Imports>>>| {
+        if e.live && e.cell.as_ref().is_some_and(|c| c.alive()) {
             match e.kind {
                 Kind::Registered => imports += 1,
                 Kind::Pinned => pinned += 1,
@@ -175,25 +220,89 @@ pub fn alloc_pinned(dev: &Device, len: usize) -> Result<NonNull<u8>> {
 }
 
 /// [`alloc_pinned`], marking the entry as owned by a guard when `guarded`.
-pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guarded: bool) -> Result<(NonNull<u8>, Arc<Resource>)> {
+pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guarded: bool) -> Result<(NonNull<u8>, Arc<Imports>)> {
     let s = &dev.shared;
     if len == 0 {
         return Err(Error::invalid("alloc_pinned of zero bytes"));
     }
+    // x86-64 and AArch64 user address spaces are at most 2^47 to 2^52 bytes: a larger block can
+    // never be mapped, whatever memory the machine has.
+    if len as u64 > 1 << 52 {
+        return Err(Error::invalid(format!("alloc_pinned of {len} bytes: larger than any address space")));
+    }
     let l = s.live()?;
-    let (b, ptr) = import::alloc_pinned_block(s, &l, len)?;
-    let res = Resource::new(s, BufferObj::new(s, b, len as u64));
+    let page = page_size();
+    let (ptr, imports) = if len <= s.import_piece(page) {
+        let (b, ptr) = import::alloc_pinned_block(s, &l, len)?;
+        (ptr, Imports::one(Resource::new(s, BufferObj::new(s, b, len as u64)), len))
+    } else {
+        // Larger than one allocation may be: reserve the address range (one anonymous
+        // mapping, so the block stays contiguous) and import it in pieces.
+        let granule = s.registration().map_err(|why| {
+            Error::unsupported(format!(
+                "a pinned block of {len} bytes exceeds one allocation ({} bytes) and needs imports, but: {why}",
+                s.import_piece(page)
+            ))
+        })?;
+        let map = maps::AnonMap::new(len.next_multiple_of(granule))?;
+        let ptr = map.ptr();
+        let start = ptr.as_ptr() as usize;
+        let imports = import_pieces(s, &l, &(start..start + map.len()), Some(Arc::new(map)))?;
+        (ptr, imports)
+    };
     let start = ptr.as_ptr() as usize;
-    let entry =
-        Entry { kind: Kind::Pinned, user: start..start + len, covered: start..start + len, live: true, guarded, cell: Some(res.clone()) };
+    let entry = Entry {
+        kind: Kind::Pinned,
+        user: start..start + len,
+        covered: start..start + len,
+        live: true,
+        guarded,
+        cell: Some(imports.clone()),
+    };
     if registry().insert(s.id, entry).is_err() {
         // Only possible if the caller registered memory, freed it without unregistering, and
         // the driver reused the address.
-        // SAFETY: fresh objects of ours, never used by any work.
-        unsafe { res.obj.release_now(s, &l) };
+        for p in &imports.parts {
+            // SAFETY: fresh objects of ours, never used by any work.
+            unsafe { p.obj.release_now(s, &l) };
+        }
         return Err(Error::AlreadyRegistered);
     }
-    Ok((ptr, res))
+    Ok((ptr, imports))
+}
+
+/// Imports `covered` (validated, page-aligned) as pieces of at most the device's largest
+/// import; all or nothing.
+fn import_pieces(
+    s: &Arc<Shared>,
+    l: &crate::device::Live,
+    covered: &std::ops::Range<usize>,
+    backing: Option<crate::device::object::Backing>,
+) -> Result<Arc<Imports>> {
+    let part = s.import_piece(page_size());
+    let mut parts: Vec<Arc<Resource>> = Vec::with_capacity(covered.len().div_ceil(part));
+    let mut at = covered.start;
+    while at < covered.end {
+        let end = at.saturating_add(part).min(covered.end);
+        match import::import_range(s, l, &(at..end)) {
+            Ok(b) => {
+                let mut obj = BufferObj::new(s, b, (end - at) as u64);
+                if let Some(k) = &backing {
+                    obj = obj.with_backing(k.clone());
+                }
+                parts.push(Resource::new(s, obj));
+            }
+            Err(e) => {
+                for p in &parts {
+                    // SAFETY: fresh imports of ours, never named by any work.
+                    unsafe { p.obj.release_now(s, l) };
+                }
+                return Err(e);
+            }
+        }
+        at = end;
+    }
+    Ok(Arc::new(Imports { parts, part }))
 }
 
 /// Releases a pinned block: its buffer and memory, which unmaps it.
@@ -239,18 +348,21 @@ pub(crate) fn release_entry(dev: &Device, addr: usize, kind: Kind, by_guard: boo
         }
     };
     let e = removed.ok_or(missing)?;
-    if let (Some(l), Some(res)) = (l.as_ref(), e.cell) {
-        match kind {
-            Kind::Registered => {
-                // The caller may unmap the bytes as soon as we return: close the import, wait
-                // for every use, and destroy it now.
-                res.close_and_wait(l);
-                // SAFETY: closed and every use waited, so no work can name it any more.
-                unsafe { res.obj.release_now(s, l) };
-            }
-            Kind::Pinned => {
-                // vkhost's own memory: it goes with the last owner, possibly a batch in flight.
-                res.tracker.close();
+    if let (Some(l), Some(imports)) = (l.as_ref(), e.cell) {
+        for res in &imports.parts {
+            match kind {
+                Kind::Registered => {
+                    // The caller may unmap the bytes as soon as we return: close the import,
+                    // wait for every use, and destroy it now.
+                    res.close_and_wait(l);
+                    // SAFETY: closed and every use waited, so no work can name it any more.
+                    unsafe { res.obj.release_now(s, l) };
+                }
+                Kind::Pinned => {
+                    // vkhost's own memory: it goes with the last owner, possibly a batch in
+                    // flight.
+                    res.tracker.close();
+                }
             }
         }
     }
@@ -287,7 +399,7 @@ pub unsafe fn register(dev: &Device, ptr: impl HostPtr, len: usize) -> Result<()
 ///
 /// # Safety
 /// As for [`register`].
-pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guarded: bool) -> Result<Arc<Resource>> {
+pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guarded: bool) -> Result<Arc<Imports>> {
     let s = &dev.shared;
     let granule = match s.registration() {
         Ok(g) => g,
@@ -308,9 +420,8 @@ pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guard
     // without holding the registry lock.
     let reservation = Entry { kind: Kind::Registered, user: addr..end, covered: covered.clone(), live: false, guarded, cell: None };
     registry().insert(s.id, reservation).map_err(|_| Error::AlreadyRegistered)?;
-    match import::import_range(s, &l, &covered) {
-        Ok(b) => {
-            let res = Resource::new(s, BufferObj::new(s, b, covered.len() as u64));
+    match import_pieces(s, &l, &covered, None) {
+        Ok(res) => {
             let mut reg = registry();
             if let Some(e) = reg.get_mut(s.id, addr) {
                 e.cell = Some(res.clone());
@@ -332,8 +443,14 @@ pub fn find(dev: &Device, ptr: impl HostPtr, len: usize) -> Option<(vk::Buffer, 
     let addr = ptr.addr();
     let reg = registry();
     let e = reg.find(dev.id(), addr, len)?;
-    let res = e.cell.as_ref().filter(|r| r.obj.alive())?;
-    Some((res.obj.buffer, (addr - e.covered.start) as u64))
+    let imports = e.cell.as_ref().filter(|c| c.alive())?;
+    let off = addr - e.covered.start;
+    // One buffer must cover all of it: a range that crosses two pieces has none.
+    if imports.left_in_part(off, e.covered.len()) < len.max(1) {
+        return None;
+    }
+    let (res, in_part) = imports.at(off);
+    Some((res.obj.buffer, in_part as u64))
 }
 
 /// Copies `len` bytes from host `src` to `dst` at `dst_offset`, synchronously.
@@ -398,23 +515,32 @@ pub(crate) fn plan(s: &Shared, addr: usize, len: usize, dev_off: u64) -> Plan {
     let reg = registry();
     let mut held: Vec<Held> = Vec::new();
     let mut registered = false;
-    let pieces = reg
-        .split(s.id, addr, len)
-        .into_iter()
-        .map(|(r, e)| {
-            let mut host = HostSide::Staged { addr: r.start };
-            if let Some((e, res)) = e.and_then(|e| e.cell.as_ref().map(|c| (e, c))) {
-                // Entries in the registry are never closed (removal comes first), but one whose
-                // device was destroyed has no objects: stage around it.
-                let have = held.iter().any(|h| Arc::ptr_eq(&h.0, res));
-                if res.obj.alive() && (have || res.hold().map(|h| held.push(h)).is_some()) {
-                    registered |= e.kind == Kind::Registered;
-                    host = HostSide::Direct { buffer: res.obj.buffer, offset: (r.start - e.covered.start) as u64, addr: r.start };
-                }
-            }
-            Piece { dev_offset: dev_off + (r.start - addr) as u64, len: r.len() as u64, host }
-        })
-        .collect();
+    let mut pieces = Vec::new();
+    for (r, e) in reg.split(s.id, addr, len) {
+        let staged = Piece { dev_offset: dev_off + (r.start - addr) as u64, len: r.len() as u64, host: HostSide::Staged { addr: r.start } };
+        // Entries in the registry are never closed (removal comes first), but one whose device
+        // was destroyed has no objects: stage around it.
+        let Some((e, imports)) = e.and_then(|e| e.cell.as_ref().filter(|c| c.alive()).map(|c| (e, c))) else {
+            pieces.push(staged);
+            continue;
+        };
+        // One direct piece per import piece the range crosses.
+        let mut at = r.start;
+        while at < r.end {
+            let off = at - e.covered.start;
+            let n = imports.left_in_part(off, e.covered.len()).min(r.end - at);
+            let (res, in_part) = imports.at(off);
+            let have = held.iter().any(|h| Arc::ptr_eq(&h.0, res));
+            let host = if have || res.hold().map(|h| held.push(h)).is_some() {
+                registered |= e.kind == Kind::Registered;
+                HostSide::Direct { buffer: res.obj.buffer, offset: in_part as u64, addr: at }
+            } else {
+                HostSide::Staged { addr: at }
+            };
+            pieces.push(Piece { dev_offset: dev_off + (at - addr) as u64, len: n as u64, host });
+            at += n;
+        }
+    }
     Plan { pieces, held, registered }
 }
 

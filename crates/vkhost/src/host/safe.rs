@@ -1,9 +1,9 @@
 //! Safe owners over the raw, address-based API: [`PinnedBuffer`] and [`Registration`].
 
 use super::registry::Kind;
+use super::Imports;
 use crate::device::{Device, SendPtr};
 use crate::error::{Error, Result};
-use crate::resource::Resource;
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -23,7 +23,7 @@ pub struct PinnedBuffer {
     dev: Device,
     ptr: SendPtr,
     len: usize,
-    res: Arc<Resource>,
+    res: Arc<Imports>,
 }
 
 impl std::fmt::Debug for PinnedBuffer {
@@ -127,7 +127,7 @@ pub struct Registration<'a> {
     dev: Device,
     ptr: SendPtr,
     len: usize,
-    res: Arc<Resource>,
+    res: Arc<Imports>,
     _borrow: PhantomData<&'a mut [u8]>,
 }
 

@@ -1,0 +1,203 @@
+//! One host range on several devices: [`HostRange`], and copies between one host range and a
+//! buffer on each device at once ([`broadcast`], [`gather`]).
+//!
+//! The seed keys imports by (device, address), so the same bytes can be imported on every
+//! device. A `HostRange` registers them everywhere or nowhere, answers `find` per device, and
+//! unregisters everywhere at once. Tombstones stay per device, as the seed has them: destroying
+//! one device leaves the range registered and working on the others.
+
+use super::registry::Kind;
+use crate::buffer::DeviceBuffer;
+use crate::device::{Device, SendPtr};
+use crate::error::{Error, Result};
+use ash::vk;
+use std::marker::PhantomData;
+
+/// A borrowed slice registered on a set of devices; unregistered everywhere on drop.
+///
+/// Like [`Registration`](crate::Registration), it borrows the slice mutably for `'a`, its
+/// entries are refused by the raw `unregister` (`OwnedByGuard`), and a forgotten `HostRange`
+/// leaves its ranges registered (memory-safe, see `Registration`).
+pub struct HostRange<'a> {
+    devices: Vec<Device>,
+    ptr: SendPtr,
+    len: usize,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+impl std::fmt::Debug for HostRange<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ids: Vec<_> = self.devices.iter().map(|d| d.id()).collect();
+        f.debug_struct("HostRange").field("devices", &ids).field("ptr", &self.ptr.0).field("len", &self.len).finish()
+    }
+}
+
+impl<'a> HostRange<'a> {
+    /// Registers `buf` on every device of `devices`, all or nothing: if one refuses, the ones
+    /// already done are unregistered and its error is returned. A device listed twice is
+    /// `InvalidArgument`; an empty list too.
+    pub fn register(devices: &[&Device], buf: &'a mut [u8]) -> Result<HostRange<'a>> {
+        if devices.is_empty() {
+            return Err(Error::invalid("HostRange::register on no device"));
+        }
+        for (i, d) in devices.iter().enumerate() {
+            if devices[..i].iter().any(|e| e.id() == d.id()) {
+                return Err(Error::invalid(format!("{} listed twice", d.id())));
+            }
+        }
+        let ptr = std::ptr::NonNull::new(buf.as_mut_ptr()).ok_or_else(|| Error::invalid("null slice"))?;
+        if buf.is_empty() {
+            return Err(Error::invalid("zero-length registration"));
+        }
+        let addr = ptr.as_ptr() as usize;
+        let mut done: Vec<Device> = Vec::with_capacity(devices.len());
+        for d in devices {
+            // SAFETY: the slice is borrowed mutably for 'a, so its pages stay mapped, writable
+            // and untouched by anyone else until this HostRange (which unregisters everywhere
+            // on drop) ends.
+            match unsafe { super::register_entry(d, addr, buf.len(), true) } {
+                Ok(_) => done.push((*d).clone()),
+                Err(e) => {
+                    for d in &done {
+                        if let Err(u) = super::release_entry(d, addr, Kind::Registered, true) {
+                            log::error!("HostRange: undoing the registration on {}: {u}", d.id());
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(HostRange { devices: done, ptr: SendPtr(ptr), len: buf.len(), _borrow: PhantomData })
+    }
+
+    /// The devices it is registered on.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: zero-length ranges are refused.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The first registered byte.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.0.as_ptr()
+    }
+
+    /// [`super::find`] on `dev` for `len` bytes at `offset` into the range: the buffer and offset
+    /// that cover them on that device. `None` for a device it is not registered on, a range out
+    /// of bounds or crossing two import pieces, or a destroyed device.
+    pub fn find(&self, dev: &Device, offset: usize, len: usize) -> Option<(vk::Buffer, u64)> {
+        let end = offset.checked_add(len)?;
+        if end > self.len || !self.devices.iter().any(|d| d.id() == dev.id()) {
+            return None;
+        }
+        super::find(dev, self.ptr.0.as_ptr() as usize + offset, len)
+    }
+
+    /// Unregisters on every device, returning once no work on any device can touch the bytes.
+    /// Devices destroyed meanwhile hold tombstones, removed quietly. The first error, if any, is
+    /// returned after every device was tried.
+    pub fn unregister(mut self) -> Result<()> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<()> {
+        let mut first = Ok(());
+        for d in std::mem::take(&mut self.devices) {
+            if d.shared.forked() {
+                continue;
+            }
+            let r = super::release_entry(&d, self.ptr.0.as_ptr() as usize, Kind::Registered, true);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}
+
+impl std::ops::Deref for HostRange<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the slice is borrowed for 'a by this guard; safe code leaves no device work
+        // on registered bytes in flight past a call; shared access follows `&self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.0.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for HostRange<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, exclusive through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.0.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for HostRange<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.release() {
+            log::error!("HostRange drop: unregister failed: {e}");
+        }
+    }
+}
+
+/// Copies `src` into each `(buffer, offset)` of `dsts`, every device at once (one thread per
+/// destination), synchronously: direct where `src` is registered or pinned on that device
+/// (a [`HostRange`] makes it so everywhere), staged elsewhere. Returns the first error after
+/// every copy finished.
+pub fn broadcast(src: &[u8], dsts: &[(&DeviceBuffer, usize)]) -> Result<()> {
+    run_all(dsts.len(), |i| dsts[i].0.write(dsts[i].1, src))
+}
+
+/// Copies from each `(buffer, offset)` of `srcs` into its slice of `dst`, every device at once:
+/// `dst` is cut into `srcs.len()` consecutive slices of `dst.len() / srcs.len()` bytes (the last
+/// takes the remainder), and slice `i` is read from `srcs[i]`. Synchronous; direct where `dst` is
+/// registered or pinned on the source's device. Returns the first error after every copy
+/// finished.
+pub fn gather(srcs: &[(&DeviceBuffer, usize)], dst: &mut [u8]) -> Result<()> {
+    if srcs.is_empty() {
+        return if dst.is_empty() { Ok(()) } else { Err(Error::invalid("gather from no source")) };
+    }
+    let n = srcs.len();
+    let each = dst.len() / n;
+    let mut slices: Vec<&mut [u8]> = Vec::with_capacity(n);
+    let mut rest = dst;
+    for i in 0..n {
+        let take = if i + 1 == n { rest.len() } else { each };
+        let (a, b) = rest.split_at_mut(take);
+        slices.push(a);
+        rest = b;
+    }
+    let cells: Vec<std::sync::Mutex<&mut [u8]>> = slices.into_iter().map(std::sync::Mutex::new).collect();
+    run_all(n, |i| {
+        let mut g = cells[i].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        srcs[i].0.read(srcs[i].1, &mut g)
+    })
+}
+
+/// Runs `f(0..n)` on one thread each (the calling thread takes the first), all errors
+/// collected; returns the first.
+fn run_all(n: usize, f: impl Fn(usize) -> Result<()> + Sync) -> Result<()> {
+    let results: Vec<Result<()>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (1..n)
+            .map(|i| {
+                sc.spawn({
+                    let f = &f;
+                    move || f(i)
+                })
+            })
+            .collect();
+        let mut out = vec![if n > 0 { f(0) } else { Ok(()) }];
+        for h in handles {
+            out.push(h.join().unwrap_or_else(|_| Err(Error::invalid("a copy thread panicked"))));
+        }
+        out
+    });
+    results.into_iter().find(|r| r.is_err()).unwrap_or(Ok(()))
+}
