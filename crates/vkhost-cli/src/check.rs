@@ -3,7 +3,8 @@
 //! The correctness matrix of every path (pinned, registered, pageable, mixed) in both
 //! directions, synchronous and on a stream, at odd sizes and offsets, with guard bytes around
 //! every copied range on the host and on the device; the refusals (unmapped, read-only,
-//! overlapping, double operations); teardown with live entries. The validation layer is on
+//! overlapping, double operations); teardown with live entries; the multi-device paths on two
+//! VkDevices of the device (HostRange, broadcast, gather, import pieces, one destroyed first). The validation layer is on
 //! where installed, and any validation error is a failure. Exit code 1 on any failure.
 
 use crate::devices::anyhow_free::Result;
@@ -290,6 +291,52 @@ fn teardown(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64
     Ok(dev.validation_errors())
 }
 
+/// Multi-device paths on two VkDevices of this physical device (the same calls a machine with
+/// several GPUs makes): one range registered on both (`HostRange`), broadcast and gather,
+/// a registration in several import pieces, one device destroyed while the other works.
+fn multi_device(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
+    let a = Device::open_with(index, opts)?;
+    let b = Device::open_with(index, &OpenOptions { max_import_piece: Some(64 << 10), ..opts.clone() })?;
+    let mut steps: Vec<(&str, bool)> = Vec::new();
+    let n = (1 << 20) + 4096;
+    let want = pattern(n, 11);
+    let mut v = want.clone();
+    let (da, db) = (a.alloc_buffer(n)?, b.alloc_buffer(n)?);
+    let can_register = a.host_registration().is_ok() && b.host_registration().is_ok();
+    let range = if can_register { Some(vkhost::HostRange::register(&[&a, &b], &mut v)?) } else { None };
+    let src: &[u8] = match &range {
+        Some(r) => r,
+        None => &want,
+    };
+    if let Some(r) = &range {
+        steps.push(("find on each device", r.find(&a, 0, 4096).is_some() && r.find(&b, 0, 4096).is_some()));
+        // b imports in 64 KiB pieces from the first page of the range.
+        let boundary = (r.as_ptr() as usize & !4095) + (64 << 10) - r.as_ptr() as usize;
+        steps.push(("find across two import pieces is None", r.find(&b, boundary - 8, 16).is_none() && r.find(&b, boundary, 16).is_some()));
+    }
+    steps.push(("broadcast", vkhost::broadcast(src, &[(&da, 0), (&db, 0)]).is_ok()));
+    let mut out = vec![0u8; n];
+    steps.push(("broadcast bytes on a", da.read(0, &mut out).is_ok() && out == want));
+    steps.push(("broadcast bytes on b", db.read(0, &mut out).is_ok() && out == want));
+    let mut back = vec![0u8; n];
+    steps.push(("gather", vkhost::gather(&[(&da, 0), (&db, n / 2)], &mut back).is_ok()));
+    // Slice 0 (the first half) came from a at 0, slice 1 from b at n/2: the pattern again.
+    steps.push(("gather bytes", back == want));
+    drop(db);
+    steps.push(("destroy one device", b.destroy().is_ok()));
+    steps.push(("the other still copies", vkhost::broadcast(src, &[(&da, 0)]).is_ok()));
+    if let Some(r) = range {
+        steps.push(("one unregister for both (tombstone on the destroyed one)", r.unregister().is_ok()));
+    }
+    drop(da);
+    let errors = a.validation_errors() + b.validation_errors();
+    a.destroy()?;
+    let total = steps.len();
+    let failed: Vec<&str> = steps.iter().filter(|s| !s.1).map(|s| s.0).collect();
+    rows.push(Row { name: "multi-device (two VkDevices)".into(), passed: total - failed.len(), total, detail: failed.join("; ") });
+    Ok(errors + a.validation_errors())
+}
+
 fn check_device(index: usize) -> Result<bool> {
     let mut opts = OpenOptions { validation: true, ..OpenOptions::default() };
     let dev = match Device::open_with(index, &opts) {
@@ -310,7 +357,7 @@ fn check_device(index: usize) -> Result<bool> {
     refusals(&dev, &mut rows)?;
     let left = entries_of(&dev);
     dev.destroy()?;
-    let errors = dev.validation_errors() + teardown(index, &opts, &mut rows)?;
+    let errors = dev.validation_errors() + teardown(index, &opts, &mut rows)? + multi_device(index, &opts, &mut rows)?;
     rows.push(Row {
         name: "registry empty at the end".into(),
         passed: usize::from(left == 0),
