@@ -4,8 +4,9 @@
 //! directions, synchronous and on a stream, at odd sizes and offsets, with guard bytes around
 //! every copied range on the host and on the device; the refusals (unmapped, read-only,
 //! overlapping, double operations); teardown with live entries; the multi-device paths on two
-//! VkDevices of the device (HostRange, broadcast, gather, import pieces, one destroyed first). The validation layer is on
-//! where installed, and any validation error is a failure. Exit code 1 on any failure.
+//! VkDevices of the device (HostRange, broadcast, gather, import pieces, one destroyed first).
+//! The validation layer is on where installed, and any validation error is a failure. Exit code
+//! 1 on any failure.
 
 use crate::devices::anyhow_free::Result;
 use crate::pages::{Pages, RW};
