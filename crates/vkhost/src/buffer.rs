@@ -85,6 +85,27 @@ impl DeviceBuffer {
         unsafe { crate::host::copy_to_device_impl(&self.shared, data.as_ptr(), data.len(), self, offset) }.map(|_| ())
     }
 
+    /// [`DeviceBuffer::write`] of a typed slice (any [`bytemuck::Pod`] type: `f32`, `u32`, `[u8; 4]`,
+    /// your own `#[repr(C)]` structs deriving `Pod`).
+    ///
+    /// ```no_run
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let buf = dev.alloc_buffer(4 * 1024)?;
+    /// buf.write_slice(0, &[1.5f32; 1024])?;
+    /// let mut back = vec![0f32; 1024];
+    /// buf.read_slice(0, &mut back)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn write_slice<T: bytemuck::Pod>(&self, offset: usize, data: &[T]) -> Result<()> {
+        self.write(offset, bytemuck::cast_slice(data))
+    }
+
+    /// [`DeviceBuffer::read`] into a typed slice (see [`DeviceBuffer::write_slice`]).
+    pub fn read_slice<T: bytemuck::Pod>(&self, offset: usize, out: &mut [T]) -> Result<()> {
+        self.read(offset, bytemuck::cast_slice_mut(out))
+    }
+
     /// Copies from the buffer at `offset` into `out`, direct where `out` is registered or
     /// pinned, staged otherwise. A zero-length read is an `Ok` no-op.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {

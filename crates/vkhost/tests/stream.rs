@@ -262,3 +262,27 @@ fn pageable_d2h_then_h2d_of_same_bytes_is_ordered() {
     b.read(0, &mut out).unwrap();
     assert!(out == pattern(8192, 6));
 }
+
+/// Typed forms of the safe copies and of pinned views (bytemuck `Pod`).
+#[test]
+fn typed_slices() {
+    let d = device().unwrap();
+    let n = 4096;
+    let buf = d.alloc_buffer(n * 4).unwrap();
+    let src: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+    buf.write_slice(0, &src).unwrap();
+    let mut back = vec![0f32; n];
+    buf.read_slice(0, &mut back).unwrap();
+    assert_eq!(back, src);
+    let mut p = vkhost::PinnedBuffer::new(&d, n * 4).unwrap();
+    p.as_mut_slice::<u32>().unwrap().iter_mut().enumerate().for_each(|(i, x)| *x = i as u32 * 3);
+    let s = d.stream().unwrap();
+    s.upload(&p, &buf, 0).unwrap().wait().unwrap();
+    let mut words = vec![0u32; n];
+    s.download_slice(&buf, 0, &mut words).unwrap().wait().unwrap();
+    assert!(words.iter().enumerate().all(|(i, &x)| x == i as u32 * 3));
+    s.upload_slice(&words[..16], &buf, 0).unwrap().wait().unwrap();
+    let odd = vkhost::PinnedBuffer::new(&d, 6).unwrap();
+    assert!(matches!(odd.as_slice::<u32>(), Err(vkhost::Error::InvalidArgument { .. })));
+    assert_eq!(p.as_slice::<u32>().unwrap()[7], 21);
+}

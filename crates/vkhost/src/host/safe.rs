@@ -75,6 +75,28 @@ impl PinnedBuffer {
     pub fn device(&self) -> &Device {
         &self.dev
     }
+
+    /// The block as a slice of `T` (any [`bytemuck::Pod`] type), waiting for pending device
+    /// writes like `Deref`. `InvalidArgument` when the length is not a multiple of
+    /// `size_of::<T>()` (the block itself is aligned for any `T` up to the page size).
+    ///
+    /// ```no_run
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let mut p = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// p.as_mut_slice::<f32>()?.fill(0.5);
+    /// assert_eq!(p.as_slice::<f32>()?[1023], 0.5);
+    /// # Ok(()) }
+    /// ```
+    pub fn as_slice<T: bytemuck::Pod>(&self) -> Result<&[T]> {
+        bytemuck::try_cast_slice(&self[..]).map_err(|e| Error::invalid(format!("PinnedBuffer::as_slice: {e:?}")))
+    }
+
+    /// The block as a mutable slice of `T`, waiting for any pending device access like
+    /// `DerefMut` (see [`PinnedBuffer::as_slice`]).
+    pub fn as_mut_slice<T: bytemuck::Pod>(&mut self) -> Result<&mut [T]> {
+        bytemuck::try_cast_slice_mut(&mut self[..]).map_err(|e| Error::invalid(format!("PinnedBuffer::as_mut_slice: {e:?}")))
+    }
 }
 
 impl std::ops::Deref for PinnedBuffer {

@@ -219,6 +219,16 @@ impl Stream {
         self.finish(e.value, e.registered || e.staged)
     }
 
+    /// [`Stream::upload`] of a typed slice (any [`bytemuck::Pod`] type).
+    pub fn upload_slice<'a, T: bytemuck::Pod>(&self, src: &'a [T], dst: &DeviceBuffer, dst_offset: usize) -> Result<Pending<'a>> {
+        self.upload(bytemuck::cast_slice(src), dst, dst_offset)
+    }
+
+    /// [`Stream::download`] into a typed slice (any [`bytemuck::Pod`] type).
+    pub fn download_slice<'a, T: bytemuck::Pod>(&self, src: &DeviceBuffer, src_offset: usize, dst: &'a mut [T]) -> Result<Pending<'a>> {
+        self.download(src, src_offset, bytemuck::cast_slice_mut(dst))
+    }
+
     /// The guard of a safe copy; waits first when `now` (the copy touches memory the caller
     /// may reuse once we return). A wait that fails waits for the queue to go idle before
     /// returning the error, so the device no longer touches the bytes either way.
