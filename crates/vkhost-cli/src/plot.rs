@@ -3,8 +3,9 @@
 //!
 //! A path keeps its colour in every panel; CUDA's line is dashed in the colour of the path it
 //! compares with (pinned, pageable). The link's theoretical rate, when known, is a grey
-//! dashed line (twice it for bidir). PNG text needs a TrueType font: the first of `FONTS`
-//! that exists, or `VKHOST_PLOT_FONT`.
+//! dashed line (twice it for bidir). Text needs a TrueType font, for PNG's glyphs and for
+//! both formats' layout (plotters' ab_glyph measures text with it): `VKHOST_PLOT_FONT`, the
+//! first of `FONTS` that exists, or what `fc-match sans-serif` names.
 
 use crate::bench::meta::{link_gbps, Link};
 use crate::bench::Point;
@@ -170,15 +171,19 @@ where
     Ok(())
 }
 
-/// Registers a TrueType font as "sans-serif" for the bitmap backend, once.
+/// Registers a TrueType font as "sans-serif", once.
 fn register_font() -> Result<()> {
     static DONE: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
     DONE.get_or_init(|| {
-        let candidates = std::env::var("VKHOST_PLOT_FONT").into_iter().chain(FONTS.iter().map(|s| s.to_string()));
-        let (path, bytes) = candidates
-            .filter_map(|p| std::fs::read(&p).ok().map(|b| (p, b)))
-            .next()
-            .ok_or_else(|| format!("PNG needs a TrueType font: none of {FONTS:?} exists (set VKHOST_PLOT_FONT, or write .svg)"))?;
+        let fc = || {
+            let o = std::process::Command::new("fc-match").args(["-f", "%{file}", "sans-serif"]).output().ok()?;
+            String::from_utf8(o.stdout).ok().filter(|s| !s.is_empty())
+        };
+        let candidates =
+            std::env::var("VKHOST_PLOT_FONT").into_iter().chain(FONTS.iter().map(|s| s.to_string())).chain(std::iter::from_fn(fc).take(1));
+        let (path, bytes) = candidates.filter_map(|p| std::fs::read(&p).ok().map(|b| (p, b))).next().ok_or_else(|| {
+            format!("plotting needs a TrueType font: none of {FONTS:?} exists and fc-match found none (set VKHOST_PLOT_FONT)")
+        })?;
         // Leaked once: plotters keeps fonts for the life of the process.
         let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
         plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).map_err(|_| format!("{path}: not a usable TrueType font"))
@@ -190,8 +195,8 @@ fn register_font() -> Result<()> {
 /// Writes the plot: PNG when `file` ends in `.png`, else SVG.
 pub fn plot(file: &Path, points: &[&Point], title: &str, link: Option<&Link>) -> Result<()> {
     let size = (1400, 960);
+    register_font()?;
     if file.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
-        register_font()?;
         draw(BitMapBackend::new(file, size).into_drawing_area(), points, title, link)
     } else {
         draw(SVGBackend::new(file, size).into_drawing_area(), points, title, link)

@@ -432,12 +432,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if let Some(old) = &old {
         compare::print(old, &results);
     }
+    dev.destroy()?;
+    // Last: the data files are written even when plotting fails (no font, say).
     if let Some(f) = &a.plot {
         let title = format!("{} ({})", cx.device_name, cx.driver.trim());
         crate::plot::plot(f, &all, &title, link.as_ref())?;
         println!("wrote {}", f.display());
     }
-    dev.destroy()?;
     if interrupted() {
         println!("interrupted: {} point(s) measured", cx.points.len());
         return Ok(ExitCode::from(130));
