@@ -54,11 +54,9 @@ pub(super) fn small_async(cx: &mut Ctx, which: &[bool]) -> Result<()> {
         p.verified = Some(ok);
         p.note = format!("1000 x 4K async to {offsets} offsets + synchronize; {speedup:.1}x faster than 1000 synchronous copies");
         p.extra = json!({"sync_median_s": sy.median, "speedup": speedup, "offsets": offsets});
-        p.variant = "async".into();
         cx.push(p);
         let mut q = point("vulkan", "small-async", "pinned", &format!("sync{suffix}"), K as u64, (N * K) as u64, sy);
         q.note = format!("1000 x 4K synchronous copies to {offsets} offsets");
-        q.variant = "sync".into();
         cx.push(q);
     }
     Ok(())
