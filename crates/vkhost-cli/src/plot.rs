@@ -257,3 +257,44 @@ pub fn run(a: Args) -> Result<std::process::ExitCode> {
     println!("wrote {}", a.output.display());
     Ok(std::process::ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::point;
+    use crate::stats::Summary;
+
+    #[test]
+    fn cuda_is_dashed_in_its_paths_colour_and_the_link_is_drawn() {
+        let s = Summary::single(1e-3, 1);
+        let mut pts = Vec::new();
+        for api in ["vulkan", "cuda"] {
+            for path in ["pinned", "pageable"] {
+                for size in [1u64 << 20, 1 << 24] {
+                    pts.push(point(api, "copy", path, "h2d", size, size, s));
+                }
+            }
+        }
+        let refs: Vec<&Point> = pts.iter().collect();
+        let b = bandwidth(&refs, "h2d");
+        let find = |name: &str| b.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("{name}"));
+        assert_eq!(find("CUDA pinned").colour, find("pinned").colour);
+        assert_eq!(find("CUDA pageable").colour, find("pageable").colour);
+        assert_ne!(find("pinned").colour, find("pageable").colour);
+        assert!(find("CUDA pinned").dashed && !find("pinned").dashed);
+        assert!(bandwidth(&refs, "d2h").is_empty());
+
+        let f = std::env::temp_dir().join(format!("vkhost-plot-{}.svg", std::process::id()));
+        let link = Link { gt_s: 32.0, width: 16, generation: 5, gbps: link_gbps(32.0, 16) };
+        if register_font().is_err() {
+            eprintln!("skipped the SVG half: no TrueType font on this machine");
+            return;
+        }
+        plot(&f, &refs, "test", Some(&link)).unwrap();
+        let svg = std::fs::read_to_string(&f).unwrap();
+        assert!(svg.contains("PCIe Gen5 x16: 63.0 GB/s"), "the link line in h2d");
+        // Panels without points say so (and draw no link line).
+        assert!(svg.contains("device to host (d2h): no points") && !svg.contains("126.0 GB/s"));
+        std::fs::remove_file(&f).unwrap();
+    }
+}

@@ -10,7 +10,7 @@
 //! port's `max_link_speed`/`max_link_width`, and the `current_*` values are recorded beside it.
 
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use vkhost::{ash, vk, Device};
 
 /// Bumped on any change a reader of the JSON must know about. 1 was the bare array of points.
@@ -209,6 +209,11 @@ pub fn pci_address(dev: &Device) -> Result<String, String> {
 /// What sysfs says about the device at `addr`: the `pcie` JSON object, the link (when both
 /// ends report a speed and width), and the CPUs local to the device's NUMA node.
 pub fn pcie(addr: Result<String, String>) -> (Value, Option<Link>, Option<Vec<usize>>) {
+    pcie_in(Path::new("/sys"), addr)
+}
+
+/// `pcie` with sysfs mounted at `sys` (a fake tree in tests).
+fn pcie_in(sys: &Path, addr: Result<String, String>) -> (Value, Option<Link>, Option<Vec<usize>>) {
     let none = |addr: Value, reason: String| {
         let v = json!({
             "address": addr, "generation": null, "width": null, "gt_per_s": null, "theoretical_gbps": null,
@@ -220,7 +225,7 @@ pub fn pcie(addr: Result<String, String>) -> (Value, Option<Link>, Option<Vec<us
         Ok(a) => a,
         Err(e) => return none(Value::Null, e),
     };
-    let dev = PathBuf::from("/sys/bus/pci/devices").join(&addr);
+    let dev = sys.join("bus/pci/devices").join(&addr);
     if !dev.exists() {
         return none(json!(addr), format!("{} does not exist (no sysfs, or a virtual device)", dev.display()));
     }
@@ -332,6 +337,44 @@ mod tests {
         assert!((link_gbps(32.0, 16) - 63.015).abs() < 1e-3);
         // Gen1 x1: 2.5 x 0.8 / 8 = 0.25 GB/s.
         assert!((link_gbps(2.5, 1) - 0.25).abs() < 1e-12);
+    }
+
+    /// A fake sysfs: a Gen5 x16 device behind a Gen4 x16 port, on NUMA node 1.
+    #[test]
+    fn pcie_from_a_fake_sysfs() {
+        let root = std::env::temp_dir().join(format!("vkhost-sysfs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let port = root.join("devices/pci0000:00/0000:00:01.0");
+        let dev = port.join("0000:01:00.0");
+        std::fs::create_dir_all(&dev).unwrap();
+        std::fs::create_dir_all(root.join("bus/pci/devices")).unwrap();
+        std::os::unix::fs::symlink(&dev, root.join("bus/pci/devices/0000:01:00.0")).unwrap();
+        let w = |d: &Path, f: &str, v: &str| std::fs::write(d.join(f), format!("{v}\n")).unwrap();
+        w(&dev, "max_link_speed", "32.0 GT/s PCIe");
+        w(&dev, "max_link_width", "16");
+        w(&dev, "current_link_speed", "2.5 GT/s PCIe");
+        w(&dev, "current_link_width", "16");
+        w(&dev, "numa_node", "1");
+        w(&dev, "local_cpulist", "8-15");
+        w(&port, "max_link_speed", "16.0 GT/s PCIe");
+        w(&port, "max_link_width", "16");
+        let (v, link, local) = pcie_in(&root, Ok("0000:01:00.0".into()));
+        // The port caps the link at Gen4; the idle downtrain shows in current_* only.
+        let l = link.unwrap();
+        assert_eq!((l.generation, l.width, l.gt_s), (4, 16, 16.0));
+        assert!((l.gbps - link_gbps(16.0, 16)).abs() < 1e-12);
+        assert_eq!(v["current_gt_per_s"], 2.5);
+        assert_eq!(v["numa_node"], 1);
+        assert_eq!(v["local_cpus"], "8-15");
+        assert!(v["reason"].is_null());
+        assert_eq!(local.unwrap(), (8..16).collect::<Vec<_>>());
+        // Without the device in sysfs, or without the extension: nulls and a reason.
+        let (v, link, local) = pcie_in(&root, Ok("0000:02:00.0".into()));
+        assert!(link.is_none() && local.is_none() && v["generation"].is_null());
+        assert!(v["reason"].as_str().unwrap().contains("does not exist"));
+        let (v, _, _) = pcie_in(&root, Err("no VK_EXT_pci_bus_info".into()));
+        assert!(v["address"].is_null() && v["reason"] == "no VK_EXT_pci_bus_info");
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

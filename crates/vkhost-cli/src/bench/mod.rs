@@ -313,6 +313,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let pb = if std::io::stderr().is_terminal() { ProgressBar::new(npoints as u64) } else { ProgressBar::hidden() };
     pb.set_style(ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
 
+    // From here Ctrl-C stops between points and the run still writes its files.
+    catch_sigint();
     println!(
         "vkhost bench on [{}] {} ({}, {}), API {}",
         info.index,
@@ -344,7 +346,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
         pb,
     };
 
-    catch_sigint();
     let mut notes = Vec::new();
     let copies: Vec<(PathKind, DirKind)> =
         chosen.iter().filter_map(|t| if let Work::Copy(p, d) = t.work { Some((p, d)) } else { None }).collect();
