@@ -28,7 +28,7 @@ enum Cmd {
     Bench(Box<bench::Args>),
     /// Self-test vkhost on this driver: every copy path, refusals, teardown; exit 1 on failure.
     Check(check::Args),
-    /// Re-plot a saved `vkhost bench --json` file as SVG.
+    /// Re-plot a saved `vkhost bench --json` file as SVG or PNG.
     Plot(plot::Args),
 }
 

@@ -1,95 +1,300 @@
-//! `--plot FILE.svg`: bandwidth against size, one line per api, path and direction.
+//! `--plot FILE` and `vkhost plot`: bandwidth against size, one panel per direction (h2d,
+//! d2h, bidir) and one for latency, as SVG or (for a `.png` name) PNG.
+//!
+//! A path keeps its colour in every panel; CUDA's line is dashed in the colour of the path it
+//! compares with (pinned, pageable). The link's theoretical rate, when known, is a grey
+//! dashed line (twice it for bidir). Text needs a TrueType font, for PNG's glyphs and for
+//! both formats' layout (plotters' ab_glyph measures text with it): `VKHOST_PLOT_FONT`, the
+//! first of `FONTS` that exists, or what `fc-match sans-serif` names.
 
+use crate::bench::meta::{link_gbps, Link};
 use crate::bench::Point;
 use crate::devices::anyhow_free::Result;
+use crate::stats::size_label;
+use plotters::coord::Shift;
 use plotters::prelude::*;
-use std::collections::BTreeMap;
 use std::path::Path;
 
-pub fn svg(file: &Path, points: &[&Point], title: &str) -> Result<()> {
-    let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-    for p in points.iter().filter(|p| p.kind == "copy") {
-        let g = p.gbps();
-        if g.is_finite() && g > 0.0 {
-            let name = if p.api == "cuda" { format!("cuda {} {}", p.path, p.dir) } else { format!("{} {}", p.path, p.dir) };
-            // x is log2(size), so ticks fall on the binary sizes the sweep uses.
-            series.entry(name).or_default().push(((p.size as f64).log2(), g));
+/// The colour of each path, the same in every panel (Tableau 10).
+const PATHS: [(&str, RGBColor); 4] = [
+    ("pinned", RGBColor(31, 119, 180)),
+    ("registered", RGBColor(255, 127, 14)),
+    ("pageable", RGBColor(44, 160, 44)),
+    ("bar", RGBColor(214, 39, 40)),
+];
+const LATENCY: [(&str, RGBColor); 2] = [("h2d", RGBColor(148, 103, 189)), ("d2h", RGBColor(140, 86, 75))];
+const LINK: RGBColor = RGBColor(110, 110, 110);
+
+/// TrueType fonts tried for PNG text, in order.
+const FONTS: [&str; 4] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+];
+
+/// One line of a panel.
+struct Series {
+    name: String,
+    colour: RGBColor,
+    dashed: bool,
+    pts: Vec<(f64, f64)>,
+}
+
+/// The bandwidth lines of one direction: Vulkan per path (solid), CUDA per path (dashed).
+fn bandwidth(points: &[&Point], dir: &str) -> Vec<Series> {
+    let mut out: Vec<Series> = Vec::new();
+    for api in ["vulkan", "cuda"] {
+        for (path, c) in PATHS {
+            let mut pts: Vec<(f64, f64)> = points
+                .iter()
+                .filter(|p| p.kind == "copy" && p.api == api && p.path == path && p.dir == dir)
+                .map(|p| ((p.size as f64).log2(), p.gbps()))
+                .filter(|(_, g)| g.is_finite() && *g > 0.0)
+                .collect();
+            if pts.is_empty() {
+                continue;
+            }
+            // Several bidir queue pairs give several points per size: the first (stable sort) stays.
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            pts.dedup_by(|a, b| a.0 == b.0);
+            let name = if api == "cuda" { format!("CUDA {path}") } else { path.to_string() };
+            out.push(Series { name, colour: c, dashed: api == "cuda", pts });
         }
     }
+    out
+}
+
+/// The latency lines: the `latency_*` testcases, or (for files without them) pinned copies of
+/// 64 KiB and less.
+fn latency(points: &[&Point]) -> Vec<Series> {
+    let lat: Vec<&&Point> = points.iter().filter(|p| p.kind == "latency").collect();
+    let src: Vec<&&Point> = if lat.is_empty() {
+        points.iter().filter(|p| p.kind == "copy" && p.api == "vulkan" && p.path == "pinned" && p.size <= 64 << 10).collect()
+    } else {
+        lat
+    };
+    LATENCY
+        .iter()
+        .filter_map(|&(dir, c)| {
+            let mut pts: Vec<(f64, f64)> =
+                src.iter().filter(|p| p.dir == dir).map(|p| ((p.size as f64).log2(), p.s.median * 1e6)).collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (!pts.is_empty()).then(|| Series { name: format!("pinned {dir}"), colour: c, dashed: false, pts })
+        })
+        .collect()
+}
+
+fn panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    caption: &str,
+    y_desc: &str,
+    series: &[Series],
+    link: Option<(f64, String)>,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let all = series.iter().flat_map(|s| s.pts.iter());
+    let (xmin, xmax) = all.clone().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
     if series.is_empty() {
-        return Err("nothing to plot".into());
+        area.titled(&format!("{caption}: no points"), ("sans-serif", 16))?;
+        return Ok(());
     }
-    let xs = series.values().flatten().map(|p| p.0);
-    let (xmin, xmax) = xs.fold((f64::MAX, 0.0f64), |(a, b), x| (a.min(x), b.max(x)));
-    let ymax = series.values().flatten().map(|p| p.1).fold(0.0f64, f64::max) * 1.1;
-    let root = SVGBackend::new(file, (1000, 640)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(format!("vkhost bench: {title}"), ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
+    let ymax = all.map(|p| p.1).fold(0.0f64, f64::max).max(link.as_ref().map_or(0.0, |l| l.0)) * 1.12;
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(36)
         .y_label_area_size(56)
         .build_cartesian_2d(xmin - 0.5..xmax + 0.5, 0.0..ymax.max(0.001))?;
     chart
         .configure_mesh()
-        .x_labels(((xmax - xmin) as usize + 2).min(40))
+        .x_labels(((xmax - xmin) as usize + 2).min(24))
         .x_desc("transfer size")
-        .y_desc("GB/s (1e9 B/s)")
+        .y_desc(y_desc)
         .x_label_formatter(&|x| {
             let r = x.round();
-            if (x - r).abs() < 1e-6 && r >= 0.0 {
-                crate::stats::size_label(1u64 << (r as u32).min(62))
+            if (x - r).abs() < 1e-6 && r >= 0.0 && (r as i64) % 2 == 0 {
+                size_label(1u64 << (r as u32).min(62))
             } else {
                 String::new()
             }
         })
         .draw()?;
-    for (i, (name, mut pts)) in series.into_iter().enumerate() {
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let color = Palette99::pick(i).to_rgba();
-        let style = if name.starts_with("cuda") { color.stroke_width(1) } else { color.stroke_width(2) };
+    if let Some((y, label)) = link {
         chart
-            .draw_series(LineSeries::new(pts.clone(), style))?
-            .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
-        chart.draw_series(pts.iter().map(|&(x, y)| Circle::new((x, y), 3, color.filled())))?;
+            .draw_series(DashedLineSeries::new(vec![(xmin - 0.5, y), (xmax + 0.5, y)], 6, 4, LINK.stroke_width(2)))?
+            .label(label)
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 7, y)], LINK.stroke_width(2)));
     }
-    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw()?;
+    for s in series {
+        let c = s.colour;
+        if s.dashed {
+            chart.draw_series(DashedLineSeries::new(s.pts.clone(), 8, 5, c.stroke_width(2)))?.label(&s.name).legend(move |(x, y)| {
+                EmptyElement::at((x, y))
+                    + PathElement::new(vec![(0, 0), (7, 0)], c.stroke_width(2))
+                    + PathElement::new(vec![(11, 0), (18, 0)], c.stroke_width(2))
+            });
+            chart.draw_series(s.pts.iter().map(|&(x, y)| TriangleMarker::new((x, y), 4, c.filled())))?;
+        } else {
+            chart
+                .draw_series(LineSeries::new(s.pts.clone(), c.stroke_width(2)))?
+                .label(&s.name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+            chart.draw_series(s.pts.iter().map(|&(x, y)| Circle::new((x, y), 3, c.filled())))?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()?;
+    Ok(())
+}
+
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, points: &[&Point], title: &str, link: Option<&Link>) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let root = root.titled(&format!("vkhost bench: {title}"), ("sans-serif", 22))?;
+    let panels = root.split_evenly((2, 2));
+    let link_label = |l: &Link, k: f64| (k * l.gbps, format!("PCIe Gen{} x{}: {:.1} GB/s", l.generation, l.width, k * l.gbps));
+    let gbps = "GB/s (1e9 B/s)";
+    panel(&panels[0], "host to device (h2d)", gbps, &bandwidth(points, "h2d"), link.map(|l| link_label(l, 1.0)))?;
+    panel(&panels[1], "device to host (d2h)", gbps, &bandwidth(points, "d2h"), link.map(|l| link_label(l, 1.0)))?;
+    panel(&panels[2], "both at once (bidir, sum)", gbps, &bandwidth(points, "bidir"), link.map(|l| link_label(l, 2.0)))?;
+    panel(&panels[3], "latency: one synchronous copy", "us (median)", &latency(points), None)?;
     root.present()?;
     Ok(())
 }
 
-/// `vkhost plot IN.json OUT.svg`: re-plot a saved `bench --json` file.
+/// Registers a TrueType font as "sans-serif", once.
+fn register_font() -> Result<()> {
+    static DONE: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+    DONE.get_or_init(|| {
+        let fc = || {
+            let o = std::process::Command::new("fc-match").args(["-f", "%{file}", "sans-serif"]).output().ok()?;
+            String::from_utf8(o.stdout).ok().filter(|s| !s.is_empty())
+        };
+        let candidates =
+            std::env::var("VKHOST_PLOT_FONT").into_iter().chain(FONTS.iter().map(|s| s.to_string())).chain(std::iter::from_fn(fc).take(1));
+        let (path, bytes) = candidates.filter_map(|p| std::fs::read(&p).ok().map(|b| (p, b))).next().ok_or_else(|| {
+            format!("plotting needs a TrueType font: none of {FONTS:?} exists and fc-match found none (set VKHOST_PLOT_FONT)")
+        })?;
+        // Leaked once: plotters keeps fonts for the life of the process.
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).map_err(|_| format!("{path}: not a usable TrueType font"))
+    })
+    .clone()
+    .map_err(Into::into)
+}
+
+/// Writes the plot: PNG when `file` ends in `.png`, else SVG.
+pub fn plot(file: &Path, points: &[&Point], title: &str, link: Option<&Link>) -> Result<()> {
+    let size = (1400, 960);
+    register_font()?;
+    if file.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
+        draw(BitMapBackend::new(file, size).into_drawing_area(), points, title, link)
+    } else {
+        draw(SVGBackend::new(file, size).into_drawing_area(), points, title, link)
+    }
+}
+
+/// `vkhost plot IN.json OUT.svg|OUT.png`: re-plot a saved `bench --json` file.
 #[derive(clap::Args)]
 pub struct Args {
-    /// A file written by `vkhost bench --json`.
+    /// A file written by `vkhost bench --json` (schema version 2: {run, results}).
     input: std::path::PathBuf,
-    /// The SVG to write.
+    /// The plot to write: SVG, or PNG for a .png name.
     output: std::path::PathBuf,
 }
 
 pub fn run(a: Args) -> Result<std::process::ExitCode> {
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&a.input)?)?;
-    let list = v.as_array().ok_or("expected the JSON array `vkhost bench --json` writes")?;
+    if v.is_array() {
+        return Err("this is the bare-array JSON of vkhost before schema version 2; re-run `vkhost bench --json` to plot it".into());
+    }
+    let list = v["results"].as_array().ok_or("expected {\"run\": ..., \"results\": [...]} as `vkhost bench --json` writes")?;
+    let run = &v["run"];
     let mut points = Vec::new();
-    let mut title = String::new();
     for p in list {
         let (Some(size), Some(median)) = (p["size"].as_u64(), p["median_s"].as_f64()) else { continue };
-        let kind: &'static str = if p["kind"] == "copy" { "copy" } else { "other" };
+        let kind: &'static str = match p["kind"].as_str() {
+            Some("copy") => "copy",
+            Some("latency") => "latency",
+            _ => "other",
+        };
         let api: &'static str = if p["api"] == "cuda" { "cuda" } else { "vulkan" };
         let dir = p["dir"].as_str().unwrap_or_default().to_string();
-        if title.is_empty() && api == "vulkan" {
-            title = format!("{} ({})", p["device"].as_str().unwrap_or_default(), p["driver"].as_str().unwrap_or_default());
-        }
-        let moved = if dir == "bidir" { 2 * size } else { size };
-        let s =
-            crate::stats::Summary { median, min: p["min_s"].as_f64().unwrap_or(median), max: p["max_s"].as_f64().unwrap_or(median), n: 1 };
+        let moved = p["bytes_moved"].as_u64().unwrap_or(if dir == "bidir" { 2 * size } else { size });
+        let s = crate::stats::Summary {
+            min: p["min_s"].as_f64().unwrap_or(median),
+            max: p["max_s"].as_f64().unwrap_or(median),
+            ..crate::stats::Summary::single(median, 1)
+        };
         let mut pt = crate::bench::point(api, kind, p["path"].as_str().unwrap_or_default(), &dir, size, moved, s);
         pt.verified = p["verified"].as_bool();
+        pt.variant = p["variant"].as_str().unwrap_or_default().to_string();
         points.push(pt);
     }
+    let dev = &run["device"];
+    let title = format!(
+        "{} ({} {})",
+        dev["name"].as_str().unwrap_or("?"),
+        dev["driver_name"].as_str().unwrap_or(""),
+        dev["driver_info"].as_str().unwrap_or("")
+    );
+    let pcie = &run["pcie"];
+    let link = match (pcie["gt_per_s"].as_f64(), pcie["width"].as_u64(), pcie["generation"].as_u64()) {
+        (Some(gt), Some(w), Some(g)) => Some(Link { gt_s: gt, width: w as u32, generation: g as u32, gbps: link_gbps(gt, w as u32) }),
+        _ => None,
+    };
     let refs: Vec<&Point> = points.iter().collect();
-    svg(&a.output, &refs, &title)?;
+    plot(&a.output, &refs, &title, link.as_ref())?;
     println!("wrote {}", a.output.display());
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::point;
+    use crate::stats::Summary;
+
+    #[test]
+    fn cuda_is_dashed_in_its_paths_colour_and_the_link_is_drawn() {
+        let s = Summary::single(1e-3, 1);
+        let mut pts = Vec::new();
+        for api in ["vulkan", "cuda"] {
+            for path in ["pinned", "pageable"] {
+                for size in [1u64 << 20, 1 << 24] {
+                    pts.push(point(api, "copy", path, "h2d", size, size, s));
+                }
+            }
+        }
+        let refs: Vec<&Point> = pts.iter().collect();
+        let b = bandwidth(&refs, "h2d");
+        let find = |name: &str| b.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("{name}"));
+        assert_eq!(find("CUDA pinned").colour, find("pinned").colour);
+        assert_eq!(find("CUDA pageable").colour, find("pageable").colour);
+        assert_ne!(find("pinned").colour, find("pageable").colour);
+        assert!(find("CUDA pinned").dashed && !find("pinned").dashed);
+        assert!(bandwidth(&refs, "d2h").is_empty());
+
+        let f = std::env::temp_dir().join(format!("vkhost-plot-{}.svg", std::process::id()));
+        let link = Link { gt_s: 32.0, width: 16, generation: 5, gbps: link_gbps(32.0, 16) };
+        if register_font().is_err() {
+            eprintln!("skipped the SVG half: no TrueType font on this machine");
+            return;
+        }
+        plot(&f, &refs, "test", Some(&link)).unwrap();
+        let svg = std::fs::read_to_string(&f).unwrap();
+        assert!(svg.contains("PCIe Gen5 x16: 63.0 GB/s"), "the link line in h2d");
+        // Panels without points say so (and draw no link line).
+        assert!(svg.contains("device to host (d2h): no points") && !svg.contains("126.0 GB/s"));
+        std::fs::remove_file(&f).unwrap();
+    }
 }

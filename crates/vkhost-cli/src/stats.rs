@@ -1,12 +1,30 @@
 //! Sample statistics and size parsing for the bench: pure functions, unit-tested.
 
-/// Median, min and max of a non-empty sample, in seconds.
+/// Median, mean, sample standard deviation, min and max of a non-empty sample, in seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Summary {
     pub median: f64,
+    pub mean: f64,
+    /// Sample standard deviation (n - 1 in the denominator); 0 for one sample.
+    pub stddev: f64,
     pub min: f64,
     pub max: f64,
     pub n: usize,
+}
+
+/// A point is unstable when its slowest timed iteration took more than this times its fastest.
+pub const UNSTABLE_SPREAD: f64 = 1.2;
+
+impl Summary {
+    /// One value standing for `n` samples whose spread was not kept (e.g. a mean over lookups).
+    pub fn single(x: f64, n: usize) -> Summary {
+        Summary { median: x, mean: x, stddev: 0.0, min: x, max: x, n }
+    }
+
+    /// max / min > UNSTABLE_SPREAD: the figure moved too much between iterations to trust.
+    pub fn unstable(&self) -> bool {
+        self.min > 0.0 && self.max / self.min > UNSTABLE_SPREAD
+    }
 }
 
 /// Summarizes samples; `None` when empty. The median of an even count is the mean of the two
@@ -19,7 +37,9 @@ pub fn summarize(samples: &[f64]) -> Option<Summary> {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
     let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
-    Some(Summary { median, min: v[0], max: v[n - 1], n })
+    let mean = v.iter().sum::<f64>() / n as f64;
+    let stddev = if n > 1 { (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt() } else { 0.0 };
+    Some(Summary { median, mean, stddev, min: v[0], max: v[n - 1], n })
 }
 
 /// GB/s (1e9 bytes per second) for `bytes` moved in `secs`.
@@ -82,7 +102,19 @@ mod tests {
         assert_eq!(s.median, 2.5);
         assert!(summarize(&[]).is_none());
         let s = summarize(&[5.0]).unwrap();
-        assert_eq!((s.median, s.min, s.max), (5.0, 5.0, 5.0));
+        assert_eq!((s.median, s.min, s.max, s.mean, s.stddev), (5.0, 5.0, 5.0, 5.0, 0.0));
+    }
+
+    #[test]
+    fn mean_stddev_unstable() {
+        let s = summarize(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]).unwrap();
+        assert_eq!(s.mean, 5.0);
+        // Sum of squared deviations 32, over n - 1 = 7.
+        assert!((s.stddev - (32.0f64 / 7.0).sqrt()).abs() < 1e-12);
+        assert!(s.unstable());
+        assert!(!summarize(&[1.0, 1.1, 1.2]).unwrap().unstable());
+        assert!(summarize(&[1.0, 1.21]).unwrap().unstable());
+        assert!(!Summary::single(3.0, 10).unstable());
     }
 
     #[test]

@@ -46,59 +46,344 @@ fn devices_json_lists_registration() {
     assert!(text.contains("host registration: available, alignment 4 KiB") || !text.contains("llvmpipe"), "{text}");
 }
 
+/// One `bench --quick` run (every testcase), shared by the tests that read its outputs.
+struct QuickRun {
+    json_path: std::path::PathBuf,
+    json: Value,
+    csv: String,
+    png: Vec<u8>,
+    stdout: String,
+}
+
+fn quick_run() -> &'static QuickRun {
+    static RUN: std::sync::OnceLock<QuickRun> = std::sync::OnceLock::new();
+    RUN.get_or_init(|| {
+        let (j, c, p) = (tmp("quick.json"), tmp("quick.csv"), tmp("quick.png"));
+        let o = vkhost(&[
+            "bench",
+            "--quick",
+            "--iters",
+            "3",
+            "--budget",
+            "0.1",
+            "--json",
+            j.to_str().unwrap(),
+            "--csv",
+            c.to_str().unwrap(),
+            "--plot",
+            p.to_str().unwrap(),
+        ]);
+        let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
+        let json = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).expect("valid JSON");
+        QuickRun { json_path: j, json, csv: std::fs::read_to_string(&c).unwrap(), png: std::fs::read(&p).unwrap(), stdout }
+    })
+}
+
+/// Validates `v` against `schema`, for the subset of JSON Schema (2020-12) that
+/// docs/bench.schema.json uses. Any other keyword fails the test, so the schema cannot grow a
+/// rule this validator would silently skip.
+fn validate(schema: &Value, v: &Value, at: &str, errors: &mut Vec<String>) {
+    let Some(obj) = schema.as_object() else { return errors.push(format!("{at}: schema is not an object")) };
+    for (k, rule) in obj {
+        match k.as_str() {
+            "$schema" | "$id" | "title" | "description" => {}
+            "type" => {
+                let types: Vec<&str> = match rule {
+                    Value::String(t) => vec![t.as_str()],
+                    Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+                    _ => vec![],
+                };
+                let ok = types.iter().any(|t| match *t {
+                    "object" => v.is_object(),
+                    "array" => v.is_array(),
+                    "string" => v.is_string(),
+                    "number" => v.is_number(),
+                    "integer" => v.is_u64() || v.is_i64(),
+                    "boolean" => v.is_boolean(),
+                    "null" => v.is_null(),
+                    other => panic!("unknown type {other}"),
+                });
+                if !ok {
+                    errors.push(format!("{at}: {v} is not of type {rule}"));
+                }
+            }
+            "required" => {
+                for r in rule.as_array().unwrap().iter().filter_map(Value::as_str) {
+                    if v.is_object() && v.get(r).is_none() {
+                        errors.push(format!("{at}: missing {r}"));
+                    }
+                }
+            }
+            "properties" => {
+                if let Some(o) = v.as_object() {
+                    for (name, sub) in rule.as_object().unwrap() {
+                        if let Some(x) = o.get(name) {
+                            validate(sub, x, &format!("{at}.{name}"), errors);
+                        }
+                    }
+                }
+            }
+            "additionalProperties" => {
+                assert_eq!(rule, &Value::Bool(false), "only additionalProperties: false is supported");
+                let known = obj.get("properties").and_then(Value::as_object);
+                if let Some(o) = v.as_object() {
+                    for name in o.keys().filter(|n| !known.is_some_and(|k| k.contains_key(*n))) {
+                        errors.push(format!("{at}: unexpected field {name}"));
+                    }
+                }
+            }
+            "items" => {
+                for (i, x) in v.as_array().into_iter().flatten().enumerate() {
+                    validate(rule, x, &format!("{at}[{i}]"), errors);
+                }
+            }
+            "enum" => {
+                if !rule.as_array().unwrap().contains(v) {
+                    errors.push(format!("{at}: {v} not in {rule}"));
+                }
+            }
+            "const" => {
+                if rule != v {
+                    errors.push(format!("{at}: {v} is not {rule}"));
+                }
+            }
+            "minimum" => {
+                if let (Some(x), Some(m)) = (v.as_f64(), rule.as_f64()) {
+                    if x < m {
+                        errors.push(format!("{at}: {x} < minimum {m}"));
+                    }
+                }
+            }
+            other => panic!("{at}: the schema uses {other:?}, which this validator does not implement"),
+        }
+    }
+}
+
 #[test]
-fn bench_json_matches_schema_and_svg_is_written() {
-    let (j, s) = (tmp("b.json"), tmp("b.svg"));
+fn quick_json_validates_against_the_documented_schema() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/bench.schema.json");
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).expect("the schema is JSON");
+    let run = quick_run();
+    let mut errors = Vec::new();
+    validate(&schema, &run.json, "$", &mut errors);
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+    // The validator does catch things.
+    let mut bad = run.json.clone();
+    bad["results"][0]["unexpected"] = Value::Bool(true);
+    bad["run"]["schema_version"] = 1.into();
+    let mut errors = Vec::new();
+    validate(&schema, &bad, "$", &mut errors);
+    assert_eq!(errors.len(), 2, "{errors:?}");
+}
+
+#[test]
+fn quick_json_has_run_metadata_and_statistics() {
+    let q = quick_run();
+    let run = &q.json["run"];
+    assert_eq!(run["schema_version"], 2);
+    assert_eq!(run["vkhost_version"], env!("CARGO_PKG_VERSION"));
+    assert!(run["git_commit"].as_str().is_some_and(|c| c == "unknown" || c.len() >= 40), "{run}");
+    let t = run["time"].as_str().unwrap();
+    assert!(t.len() == 20 && t.ends_with('Z') && &t[10..11] == "T" && t.starts_with("20"), "{t}");
+    let host = &run["host"];
+    assert!(host["hostname"].as_str().is_some_and(|h| !h.is_empty()));
+    assert!(host["cpu_count"].as_u64().unwrap() >= 1);
+    assert_eq!(host["kernel"]["sysname"], "Linux");
+    assert!(host["numa_nodes"].is_array());
+    assert!(run["affinity"]["cpus"].as_str().is_some_and(|c| !c.is_empty()));
+    let dev = &run["device"];
+    for k in ["name", "driver_name", "driver_info", "vulkan_version"] {
+        assert!(dev[k].is_string(), "{k}: {dev}");
+    }
+    if dev["name"].as_str().unwrap().contains("llvmpipe") {
+        // A CPU driver has no PCI device: null figures, with the reason.
+        assert!(run["pcie"]["generation"].is_null() && run["pcie"]["reason"].as_str().unwrap().contains("pci_bus_info"));
+        assert_eq!(run["affinity"]["source"], "none");
+        assert!(q.stdout.contains("PCIe link: unknown"));
+    }
+    let results = q.json["results"].as_array().unwrap();
+    let names: std::collections::BTreeSet<&str> = results.iter().map(|r| r["testcase"].as_str().unwrap()).collect();
+    let listed: Vec<&str> = run["testcases"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    // Every testcase ran (lavapipe has a BAR-like memory type and host registration).
+    assert_eq!(names, listed.iter().copied().collect(), "{names:?}");
+    for r in results {
+        let f = |k: &str| r[k].as_f64().unwrap();
+        assert!(f("min_s") <= f("median_s") && f("median_s") <= f("max_s"), "{r}");
+        assert!(f("min_s") <= f("mean_s") && f("mean_s") <= f("max_s") && f("stddev_s") >= 0.0, "{r}");
+        assert_eq!(r["unstable"], f("max_s") / f("min_s") > 1.2, "{r}");
+        if r["kind"] == "copy" {
+            assert_eq!(r["verified"], true, "{r}");
+            let g = f("gbps");
+            assert!((f("bytes_moved") / f("median_s") / 1e9 - g).abs() <= 1e-9 * g.max(1.0), "GB/s is bytes / median / 1e9: {r}");
+        }
+        if r["kind"] == "latency" {
+            assert!((f("latency_us") - f("median_s") * 1e6).abs() < 1e-6, "{r}");
+        }
+    }
+    assert!(q.stdout.contains("all points verified"));
+}
+
+#[test]
+fn csv_has_a_header_and_a_row_per_point() {
+    let q = quick_run();
+    let lines: Vec<&str> = q.csv.lines().collect();
+    assert!(
+        lines[0].starts_with("testcase,api,kind,path,dir,variant,size,iters,median_s,mean_s,stddev_s,min_s,max_s,gbps"),
+        "{}",
+        lines[0]
+    );
+    assert_eq!(lines.len() - 1, q.json["results"].as_array().unwrap().len());
+    assert!(lines.iter().any(|l| l.starts_with("host_to_device_ce,vulkan,copy,pinned,h2d,,4096,")), "{}", q.csv);
+}
+
+#[test]
+fn plots_png_and_replots_the_json() {
+    let q = quick_run();
+    assert!(q.png.starts_with(b"\x89PNG\r\n\x1a\n") && q.png.len() > 10_000, "a PNG of {} bytes", q.png.len());
+    let s = tmp("replot.svg");
+    let o = vkhost(&["plot", q.json_path.to_str().unwrap(), s.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let svg = std::fs::read_to_string(&s).unwrap();
+    for want in ["<svg", "host to device (h2d)", "device to host (d2h)", "bidir", "latency", "registered", "pageable", "16M"] {
+        assert!(svg.contains(want), "missing {want}");
+    }
+    // The bare array of schema version 1 is refused with a reason.
+    let old = tmp("old.json");
+    std::fs::write(&old, "[]").unwrap();
+    let o = vkhost(&["plot", old.to_str().unwrap(), s.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("schema version 2"));
+}
+
+#[test]
+fn list_prints_every_testcase_with_a_description() {
+    let o = vkhost(&["bench", "--list"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    for t in [
+        "host_to_device_ce",
+        "device_to_host_ce",
+        "bidir_ce",
+        "host_to_device_bar",
+        "host_to_device_registered_ce",
+        "device_to_host_pageable_ce",
+        "latency_host_to_device",
+        "latency_device_to_host",
+        "small_async",
+        "small_async_scattered",
+        "costs",
+    ] {
+        let line = out.lines().find(|l| l.split_whitespace().next() == Some(t)).unwrap_or_else(|| panic!("{t} not listed: {out}"));
+        assert!(line.split_whitespace().count() > 3, "{t} has no description: {line}");
+    }
+}
+
+#[test]
+fn unknown_testcase_is_an_error_listing_valid_ones() {
+    let o = vkhost(&["bench", "-t", "host_to_device_ce,warp_drive"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("warp_drive") && err.contains("host_to_device_ce") && err.contains("small_async_scattered"), "{err}");
+}
+
+fn results_of(j: &std::path::Path) -> Vec<Value> {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(j).unwrap()).unwrap();
+    v["results"].as_array().unwrap().clone()
+}
+
+#[test]
+fn t_selects_exact_names_and_prefixes_and_flush_cache_is_recorded() {
+    let j = tmp("sel.json");
     let o = vkhost(&[
         "bench",
+        "-t",
+        "host_to_device",
+        "-t",
+        "latency_device_to_host",
         "--sizes",
-        "4K,64K,1M",
+        "4K,64K",
         "--iters",
         "2",
         "--budget",
-        "0.2",
-        "--no-costs",
+        "0.05",
+        "--flush-cache",
+        "--cpu",
+        "0",
         "--json",
         j.to_str().unwrap(),
-        "--plot",
-        s.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got: std::collections::BTreeSet<String> = results_of(&j).iter().map(|r| r["testcase"].as_str().unwrap().to_string()).collect();
+    let want: std::collections::BTreeSet<String> =
+        ["host_to_device_ce", "host_to_device_registered_ce", "host_to_device_pageable_ce", "host_to_device_bar", "latency_device_to_host"]
+            .map(String::from)
+            .into();
+    assert_eq!(got, want);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+    assert!(v["run"]["flush_cache_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(v["run"]["affinity"]["source"], "--cpu");
+    assert_eq!(v["run"]["affinity"]["cpus"], "0");
+    // A CPU list the kernel refuses is an error, not a silent unpinned run.
+    let o = vkhost(&["bench", "-t", "host_to_device_ce", "--sizes", "4K", "--cpu", "4000"]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--cpu 4000"));
+}
+
+#[test]
+fn compare_prints_new_over_old_per_point() {
+    let q = quick_run();
+    let o = vkhost(&[
+        "bench",
+        "-t",
+        "host_to_device_ce,latency_host_to_device",
+        "--sizes",
+        "4K,64K",
+        "--iters",
+        "2",
+        "--budget",
+        "0.05",
+        "--compare",
+        q.json_path.to_str().unwrap(),
     ]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
-    assert!(out.contains("all points verified"));
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).expect("valid JSON");
-    let points = v.as_array().expect("one array of point objects");
-    let copies: Vec<&Value> = points.iter().filter(|p| p["kind"] == "copy").collect();
-    // 3 sizes x (pinned, registered, pageable: 3 dirs; bar: 2 dirs)
-    assert_eq!(copies.len(), 3 * (3 * 3 + 2), "{points:#?}");
-    for p in points {
-        for k in ["device", "driver", "path", "dir"] {
-            assert!(p[k].is_string(), "{k} in {p}");
-        }
-        for k in ["size", "iters"] {
-            assert!(p[k].is_u64(), "{k} in {p}");
-        }
-        for k in ["median_s", "min_s", "max_s"] {
-            assert!(p[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {p}");
-        }
-        assert!(p["min_s"].as_f64() <= p["median_s"].as_f64() && p["median_s"].as_f64() <= p["max_s"].as_f64());
-        assert!(p["gbps"].is_number() || p["gbps"].is_null());
-    }
-    for p in &copies {
-        assert_eq!(p["verified"], true, "{p}");
-        let (size, med, g) = (p["size"].as_f64().unwrap(), p["median_s"].as_f64().unwrap(), p["gbps"].as_f64().unwrap());
-        let moved = if p["dir"] == "bidir" { 2.0 * size } else { size };
-        assert!((moved / med / 1e9 - g).abs() <= 1e-9 * g.max(1.0), "GB/s is bytes / median / 1e9: {p}");
-    }
-    assert!(points.iter().any(|p| p["kind"] == "small-async"));
-    let svg = std::fs::read_to_string(&s).unwrap();
-    assert!(svg.starts_with("<svg") && svg.contains("</svg>") && svg.contains("pinned h2d"));
-    // The JSON re-plots.
-    let s2 = tmp("replot.svg");
-    let o = vkhost(&["plot", j.to_str().unwrap(), s2.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let svg2 = std::fs::read_to_string(&s2).unwrap();
-    assert!(svg2.starts_with("<svg") && svg2.contains("registered d2h") && svg2.contains("1M"));
+    assert!(out.contains("compare with"), "{out}");
+    let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("host_to_device_ce ") && l.contains('x')).collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    // 2 sizes of host_to_device_ce and 4 of latency_host_to_device match the quick run.
+    assert!(out.contains("6 point(s) compared"), "{out}");
+    let old = tmp("cmp-old.json");
+    std::fs::write(&old, "[]").unwrap();
+    let o = vkhost(&["bench", "-t", "costs", "--compare", old.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("bare array"));
+}
+
+#[test]
+fn ctrl_c_writes_the_points_measured_so_far() {
+    use std::io::{BufRead, BufReader};
+    let j = tmp("int.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vkhost"))
+        .args(["bench", "-t", "host_to_device_ce,device_to_host_ce", "--sizes", "4K,8K,16K,32K,64K,128K,256K,512K,1M,2M,4M,8M,16M"])
+        .args(["--iters", "1000", "--budget", "0.3", "--json", j.to_str().unwrap()])
+        .env_remove("VKHOST_DEVICE")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Measuring starts after the header; let it measure a point or two.
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines.by_ref().map_while(Result::ok).any(|l| l.starts_with("CPUs:")));
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) }, 0);
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{rest:?}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+    assert_eq!(v["run"]["interrupted"], true);
+    let n = v["results"].as_array().unwrap().len();
+    assert!((1..26).contains(&n), "{n} points");
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The `bar` path: memcpy into and out of mapped DEVICE_LOCAL|HOST_VISIBLE memory (the BAR
 //! window, or UMA memory), with reads capped by `--bar-read-cap`.
 
-use super::{measure, point, point::pattern, Ctx, DirKind};
+use super::{flush_cache, measure_with, point, point::pattern, Ctx, DirKind};
 use crate::devices::anyhow_free::Result;
 use crate::stats::size_label;
 use vkhost::{vk, Device};
@@ -76,6 +76,9 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
     for &size in sizes {
         let n = size as usize;
         for &dir in dirs {
+            if super::interrupted() {
+                return Ok(());
+            }
             cx.pb.set_message(format!("bar {} {}", dir.name(), size_label(size)));
             if dir != DirKind::H2d && n > cap {
                 cx.pb.inc(1);
@@ -89,15 +92,26 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
             let k = n.min(cap);
             back[..k].copy_from_slice(&bar.slice()[..k]);
             let ok = cx.check(&what, &back[..k], &want[..k]);
+            // --flush-cache: the CPU copies the bytes here too.
             let s = match dir {
-                DirKind::H2d => measure(cx.iters, cx.budget, || {
-                    bar.slice()[..n].copy_from_slice(&host[..n]);
-                    Ok(())
-                })?,
-                DirKind::D2h => measure(cx.iters, cx.budget, || {
-                    host[..n].copy_from_slice(&bar.slice()[..n]);
-                    Ok(())
-                })?,
+                DirKind::H2d => measure_with(
+                    cx.iters,
+                    cx.budget,
+                    || flush_cache(&mut cx.flush),
+                    || {
+                        bar.slice()[..n].copy_from_slice(&host[..n]);
+                        Ok(())
+                    },
+                )?,
+                DirKind::D2h => measure_with(
+                    cx.iters,
+                    cx.budget,
+                    || flush_cache(&mut cx.flush),
+                    || {
+                        host[..n].copy_from_slice(&bar.slice()[..n]);
+                        Ok(())
+                    },
+                )?,
                 DirKind::Bidir => {
                     cx.pb.inc(1);
                     continue;

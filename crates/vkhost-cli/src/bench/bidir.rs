@@ -11,7 +11,16 @@ use vkhost::DeviceBuffer;
 /// each driven by its own thread so a staged direction's memcpy does not hold up the other.
 /// Bandwidth is the sum over the wall time of both; the median iteration's start and end of
 /// each direction (µs from the iteration's start) go into the JSON.
-pub(super) fn bidir(cx: &Ctx, pair: &str, up: &DeviceBuffer, src: &[u8], down: &DeviceBuffer, dst: &mut [u8]) -> Result<(Summary, Value)> {
+/// `between` runs untimed before each timed iteration (`--flush-cache`).
+pub(super) fn bidir(
+    cx: &Ctx,
+    pair: &str,
+    up: &DeviceBuffer,
+    src: &[u8],
+    down: &DeviceBuffer,
+    dst: &mut [u8],
+    between: &mut dyn FnMut(),
+) -> Result<(Summary, Value)> {
     use vkhost::QueueKind::{Compute, Copy};
     let (ku, kd) = match pair {
         "copy-copy" => (Copy, Copy),
@@ -51,6 +60,7 @@ pub(super) fn bidir(cx: &Ctx, pair: &str, up: &DeviceBuffer, src: &[u8], down: &
     one()?;
     let begin = Instant::now();
     while runs.len() < cx.iters.max(1) && (runs.is_empty() || begin.elapsed() < cx.budget) {
+        between();
         runs.push(one()?);
     }
     let s = summarize(&runs.iter().map(|r| r.0).collect::<Vec<_>>()).ok_or("no samples")?;

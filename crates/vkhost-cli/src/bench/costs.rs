@@ -14,6 +14,9 @@ pub(super) fn costs(cx: &mut Ctx, sizes: &[u64], notes: &mut Vec<String>) -> Res
     let iters = cx.iters;
     let can_register = dev.host_registration().is_ok();
     for &size in sizes {
+        if super::interrupted() {
+            return Ok(());
+        }
         let n = size as usize;
         cx.pb.set_message(format!("costs {}", size_label(size)));
         if can_register {
@@ -30,7 +33,9 @@ pub(super) fn costs(cx: &mut Ctx, sizes: &[u64], notes: &mut Vec<String>) -> Res
             }
             for (op, v) in [("register", &reg), ("unregister", &unreg)] {
                 if let Some(s) = summarize(v) {
-                    cx.points.push(point("vulkan", "cost", "registered", op, size, size, s));
+                    let mut p = point("vulkan", "cost", "registered", op, size, size, s);
+                    p.warmup = 0;
+                    cx.points.push(p);
                 }
             }
         }
@@ -45,7 +50,9 @@ pub(super) fn costs(cx: &mut Ctx, sizes: &[u64], notes: &mut Vec<String>) -> Res
         }
         for (op, v) in [("alloc_pinned", &al), ("free_pinned", &fr)] {
             if let Some(s) = summarize(v) {
-                cx.points.push(point("vulkan", "cost", "pinned", op, size, size, s));
+                let mut p = point("vulkan", "cost", "pinned", op, size, size, s);
+                p.warmup = 0;
+                cx.points.push(p);
             }
         }
     }
@@ -55,6 +62,9 @@ pub(super) fn costs(cx: &mut Ctx, sizes: &[u64], notes: &mut Vec<String>) -> Res
     }
     let counts: &[usize] = &[1, 100, 10_000];
     for &count in counts {
+        if super::interrupted() {
+            return Ok(());
+        }
         cx.pb.set_message(format!("find with {count} registrations"));
         let page = host::page_size();
         let mut pages = touched_pages(2 * count * page, false)?;
@@ -84,9 +94,10 @@ pub(super) fn costs(cx: &mut Ctx, sizes: &[u64], notes: &mut Vec<String>) -> Res
                 cx.failures += 1;
                 eprintln!("FAIL find: {hits} of {lookups} lookups found their registration");
             }
-            let s = Summary { median: per, min: per, max: per, n: lookups };
+            let s = Summary::single(per, lookups);
             let mut p = point("vulkan", "find", "registered", "find", count as u64, 0, s);
             p.verified = Some(hits == lookups);
+            p.warmup = 0;
             p.note = format!("{count} live registrations");
             cx.points.push(p);
         }

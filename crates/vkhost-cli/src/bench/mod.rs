@@ -11,25 +11,36 @@
 //! Every point first checks one round trip with a non-zero pattern; a mismatch prints FAIL and
 //! the exit code is 2.
 //!
+//! What runs is chosen by named testcases (`testcase`: `--list`, `-t`), narrowed by `--paths`,
+//! `--dirs` and `--no-costs` as before.
+//!
 //! This file owns the command line (`Args`), the `run` entry and the sweep driver with its
-//! shared state (`Ctx`). The rest, by responsibility:
+//! shared state (`Ctx`), and the Ctrl-C flag. The rest, by responsibility:
+//! - `testcase`: the named testcases and `-t` selection (pure);
 //! - `point`: one measured point, the timing loop and the check pattern;
 //! - `paths`: the pinned, registered and pageable paths' host memory and their h2d/d2h sweep;
 //! - `bidir`: both directions at once on two streams;
 //! - `bar`: memcpy through the mapped BAR window;
+//! - `latency`: single small synchronous copies;
 //! - `small_async`: 1000 small async copies against 1000 synchronous ones;
 //! - `costs`: register/unregister, alloc/free pinned, and find;
-//! - `output`: the table (with the CUDA comparison columns) and the JSON record.
+//! - `meta`: the run metadata (build, host, NUMA, device, PCIe link) and CPU pinning;
+//! - `output`: the table (with the CUDA comparison columns), the JSON record and CSV;
+//! - `compare`: `--compare OLD.json`, new/old ratios point by point.
 
 mod bar;
 mod bidir;
+mod compare;
 mod costs;
+mod latency;
+pub mod meta;
 mod output;
 mod paths;
 mod point;
 mod small_async;
+pub mod testcase;
 
-pub use point::{measure, point, Point};
+pub use point::{measure, measure_with, point, Point};
 
 use crate::devices::anyhow_free::Result;
 use crate::stats::{parse_size, sweep};
@@ -37,11 +48,14 @@ use costs::costs;
 use indicatif::{ProgressBar, ProgressStyle};
 use output::{print_table, to_json};
 use paths::bench_path;
-use serde_json::Value;
+use serde_json::{json, Value};
 use small_async::small_async;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use testcase::{Testcase, Work};
 use vkhost::{Device, OpenOptions};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,7 +67,7 @@ pub enum PathKind {
 }
 
 impl PathKind {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             PathKind::Pinned => "pinned",
             PathKind::Registered => "registered",
@@ -71,7 +85,7 @@ pub enum DirKind {
 }
 
 impl DirKind {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             DirKind::H2d => "h2d",
             DirKind::D2h => "d2h",
@@ -87,6 +101,13 @@ pub enum Baseline {
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
+    /// List the testcases with a one-line description, and exit.
+    #[arg(long)]
+    list: bool,
+    /// Testcases to run (see --list): repeat, or comma-separate; a name that is not a testcase
+    /// selects every testcase it is a prefix of (`-t host_to_device`, `-t latency`). Default: all.
+    #[arg(short = 't', long = "testcase", value_delimiter = ',')]
+    testcases: Vec<String>,
     /// Device index (default: the preferred device; VKHOST_DEVICE overrides).
     #[arg(long)]
     device: Option<usize>,
@@ -96,31 +117,47 @@ pub struct Args {
     /// Largest size of the default sweep.
     #[arg(long, default_value = "1G")]
     max_size: String,
-    /// Timed iterations per point (median reported), within --budget.
+    /// Timed iterations per point after one warm-up (median, mean, stddev, min, max reported),
+    /// within --budget.
     #[arg(long, default_value_t = 10)]
     iters: usize,
     /// Time budget per point, in seconds: fewer iterations when it runs out (at least one).
     #[arg(long, default_value_t = 2.0)]
     budget: f64,
-    /// Paths to measure.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "pinned,registered,pageable,bar")]
-    paths: Vec<PathKind>,
-    /// Directions to measure.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "h2d,d2h,bidir")]
-    dirs: Vec<DirKind>,
+    /// Only the copy and latency testcases on these paths (default: all; latency is pinned).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    paths: Option<Vec<PathKind>>,
+    /// Only the copy and latency testcases in these directions (default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    dirs: Option<Vec<DirKind>>,
     /// The short sweep `make run` uses: 4K,64K,1M,16M, at most 5 iterations and 0.5 s per point.
     #[arg(long)]
     quick: bool,
-    /// Skip the register/alloc/find cost measurements.
+    /// Skip the register/alloc/find cost measurements (the `costs` testcase).
     #[arg(long)]
     no_costs: bool,
     /// Largest read from the BAR window (reads run at ~0.03 GB/s on discrete GPUs).
     #[arg(long, default_value = "4M")]
     bar_read_cap: String,
-    /// Write one JSON object per point to FILE (a JSON array).
+    /// Between timed iterations on the paths where the CPU copies the bytes (pageable, bar),
+    /// write a buffer twice the last-level cache so no iteration finds its data in cache.
+    #[arg(long)]
+    flush_cache: bool,
+    /// Pin every thread to these CPUs (0-3,8) or `none`. Default: the CPUs local to the
+    /// device's NUMA node where sysfs says which they are, else no pinning.
+    #[arg(long, value_name = "LIST")]
+    cpu: Option<String>,
+    /// Write the run as one JSON object {run: metadata, results: points} (docs/BENCH.md).
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Write an SVG plot of bandwidth against size.
+    /// Write the results as CSV, one row per point.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Print new/old ratios against an earlier `--json` file, point by point.
+    #[arg(long, value_name = "OLD.json")]
+    compare: Option<PathBuf>,
+    /// Write a plot of bandwidth against size, a panel per direction and one for latency:
+    /// SVG, or PNG when FILE ends in .png.
     #[arg(long)]
     plot: Option<PathBuf>,
     /// Also run the same sweep through CUDA on the same GPU and print Vulkan/CUDA ratios.
@@ -138,8 +175,52 @@ pub struct Args {
     plant_mismatch: bool,
 }
 
+/// Set by SIGINT; the sweeps stop between points when they see it.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether Ctrl-C was pressed: stop measuring, keep what was measured.
+pub(super) fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    if INTERRUPTED.swap(true, Ordering::Relaxed) {
+        // A second Ctrl-C: the user does not want to wait for the point in flight.
+        // SAFETY: _exit is async-signal-safe.
+        unsafe { libc::_exit(130) };
+    }
+}
+
+/// Routes SIGINT to `INTERRUPTED` for the rest of the process.
+fn catch_sigint() {
+    let handler: extern "C" fn(libc::c_int) = on_sigint;
+    // SAFETY: the handler only touches an atomic and calls _exit, both async-signal-safe.
+    unsafe { libc::signal(libc::SIGINT, handler as libc::sighandler_t) };
+}
+
+/// The testcases to run: `-t` (or all), narrowed by --paths, --dirs and --no-costs.
+fn chosen(a: &Args) -> Result<Vec<&'static Testcase>> {
+    let path_ok = |p: PathKind| a.paths.as_ref().map_or(true, |v| v.contains(&p));
+    let dir_ok = |d: DirKind| a.dirs.as_ref().map_or(true, |v| v.contains(&d));
+    let v: Vec<&'static Testcase> = testcase::select(&a.testcases)?
+        .into_iter()
+        .filter(|t| match t.work {
+            Work::Copy(p, d) => path_ok(p) && dir_ok(d),
+            Work::Latency(d) => path_ok(PathKind::Pinned) && dir_ok(d),
+            Work::SmallAsync { .. } => true,
+            Work::Costs => !a.no_costs,
+        })
+        .collect();
+    if v.is_empty() {
+        return Err("no testcase left to run: -t, --paths, --dirs and --no-costs exclude every one".into());
+    }
+    Ok(v)
+}
+
 struct Ctx {
     dev: Device,
+    /// `--flush-cache`'s buffer, taken by the paths that use it.
+    flush: Option<Vec<u8>>,
     hugepages: bool,
     bidir_queues: Vec<String>,
     device_name: String,
@@ -150,6 +231,16 @@ struct Ctx {
     failures: usize,
     points: Vec<Point>,
     pb: ProgressBar,
+}
+
+/// Writes every byte of `buf` (a buffer larger than the LLC), evicting what the last iteration
+/// left in the caches.
+fn flush_cache(buf: &mut Option<Vec<u8>>) {
+    if let Some(b) = buf {
+        let v = b[0].wrapping_add(1);
+        b.fill(v);
+        std::hint::black_box(&b[..]);
+    }
 }
 
 impl Ctx {
@@ -175,6 +266,17 @@ impl Ctx {
     }
 }
 pub fn run(a: Args) -> Result<ExitCode> {
+    if a.list {
+        print!("{}", testcase::list());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let started = std::time::SystemTime::now();
+    let chosen = chosen(&a)?;
+    // Read before measuring, so a bad file fails fast.
+    let old = match &a.compare {
+        Some(f) => Some(compare::load(f)?),
+        None => None,
+    };
     let opts = OpenOptions { validation: false, ..OpenOptions::default() };
     let dev = match a.device {
         Some(i) => Device::open_with(i, &opts)?,
@@ -195,10 +297,24 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let budget = Duration::from_secs_f64(if quick { a.budget.min(0.5) } else { a.budget });
     let info = dev.info().clone();
 
-    let npoints = a.paths.len() * a.dirs.len() * sizes.len() + 4;
-    let pb = ProgressBar::new(npoints as u64);
+    let (pcie, link, local_cpus) = meta::pcie(meta::pci_address(&dev));
+    let affinity = pin(a.cpu.as_deref(), local_cpus)?;
+
+    let npoints: usize = chosen
+        .iter()
+        .map(|t| match t.work {
+            Work::Copy(..) => sizes.len(),
+            Work::Latency(_) => testcase::LATENCY_SIZES.len(),
+            Work::SmallAsync { .. } => 2,
+            Work::Costs => 0,
+        })
+        .sum();
+    // On a terminal only: redirected output stays free of bar redraws.
+    let pb = if std::io::stderr().is_terminal() { ProgressBar::new(npoints as u64) } else { ProgressBar::hidden() };
     pb.set_style(ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
 
+    // From here Ctrl-C stops between points and the run still writes its files.
+    catch_sigint();
     println!(
         "vkhost bench on [{}] {} ({}, {}), API {}",
         info.index,
@@ -212,12 +328,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
         crate::devices::registration_line(&dev.host_registration()),
         info.transfer_family().map(|f| format!("family {} x{}", f.index, f.count.min(2))).unwrap_or_else(|| "none (compute queue)".into())
     );
+    println!("{}", output::link_line(&pcie));
+    println!("CPUs: {}", output::affinity_line(&affinity));
+    let flush_bytes = (2 * meta::llc_bytes().unwrap_or(32 << 20)) as usize;
     let mut cx = Ctx {
         hugepages: a.hugepages,
         bidir_queues: a.bidir_queues.clone(),
         device_name: info.name.clone(),
         driver: format!("{} {}", info.driver_name, info.driver_info),
         dev: dev.clone(),
+        flush: a.flush_cache.then(|| vec![0u8; flush_bytes]),
         iters,
         budget,
         plant: a.plant_mismatch,
@@ -226,48 +346,133 @@ pub fn run(a: Args) -> Result<ExitCode> {
         pb,
     };
 
-    let dbuf = [dev.alloc_buffer(max)?, dev.alloc_buffer(max)?];
     let mut notes = Vec::new();
-    for &path in &a.paths {
-        let r = bench_path(&mut cx, path, &a.dirs, &sizes, &dbuf, bar_cap);
-        if let Err(e) = r {
-            notes.push(format!("{}: skipped ({e})", path.name()));
+    let copies: Vec<(PathKind, DirKind)> =
+        chosen.iter().filter_map(|t| if let Work::Copy(p, d) = t.work { Some((p, d)) } else { None }).collect();
+    if !copies.is_empty() {
+        let dbuf = [dev.alloc_buffer(max)?, dev.alloc_buffer(max)?];
+        for path in [PathKind::Pinned, PathKind::Registered, PathKind::Pageable, PathKind::Bar] {
+            let dirs: Vec<DirKind> = copies.iter().filter(|c| c.0 == path).map(|c| c.1).collect();
+            if dirs.is_empty() || interrupted() {
+                continue;
+            }
+            if let Err(e) = bench_path(&mut cx, path, &dirs, &sizes, &dbuf, bar_cap) {
+                notes.push(format!("{}: skipped ({e})", path.name()));
+            }
         }
     }
-    drop(dbuf);
-    if let Err(e) = small_async(&mut cx) {
-        notes.push(format!("small-async: skipped ({e})"));
+    let lat: Vec<DirKind> = chosen.iter().filter_map(|t| if let Work::Latency(d) = t.work { Some(d) } else { None }).collect();
+    if !lat.is_empty() && !interrupted() {
+        if let Err(e) = latency::latency(&mut cx, &lat) {
+            notes.push(format!("latency: skipped ({e})"));
+        }
     }
-
-    if !(a.no_costs) {
+    let small: Vec<bool> =
+        chosen.iter().filter_map(|t| if let Work::SmallAsync { scattered } = t.work { Some(scattered) } else { None }).collect();
+    if !small.is_empty() && !interrupted() {
+        if let Err(e) = small_async(&mut cx, &small) {
+            notes.push(format!("small-async: skipped ({e})"));
+        }
+    }
+    if chosen.iter().any(|t| t.work == Work::Costs) && !interrupted() {
         costs(&mut cx, &sizes, &mut notes)?;
     }
     cx.pb.finish_and_clear();
+    if interrupted() {
+        notes.push("interrupted (Ctrl-C): the points measured so far are reported".into());
+    }
 
     let cuda = match a.baseline {
-        Some(Baseline::Cuda) => crate::cuda::run(&sizes, iters, budget, &a.dirs, &mut notes),
-        None => Vec::new(),
+        Some(Baseline::Cuda) if !interrupted() => {
+            let dirs: Vec<DirKind> =
+                [DirKind::H2d, DirKind::D2h, DirKind::Bidir].into_iter().filter(|d| copies.iter().any(|c| c.1 == *d)).collect();
+            crate::cuda::run(&sizes, iters, budget, &dirs, &mut notes)
+        }
+        _ => Vec::new(),
     };
-    print_table(&cx.points, &cuda);
+    print_table(&cx.points, &cuda, link.as_ref());
     for n in &notes {
         println!("note: {n}");
     }
 
     let all: Vec<&Point> = cx.points.iter().chain(cuda.iter()).collect();
+    let results: Vec<Value> = all.iter().map(|p| to_json(p, link.as_ref())).collect();
+    let (version, commit) = meta::build();
+    let run = json!({
+        "schema_version": meta::SCHEMA_VERSION,
+        "tool": "vkhost bench",
+        "vkhost_version": version,
+        "git_commit": commit,
+        "time": meta::rfc3339(started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)),
+        "duration_s": started.elapsed().map(|d| d.as_secs_f64()).unwrap_or(0.0),
+        "args": std::env::args().collect::<Vec<_>>(),
+        "interrupted": interrupted(),
+        "testcases": chosen.iter().map(|t| t.name).collect::<Vec<_>>(),
+        "sizes": sizes,
+        "iters": iters,
+        "warmup_iters": 1,
+        "budget_s": budget.as_secs_f64(),
+        "flush_cache_bytes": cx.flush.as_ref().map(|_| flush_bytes),
+        "unstable_spread": crate::stats::UNSTABLE_SPREAD,
+        "failures": cx.failures,
+        "host": meta::host(),
+        "affinity": affinity,
+        "device": output::device_json(&info, &dev.host_registration()),
+        "pcie": pcie,
+        "notes": notes,
+    });
     if let Some(f) = &a.json {
-        let v: Vec<Value> = all.iter().map(|p| to_json(&cx, p)).collect();
-        std::fs::write(f, serde_json::to_string_pretty(&v)?)?;
+        let doc = json!({ "run": run, "results": results });
+        std::fs::write(f, serde_json::to_string_pretty(&doc)?)?;
         println!("wrote {}", f.display());
     }
-    if let Some(f) = &a.plot {
-        crate::plot::svg(f, &all, &format!("{} ({})", cx.device_name, cx.driver.trim()))?;
+    if let Some(f) = &a.csv {
+        std::fs::write(f, output::csv(&results))?;
         println!("wrote {}", f.display());
+    }
+    if let Some(old) = &old {
+        compare::print(old, &results);
     }
     dev.destroy()?;
+    // Last: the data files are written even when plotting fails (no font, say).
+    if let Some(f) = &a.plot {
+        let title = format!("{} ({})", cx.device_name, cx.driver.trim());
+        crate::plot::plot(f, &all, &title, link.as_ref())?;
+        println!("wrote {}", f.display());
+    }
+    if interrupted() {
+        println!("interrupted: {} point(s) measured", cx.points.len());
+        return Ok(ExitCode::from(130));
+    }
     if cx.failures > 0 {
         println!("FAIL: {} point(s) did not round-trip", cx.failures);
         return Ok(ExitCode::from(2));
     }
     println!("all points verified");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Applies `--cpu` (or the default: the device's local CPUs) and says what was done, for
+/// `run.affinity`. An explicit list that cannot be applied is an error; the default is not.
+fn pin(cpu: Option<&str>, local: Option<Vec<usize>>) -> Result<Value> {
+    let (source, requested, reason) = match (cpu.map(str::trim), local) {
+        (Some("none"), _) => ("none", None, Some("--cpu none".to_string())),
+        (Some(list), _) => {
+            let cpus = meta::parse_cpu_list(list)?;
+            meta::pin_process(&cpus).map_err(|e| format!("--cpu {list}: {e}"))?;
+            ("--cpu", Some(cpus), None)
+        }
+        (None, Some(local)) => match meta::pin_process(&local) {
+            Ok(()) => ("device-numa-node", Some(local), None),
+            Err(e) => ("none", None, Some(format!("pinning to the device's local CPUs failed: {e}"))),
+        },
+        (None, None) => ("none", None, Some("the platform does not say which CPUs are local to the device".to_string())),
+    };
+    Ok(json!({
+        "source": source,
+        "requested": requested.as_deref().map(meta::cpu_list_string),
+        "cpus": meta::cpu_list_string(&meta::current_affinity()),
+        "scope": if requested.is_some() { "every thread of the process" } else { "not pinned" },
+        "reason": reason,
+    }))
 }

@@ -1,33 +1,135 @@
-//! Output: the printed tables (copy points with the CUDA comparison columns, costs, find,
-//! small-async) and the JSON record of one point.
+//! Output: the printed tables (copy points with the CUDA comparison columns, latency, costs,
+//! find, small-async), the JSON record of one point, the run's device record, and CSV.
 
-use super::{Ctx, Point};
+use super::meta::Link;
+use super::Point;
 use crate::stats::{gbps, size_label};
 use serde_json::{json, Value};
 
-pub(super) fn to_json(cx: &Ctx, p: &Point) -> Value {
+/// GB/s as a percentage of the link's theoretical rate (both directions' for bidir).
+pub fn link_pct(p: &Point, link: Option<&Link>) -> Option<f64> {
+    let l = link?;
     let g = p.gbps();
+    let full = if p.dir == "bidir" { 2.0 * l.gbps } else { l.gbps };
+    (p.kind == "copy" && g.is_finite()).then(|| 100.0 * g / full)
+}
+
+/// One result of the JSON's `results` (docs/BENCH.md says what each field means).
+pub(super) fn to_json(p: &Point, link: Option<&Link>) -> Value {
+    let num = |x: f64| if x.is_finite() { json!(x) } else { Value::Null };
+    let rate = matches!(p.kind, "copy" | "latency" | "small-async");
+    let g = |secs: f64| if rate { num(gbps(p.bytes_moved, secs)) } else { Value::Null };
     json!({
+        "testcase": p.testcase(),
         "api": p.api,
         "kind": p.kind,
-        "device": cx.device_name,
-        "driver": cx.driver.trim(),
         "path": p.path,
         "dir": p.dir,
+        "variant": if p.variant.is_empty() { Value::Null } else { json!(p.variant) },
         "size": p.size,
+        "bytes_moved": p.bytes_moved,
         "iters": p.s.n,
+        "warmup_iters": p.warmup,
         "median_s": p.s.median,
+        "mean_s": p.s.mean,
+        "stddev_s": p.s.stddev,
         "min_s": p.s.min,
         "max_s": p.s.max,
-        "gbps": if g.is_finite() { json!(g) } else { Value::Null },
-        "max_gbps": gbps(p.bytes_moved, p.s.min),
-        "min_gbps": gbps(p.bytes_moved, p.s.max),
-        "latency_us": if p.kind == "copy" && p.size <= 64 << 10 { json!(p.s.median * 1e6) } else { Value::Null },
+        "gbps": g(p.s.median),
+        "min_gbps": g(p.s.max),
+        "max_gbps": g(p.s.min),
+        "link_pct": link_pct(p, link),
+        "latency_us": if p.kind == "latency" || (p.kind == "copy" && p.size <= 64 << 10) { json!(p.s.median * 1e6) } else { Value::Null },
+        "unstable": p.s.unstable(),
         "verified": p.verified,
         "note": p.note,
         "extra": p.extra,
     })
 }
+
+/// `run.device`: what DeviceInfo says.
+pub(super) fn device_json(info: &vkhost::DeviceInfo, reg: &Result<usize, String>) -> Value {
+    json!({
+        "index": info.index,
+        "name": info.name,
+        "type": info.device_type.as_str(),
+        "vendor_id": info.vendor_id,
+        "device_id": info.device_id,
+        "driver_name": info.driver_name,
+        "driver_info": info.driver_info,
+        "driver_version": info.driver_version,
+        "vulkan_version": info.api_version.to_string(),
+        "host_registration": crate::devices::registration_line(reg),
+    })
+}
+
+/// The header line about the PCIe link.
+pub(super) fn link_line(pcie: &Value) -> String {
+    match pcie["generation"].as_u64() {
+        Some(g) => format!(
+            "PCIe link: Gen{g} x{} ({:.1} GB/s per direction, theoretical) at {}{}",
+            pcie["width"],
+            pcie["theoretical_gbps"].as_f64().unwrap_or(0.0),
+            pcie["address"].as_str().unwrap_or("?"),
+            pcie["numa_node"].as_i64().map(|n| format!(", NUMA node {n}")).unwrap_or_default()
+        ),
+        None => format!("PCIe link: unknown ({})", pcie["reason"].as_str().unwrap_or("no reason given")),
+    }
+}
+
+/// The header line about CPU pinning.
+pub(super) fn affinity_line(a: &Value) -> String {
+    let cpus = a["cpus"].as_str().unwrap_or("?");
+    match a["source"].as_str() {
+        Some("none") => format!("not pinned ({}); running on {cpus}", a["reason"].as_str().unwrap_or("")),
+        Some(src) => format!("pinned to {cpus} ({src})"),
+        None => cpus.to_string(),
+    }
+}
+
+/// The results as CSV: a header, then one row per point, from the JSON records.
+pub(super) fn csv(results: &[Value]) -> String {
+    const COLS: [&str; 19] = [
+        "testcase",
+        "api",
+        "kind",
+        "path",
+        "dir",
+        "variant",
+        "size",
+        "iters",
+        "median_s",
+        "mean_s",
+        "stddev_s",
+        "min_s",
+        "max_s",
+        "gbps",
+        "link_pct",
+        "latency_us",
+        "unstable",
+        "verified",
+        "note",
+    ];
+    let cell = |v: &Value| -> String {
+        let s = match v {
+            Value::Null => String::new(),
+            Value::String(s) => s.clone(),
+            v => v.to_string(),
+        };
+        if s.contains([',', '"', '\n']) {
+            format!("\"{}\"", s.replace('"', "\"\""))
+        } else {
+            s
+        }
+    };
+    let mut out = COLS.join(",") + "\n";
+    for r in results {
+        out += &COLS.iter().map(|c| cell(&r[*c])).collect::<Vec<_>>().join(",");
+        out.push('\n');
+    }
+    out
+}
+
 fn fmt_gbps(g: f64) -> String {
     if g >= 100.0 {
         format!("{g:.0}")
@@ -38,7 +140,7 @@ fn fmt_gbps(g: f64) -> String {
     }
 }
 
-pub(super) fn print_table(points: &[Point], cuda: &[Point]) {
+pub(super) fn print_table(points: &[Point], cuda: &[Point], link: Option<&Link>) {
     let cuda_of = |p: &Point| -> Option<&Point> {
         let path = match p.path.as_str() {
             "pinned" | "registered" => "pinned",
@@ -49,8 +151,8 @@ pub(super) fn print_table(points: &[Point], cuda: &[Point]) {
     };
     println!();
     println!(
-        "{:<11} {:<5} {:>6} {:>9} {:>9} {:>9} {:>10} {:>6} {:>6} {:>9} {:>7}",
-        "path", "dir", "size", "GB/s", "min", "max", "latency", "iters", "check", "CUDA GB/s", "ratio"
+        "{:<33} {:>6} {:>9} {:>9} {:>9} {:>6} {:>6} {:>10} {:>5} {:>5} {:1} {:>9} {:>7}",
+        "testcase", "size", "GB/s", "min", "max", "sd%", "link%", "latency", "iters", "check", "!", "CUDA GB/s", "ratio"
     );
     for p in points.iter().filter(|p| p.kind == "copy").chain(cuda.iter().filter(|p| p.kind == "copy")) {
         let g = p.gbps();
@@ -64,22 +166,51 @@ pub(super) fn print_table(points: &[Point], cuda: &[Point]) {
             Some(false) => "FAIL",
             None => "",
         };
-        let path = if p.api == "cuda" { format!("cuda-{}", p.path) } else { p.path.clone() };
+        let name = if p.api == "cuda" { format!("cuda:{}", p.testcase()) } else { p.testcase().to_string() };
         println!(
-            "{:<11} {:<5} {:>6} {:>9} {:>9} {:>9} {:>10} {:>6} {:>6} {:>9} {:>7}{}",
-            path,
-            p.dir,
+            "{:<33} {:>6} {:>9} {:>9} {:>9} {:>6} {:>6} {:>10} {:>5} {:>5} {:1} {:>9} {:>7}{}",
+            name,
             size_label(p.size),
             fmt_gbps(g),
             fmt_gbps(gbps(p.bytes_moved, p.s.max)),
             fmt_gbps(gbps(p.bytes_moved, p.s.min)),
+            format!("{:.1}", 100.0 * p.s.stddev / p.s.mean),
+            link_pct(p, link).map(|x| format!("{x:.0}")).unwrap_or_default(),
             lat,
             p.s.n,
             check,
+            if p.s.unstable() { "!" } else { "" },
             cg,
             ratio,
             if p.note.is_empty() { String::new() } else { format!("  ({})", p.note) }
         );
+    }
+    let lat: Vec<&Point> = points.iter().filter(|p| p.kind == "latency").collect();
+    if !lat.is_empty() {
+        println!();
+        println!(
+            "{:<24} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5} {:>5} {:1}",
+            "latency (us)", "size", "median", "mean", "stddev", "min", "max", "iters", "check", "!"
+        );
+        for p in lat {
+            let us = |x: f64| format!("{:.1}", x * 1e6);
+            println!(
+                "{:<24} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5} {:>5} {:1}",
+                p.testcase(),
+                size_label(p.size),
+                us(p.s.median),
+                us(p.s.mean),
+                us(p.s.stddev),
+                us(p.s.min),
+                us(p.s.max),
+                p.s.n,
+                if p.verified == Some(true) { "ok" } else { "FAIL" },
+                if p.s.unstable() { "!" } else { "" }
+            );
+        }
+    }
+    if points.iter().chain(cuda).any(|p| p.s.unstable()) {
+        println!("! unstable: the slowest timed iteration took over {}x the fastest", crate::stats::UNSTABLE_SPREAD);
     }
     let costs: Vec<&Point> = points.iter().filter(|p| p.kind == "cost").collect();
     if !costs.is_empty() {

@@ -3,7 +3,7 @@
 
 use super::bar::bench_bar;
 use super::bidir::bidir;
-use super::{measure, point, point::pattern, Ctx, DirKind, PathKind};
+use super::{flush_cache, measure_with, point, point::pattern, Ctx, DirKind, PathKind};
 use crate::devices::anyhow_free::Result;
 use crate::pages::{Pages, RW};
 use crate::stats::size_label;
@@ -75,9 +75,32 @@ pub(super) fn bench_path(
 
 fn sweep_host(cx: &mut Ctx, path: PathKind, dirs: &[DirKind], sizes: &[u64], dbuf: &[DeviceBuffer; 2], host: &mut Host) -> Result<()> {
     let expect = if path == PathKind::Pageable { vkhost::CopyPath::Staged } else { vkhost::CopyPath::Direct };
+    // --flush-cache: only where the CPU copies the bytes (the staged path's memcpy).
+    let mut flush = if path == PathKind::Pageable { cx.flush.take() } else { None };
+    let r = sweep_sizes(cx, path, dirs, sizes, dbuf, host, expect, &mut flush);
+    if flush.is_some() {
+        cx.flush = flush;
+    }
+    r
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sweep_sizes(
+    cx: &mut Ctx,
+    path: PathKind,
+    dirs: &[DirKind],
+    sizes: &[u64],
+    dbuf: &[DeviceBuffer; 2],
+    host: &mut Host,
+    expect: vkhost::CopyPath,
+    flush: &mut Option<Vec<u8>>,
+) -> Result<()> {
     for &size in sizes {
         let n = size as usize;
         for &dir in dirs {
+            if super::interrupted() {
+                return Ok(());
+            }
             cx.pb.set_message(format!("{} {} {}", path.name(), dir.name(), size_label(size)));
             let what = format!("{} {} {}", path.name(), dir.name(), size_label(size));
             let (src, dst) = host.both();
@@ -111,11 +134,11 @@ fn sweep_host(cx: &mut Ctx, path: PathKind, dirs: &[DirKind], sizes: &[u64], dbu
                 note = format!("copy path {ran:?}, expected {expect:?}");
             }
             let (s, extra) = match dir {
-                DirKind::H2d => (measure(cx.iters, cx.budget, || Ok(dbuf[0].write(0, src)?))?, Value::Null),
-                DirKind::D2h => (measure(cx.iters, cx.budget, || Ok(dbuf[1].read(0, dst)?))?, Value::Null),
+                DirKind::H2d => (measure_with(cx.iters, cx.budget, || flush_cache(flush), || Ok(dbuf[0].write(0, src)?))?, Value::Null),
+                DirKind::D2h => (measure_with(cx.iters, cx.budget, || flush_cache(flush), || Ok(dbuf[1].read(0, dst)?))?, Value::Null),
                 DirKind::Bidir => {
                     for (i, pair) in cx.bidir_queues.clone().iter().enumerate() {
-                        let (s, extra) = bidir(cx, pair, &dbuf[0], src, &dbuf[1], dst)?;
+                        let (s, extra) = bidir(cx, pair, &dbuf[0], src, &dbuf[1], dst, &mut || flush_cache(flush))?;
                         let mut p = point("vulkan", "copy", path.name(), dir.name(), size, 2 * size, s);
                         p.verified = Some(ok);
                         p.note = if cx.bidir_queues.len() > 1 {
@@ -124,6 +147,7 @@ fn sweep_host(cx: &mut Ctx, path: PathKind, dirs: &[DirKind], sizes: &[u64], dbu
                             note.clone()
                         };
                         p.extra = extra;
+                        p.variant = pair.clone();
                         if i + 1 < cx.bidir_queues.len() {
                             cx.points.push(p);
                         } else {

@@ -18,6 +18,11 @@ pub struct Point {
     pub s: Summary,
     pub verified: Option<bool>,
     pub note: String,
+    /// What tells apart points of one testcase and size: the bidir queue pair, small_async's
+    /// "async" or "sync"; empty otherwise.
+    pub variant: String,
+    /// Untimed runs before the timed ones (1 for every `measure`; 0 for costs and find).
+    pub warmup: usize,
     pub extra: Value,
 }
 
@@ -25,14 +30,25 @@ impl Point {
     pub fn gbps(&self) -> f64 {
         gbps(self.bytes_moved, self.s.median)
     }
+
+    /// The testcase that measured this point.
+    pub fn testcase(&self) -> &'static str {
+        super::testcase::testcase_of(self.kind, &self.path, &self.dir)
+    }
 }
 
 /// Runs `f` once to warm up, then up to `iters` timed runs within `budget`.
-pub fn measure(iters: usize, budget: Duration, mut f: impl FnMut() -> Result<()>) -> Result<Summary> {
+pub fn measure(iters: usize, budget: Duration, f: impl FnMut() -> Result<()>) -> Result<Summary> {
+    measure_with(iters, budget, || {}, f)
+}
+
+/// `measure`, calling `between` untimed before every timed run (`--flush-cache`).
+pub fn measure_with(iters: usize, budget: Duration, mut between: impl FnMut(), mut f: impl FnMut() -> Result<()>) -> Result<Summary> {
     f()?;
     let mut t = Vec::with_capacity(iters);
     let start = Instant::now();
     while t.len() < iters.max(1) && (t.is_empty() || start.elapsed() < budget) {
+        between();
         let t0 = Instant::now();
         f()?;
         t.push(t0.elapsed().as_secs_f64());
@@ -62,6 +78,9 @@ pub fn point(api: &'static str, kind: &'static str, path: &str, dir: &str, size:
         s,
         verified: None,
         note: String::new(),
+        // small-async's two timings of one testcase and size (CUDA's too) differ by this.
+        variant: if kind == "small-async" { dir.split('-').next().unwrap_or_default().into() } else { String::new() },
+        warmup: 1,
         extra: Value::Null,
     }
 }

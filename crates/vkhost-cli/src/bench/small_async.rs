@@ -10,7 +10,7 @@ use vkhost::PinnedBuffer;
 /// stream batches adjacent copies into few regions) and to scattered offsets
 /// (`async-scattered`/`sync-scattered`: a permutation, so nothing merges; every copy is its own
 /// region for the copy engine).
-pub(super) fn small_async(cx: &mut Ctx) -> Result<()> {
+pub(super) fn small_async(cx: &mut Ctx, which: &[bool]) -> Result<()> {
     const N: usize = 1000;
     const K: usize = 4096;
     let dev = cx.dev.clone();
@@ -20,7 +20,10 @@ pub(super) fn small_async(cx: &mut Ctx) -> Result<()> {
     let stream = dev.stream()?;
     type Offset = fn(usize) -> usize;
     let patterns: [(&str, Offset); 2] = [("", |i| i * K), ("-scattered", |i| (i * 617) % N * K)];
-    for (suffix, dst_of) in patterns {
+    for (scattered, (suffix, dst_of)) in [false, true].into_iter().zip(patterns) {
+        if !which.contains(&scattered) || super::interrupted() {
+            continue;
+        }
         let run_async = || -> Result<()> {
             for i in 0..N {
                 // SAFETY: the pinned block outlives the work (synchronized below).

@@ -1,0 +1,106 @@
+//! `--compare OLD.json`: this run's points against an earlier run's, new/old, matched by api,
+//! testcase, size and variant, so that a regression shows at a glance.
+
+use crate::devices::anyhow_free::Result;
+use crate::stats::size_label;
+use serde_json::Value;
+use std::path::Path;
+
+/// A change smaller than this (either way) is printed without a verdict.
+const NOISE: f64 = 0.10;
+
+/// Reads a `--json` file of this schema (`{run, results}`); the old bare array is refused.
+pub(super) fn load(f: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(f).map_err(|e| format!("--compare {}: {e}", f.display()))?;
+    let v: Value = serde_json::from_str(&text).map_err(|e| format!("--compare {}: {e}", f.display()))?;
+    if v.is_array() {
+        return Err(format!("--compare {}: a bare array is the JSON of vkhost before schema version 2; re-run it", f.display()).into());
+    }
+    if !v["results"].is_array() {
+        return Err(format!("--compare {}: no `results` array (not a `vkhost bench --json` file?)", f.display()).into());
+    }
+    Ok(v)
+}
+
+fn key(r: &Value) -> (String, String, u64, String) {
+    let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+    (s("api"), s("testcase"), r["size"].as_u64().unwrap_or(0), s("variant"))
+}
+
+/// The figure a point is judged by, and whether more is better: GB/s where the point has it,
+/// else the median time (latency, costs, find).
+fn figure(r: &Value) -> Option<(f64, bool, &'static str)> {
+    if r["kind"] == "latency" {
+        return r["latency_us"].as_f64().map(|x| (x, false, "us"));
+    }
+    match r["gbps"].as_f64() {
+        Some(g) => Some((g, true, "GB/s")),
+        None => r["median_s"].as_f64().map(|t| (t * 1e6, false, "us")),
+    }
+}
+
+/// The verdict on a new/old ratio of a figure: "faster", "SLOWER", or nothing within NOISE.
+pub fn verdict(ratio: f64, more_is_better: bool) -> &'static str {
+    let better = if more_is_better { ratio } else { 1.0 / ratio };
+    if better < 1.0 - NOISE {
+        "SLOWER"
+    } else if better > 1.0 + NOISE {
+        "faster"
+    } else {
+        ""
+    }
+}
+
+/// Prints the comparison table; points only one run has are counted, not listed.
+pub(super) fn print(old: &Value, new: &[Value]) {
+    let olds = old["results"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let run = &old["run"];
+    println!();
+    println!(
+        "compare with {} (commit {}, {}):",
+        run["time"].as_str().unwrap_or("?"),
+        run["git_commit"].as_str().unwrap_or("?"),
+        run["device"]["name"].as_str().unwrap_or("?")
+    );
+    println!("{:<40} {:>6} {:>10} {:>10} {:>5} {:>7}", "testcase", "size", "old", "new", "unit", "new/old");
+    let (mut matched, mut slower) = (0, 0);
+    for n in new {
+        let k = key(n);
+        let Some(o) = olds.iter().find(|o| key(o) == k) else { continue };
+        let (Some((fo, more, unit)), Some((fnew, _, _))) = (figure(o), figure(n)) else { continue };
+        if fo <= 0.0 {
+            continue;
+        }
+        matched += 1;
+        let ratio = fnew / fo;
+        let v = verdict(ratio, more);
+        slower += (v == "SLOWER") as usize;
+        let shaky = if o["unstable"] == true || n["unstable"] == true { " (unstable)" } else { "" };
+        let mut name = if k.0 == "vulkan" { k.1.clone() } else { format!("{}:{}", k.0, k.1) };
+        if !k.3.is_empty() {
+            name += &format!(" [{}]", k.3);
+        }
+        println!("{:<40} {:>6} {:>10.3} {:>10.3} {:>5} {:>6.2}x  {v}{shaky}", name, size_label(k.2), fo, fnew, unit, ratio);
+    }
+    let only_new = new.iter().filter(|n| !olds.iter().any(|o| key(o) == key(n))).count();
+    let only_old = olds.iter().filter(|o| !new.iter().any(|n| key(n) == key(o))).count();
+    println!(
+        "{matched} point(s) compared, {slower} slower by over {:.0}%; {only_new} only in this run, {only_old} only in the old one",
+        NOISE * 100.0
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_know_which_way_is_better() {
+        assert_eq!(verdict(0.8, true), "SLOWER");
+        assert_eq!(verdict(1.2, true), "faster");
+        assert_eq!(verdict(1.05, true), "");
+        // Times: more is worse.
+        assert_eq!(verdict(1.25, false), "SLOWER");
+        assert_eq!(verdict(0.8, false), "faster");
+    }
+}

@@ -1,0 +1,52 @@
+//! `latency_host_to_device`, `latency_device_to_host`: one synchronous copy from or to pinned
+//! memory at small sizes, where the submission and the wait, not the bus, set the time.
+
+use super::testcase::LATENCY_SIZES;
+use super::{measure, point, point::pattern, Ctx, DirKind};
+use crate::devices::anyhow_free::Result;
+use crate::stats::size_label;
+use vkhost::PinnedBuffer;
+
+/// At least this many timed copies per size: each takes microseconds, and a median of few is
+/// noise.
+const MIN_ITERS: usize = 50;
+
+pub(super) fn latency(cx: &mut Ctx, dirs: &[DirKind]) -> Result<()> {
+    let max = *LATENCY_SIZES.iter().max().unwrap_or(&4096) as usize;
+    let dev = cx.dev.clone();
+    let mut host = PinnedBuffer::new(&dev, max)?;
+    let dbuf = dev.alloc_buffer(max)?;
+    for &size in &LATENCY_SIZES {
+        for &dir in dirs {
+            if super::interrupted() {
+                return Ok(());
+            }
+            let what = format!("latency {} {}", dir.name(), size_label(size));
+            cx.pb.set_message(what.clone());
+            let n = size as usize;
+            let mut want = vec![0u8; n];
+            pattern(&mut want, size ^ 0x1A7 ^ (dir as u64) << 32);
+            let mut got = vec![0u8; n];
+            if dir == DirKind::H2d {
+                host[..n].copy_from_slice(&want);
+                dbuf.write(0, &host[..n])?;
+                dbuf.read(0, &mut got)?;
+            } else {
+                dbuf.write(0, &want)?;
+                host[..n].fill(0);
+                dbuf.read(0, &mut host[..n])?;
+                got.copy_from_slice(&host[..n]);
+            }
+            let ok = cx.check(&what, &got, &want);
+            let iters = cx.iters.max(MIN_ITERS);
+            let s = match dir {
+                DirKind::H2d => measure(iters, cx.budget, || Ok(dbuf.write(0, &host[..n])?))?,
+                _ => measure(iters, cx.budget, || Ok(dbuf.read(0, &mut host[..n])?))?,
+            };
+            let mut p = point("vulkan", "latency", "pinned", dir.name(), size, size, s);
+            p.verified = Some(ok);
+            cx.push(p);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,181 @@
+//! Named testcases in nvbandwidth's spirit: `--list` prints them, `-t` selects them.
+//!
+//! A testcase names one measurement, whatever sizes it is swept over: `host_to_device_ce` is
+//! pinned memory copied by the device's copy queue (the copy engine, "ce", as nvbandwidth says),
+//! `_registered_ce` and `_pageable_ce` the other ways a user hands memory over, `_bar` a CPU
+//! memcpy through the mapped BAR window. Pure data and pure selection: no Vulkan here.
+
+use super::{DirKind, PathKind};
+
+/// What a testcase runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// Synchronous copies over the size sweep on one path and direction.
+    Copy(PathKind, DirKind),
+    /// Synchronous pinned copies at `LATENCY_SIZES`, reported in µs.
+    Latency(DirKind),
+    /// 1000 async 4 KiB copies plus one synchronize, against 1000 synchronous ones.
+    SmallAsync { scattered: bool },
+    /// register/unregister, alloc/free pinned per size, and `find`.
+    Costs,
+}
+
+#[derive(Debug)]
+pub struct Testcase {
+    pub name: &'static str,
+    pub work: Work,
+    pub about: &'static str,
+}
+
+/// The sizes of the latency testcases: small enough that fixed costs dominate.
+pub const LATENCY_SIZES: [u64; 4] = [256, 4 << 10, 16 << 10, 64 << 10];
+
+use DirKind::{Bidir, D2h, H2d};
+use PathKind::{Bar, Pageable, Pinned, Registered};
+
+/// Every testcase, in the order a run measures them.
+pub const TESTCASES: &[Testcase] = &[
+    Testcase { name: "host_to_device_ce", work: Work::Copy(Pinned, H2d), about: "pinned host memory to device, copy queue" },
+    Testcase { name: "device_to_host_ce", work: Work::Copy(Pinned, D2h), about: "device to pinned host memory, copy queue" },
+    Testcase { name: "bidir_ce", work: Work::Copy(Pinned, Bidir), about: "both directions at once on two queues, pinned (sum reported)" },
+    Testcase {
+        name: "host_to_device_registered_ce",
+        work: Work::Copy(Registered, H2d),
+        about: "the user's page-aligned allocation, registered, to device",
+    },
+    Testcase {
+        name: "device_to_host_registered_ce",
+        work: Work::Copy(Registered, D2h),
+        about: "device to the user's registered allocation",
+    },
+    Testcase {
+        name: "bidir_registered_ce",
+        work: Work::Copy(Registered, Bidir),
+        about: "both directions at once, registered memory (sum reported)",
+    },
+    Testcase {
+        name: "host_to_device_pageable_ce",
+        work: Work::Copy(Pageable, H2d),
+        about: "a plain Vec to device through the default path (staged)",
+    },
+    Testcase { name: "device_to_host_pageable_ce", work: Work::Copy(Pageable, D2h), about: "device to a plain Vec (staged)" },
+    Testcase {
+        name: "bidir_pageable_ce",
+        work: Work::Copy(Pageable, Bidir),
+        about: "both directions at once, pageable (staged; sum reported)",
+    },
+    Testcase { name: "host_to_device_bar", work: Work::Copy(Bar, H2d), about: "CPU memcpy into mapped DEVICE_LOCAL|HOST_VISIBLE memory" },
+    Testcase {
+        name: "device_to_host_bar",
+        work: Work::Copy(Bar, D2h),
+        about: "CPU memcpy out of the BAR window (reads capped by --bar-read-cap)",
+    },
+    Testcase {
+        name: "latency_host_to_device",
+        work: Work::Latency(H2d),
+        about: "one synchronous pinned copy to device, 256 B to 64 KiB, in us",
+    },
+    Testcase {
+        name: "latency_device_to_host",
+        work: Work::Latency(D2h),
+        about: "one synchronous pinned copy to host, 256 B to 64 KiB, in us",
+    },
+    Testcase {
+        name: "small_async",
+        work: Work::SmallAsync { scattered: false },
+        about: "1000 async 4 KiB copies to consecutive offsets + synchronize, vs synchronous",
+    },
+    Testcase {
+        name: "small_async_scattered",
+        work: Work::SmallAsync { scattered: true },
+        about: "the same to scattered offsets (nothing merges), vs synchronous",
+    },
+    Testcase { name: "costs", work: Work::Costs, about: "register/unregister, alloc/free pinned per size; find at 1, 100, 10 000" },
+];
+
+/// The testcase that measures a point, from the point's kind, path and direction. CUDA's
+/// points map to the testcase they compare with ("pinned" to `_ce`, "pageable" to
+/// `_pageable_ce`).
+pub fn testcase_of(kind: &str, path: &str, dir: &str) -> &'static str {
+    match kind {
+        "cost" | "find" => "costs",
+        "small-async" if dir.ends_with("scattered") => "small_async_scattered",
+        "small-async" => "small_async",
+        "latency" if dir == "d2h" => "latency_device_to_host",
+        "latency" => "latency_host_to_device",
+        _ => TESTCASES
+            .iter()
+            .find(|t| matches!(t.work, Work::Copy(p, d) if p.name() == path && d.name() == dir))
+            .map(|t| t.name)
+            .unwrap_or("unknown"),
+    }
+}
+
+/// Resolves `-t` names: an exact name selects that testcase, anything else selects every
+/// testcase it is a prefix of. The result keeps `TESTCASES`' order, without duplicates. An
+/// empty list selects everything.
+pub fn select(names: &[String]) -> Result<Vec<&'static Testcase>, String> {
+    if names.is_empty() {
+        return Ok(TESTCASES.iter().collect());
+    }
+    let mut on = vec![false; TESTCASES.len()];
+    for n in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        let exact = TESTCASES.iter().position(|t| t.name == n);
+        let hits: Vec<usize> = match exact {
+            Some(i) => vec![i],
+            None => (0..TESTCASES.len()).filter(|&i| TESTCASES[i].name.starts_with(n)).collect(),
+        };
+        if hits.is_empty() {
+            let valid: Vec<&str> = TESTCASES.iter().map(|t| t.name).collect();
+            return Err(format!("unknown testcase {n:?}; valid testcases (or a prefix of them): {}", valid.join(", ")));
+        }
+        for i in hits {
+            on[i] = true;
+        }
+    }
+    Ok(TESTCASES.iter().zip(on).filter(|(_, on)| *on).map(|(t, _)| t).collect())
+}
+
+/// `--list`: one line per testcase.
+pub fn list() -> String {
+    let w = TESTCASES.iter().map(|t| t.name.len()).max().unwrap_or(0);
+    TESTCASES.iter().map(|t| format!("{:<w$}  {}\n", t.name, t.about)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: &[&Testcase]) -> Vec<&'static str> {
+        v.iter().map(|t| t.name).collect()
+    }
+
+    #[test]
+    fn exact_prefix_and_unknown() {
+        assert_eq!(select(&[]).unwrap().len(), TESTCASES.len());
+        assert_eq!(names(&select(&["small_async".into()]).unwrap()), ["small_async"]);
+        assert_eq!(names(&select(&["small".into()]).unwrap()), ["small_async", "small_async_scattered"]);
+        assert_eq!(
+            names(&select(&["host_to_device".into()]).unwrap()),
+            ["host_to_device_ce", "host_to_device_registered_ce", "host_to_device_pageable_ce", "host_to_device_bar"]
+        );
+        // Order is the table's, duplicates collapse.
+        assert_eq!(names(&select(&["costs".into(), "bidir_ce".into(), "bidir_ce".into()]).unwrap()), ["bidir_ce", "costs"]);
+        let e = select(&["nope".into()]).unwrap_err();
+        assert!(e.contains("nope") && e.contains("host_to_device_ce") && e.contains("costs"), "{e}");
+    }
+
+    #[test]
+    fn names_are_unique_and_points_map_back() {
+        for (i, t) in TESTCASES.iter().enumerate() {
+            assert!(TESTCASES[..i].iter().all(|u| u.name != t.name), "{}", t.name);
+            if let Work::Copy(p, d) = t.work {
+                assert_eq!(testcase_of("copy", p.name(), d.name()), t.name);
+            }
+        }
+        assert_eq!(testcase_of("small-async", "pinned", "sync-scattered"), "small_async_scattered");
+        assert_eq!(testcase_of("latency", "pinned", "d2h"), "latency_device_to_host");
+        assert_eq!(testcase_of("find", "registered", "find"), "costs");
+        assert!(list().lines().count() == TESTCASES.len() && list().contains("bidir_pageable_ce"));
+    }
+}
