@@ -355,8 +355,7 @@ pub unsafe extern "C" fn vkhost_device_from_vulkan(
         let entry = if r.get_instance_proc_addr.is_null() {
             // SAFETY: loading libvulkan.so.1 runs its initialisers; vkhost itself keeps the
             // loader loaded for the life of the process, so this only takes another reference.
-            unsafe { vkhost::ash::Entry::load() }
-                .map_err(|e| Fail::Lib(vkhost::Error::LoaderMissing { reason: e.to_string() }))?
+            unsafe { vkhost::ash::Entry::load() }.map_err(|e| Fail::Lib(vkhost::Error::LoaderMissing { reason: e.to_string() }))?
         } else {
             // SAFETY: the caller passes a PFN_vkGetInstanceProcAddr, which has this signature.
             let gipa: vk::PFN_vkGetInstanceProcAddr = unsafe { std::mem::transmute(r.get_instance_proc_addr) };

@@ -49,7 +49,12 @@ pub struct vkhost_host_stats {
 
 impl From<HostStats> for vkhost_host_stats {
     fn from(s: HostStats) -> Self {
-        vkhost_host_stats { direct_bytes: s.direct_bytes, staged_bytes: s.staged_bytes, live_imports: s.live_imports, live_pinned: s.live_pinned }
+        vkhost_host_stats {
+            direct_bytes: s.direct_bytes,
+            staged_bytes: s.staged_bytes,
+            live_imports: s.live_imports,
+            live_pinned: s.live_pinned,
+        }
     }
 }
 

@@ -252,10 +252,7 @@ pub extern "C" fn vkhost_last_error_message() -> *const c_char {
 /// `"VKHOST_UNKNOWN_STATUS"` for a value that is not a `vkhost_status`.
 #[no_mangle]
 pub extern "C" fn vkhost_status_name(status: i32) -> *const c_char {
-    vkhost_status::ALL
-        .iter()
-        .find(|s| **s as i32 == status)
-        .map_or(c"VKHOST_UNKNOWN_STATUS".as_ptr(), |s| s.name().as_ptr())
+    vkhost_status::ALL.iter().find(|s| **s as i32 == status).map_or(c"VKHOST_UNKNOWN_STATUS".as_ptr(), |s| s.name().as_ptr())
 }
 
 #[cfg(test)]

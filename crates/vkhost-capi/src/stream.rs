@@ -21,7 +21,11 @@ pub struct vkhost_event {
 /// # Safety
 /// `device` must be NULL or a live handle; `stream` NULL or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn vkhost_stream_create(device: *const vkhost_device, queue_kind: u32, stream: *mut *mut vkhost_stream) -> vkhost_status {
+pub unsafe extern "C" fn vkhost_stream_create(
+    device: *const vkhost_device,
+    queue_kind: u32,
+    stream: *mut *mut vkhost_stream,
+) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
         let d = unsafe { arg(device, "device") }?;

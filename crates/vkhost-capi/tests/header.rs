@@ -7,11 +7,8 @@ use std::path::Path;
 fn header_matches_a_fresh_generation() {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml");
-    let bindings = cbindgen::Builder::new()
-        .with_crate(crate_dir)
-        .with_config(config)
-        .generate()
-        .expect("cbindgen could not generate the header");
+    let bindings =
+        cbindgen::Builder::new().with_crate(crate_dir).with_config(config).generate().expect("cbindgen could not generate the header");
     let mut fresh = Vec::new();
     bindings.write(&mut fresh);
     let header = crate_dir.join("../../include/vkhost.h");
