@@ -4,10 +4,10 @@
  * Vulkan handles, and teardown tombstones. Run by `make capi-test` (also under valgrind) with
  * the validation layer on; exits non-zero on any failure or validation error.
  *
- * Statuses that need a failing driver (LOADER_MISSING, OUT_OF_HOST_MEMORY, OUT_OF_DEVICE_MEMORY,
- * DEVICE_LOST, VULKAN)
- * or a safe Rust guard (OWNED_BY_GUARD, BUSY), and INTERNAL (a panic), are not reachable here;
- * the test lists what it saw.
+ * Not reachable here: the statuses of a failing driver (OUT_OF_HOST_MEMORY, OUT_OF_DEVICE_MEMORY,
+ * DEVICE_LOST, VULKAN: crates/vkhost-capi/tests/faults.rs reaches them through this ABI by fault
+ * injection), LOADER_MISSING, those of safe Rust guards (OWNED_BY_GUARD, BUSY), and INTERNAL (a
+ * caught panic: a unit test in crates/vkhost-capi/src/lib.rs). The test lists what it saw.
  */
 #include "vkhost.h"
 
