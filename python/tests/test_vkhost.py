@@ -75,7 +75,7 @@ def test_pinned_array_is_numpy_over_pinned_memory(dev: vkhost.Device) -> None:
     live = dev.stats().live_pinned
     p = dev.pinned((4, 1024), np.float32)
     assert isinstance(p, vkhost.PinnedArray) and isinstance(p, np.ndarray)
-    assert p.shape == (4, 1024) and p.dtype == np.float32 and p.device is dev
+    assert p.shape == (4, 1024) and p.dtype == np.float32 and p.vkhost_device is dev
     assert dev.stats().live_pinned == live + 1
     p[:] = np.arange(4096, dtype=np.float32).reshape(4, 1024)
     buf = dev.alloc_buffer(p.nbytes)

@@ -479,8 +479,8 @@ class PinnedArray(np.ndarray):
         return b if isinstance(b, _PinnedBlock) else None
 
     @property
-    def device(self) -> Device | None:
-        """The device the memory is pinned for."""
+    def vkhost_device(self) -> Device | None:
+        """The device the memory is pinned for (not ``device``: NumPy's array-API attribute)."""
         b = self.block
         return b.device if b is not None else None
 
@@ -568,6 +568,7 @@ class Stream:
         """An event at the current end of the stream."""
         h = c_void_p()
         _check(lib.vkhost_stream_record(self._handle(), byref(h)))
+        assert h.value is not None
         return Event(h.value, self)
 
     def wait_event(self, event: Event) -> None:

@@ -85,7 +85,7 @@ _P = c_void_p  # opaque handles
 _S = c_int  # vkhost_status
 
 # name: (argtypes, restype); every function of the header.
-_SIGNATURES: dict[str, tuple[list, object]] = {
+_SIGNATURES: dict[str, tuple[list[object], object]] = {
     "vkhost_last_error_message": ([], c_char_p),
     "vkhost_status_name": ([c_int32], c_char_p),
     "vkhost_device_count": ([POINTER(c_size_t)], _S),
