@@ -6,7 +6,7 @@
 
 CARGO ?= cargo
 
-.PHONY: run test setup build devices check fmt clippy bench-full memcheck
+.PHONY: run test setup build devices check fmt clippy bench-full memcheck capi-test
 
 setup:
 	@bash scripts/setup
@@ -51,3 +51,10 @@ test: setup fmt clippy
 # subset without the large copies, stress and model tests.
 memcheck: setup
 	bash scripts/memcheck full
+
+# The C ABI (crates/vkhost-capi, include/vkhost.h) and the Python package (python/): builds
+# libvkhost_capi.so, checks the header for drift, runs the C test (also under valgrind) and the
+# C example, pip-installs ./python into a venv and runs pytest and the Python example; about 2
+# minutes on 2 cores. See scripts/capi-test.
+capi-test: setup
+	bash scripts/capi-test

@@ -1,0 +1,549 @@
+//! Devices: enumeration, opening (by index, by default, over a caller's Vulkan handles),
+//! destroy (tombstones) and release (the handle), facts, validation counts.
+
+use crate::{arg, ffi, out, vkhost_status, Fail, Res};
+use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use vkhost::ash::vk::{self, Handle};
+use vkhost::{Device, DeviceInfo, DeviceType, ImportPolicy, OpenOptions, Ownership, QueueKind, RawDevice};
+
+/// An open device (opaque). Made by the `vkhost_device_open*` functions and
+/// `vkhost_device_from_vulkan`; freed by `vkhost_device_release`.
+pub struct vkhost_device {
+    pub(crate) dev: Device,
+}
+
+/// The kind of a physical device.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum vkhost_device_type {
+    /// A separate GPU.
+    VKHOST_DEVICE_DISCRETE = 0,
+    /// A GPU sharing the CPU's memory.
+    VKHOST_DEVICE_INTEGRATED = 1,
+    /// A virtualized GPU.
+    VKHOST_DEVICE_VIRTUAL = 2,
+    /// Runs on the CPU (lavapipe).
+    VKHOST_DEVICE_CPU = 3,
+    /// Anything else.
+    VKHOST_DEVICE_OTHER = 4,
+}
+
+/// Length of the string fields of `vkhost_device_info`, NUL included.
+pub const VKHOST_NAME_LEN: usize = 256;
+
+/// What a physical device is and offers (`vkhost_device_enumerate`, `vkhost_device_get_info`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct vkhost_device_info {
+    /// Index in the loader's enumeration order, as `vkhost_device_open` takes it.
+    pub index: usize,
+    /// VkPhysicalDeviceProperties::deviceName, NUL-terminated (truncated if longer).
+    pub name: [c_char; VKHOST_NAME_LEN],
+    /// VkPhysicalDeviceDriverProperties::driverName, NUL-terminated; empty before Vulkan 1.2.
+    pub driver_name: [c_char; VKHOST_NAME_LEN],
+    /// The kind of device.
+    pub device_type: vkhost_device_type,
+    /// PCI vendor id (0x10de NVIDIA, 0x1002 AMD, 0x10005 Mesa).
+    pub vendor_id: u32,
+    /// Vendor-specific device id.
+    pub device_id: u32,
+    /// Vulkan version the device supports: major.
+    pub api_major: u32,
+    /// Vulkan version: minor.
+    pub api_minor: u32,
+    /// Vulkan version: patch.
+    pub api_patch: u32,
+    /// minImportedHostPointerAlignment when VK_EXT_external_memory_host is offered, else 0.
+    pub host_import_alignment: usize,
+    /// maxMemoryAllocationSize.
+    pub max_memory_allocation_size: u64,
+    /// Whether timeline semaphores (needed by streams) are supported.
+    pub timeline_semaphore: bool,
+}
+
+fn fill_name(dst: &mut [c_char; VKHOST_NAME_LEN], s: &str) {
+    let bytes = s.as_bytes();
+    let n = bytes.len().min(VKHOST_NAME_LEN - 1);
+    for (d, &b) in dst.iter_mut().zip(&bytes[..n]) {
+        *d = b as c_char;
+    }
+    dst[n..].fill(0);
+}
+
+impl From<&DeviceInfo> for vkhost_device_info {
+    fn from(i: &DeviceInfo) -> Self {
+        let mut o = vkhost_device_info {
+            index: i.index,
+            name: [0; VKHOST_NAME_LEN],
+            driver_name: [0; VKHOST_NAME_LEN],
+            device_type: match i.device_type {
+                DeviceType::Discrete => vkhost_device_type::VKHOST_DEVICE_DISCRETE,
+                DeviceType::Integrated => vkhost_device_type::VKHOST_DEVICE_INTEGRATED,
+                DeviceType::Virtual => vkhost_device_type::VKHOST_DEVICE_VIRTUAL,
+                DeviceType::Cpu => vkhost_device_type::VKHOST_DEVICE_CPU,
+                DeviceType::Other => vkhost_device_type::VKHOST_DEVICE_OTHER,
+            },
+            vendor_id: i.vendor_id,
+            device_id: i.device_id,
+            api_major: i.api_version.major,
+            api_minor: i.api_version.minor,
+            api_patch: i.api_version.patch,
+            host_import_alignment: i.host_import_alignment.unwrap_or(0),
+            max_memory_allocation_size: i.max_memory_allocation_size,
+            timeline_semaphore: i.timeline_semaphore,
+        };
+        fill_name(&mut o.name, &i.name);
+        fill_name(&mut o.driver_name, &i.driver_name);
+        o
+    }
+}
+
+/// `vkhost_open_options::import_policy`: import host memory where the device can (default).
+pub const VKHOST_IMPORT_AUTO: u32 = 0;
+/// `vkhost_open_options::import_policy`: never import; `vkhost_register` is
+/// `VKHOST_UNSUPPORTED` and copies stage.
+pub const VKHOST_IMPORT_NEVER: u32 = 1;
+/// A queue kind (`vkhost_open_options::copy_queue`, `vkhost_stream_create`): the copy engines
+/// where the device has them, else the compute queue.
+pub const VKHOST_QUEUE_COPY: u32 = 0;
+/// A queue kind: the compute queue.
+pub const VKHOST_QUEUE_COMPUTE: u32 = 1;
+/// `vkhost_raw_device::copy_family` when there is no copy-engine family.
+pub const VKHOST_NO_FAMILY: u32 = u32::MAX;
+
+/// Options for `vkhost_device_open_with` and `vkhost_device_from_vulkan`. Start from
+/// `vkhost_open_options_default`, which reads the environment (`VKHOST_VALIDATION`,
+/// `VKHOST_IMPORT`, `VKHOST_COPY_QUEUE`) as the Rust defaults do.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct vkhost_open_options {
+    /// Nonzero: enable the Khronos validation layer and count its errors.
+    pub validation: u32,
+    /// `VKHOST_IMPORT_AUTO` or `VKHOST_IMPORT_NEVER`.
+    pub import_policy: u32,
+    /// The queue synchronous copies use: `VKHOST_QUEUE_COPY` or `VKHOST_QUEUE_COMPUTE`.
+    pub copy_queue: u32,
+    /// Bytes per staging chunk: at least 4096 and a multiple of it (default 16 MiB).
+    pub staging_chunk: usize,
+    /// Staging chunks in flight, 2..=16 (default 3).
+    pub staging_slots: usize,
+}
+
+impl From<&OpenOptions> for vkhost_open_options {
+    fn from(o: &OpenOptions) -> Self {
+        vkhost_open_options {
+            validation: o.validation as u32,
+            import_policy: if o.import == ImportPolicy::Never { VKHOST_IMPORT_NEVER } else { VKHOST_IMPORT_AUTO },
+            copy_queue: if o.copy_queue == QueueKind::Compute { VKHOST_QUEUE_COMPUTE } else { VKHOST_QUEUE_COPY },
+            staging_chunk: o.staging_chunk,
+            staging_slots: o.staging_slots,
+        }
+    }
+}
+
+pub(crate) fn queue_kind(k: u32, what: &str) -> Res<QueueKind> {
+    match k {
+        VKHOST_QUEUE_COPY => Ok(QueueKind::Copy),
+        VKHOST_QUEUE_COMPUTE => Ok(QueueKind::Compute),
+        k => Err(vkhost::Error::InvalidArgument { reason: format!("{what} = {k}: not a VKHOST_QUEUE_* value") }.into()),
+    }
+}
+
+impl vkhost_open_options {
+    fn to_rust(self) -> Res<OpenOptions> {
+        let import = match self.import_policy {
+            VKHOST_IMPORT_AUTO => ImportPolicy::Auto,
+            VKHOST_IMPORT_NEVER => ImportPolicy::Never,
+            p => {
+                let reason = format!("import_policy = {p}: not a VKHOST_IMPORT_* value");
+                return Err(vkhost::Error::InvalidArgument { reason }.into());
+            }
+        };
+        Ok(OpenOptions {
+            import,
+            validation: self.validation != 0,
+            staging_chunk: self.staging_chunk,
+            staging_slots: self.staging_slots,
+            copy_queue: queue_kind(self.copy_queue, "copy_queue")?,
+        })
+    }
+}
+
+/// A device's Vulkan handles, for interop both ways: `vkhost_device_raw` fills it from a vkhost
+/// device; `vkhost_device_from_vulkan` wraps a device described by it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct vkhost_raw_device {
+    /// The loader's `vkGetInstanceProcAddr` (a `PFN_vkGetInstanceProcAddr`), or NULL to use
+    /// libvulkan.so.1's.
+    pub get_instance_proc_addr: *const c_void,
+    /// The `VkInstance`.
+    pub instance: *mut c_void,
+    /// The `VkPhysicalDevice` the device was created from.
+    pub physical_device: *mut c_void,
+    /// The `VkDevice`.
+    pub device: *mut c_void,
+    /// A queue family with COMPUTE.
+    pub compute_family: u32,
+    /// The queue of `compute_family` vkhost may submit to.
+    pub compute_queue_index: u32,
+    /// A transfer-only family (copy engines), or `VKHOST_NO_FAMILY`.
+    pub copy_family: u32,
+    /// How many entries of `copy_queue_indices` are used (0..=4; 0 without a copy family).
+    pub copy_queue_count: u32,
+    /// Queues of `copy_family` vkhost may submit to.
+    pub copy_queue_indices: [u32; 4],
+    /// Nonzero if VK_EXT_external_memory_host was enabled on the device (else registration is
+    /// unsupported and copies stage).
+    pub external_memory_host: u32,
+}
+
+/// Handles opened through this ABI (for the process-wide validation count) and the errors of
+/// those already released.
+static OPEN: Mutex<Vec<Device>> = Mutex::new(Vec::new());
+static RETIRED_ERRORS: AtomicU64 = AtomicU64::new(0);
+
+fn open_list() -> std::sync::MutexGuard<'static, Vec<Device>> {
+    OPEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn hand_out(dev: Device, o: crate::Out<*mut vkhost_device>) {
+    open_list().push(dev.clone());
+    // SAFETY: `o` was checked non-NULL; the caller passed a writable `vkhost_device**`.
+    unsafe { o.put(Box::into_raw(Box::new(vkhost_device { dev }))) }
+}
+
+/// Stores the number of physical devices in `*count`.
+///
+/// # Safety
+/// `count` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_device_count(count: *mut usize) -> vkhost_status {
+    ffi(|| {
+        let o = out(count, "count")?;
+        let n = vkhost::devices()?.len();
+        // SAFETY: forwarded contract.
+        unsafe { o.put(n) };
+        Ok(())
+    })
+}
+
+/// Describes physical device `index` into `*info`. `VKHOST_NO_DEVICE` past the last device.
+///
+/// # Safety
+/// `info` must be NULL or valid for a write of `vkhost_device_info`.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_device_enumerate(index: usize, info: *mut vkhost_device_info) -> vkhost_status {
+    ffi(|| {
+        let o = out(info, "info")?;
+        let all = vkhost::devices()?;
+        let i = all.get(index).ok_or(vkhost::Error::NoDevice)?;
+        // SAFETY: forwarded contract.
+        unsafe { o.put(i.into()) };
+        Ok(())
+    })
+}
+
+/// Fills `*options` with the defaults (which read `VKHOST_VALIDATION`, `VKHOST_IMPORT` and
+/// `VKHOST_COPY_QUEUE`).
+///
+/// # Safety
+/// `options` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_open_options_default(options: *mut vkhost_open_options) -> vkhost_status {
+    ffi(|| {
+        let o = out(options, "options")?;
+        // SAFETY: forwarded contract.
+        unsafe { o.put((&OpenOptions::default()).into()) };
+        Ok(())
+    })
+}
+
+/// Opens physical device `index` with default options. `VKHOST_NO_DEVICE` if there is none.
+///
+/// # Safety
+/// `device` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_device_open(index: usize, device: *mut *mut vkhost_device) -> vkhost_status {
+    ffi(|| {
+        let o = out(device, "device")?;
+        hand_out(Device::open(index)?, o);
+        Ok(())
+    })
+}
+
+/// Opens the preferred device (discrete > integrated > virtual > cpu; `VKHOST_DEVICE=<index>`
+/// overrides) with default options.
+///
+/// # Safety
+/// `device` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_device_open_default(device: *mut *mut vkhost_device) -> vkhost_status {
+    ffi(|| {
+        let o = out(device, "device")?;
+        hand_out(Device::open_default()?, o);
+        Ok(())
+    })
+}
+
+/// `vkhost_device_open_with`'s index for "the preferred device" (as `vkhost_device_open_default`).
+/// In the header as `#define VKHOST_DEFAULT_DEVICE SIZE_MAX` (cbindgen.toml: cbindgen cannot
+/// spell `usize::MAX`).
+pub const VKHOST_DEFAULT_DEVICE: usize = usize::MAX;
+
+/// Opens physical device `index` (or the preferred one for `VKHOST_DEFAULT_DEVICE`) with
+/// `*options`. Options that fail validation are `VKHOST_INVALID_ARGUMENT`, before anything is
+/// created.
+///
+/// # Safety
+/// `options` must be NULL or point to a `vkhost_open_options`; `device` NULL or valid for a
+/// write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_device_open_with(
+    index: usize,
+    options: *const vkhost_open_options,
+    device: *mut *mut vkhost_device,
+) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let opts = unsafe { arg(options, "options") }?.to_rust()?;
+        let o = out(device, "device")?;
+        let dev = if index == VKHOST_DEFAULT_DEVICE { Device::open_default_with(&opts)? } else { Device::open_with(index, &opts)? };
+        hand_out(dev, o);
+        Ok(())
+    })
+}
+
+/// Wraps a VkDevice created elsewhere (see the Rust `Device::from_raw` for the requirements on
+/// its queues and features). `owned` nonzero: vkhost destroys the VkDevice and the VkInstance
+/// at `vkhost_device_destroy` (or when the last handle goes); zero: the caller destroys them,
+/// after `vkhost_device_destroy` returned. `options` may be NULL (defaults).
+///
+/// # Safety
+/// `raw` must point to a `vkhost_raw_device` whose handles are valid and stay valid until
+/// vkhost's destroy returns; the caller must not submit to the named queues while vkhost may.
+/// `options` NULL or valid; `device` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_device_from_vulkan(
+    raw: *const vkhost_raw_device,
+    owned: u32,
+    options: *const vkhost_open_options,
+    device: *mut *mut vkhost_device,
+) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let r = *unsafe { arg(raw, "raw") }?;
+        let o = out(device, "device")?;
+        let opts = if options.is_null() {
+            OpenOptions::default()
+        } else {
+            // SAFETY: non-NULL, forwarded contract.
+            unsafe { &*options }.to_rust()?
+        };
+        let invalid = |reason: &str| Fail::Lib(vkhost::Error::InvalidArgument { reason: reason.into() });
+        if r.instance.is_null() || r.physical_device.is_null() || r.device.is_null() {
+            return Err(invalid("raw: instance, physical_device and device must be non-NULL"));
+        }
+        if r.copy_queue_count as usize > r.copy_queue_indices.len() {
+            return Err(invalid("raw: copy_queue_count is more than 4"));
+        }
+        if (r.copy_family == VKHOST_NO_FAMILY) != (r.copy_queue_count == 0) {
+            return Err(invalid("raw: copy_queue_count must be 0 exactly when copy_family is VKHOST_NO_FAMILY"));
+        }
+        let entry = if r.get_instance_proc_addr.is_null() {
+            // SAFETY: loading libvulkan.so.1 runs its initialisers; vkhost itself keeps the
+            // loader loaded for the life of the process, so this only takes another reference.
+            unsafe { vkhost::ash::Entry::load() }.map_err(|e| Fail::Lib(vkhost::Error::LoaderMissing { reason: e.to_string() }))?
+        } else {
+            // SAFETY: the caller passes a PFN_vkGetInstanceProcAddr, which has this signature.
+            let gipa: vk::PFN_vkGetInstanceProcAddr = unsafe { std::mem::transmute(r.get_instance_proc_addr) };
+            // SAFETY: a valid loader entry point per the contract.
+            unsafe { vkhost::ash::Entry::from_static_fn(vkhost::ash::StaticFn { get_instance_proc_addr: gipa }) }
+        };
+        let instance_handle = vk::Instance::from_raw(r.instance as u64);
+        // SAFETY: a valid VkInstance created through this loader, per the contract.
+        let instance = unsafe { vkhost::ash::Instance::load(entry.static_fn(), instance_handle) };
+        // SAFETY: a valid VkDevice created from that instance, per the contract.
+        let dev = unsafe { vkhost::ash::Device::load(instance.fp_v1_0(), vk::Device::from_raw(r.device as u64)) };
+        let rd = RawDevice {
+            entry,
+            instance,
+            physical_device: vk::PhysicalDevice::from_raw(r.physical_device as u64),
+            device: dev,
+            compute_family: r.compute_family,
+            compute_queue_index: r.compute_queue_index,
+            copy_family: (r.copy_family != VKHOST_NO_FAMILY).then_some(r.copy_family),
+            copy_queue_indices: r.copy_queue_indices[..r.copy_queue_count as usize].to_vec(),
+        };
+        let ownership = if owned != 0 { Ownership::Owned } else { Ownership::Borrowed };
+        // SAFETY: forwarded contract (valid handles, queues not used concurrently, the
+        // extension flag tells the truth).
+        let d = unsafe { Device::from_raw(rd, ownership, r.external_memory_host != 0, &opts) }?;
+        hand_out(d, o);
+        Ok(())
+    })
+}
+
+/// Fills `*raw` with the device's Vulkan handles, for building pipelines on the same device or
+/// wrapping it again with `vkhost_device_from_vulkan`. They are valid until the device is
+/// destroyed. `VKHOST_DEVICE_DESTROYED` after `vkhost_device_destroy`.
+///
+/// # Safety
+/// `device` must be NULL or a live handle; `raw` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_device_raw(device: *const vkhost_device, raw: *mut vkhost_raw_device) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let d = unsafe { arg(device, "device") }?;
+        let o = out(raw, "raw")?;
+        let r = d.dev.raw()?;
+        let mut idx = [0u32; 4];
+        let n = r.copy_queue_indices.len().min(4);
+        idx[..n].copy_from_slice(&r.copy_queue_indices[..n]);
+        let v = vkhost_raw_device {
+            get_instance_proc_addr: r.entry.static_fn().get_instance_proc_addr as *const c_void,
+            instance: r.instance.handle().as_raw() as *mut c_void,
+            physical_device: r.physical_device.as_raw() as *mut c_void,
+            device: r.device.handle().as_raw() as *mut c_void,
+            compute_family: r.compute_family,
+            compute_queue_index: r.compute_queue_index,
+            copy_family: r.copy_family.unwrap_or(VKHOST_NO_FAMILY),
+            copy_queue_count: n as u32,
+            copy_queue_indices: idx,
+            external_memory_host: d.dev.info().host_import_alignment.is_some() as u32,
+        };
+        // SAFETY: forwarded contract.
+        unsafe { o.put(v) };
+        Ok(())
+    })
+}
+
+/// Describes the device's physical device into `*info` (works after destroy too).
+///
+/// # Safety
+/// `device` must be NULL or a live handle; `info` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_device_get_info(device: *const vkhost_device, info: *mut vkhost_device_info) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let d = unsafe { arg(device, "device") }?;
+        let o = out(info, "info")?;
+        // SAFETY: forwarded contract.
+        unsafe { o.put(d.dev.info().into()) };
+        Ok(())
+    })
+}
+
+/// Whether host registration works on this device: `VKHOST_OK` with the import granule (bytes
+/// a registration is rounded out to) in `*granule`, or `VKHOST_UNSUPPORTED` with the reason
+/// (no VK_EXT_external_memory_host, the import probe at open failed, or the policy is never).
+///
+/// # Safety
+/// `device` must be NULL or a live handle; `granule` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_device_registration(device: *const vkhost_device, granule: *mut usize) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let d = unsafe { arg(device, "device") }?;
+        let o = out(granule, "granule")?;
+        if d.dev.options().import == ImportPolicy::Never {
+            return Err(vkhost::Error::Unsupported { reason: "imports disabled by policy".into() }.into());
+        }
+        let g = d.dev.host_registration().map_err(|reason| vkhost::Error::Unsupported { reason })?;
+        // SAFETY: forwarded contract.
+        unsafe { o.put(g) };
+        Ok(())
+    })
+}
+
+/// Waits idle and destroys the Vulkan device and everything it owns. The handle stays valid:
+/// late `vkhost_unregister`/`vkhost_free_pinned` of its entries succeed (once, as tombstones),
+/// `vkhost_buffer_free`/`vkhost_stream_destroy`/`vkhost_event_release` still free their handles,
+/// and other calls answer `VKHOST_DEVICE_DESTROYED`. Idempotent. Pinned blocks are unmapped: do
+/// not touch their bytes afterwards.
+///
+/// # Safety
+/// `device` must be NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_device_destroy(device: *const vkhost_device) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let d = unsafe { arg(device, "device") }?;
+        d.dev.destroy()?;
+        Ok(())
+    })
+}
+
+/// Frees the handle. If it was the last reference to the device (buffers, streams and events
+/// hold one too) and the device was not destroyed, this destroys it. The handle must not be
+/// used afterwards.
+///
+/// # Safety
+/// `device` must be NULL or a live handle not used by another thread; it is dangling after.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_device_release(device: *mut vkhost_device) -> vkhost_status {
+    ffi(|| {
+        if device.is_null() {
+            return Err(Fail::Null("device"));
+        }
+        // SAFETY: made by `Box::into_raw` in `hand_out`, released once per the contract.
+        let d = unsafe { Box::from_raw(device) };
+        let mut open = open_list();
+        if let Some(i) = open.iter().position(|x| x.id() == d.dev.id()) {
+            let mine = open.swap_remove(i);
+            RETIRED_ERRORS.fetch_add(mine.validation_errors(), Ordering::Relaxed);
+        }
+        drop(open);
+        drop(d);
+        Ok(())
+    })
+}
+
+/// Stores in `*destroyed` whether `vkhost_device_destroy` has run on the device.
+///
+/// # Safety
+/// `device` must be NULL or a live handle; `destroyed` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_device_is_destroyed(device: *const vkhost_device, destroyed: *mut bool) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let d = unsafe { arg(device, "device") }?;
+        let o = out(destroyed, "destroyed")?;
+        // SAFETY: forwarded contract.
+        unsafe { o.put(d.dev.is_destroyed()) };
+        Ok(())
+    })
+}
+
+/// Stores the validation-layer errors this device has reported (0 without validation) in
+/// `*errors`. Still answers after destroy, so teardown errors count.
+///
+/// # Safety
+/// `device` must be NULL or a live handle; `errors` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_device_validation_errors(device: *const vkhost_device, errors: *mut u64) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let d = unsafe { arg(device, "device") }?;
+        let o = out(errors, "errors")?;
+        // SAFETY: forwarded contract.
+        unsafe { o.put(d.dev.validation_errors()) };
+        Ok(())
+    })
+}
+
+/// Validation-layer errors reported so far by every device opened through this ABI, released
+/// or not (a released device's count is taken at its release). For tests: with validation on,
+/// a clean run ends with 0.
+#[no_mangle]
+pub extern "C" fn vkhost_validation_errors() -> u64 {
+    let mut n = 0;
+    let _ = ffi(|| {
+        let live: u64 = open_list().iter().map(|d| d.validation_errors()).sum();
+        n = RETIRED_ERRORS.load(Ordering::Relaxed) + live;
+        Ok(())
+    });
+    n
+}

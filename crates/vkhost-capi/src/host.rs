@@ -1,0 +1,330 @@
+//! The seed's host-memory calls (pinned blocks, registrations, find, synchronous copies,
+//! stats) and device buffers.
+
+use crate::{arg, ffi, out, vkhost_device, vkhost_status, Fail};
+use std::ffi::c_void;
+use vkhost::ash::vk::Handle;
+use vkhost::{host, CopyPath, DeviceBuffer, HostStats};
+
+/// A device-local buffer (opaque): `vkhost_buffer_alloc`, freed by `vkhost_buffer_free`.
+pub struct vkhost_buffer {
+    pub(crate) buf: DeviceBuffer,
+}
+
+/// What ran for a synchronous copy.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum vkhost_copy_path {
+    /// Every byte went straight between registered or pinned host memory and the device buffer.
+    VKHOST_PATH_DIRECT = 0,
+    /// Every byte went through staging memory.
+    VKHOST_PATH_STAGED = 1,
+    /// Some of each (a range crossing registrations and gaps).
+    VKHOST_PATH_MIXED = 2,
+}
+
+impl From<CopyPath> for vkhost_copy_path {
+    fn from(p: CopyPath) -> Self {
+        match p {
+            CopyPath::Direct => vkhost_copy_path::VKHOST_PATH_DIRECT,
+            CopyPath::Staged => vkhost_copy_path::VKHOST_PATH_STAGED,
+            CopyPath::Mixed => vkhost_copy_path::VKHOST_PATH_MIXED,
+        }
+    }
+}
+
+/// Copy-path counters and registry sizes (`vkhost_stats`, `vkhost_device_stats`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct vkhost_host_stats {
+    /// Bytes copied directly from or to pinned or registered memory.
+    pub direct_bytes: u64,
+    /// Bytes copied through staging memory.
+    pub staged_bytes: u64,
+    /// Live registrations (whose device is alive).
+    pub live_imports: usize,
+    /// Live pinned blocks (whose device is alive).
+    pub live_pinned: usize,
+}
+
+impl From<HostStats> for vkhost_host_stats {
+    fn from(s: HostStats) -> Self {
+        vkhost_host_stats {
+            direct_bytes: s.direct_bytes,
+            staged_bytes: s.staged_bytes,
+            live_imports: s.live_imports,
+            live_pinned: s.live_pinned,
+        }
+    }
+}
+
+/// Allocates `len` bytes of pinned host memory (driver memory, mapped for its whole life and
+/// bound to a VkBuffer) and stores its address in `*ptr`. Free it with `vkhost_free_pinned`
+/// before destroying the device (destroy unmaps it). `len == 0` or more than
+/// maxMemoryAllocationSize: `VKHOST_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `device` must be NULL or a live handle; `ptr` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_alloc_pinned(device: *const vkhost_device, len: usize, ptr: *mut *mut c_void) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let d = unsafe { arg(device, "device") }?;
+        let o = out(ptr, "ptr")?;
+        let p = host::alloc_pinned(&d.dev, len)?;
+        // SAFETY: forwarded contract.
+        unsafe { o.put(p.as_ptr().cast()) };
+        Ok(())
+    })
+}
+
+/// Frees the pinned block that starts at `ptr`; waits for copies in flight that use it.
+/// `VKHOST_NOT_PINNED` for anything but a live block's start (interior pointers, registered
+/// addresses, a second free). After `vkhost_device_destroy` the block is a tombstone: `VKHOST_OK`,
+/// once.
+///
+/// # Safety
+/// `device` must be NULL or a live handle. `ptr` is only compared, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_free_pinned(device: *const vkhost_device, ptr: *mut c_void) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let d = unsafe { arg(device, "device") }?;
+        host::free_pinned(&d.dev, ptr)?;
+        Ok(())
+    })
+}
+
+/// Registers (imports, VK_EXT_external_memory_host) the caller's memory `[ptr, ptr+len)`, rounded
+/// out to the import granule, so copies from or to it go direct.
+///
+/// Refusals leave nothing behind: `VKHOST_UNSUPPORTED` (no extension, or imports off),
+/// `VKHOST_INVALID_ARGUMENT` (NULL `ptr`, `len == 0`, overflow, or pages not mapped read-write),
+/// `VKHOST_ALREADY_REGISTERED` (overlaps a registration or pinned block of this device).
+///
+/// # Safety
+/// `device` must be NULL or a live handle. Until `vkhost_unregister` returns (or the device is
+/// destroyed), the pages covering the rounded range must stay mapped and writable, and must not
+/// be freed or remapped: the device may read or write them whenever a copy names them.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_register(device: *const vkhost_device, ptr: *mut c_void, len: usize) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let d = unsafe { arg(device, "device") }?;
+        // SAFETY: forwarded contract (pages stay mapped until unregister).
+        unsafe { host::register(&d.dev, ptr, len) }?;
+        Ok(())
+    })
+}
+
+/// Unregisters the registration that starts at `ptr`; returns once no submitted work can read
+/// or write its bytes. `VKHOST_NOT_REGISTERED` for an interior or unknown pointer, a second
+/// unregister or a pinned block. After `vkhost_device_destroy`: `VKHOST_OK`, once (tombstone).
+///
+/// # Safety
+/// `device` must be NULL or a live handle. `ptr` is only compared, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_unregister(device: *const vkhost_device, ptr: *mut c_void) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let d = unsafe { arg(device, "device") }?;
+        host::unregister(&d.dev, ptr)?;
+        Ok(())
+    })
+}
+
+/// Finds the VkBuffer (as its `uint64_t` handle) and byte offset that address
+/// `[ptr, ptr+len)`, when one live registration or pinned block covers all of it. Otherwise
+/// `VKHOST_NOT_REGISTERED` (also after the device was destroyed).
+///
+/// # Safety
+/// `device` must be NULL or a live handle; `buffer` and `offset` NULL or valid for writes.
+/// `ptr` is only compared.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_find(
+    device: *const vkhost_device,
+    ptr: *const c_void,
+    len: usize,
+    buffer: *mut u64,
+    offset: *mut u64,
+) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let d = unsafe { arg(device, "device") }?;
+        let (ob, oo) = (out(buffer, "buffer")?, out(offset, "offset")?);
+        let (b, off) = host::find(&d.dev, ptr, len).ok_or(Fail::Other(
+            vkhost_status::VKHOST_NOT_REGISTERED,
+            format!("no registration or pinned block covers {len} bytes at {ptr:p}"),
+        ))?;
+        // SAFETY: forwarded contract.
+        unsafe {
+            ob.put(b.as_raw());
+            oo.put(off);
+        }
+        Ok(())
+    })
+}
+
+fn same_device(d: &vkhost_device, b: &vkhost_buffer) -> Result<(), Fail> {
+    if d.dev.id() != b.buf.device().id() {
+        return Err(vkhost::Error::InvalidArgument { reason: "the buffer belongs to another device".into() }.into());
+    }
+    Ok(())
+}
+
+/// Copies `len` bytes from host `src` into `dst` at `dst_offset`, synchronously: direct where a
+/// registration or pinned block covers the bytes, staged elsewhere. `*path` (if not NULL) says
+/// which. `VKHOST_OUT_OF_RANGE` past the buffer's end. A zero-length copy is a no-op.
+///
+/// # Safety
+/// `device`, `dst` must be NULL or live handles; `src` readable for `len` bytes during the call;
+/// `path` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_copy_to_device(
+    device: *const vkhost_device,
+    src: *const c_void,
+    len: usize,
+    dst: *const vkhost_buffer,
+    dst_offset: usize,
+    path: *mut vkhost_copy_path,
+) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let (d, b) = unsafe { (arg(device, "device")?, arg(dst, "dst")?) };
+        same_device(d, b)?;
+        // SAFETY: forwarded contract (`src` readable for `len` bytes).
+        let p = unsafe { host::copy_to_device(&d.dev, src.cast(), len, &b.buf, dst_offset) }?;
+        if !path.is_null() {
+            // SAFETY: non-NULL, valid per the contract.
+            unsafe { path.write(p.into()) };
+        }
+        Ok(())
+    })
+}
+
+/// Copies `len` bytes from `src` at `src_offset` into host `dst`, synchronously: direct where
+/// `dst` is registered or pinned, staged elsewhere. `*path` (if not NULL) says which.
+///
+/// # Safety
+/// `device`, `src` must be NULL or live handles; `dst` writable for `len` bytes and not
+/// otherwise accessed during the call; `path` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_copy_to_host(
+    device: *const vkhost_device,
+    src: *const vkhost_buffer,
+    src_offset: usize,
+    dst: *mut c_void,
+    len: usize,
+    path: *mut vkhost_copy_path,
+) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let (d, b) = unsafe { (arg(device, "device")?, arg(src, "src")?) };
+        same_device(d, b)?;
+        // SAFETY: forwarded contract (`dst` writable for `len` bytes).
+        let p = unsafe { host::copy_to_host(&d.dev, &b.buf, src_offset, dst.cast(), len) }?;
+        if !path.is_null() {
+            // SAFETY: non-NULL, valid per the contract.
+            unsafe { path.write(p.into()) };
+        }
+        Ok(())
+    })
+}
+
+/// Process-wide counters into `*stats`: bytes by path since start, live entries now.
+///
+/// # Safety
+/// `stats` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_stats(stats: *mut vkhost_host_stats) -> vkhost_status {
+    ffi(|| {
+        let o = out(stats, "stats")?;
+        // SAFETY: forwarded contract.
+        unsafe { o.put(host::stats().into()) };
+        Ok(())
+    })
+}
+
+/// The same counters for one device (bytes copied through it, its live entries).
+///
+/// # Safety
+/// `device` must be NULL or a live handle; `stats` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_device_stats(device: *const vkhost_device, stats: *mut vkhost_host_stats) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let d = unsafe { arg(device, "device") }?;
+        let o = out(stats, "stats")?;
+        // SAFETY: forwarded contract.
+        unsafe { o.put(host::device_stats(&d.dev).into()) };
+        Ok(())
+    })
+}
+
+/// Allocates a device-local buffer of `len` bytes (TRANSFER_SRC | TRANSFER_DST |
+/// STORAGE_BUFFER). `len == 0`: `VKHOST_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `device` must be NULL or a live handle; `buffer` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_buffer_alloc(device: *const vkhost_device, len: usize, buffer: *mut *mut vkhost_buffer) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let d = unsafe { arg(device, "device") }?;
+        let o = out(buffer, "buffer")?;
+        let buf = d.dev.alloc_buffer(len)?;
+        // SAFETY: forwarded contract.
+        unsafe { o.put(Box::into_raw(Box::new(vkhost_buffer { buf }))) };
+        Ok(())
+    })
+}
+
+/// Frees the buffer handle. Never waits: stream work that uses the buffer keeps its memory
+/// until that work is done. Works after the device was destroyed.
+///
+/// # Safety
+/// `buffer` must be NULL or a live handle not used by another thread; it is dangling after.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_buffer_free(buffer: *mut vkhost_buffer) -> vkhost_status {
+    ffi(|| {
+        if buffer.is_null() {
+            return Err(Fail::Null("buffer"));
+        }
+        // SAFETY: made by `Box::into_raw` in `vkhost_buffer_alloc`, freed once per the contract.
+        drop(unsafe { Box::from_raw(buffer) });
+        Ok(())
+    })
+}
+
+/// Stores the buffer's size in bytes in `*len`.
+///
+/// # Safety
+/// `buffer` must be NULL or a live handle; `len` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_buffer_len(buffer: *const vkhost_buffer, len: *mut usize) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let b = unsafe { arg(buffer, "buffer") }?;
+        let o = out(len, "len")?;
+        // SAFETY: forwarded contract.
+        unsafe { o.put(b.buf.len()) };
+        Ok(())
+    })
+}
+
+/// Stores the buffer's VkBuffer handle in `*vk_buffer`, for use in the caller's own command
+/// buffers. Valid while the buffer handle lives and the device is not destroyed.
+///
+/// # Safety
+/// `buffer` must be NULL or a live handle; `vk_buffer` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn vkhost_buffer_handle(buffer: *const vkhost_buffer, vk_buffer: *mut u64) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let b = unsafe { arg(buffer, "buffer") }?;
+        let o = out(vk_buffer, "vk_buffer")?;
+        // SAFETY: forwarded contract.
+        unsafe { o.put(b.buf.raw().as_raw()) };
+        Ok(())
+    })
+}

@@ -1,0 +1,286 @@
+//! # vkhost's C ABI
+//!
+//! The seed's function set over a stable C ABI, for runtimes outside Rust (C, C++, Python's
+//! ctypes). The library is `libvkhost_capi.so` / `libvkhost_capi.a` (link with
+//! `-lvkhost_capi`); the header is `include/vkhost.h`, generated from this crate by cbindgen
+//! (`tests/header.rs` fails when the checked-in header drifts; `VKHOST_BLESS=1` rewrites it).
+//!
+//! ## Conventions
+//!
+//! - Every function returns a [`vkhost_status`]; results come back through out-pointers, which
+//!   are written only on `VKHOST_OK`.
+//! - A NULL handle or NULL out-pointer is `VKHOST_NULL_ARGUMENT`; nothing crashes on it. Host
+//!   *data* pointers (what `register` or a copy names) are checked by the library itself
+//!   (NULL there is `VKHOST_INVALID_ARGUMENT`, as in the Rust API).
+//! - [`vkhost_last_error_message`] describes the last call made on the calling thread (an empty
+//!   string after a success).
+//! - No Rust panic crosses the boundary: each entry point catches one and returns
+//!   `VKHOST_INTERNAL`.
+//! - Handles are thread-safe (any thread may use them concurrently), except that releasing a
+//!   handle (`*_release`, `*_free`, `vkhost_stream_destroy`) while another thread uses it, or
+//!   using it afterwards, is undefined behaviour, as with `free`.
+//!
+//! ## Teardown
+//!
+//! [`vkhost_device_destroy`] destroys the Vulkan device and everything it owns; the handle stays
+//! valid, so late [`vkhost_unregister`] and [`vkhost_free_pinned`] reach the tombstones and
+//! succeed (once), and other calls answer `VKHOST_DEVICE_DESTROYED`.
+//! [`vkhost_device_release`] frees the handle. Buffers, streams and events hold the device's
+//! shared state: release them too (in any order).
+
+#![deny(unsafe_op_in_unsafe_fn, missing_docs)]
+#![allow(non_camel_case_types)]
+
+mod device;
+mod host;
+mod stream;
+
+pub use device::*;
+pub use host::*;
+pub use stream::*;
+
+use std::cell::RefCell;
+use std::ffi::{c_char, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use vkhost::Error;
+
+/// The result of every vkhost call. One code per kind of `vkhost::Error`, plus the ABI's own.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum vkhost_status {
+    /// Success.
+    VKHOST_OK = 0,
+    /// A handle or out-pointer argument was NULL.
+    VKHOST_NULL_ARGUMENT = 1,
+    /// libvulkan.so.1 could not be loaded.
+    VKHOST_LOADER_MISSING = 2,
+    /// No Vulkan device, or none at the requested index.
+    VKHOST_NO_DEVICE = 3,
+    /// Out of host memory (VK_ERROR_OUT_OF_HOST_MEMORY or a failed host allocation).
+    VKHOST_OUT_OF_HOST_MEMORY = 4,
+    /// Out of device memory, or no memory type fits.
+    VKHOST_OUT_OF_DEVICE_MEMORY = 5,
+    /// The device was lost; it is unusable until destroyed.
+    VKHOST_DEVICE_LOST = 6,
+    /// The device was destroyed (`vkhost_device_destroy`).
+    VKHOST_DEVICE_DESTROYED = 7,
+    /// The device or the import policy does not allow this.
+    VKHOST_UNSUPPORTED = 8,
+    /// An argument was refused before anything reached the driver.
+    VKHOST_INVALID_ARGUMENT = 9,
+    /// An offset or length runs past the end of a buffer.
+    VKHOST_OUT_OF_RANGE = 10,
+    /// `vkhost_free_pinned` of an address that is not the start of a live pinned block.
+    VKHOST_NOT_PINNED = 11,
+    /// `vkhost_unregister` of an address that is not the start of a registration, or
+    /// `vkhost_find` of a range no registration or pinned block covers.
+    VKHOST_NOT_REGISTERED = 12,
+    /// `vkhost_register` of bytes overlapping a registration or pinned block of the device.
+    VKHOST_ALREADY_REGISTERED = 13,
+    /// The entry is owned by a safe Rust guard (never produced by entries made through this ABI).
+    VKHOST_OWNED_BY_GUARD = 14,
+    /// The device cannot be destroyed while safe Rust owners of its memory live (never
+    /// produced through this ABI alone).
+    VKHOST_BUSY = 15,
+    /// Any other Vulkan failure; the message names the entry point and the VkResult.
+    VKHOST_VULKAN = 16,
+    /// A bug in vkhost (a panic caught at the boundary), or an error kind newer than this ABI.
+    VKHOST_INTERNAL = 17,
+}
+
+use vkhost_status::*;
+
+impl vkhost_status {
+    /// The status of a library error.
+    pub fn of(e: &Error) -> vkhost_status {
+        match e {
+            Error::LoaderMissing { .. } => VKHOST_LOADER_MISSING,
+            Error::NoDevice => VKHOST_NO_DEVICE,
+            Error::OutOfHostMemory => VKHOST_OUT_OF_HOST_MEMORY,
+            Error::OutOfDeviceMemory => VKHOST_OUT_OF_DEVICE_MEMORY,
+            Error::DeviceLost => VKHOST_DEVICE_LOST,
+            Error::DeviceDestroyed => VKHOST_DEVICE_DESTROYED,
+            Error::Unsupported { .. } => VKHOST_UNSUPPORTED,
+            Error::InvalidArgument { .. } => VKHOST_INVALID_ARGUMENT,
+            Error::OutOfRange => VKHOST_OUT_OF_RANGE,
+            Error::NotPinned => VKHOST_NOT_PINNED,
+            Error::NotRegistered => VKHOST_NOT_REGISTERED,
+            Error::AlreadyRegistered => VKHOST_ALREADY_REGISTERED,
+            Error::OwnedByGuard { .. } => VKHOST_OWNED_BY_GUARD,
+            Error::Busy { .. } => VKHOST_BUSY,
+            Error::Vulkan { .. } => VKHOST_VULKAN,
+            _ => VKHOST_INTERNAL,
+        }
+    }
+
+    const ALL: [vkhost_status; 18] = [
+        VKHOST_OK,
+        VKHOST_NULL_ARGUMENT,
+        VKHOST_LOADER_MISSING,
+        VKHOST_NO_DEVICE,
+        VKHOST_OUT_OF_HOST_MEMORY,
+        VKHOST_OUT_OF_DEVICE_MEMORY,
+        VKHOST_DEVICE_LOST,
+        VKHOST_DEVICE_DESTROYED,
+        VKHOST_UNSUPPORTED,
+        VKHOST_INVALID_ARGUMENT,
+        VKHOST_OUT_OF_RANGE,
+        VKHOST_NOT_PINNED,
+        VKHOST_NOT_REGISTERED,
+        VKHOST_ALREADY_REGISTERED,
+        VKHOST_OWNED_BY_GUARD,
+        VKHOST_BUSY,
+        VKHOST_VULKAN,
+        VKHOST_INTERNAL,
+    ];
+
+    fn name(self) -> &'static std::ffi::CStr {
+        match self {
+            VKHOST_OK => c"VKHOST_OK",
+            VKHOST_NULL_ARGUMENT => c"VKHOST_NULL_ARGUMENT",
+            VKHOST_LOADER_MISSING => c"VKHOST_LOADER_MISSING",
+            VKHOST_NO_DEVICE => c"VKHOST_NO_DEVICE",
+            VKHOST_OUT_OF_HOST_MEMORY => c"VKHOST_OUT_OF_HOST_MEMORY",
+            VKHOST_OUT_OF_DEVICE_MEMORY => c"VKHOST_OUT_OF_DEVICE_MEMORY",
+            VKHOST_DEVICE_LOST => c"VKHOST_DEVICE_LOST",
+            VKHOST_DEVICE_DESTROYED => c"VKHOST_DEVICE_DESTROYED",
+            VKHOST_UNSUPPORTED => c"VKHOST_UNSUPPORTED",
+            VKHOST_INVALID_ARGUMENT => c"VKHOST_INVALID_ARGUMENT",
+            VKHOST_OUT_OF_RANGE => c"VKHOST_OUT_OF_RANGE",
+            VKHOST_NOT_PINNED => c"VKHOST_NOT_PINNED",
+            VKHOST_NOT_REGISTERED => c"VKHOST_NOT_REGISTERED",
+            VKHOST_ALREADY_REGISTERED => c"VKHOST_ALREADY_REGISTERED",
+            VKHOST_OWNED_BY_GUARD => c"VKHOST_OWNED_BY_GUARD",
+            VKHOST_BUSY => c"VKHOST_BUSY",
+            VKHOST_VULKAN => c"VKHOST_VULKAN",
+            VKHOST_INTERNAL => c"VKHOST_INTERNAL",
+        }
+    }
+}
+
+/// Why a call failed, before it becomes a status and a message.
+pub(crate) enum Fail {
+    /// A NULL handle or out-pointer: which argument.
+    Null(&'static str),
+    /// The library refused.
+    Lib(Error),
+    /// A status of the ABI's own, with its message.
+    Other(vkhost_status, String),
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        Fail::Lib(e)
+    }
+}
+
+pub(crate) type Res<T = ()> = Result<T, Fail>;
+
+thread_local! {
+    /// The message of the last call on this thread; `vkhost_last_error_message` lends it out.
+    static LAST: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_last(msg: String) {
+    // Interior NULs cannot cross as a C string: replace them.
+    let c = CString::new(msg.replace('\0', "\\0")).unwrap_or_default();
+    // `try_with`: during thread teardown the slot may be gone; the status still returns.
+    let _ = LAST.try_with(|l| *l.borrow_mut() = c);
+}
+
+/// The boundary every entry point goes through: runs `f`, catches a panic, records the
+/// message and turns the outcome into a status.
+pub(crate) fn ffi(f: impl FnOnce() -> Res) -> vkhost_status {
+    let (status, msg) = match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => (VKHOST_OK, String::new()),
+        Ok(Err(Fail::Null(what))) => (VKHOST_NULL_ARGUMENT, format!("{what} is NULL")),
+        Ok(Err(Fail::Lib(e))) => (vkhost_status::of(&e), e.to_string()),
+        Ok(Err(Fail::Other(s, m))) => (s, m),
+        Err(p) => {
+            let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+            (VKHOST_INTERNAL, format!("internal error (a panic in vkhost): {}", what.unwrap_or_default()))
+        }
+    };
+    set_last(msg);
+    status
+}
+
+/// A handle argument: `Null` when NULL.
+///
+/// # Safety
+/// Non-NULL `p` must point to a live object of this type that outlives `'a`.
+pub(crate) unsafe fn arg<'a, T>(p: *const T, what: &'static str) -> Res<&'a T> {
+    // SAFETY: NULL is checked by `as_ref`; otherwise the caller's contract.
+    unsafe { p.as_ref() }.ok_or(Fail::Null(what))
+}
+
+/// An out-pointer argument, checked before any work so a NULL leaves no partial state.
+pub(crate) fn out<T>(p: *mut T, what: &'static str) -> Res<Out<T>> {
+    if p.is_null() {
+        Err(Fail::Null(what))
+    } else {
+        Ok(Out(p))
+    }
+}
+
+/// A checked, non-NULL out-pointer.
+pub(crate) struct Out<T>(*mut T);
+
+impl<T> Out<T> {
+    /// Writes the result (without reading or dropping what was there: C memory may be
+    /// uninitialised).
+    ///
+    /// # Safety
+    /// The pointer must be valid for a write of `T` and suitably aligned.
+    pub(crate) unsafe fn put(self, v: T) {
+        // SAFETY: non-NULL (checked by `out`), valid and aligned per the caller's contract.
+        unsafe { self.0.write(v) }
+    }
+}
+
+/// The message of the last vkhost call made on the calling thread: why it failed, or `""` after
+/// a success. Never NULL. The string belongs to vkhost and stays valid until the next vkhost call
+/// on the same thread (calls to this function and `vkhost_status_name` do not count).
+#[no_mangle]
+pub extern "C" fn vkhost_last_error_message() -> *const c_char {
+    // Never unwinds: the slot is only borrowed mutably inside `set_last`, which does not call
+    // out; if the thread is being torn down the static empty string is returned.
+    LAST.try_with(|l| l.borrow().as_ptr()).unwrap_or(c"".as_ptr())
+}
+
+/// The name of a status code as a static string (`"VKHOST_NOT_REGISTERED"`), or
+/// `"VKHOST_UNKNOWN_STATUS"` for a value that is not a `vkhost_status`.
+#[no_mangle]
+pub extern "C" fn vkhost_status_name(status: i32) -> *const c_char {
+    vkhost_status::ALL.iter().find(|s| **s as i32 == status).map_or(c"VKHOST_UNKNOWN_STATUS".as_ptr(), |s| s.name().as_ptr())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_numbered_in_order_and_named() {
+        for (i, s) in vkhost_status::ALL.iter().enumerate() {
+            assert_eq!(*s as usize, i);
+            // SAFETY: static NUL-terminated strings.
+            let name = unsafe { std::ffi::CStr::from_ptr(vkhost_status_name(i as i32)) };
+            assert_eq!(name, s.name());
+        }
+        // SAFETY: as above.
+        let unknown = unsafe { std::ffi::CStr::from_ptr(vkhost_status_name(99)) };
+        assert_eq!(unknown, c"VKHOST_UNKNOWN_STATUS");
+    }
+
+    #[test]
+    fn a_panic_becomes_internal_with_its_message() {
+        let s = ffi(|| panic!("boom"));
+        assert_eq!(s, VKHOST_INTERNAL);
+        // SAFETY: the thread's message, read before the next call.
+        let m = unsafe { std::ffi::CStr::from_ptr(vkhost_last_error_message()) }.to_string_lossy().into_owned();
+        assert!(m.contains("boom"), "{m}");
+        assert_eq!(ffi(|| Ok(())), VKHOST_OK);
+        // SAFETY: as above.
+        assert_eq!(unsafe { std::ffi::CStr::from_ptr(vkhost_last_error_message()) }, c"");
+    }
+}

@@ -1,0 +1,203 @@
+"""Tests of the Python package on whatever device vkhost picks (lavapipe in CI), with the
+Khronos validation layer on and zero validation errors asserted."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import vkhost
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def dev() -> Iterator[vkhost.Device]:
+    d = vkhost.Device(validation=True)
+    yield d
+    gc.collect()
+    d.destroy()
+    errors = d.validation_errors  # teardown's errors count too
+    d.close()
+    assert errors == 0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_validation_errors() -> Iterator[None]:
+    yield
+    gc.collect()
+    assert vkhost.validation_errors() == 0
+
+
+def test_devices_lists_at_least_one() -> None:
+    infos = vkhost.devices()
+    assert infos and infos[0].index == 0 and infos[0].name
+    assert infos[0].device_type in ("discrete", "integrated", "virtual", "cpu", "other")
+
+
+def test_acceptance_register_256mib_copies_direct(dev: vkhost.Device) -> None:
+    """A 256 MiB NumPy array, registered, to a device buffer and back: direct_bytes grows by
+    512 MiB, staged_bytes not at all."""
+    n = 256 * MiB
+    src = np.arange(n // 4, dtype=np.uint32)
+    back = np.zeros_like(src)
+    buf = dev.alloc_buffer(n)
+    before = vkhost.stats()
+    with dev.register(src), dev.register(back):
+        assert buf.write(src) == "direct"
+        buf.read(back)
+    after = vkhost.stats()
+    assert after.direct_bytes - before.direct_bytes == 512 * MiB
+    assert after.staged_bytes == before.staged_bytes
+    assert np.array_equal(src, back)
+    buf.free()
+
+
+def test_register_is_a_context_manager(dev: vkhost.Device) -> None:
+    a = np.arange(10000, dtype=np.float64)
+    buf = dev.alloc_buffer(a.nbytes)
+    with dev.register(a) as arr:
+        assert arr is a
+        vkbuf, off = dev.find(a)
+        assert vkbuf != 0 and off < dev.registration_granule
+        assert dev.stats().live_imports == 1
+        assert buf.write(a) == "direct"
+    with pytest.raises(vkhost.NotRegisteredError):
+        dev.find(a)
+    assert buf.write(a) == "staged"
+    assert np.array_equal(buf.read(dtype=np.float64), a)
+
+
+def test_pinned_array_is_numpy_over_pinned_memory(dev: vkhost.Device) -> None:
+    live = dev.stats().live_pinned
+    p = dev.pinned((4, 1024), np.float32)
+    assert isinstance(p, vkhost.PinnedArray) and isinstance(p, np.ndarray)
+    assert p.shape == (4, 1024) and p.dtype == np.float32 and p.vkhost_device is dev
+    assert dev.stats().live_pinned == live + 1
+    p[:] = np.arange(4096, dtype=np.float32).reshape(4, 1024)
+    buf = dev.alloc_buffer(p.nbytes)
+    assert buf.write(p) == "direct"
+    q = vkhost.PinnedArray(dev, 4096, np.float32)
+    buf.read(q)
+    assert np.array_equal(q, p.ravel())
+    row = p[1]  # a view keeps the block alive
+    assert row.block is p.block
+    s = p * 2  # arithmetic gives ordinary arrays
+    assert type(s) is np.ndarray
+    del p, q, s
+    gc.collect()
+    assert dev.stats().live_pinned == live + 1  # `row` still holds its block
+    del row
+    gc.collect()
+    assert dev.stats().live_pinned == live
+
+
+def test_device_buffer_write_read(dev: vkhost.Device) -> None:
+    buf = dev.alloc_buffer(MiB)
+    assert buf.nbytes == MiB and buf.handle != 0
+    data = np.random.default_rng(1).integers(0, 255, MiB, dtype=np.uint8)
+    assert buf.write(data) == "staged"
+    out = np.empty(MiB // 2, dtype=np.uint8)
+    assert buf.read(out, offset=MiB // 2) is out
+    assert np.array_equal(out, data[MiB // 2 :])
+    assert np.array_equal(buf.read(count=16, offset=16), data[16:32])
+    buf.write([1, 2, 3])  # any array-like
+    with pytest.raises(vkhost.OutOfRangeError) as e:
+        buf.write(data, offset=1)
+    assert "out of range" in str(e.value) and e.value.status == 10
+    with pytest.raises(vkhost.InvalidArgumentError):
+        buf.read(np.empty((4, 4))[:, 0])  # not contiguous
+
+
+def test_streams_and_events(dev: vkhost.Device) -> None:
+    n = MiB
+    src = dev.pinned(n // 4, np.uint32)
+    src[:] = np.arange(n // 4, dtype=np.uint32)
+    a, b = dev.alloc_buffer(n), dev.alloc_buffer(n)
+    dst_pageable = np.zeros(n // 4, dtype=np.uint32)
+    dst_registered = np.zeros(n // 4, dtype=np.uint32)
+    with dev.stream() as up, dev.stream("compute") as down, dev.register(dst_registered):
+        up.upload(src, a)
+        up.fill(b, 0x01010101)
+        ev = up.record()
+        down.wait_event(ev)
+        down.copy(a, b, n // 2)
+        down.download(b, dst_pageable)
+        down.download(a, dst_registered)
+        done = down.record()
+        done.wait()
+        assert done.done and ev.done
+        down.synchronize()
+        up.flush()
+    assert np.array_equal(dst_registered, src)
+    assert np.array_equal(dst_pageable[: n // 8], src[: n // 8])
+    assert (dst_pageable[n // 8 :] == 0x01010101).all()
+    with pytest.raises(vkhost.InvalidArgumentError):
+        dev.stream("sideways")
+    del src
+    gc.collect()
+
+
+def test_one_error_class_per_status(dev: vkhost.Device) -> None:
+    with pytest.raises(vkhost.NoDeviceError):
+        vkhost.Device(99)
+    with pytest.raises(vkhost.InvalidArgumentError):
+        dev.alloc_buffer(0)
+    a = np.zeros(4096, dtype=np.uint8)
+    with dev.register(a):
+        with pytest.raises(vkhost.AlreadyRegisteredError) as e:
+            dev.register(a)
+        assert e.value.status == 13 and "overlaps" in str(e.value)
+    with pytest.raises(vkhost.NotRegisteredError):
+        dev.find(a)
+    with pytest.raises(vkhost.InvalidArgumentError):
+        dev.register(np.zeros(10)[::2])
+    for cls in vkhost.errors.BY_STATUS.values():
+        assert issubclass(cls, vkhost.Error)
+
+
+def test_import_off_is_unsupported() -> None:
+    with vkhost.Device(validation=True, import_host=False) as d:
+        assert d.registration_granule is None
+        with pytest.raises(vkhost.UnsupportedError):
+            d.register(np.zeros(4096, dtype=np.uint8))
+        assert d.alloc_buffer(4096).write(np.zeros(4096, dtype=np.uint8)) == "staged"
+
+
+def test_teardown_busy_destroyed_and_tombstones() -> None:
+    d = vkhost.Device(validation=True)
+    p = d.pinned(4096)
+    with pytest.raises(vkhost.BusyError):
+        d.destroy()  # would unmap the PinnedArray
+    del p
+    gc.collect()
+    a = np.zeros(8192, dtype=np.uint8)
+    reg = d.register(a)
+    buf = d.alloc_buffer(4096)
+    s = d.stream()
+    d.destroy()
+    assert d.is_destroyed
+    with pytest.raises(vkhost.DeviceDestroyedError):
+        d.alloc_buffer(4096)
+    with pytest.raises(vkhost.DeviceDestroyedError):
+        buf.write(a[:4096])
+    with pytest.raises(vkhost.DeviceDestroyedError):
+        s.synchronize()
+    reg.close()  # the tombstone: unregister succeeds once
+    buf.free()
+    s.close()
+    errors = d.validation_errors
+    d.close()
+    assert errors == 0
+
+
+def test_bench_returns_a_dict(dev: vkhost.Device) -> None:
+    r = vkhost.bench(MiB, iters=2, device=dev)
+    assert r["nbytes"] == MiB and r["device"] == dev.info.name
+    assert r["paths"]["pinned"] == {"h2d": "direct", "d2h": "direct"}
+    assert r["paths"]["pageable"] == {"h2d": "staged", "d2h": "staged"}
+    assert r["paths"]["registered"]["h2d"] == "direct"
+    assert all(v > 0 for path in r["gbps"].values() for v in path.values())

@@ -1,0 +1,651 @@
+"""vkhost for Python: pinned and registered host memory for Vulkan compute, over NumPy arrays.
+
+ctypes bindings of vkhost's C ABI (``libvkhost_capi.so``; see ``vkhost._ffi`` for how it is
+found). Copies between registered or pinned memory and a device buffer are direct (one
+vkCmdCopyBuffer, no staging); everything else is staged.
+
+    import numpy as np, vkhost
+    with vkhost.Device() as dev:
+        a = np.arange(1 << 20, dtype=np.float32)
+        buf = dev.alloc_buffer(a.nbytes)
+        with dev.register(a):
+            buf.write(a)                       # direct from your array
+            b = buf.read(dtype=np.float32)     # staged into a new array
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from ctypes import byref, c_bool, c_int, c_size_t, c_uint64, c_void_p
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _ffi
+from ._ffi import lib
+from .errors import (
+    BY_STATUS,
+    AlreadyRegisteredError,
+    BusyError,
+    DeviceDestroyedError,
+    DeviceLostError,
+    Error,
+    InternalError,
+    InvalidArgumentError,
+    LoaderMissingError,
+    NoDeviceError,
+    NotPinnedError,
+    NotRegisteredError,
+    NullArgumentError,
+    OutOfDeviceMemoryError,
+    OutOfHostMemoryError,
+    OutOfRangeError,
+    OwnedByGuardError,
+    UnsupportedError,
+    VulkanError,
+)
+
+__all__ = [
+    "Device",
+    "DeviceBuffer",
+    "DeviceInfo",
+    "Event",
+    "PinnedArray",
+    "Registration",
+    "Stats",
+    "Stream",
+    "bench",
+    "devices",
+    "stats",
+    "validation_errors",
+    "library_path",
+    "Error",
+    "AlreadyRegisteredError",
+    "BusyError",
+    "DeviceDestroyedError",
+    "DeviceLostError",
+    "InternalError",
+    "InvalidArgumentError",
+    "LoaderMissingError",
+    "NoDeviceError",
+    "NotPinnedError",
+    "NotRegisteredError",
+    "NullArgumentError",
+    "OutOfDeviceMemoryError",
+    "OutOfHostMemoryError",
+    "OutOfRangeError",
+    "OwnedByGuardError",
+    "UnsupportedError",
+    "VulkanError",
+]
+
+CopyPath = Literal["direct", "staged", "mixed"]
+_PATHS: tuple[CopyPath, ...] = ("direct", "staged", "mixed")
+_DEVICE_TYPES = ("discrete", "integrated", "virtual", "cpu", "other")
+
+
+def _check(status: int) -> None:
+    """Raises the Error subclass of a non-OK status, with the library's message."""
+    if status != 0:
+        msg = (lib.vkhost_last_error_message() or b"").decode(errors="replace")
+        cls = BY_STATUS.get(status, Error)
+        raise cls(msg, status)
+
+
+def library_path() -> str:
+    """The path of the loaded libvkhost_capi.so."""
+    return str(_ffi.find_library())
+
+
+def _contiguous(a: np.ndarray, what: str, writable: bool = False) -> np.ndarray:
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{what} must be a numpy.ndarray, not {type(a).__name__}")
+    if not a.flags.c_contiguous:
+        raise InvalidArgumentError(f"{what} must be C-contiguous", 9)
+    if writable and not a.flags.writeable:
+        raise InvalidArgumentError(f"{what} must be writable", 9)
+    return a
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What a physical device is and offers."""
+
+    index: int
+    name: str
+    device_type: str
+    vendor_id: int
+    device_id: int
+    driver_name: str
+    api_version: tuple[int, int, int]
+    host_import_alignment: int | None
+    max_memory_allocation_size: int
+    timeline_semaphore: bool
+
+    @staticmethod
+    def _from_c(c: _ffi.DeviceInfoC) -> DeviceInfo:
+        return DeviceInfo(
+            index=c.index,
+            name=c.name.decode(errors="replace"),
+            device_type=_DEVICE_TYPES[c.device_type] if 0 <= c.device_type < len(_DEVICE_TYPES) else "other",
+            vendor_id=c.vendor_id,
+            device_id=c.device_id,
+            driver_name=c.driver_name.decode(errors="replace"),
+            api_version=(c.api_major, c.api_minor, c.api_patch),
+            host_import_alignment=c.host_import_alignment or None,
+            max_memory_allocation_size=c.max_memory_allocation_size,
+            timeline_semaphore=bool(c.timeline_semaphore),
+        )
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Copy-path counters (bytes since process start) and live entries."""
+
+    direct_bytes: int
+    staged_bytes: int
+    live_imports: int
+    live_pinned: int
+
+    @staticmethod
+    def _from_c(c: _ffi.HostStatsC) -> Stats:
+        return Stats(c.direct_bytes, c.staged_bytes, c.live_imports, c.live_pinned)
+
+
+def devices() -> list[DeviceInfo]:
+    """The physical devices, in the loader's order (the index ``Device(index)`` takes)."""
+    n = c_size_t()
+    _check(lib.vkhost_device_count(byref(n)))
+    out = []
+    for i in range(n.value):
+        c = _ffi.DeviceInfoC()
+        _check(lib.vkhost_device_enumerate(i, byref(c)))
+        out.append(DeviceInfo._from_c(c))
+    return out
+
+
+def stats() -> Stats:
+    """Process-wide counters: bytes copied direct and staged, live registrations and blocks."""
+    c = _ffi.HostStatsC()
+    _check(lib.vkhost_stats(byref(c)))
+    return Stats._from_c(c)
+
+
+def validation_errors() -> int:
+    """Validation-layer errors reported by every device opened so far (0 without validation)."""
+    return int(lib.vkhost_validation_errors())
+
+
+class Device:
+    """A Vulkan device opened by vkhost.
+
+    ``Device()`` opens the preferred device (discrete > integrated > virtual > cpu;
+    ``VKHOST_DEVICE=<index>`` overrides), ``Device(index)`` a given one. ``validation=True``
+    enables the Khronos validation layer (default: ``VKHOST_VALIDATION=1``);
+    ``import_host=False`` turns registration off (copies stage).
+
+    ``close()`` (or leaving a ``with`` block) destroys the Vulkan device; it raises
+    :class:`BusyError` while a :class:`PinnedArray` of this device lives, because destroying
+    the device unmaps pinned memory.
+    """
+
+    def __init__(
+        self,
+        index: int | None = None,
+        *,
+        validation: bool | None = None,
+        import_host: bool | None = None,
+        copy_queue: Literal["copy", "compute"] | None = None,
+    ) -> None:
+        self._h: int | None = None
+        self._pinned: weakref.WeakSet[_PinnedBlock] = weakref.WeakSet()
+        opts = _ffi.OpenOptionsC()
+        _check(lib.vkhost_open_options_default(byref(opts)))
+        if validation is not None:
+            opts.validation = int(validation)
+        if import_host is not None:
+            opts.import_policy = _ffi.IMPORT_AUTO if import_host else _ffi.IMPORT_NEVER
+        if copy_queue is not None:
+            opts.copy_queue = _queue_kind(copy_queue)
+        h = c_void_p()
+        idx = _ffi.VKHOST_DEFAULT_DEVICE if index is None else index
+        if idx < 0:
+            raise NoDeviceError(f"no device at index {idx}", 3)
+        _check(lib.vkhost_device_open_with(idx, byref(opts), byref(h)))
+        self._h = h.value
+        c = _ffi.DeviceInfoC()
+        _check(lib.vkhost_device_get_info(self._h, byref(c)))
+        self.info: DeviceInfo = DeviceInfo._from_c(c)
+
+    def __repr__(self) -> str:
+        state = " destroyed" if self._h is None or self.is_destroyed else ""
+        return f"<vkhost.Device {self.info.name!r}{state}>"
+
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _handle(self) -> int:
+        if self._h is None:
+            raise DeviceDestroyedError("the device handle was released", 7)
+        return self._h
+
+    @property
+    def registration_granule(self) -> int | None:
+        """Bytes a registration is rounded out to, or None when registration is unavailable."""
+        g = c_size_t()
+        st = lib.vkhost_device_registration(self._handle(), byref(g))
+        return g.value if st == 0 else None
+
+    @property
+    def is_destroyed(self) -> bool:
+        """Whether ``destroy`` has run."""
+        b = c_bool()
+        _check(lib.vkhost_device_is_destroyed(self._handle(), byref(b)))
+        return bool(b.value)
+
+    @property
+    def validation_errors(self) -> int:
+        """Validation-layer errors this device reported (counted after destroy too)."""
+        n = c_uint64()
+        _check(lib.vkhost_device_validation_errors(self._handle(), byref(n)))
+        return n.value
+
+    def stats(self) -> Stats:
+        """This device's counters (bytes copied through it, its live entries)."""
+        c = _ffi.HostStatsC()
+        _check(lib.vkhost_device_stats(self._handle(), byref(c)))
+        return Stats._from_c(c)
+
+    def alloc_buffer(self, nbytes: int) -> DeviceBuffer:
+        """A device-local buffer of ``nbytes`` bytes."""
+        return DeviceBuffer(self, nbytes)
+
+    def pinned(self, shape: int | tuple[int, ...], dtype: npt.DTypeLike = np.uint8) -> PinnedArray:
+        """A :class:`PinnedArray` (a NumPy array over pinned memory) of this device."""
+        return PinnedArray(self, shape, dtype)
+
+    def register(self, array: np.ndarray) -> Registration:
+        """Registers ``array``'s memory (C-contiguous, writable) so copies to and from it go
+        direct. Use as a context manager: the memory is unregistered on exit (after copies that
+        use it are done)."""
+        return Registration(self, array)
+
+    def find(self, array: np.ndarray) -> tuple[int, int]:
+        """The VkBuffer handle and byte offset that cover ``array``'s bytes;
+        :class:`NotRegisteredError` if no registration or pinned block covers them all."""
+        buf, off = c_uint64(), c_uint64()
+        _check(lib.vkhost_find(self._handle(), array.ctypes.data, array.nbytes, byref(buf), byref(off)))
+        return buf.value, off.value
+
+    def stream(self, kind: Literal["copy", "compute"] = "copy") -> Stream:
+        """A stream on the copy engines (default) or the compute queue."""
+        return Stream(self, kind)
+
+    def destroy(self) -> None:
+        """Waits idle and destroys the Vulkan device. Handles stay usable for cleanup:
+        unregistering and freeing succeed, other calls raise :class:`DeviceDestroyedError`."""
+        live = len(self._pinned)
+        if live and not self.is_destroyed:
+            raise BusyError(f"{live} PinnedArray(s) of this device still live: destroying would unmap them", 15)
+        _check(lib.vkhost_device_destroy(self._handle()))
+
+    def close(self) -> None:
+        """``destroy`` (see there), then release the handle."""
+        if self._h is None:
+            return
+        self.destroy()
+        self._release()
+
+    def _release(self) -> None:
+        h, self._h = self._h, None
+        if h is not None and lib is not None:
+            lib.vkhost_device_release(h)
+
+    def __del__(self) -> None:
+        # Children keep the Device object alive, so this runs after them. Releasing the last
+        # reference destroys the Vulkan device, which unmaps pinned blocks: none can be left,
+        # since each block holds this object.
+        try:
+            self._release()
+        except Exception:
+            pass
+
+
+def _queue_kind(kind: str) -> int:
+    if kind == "copy":
+        return _ffi.QUEUE_COPY
+    if kind == "compute":
+        return _ffi.QUEUE_COMPUTE
+    raise InvalidArgumentError(f"queue kind must be 'copy' or 'compute', not {kind!r}", 9)
+
+
+class DeviceBuffer:
+    """A device-local buffer; ``write``/``read`` copy from and to NumPy arrays synchronously
+    (direct where the array is registered or pinned, staged elsewhere)."""
+
+    def __init__(self, device: Device, nbytes: int) -> None:
+        self.device = device
+        self._h: int | None = None
+        h = c_void_p()
+        _check(lib.vkhost_buffer_alloc(device._handle(), nbytes, byref(h)))
+        self._h = h.value
+        self.nbytes: int = nbytes
+
+    def __repr__(self) -> str:
+        return f"<vkhost.DeviceBuffer {self.nbytes} bytes>"
+
+    def _handle(self) -> int:
+        if self._h is None:
+            raise InvalidArgumentError("the buffer was freed", 9)
+        return self._h
+
+    @property
+    def handle(self) -> int:
+        """The VkBuffer handle, for the caller's own command buffers."""
+        v = c_uint64()
+        _check(lib.vkhost_buffer_handle(self._handle(), byref(v)))
+        return v.value
+
+    def write(self, src: npt.ArrayLike, offset: int = 0) -> CopyPath:
+        """Copies ``src``'s bytes into the buffer at byte ``offset``; returns the path taken."""
+        a = src if isinstance(src, np.ndarray) and src.flags.c_contiguous else np.ascontiguousarray(src)
+        path = c_int()
+        _check(lib.vkhost_copy_to_device(self.device._handle(), a.ctypes.data, a.nbytes, self._handle(), offset, byref(path)))
+        return _PATHS[path.value]
+
+    def read(
+        self,
+        out: np.ndarray | None = None,
+        offset: int = 0,
+        *,
+        dtype: npt.DTypeLike = np.uint8,
+        count: int | None = None,
+    ) -> np.ndarray:
+        """Copies from the buffer at byte ``offset`` into ``out`` (C-contiguous, writable), or
+        into a new array of ``count`` items of ``dtype`` (default: the rest of the buffer).
+        Returns the array."""
+        if out is None:
+            dt = np.dtype(dtype)
+            n = (self.nbytes - offset) // dt.itemsize if count is None else count
+            out = np.empty(max(n, 0), dtype=dt)
+        _contiguous(out, "out", writable=True)
+        path = c_int()
+        _check(lib.vkhost_copy_to_host(self.device._handle(), self._handle(), offset, out.ctypes.data, out.nbytes, byref(path)))
+        return out
+
+    def free(self) -> None:
+        """Frees the buffer now (stream work that uses it keeps its memory until done)."""
+        h, self._h = self._h, None
+        if h is not None and lib is not None:
+            lib.vkhost_buffer_free(h)
+
+    def __del__(self) -> None:
+        try:
+            self.free()
+        except Exception:
+            pass
+
+
+class Registration:
+    """A registered NumPy array (from :meth:`Device.register`). Holds the array; unregisters on
+    ``close()``, on leaving a ``with`` block, or when collected."""
+
+    def __init__(self, device: Device, array: np.ndarray) -> None:
+        _contiguous(array, "array", writable=True)
+        if array.nbytes == 0:
+            raise InvalidArgumentError("cannot register an empty array", 9)
+        self.device = device
+        self.array = array
+        self._ptr: int | None = None
+        _check(lib.vkhost_register(device._handle(), array.ctypes.data, array.nbytes))
+        self._ptr = array.ctypes.data
+
+    def __enter__(self) -> np.ndarray:
+        return self.array
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Unregisters; returns once no device work can touch the array's bytes."""
+        p, self._ptr = self._ptr, None
+        if p is not None:
+            _check(lib.vkhost_unregister(self.device._handle(), p))
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class _PinnedBlock:
+    """One pinned allocation; the base of every PinnedArray view over it. Freed when the last
+    view goes (NumPy keeps the base alive)."""
+
+    def __init__(self, device: Device, nbytes: int) -> None:
+        self.device = device
+        self.ptr: int | None = None
+        p = c_void_p()
+        _check(lib.vkhost_alloc_pinned(device._handle(), nbytes, byref(p)))
+        self.ptr = p.value
+        self.nbytes = nbytes
+        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (self.ptr, False), "version": 3}
+        device._pinned.add(self)
+
+    def __del__(self) -> None:
+        p, self.ptr = self.ptr, None
+        if p is not None and lib is not None:
+            try:
+                lib.vkhost_free_pinned(self.device._handle(), p)
+            except Exception:
+                pass
+
+
+class PinnedArray(np.ndarray):
+    """A NumPy array over pinned host memory (driver memory the device reads and writes
+    directly). ``PinnedArray(device, shape, dtype)`` or ``device.pinned(shape, dtype)``.
+
+    Slices and views share the pinned memory and keep it alive; the block is freed when the
+    last of them goes. Results of arithmetic are ordinary arrays. ``copy()`` is not pinned.
+    """
+
+    def __new__(cls, device: Device, shape: int | tuple[int, ...], dtype: npt.DTypeLike = np.uint8) -> PinnedArray:
+        dt = np.dtype(dtype)
+        shp = (shape,) if isinstance(shape, int) else tuple(shape)
+        nbytes = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+        block = _PinnedBlock(device, max(nbytes, 1))
+        raw = np.asarray(block)
+        return raw[:nbytes].view(dt).reshape(shp).view(cls)
+
+    def __array_wrap__(self, obj: Any, context: Any = None, return_scalar: bool = False) -> Any:
+        # Ufunc results are new memory, not pinned: hand them back as plain arrays.
+        if return_scalar:
+            return obj[()]
+        return np.asarray(obj).view(np.ndarray)
+
+    @property
+    def block(self) -> _PinnedBlock | None:
+        """The pinned block under this array (None for a non-pinned copy)."""
+        b: Any = self
+        while isinstance(b, np.ndarray):
+            b = b.base
+        return b if isinstance(b, _PinnedBlock) else None
+
+    @property
+    def vkhost_device(self) -> Device | None:
+        """The device the memory is pinned for (not ``device``: NumPy's array-API attribute)."""
+        b = self.block
+        return b.device if b is not None else None
+
+
+class Event:
+    """A point in a stream's work (:meth:`Stream.record`)."""
+
+    def __init__(self, handle: int, stream: Stream) -> None:
+        self._h: int | None = handle
+        self.device = stream.device
+
+    def wait(self) -> None:
+        """Blocks until the work before the event is done."""
+        _check(lib.vkhost_event_wait(self._h))
+
+    @property
+    def done(self) -> bool:
+        """Whether the work before the event is done (never blocks)."""
+        b = c_bool()
+        _check(lib.vkhost_event_query(self._h, byref(b)))
+        return bool(b.value)
+
+    def __del__(self) -> None:
+        h, self._h = self._h, None
+        if h is not None and lib is not None:
+            try:
+                lib.vkhost_event_release(h)
+            except Exception:
+                pass
+
+
+class Stream:
+    """Ordered async work on one queue. Copies return at once where the array is registered or
+    pinned; the stream keeps a reference to every array it was given until ``synchronize``
+    (a destination's bytes are in place only then, or after an event recorded later is waited)."""
+
+    def __init__(self, device: Device, kind: Literal["copy", "compute"] = "copy") -> None:
+        self.device = device
+        self._h: int | None = None
+        self._keep: list[Any] = []
+        h = c_void_p()
+        _check(lib.vkhost_stream_create(device._handle(), _queue_kind(kind), byref(h)))
+        self._h = h.value
+
+    def _handle(self) -> int:
+        if self._h is None:
+            raise InvalidArgumentError("the stream was closed", 9)
+        return self._h
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def upload(self, src: np.ndarray, dst: DeviceBuffer, offset: int = 0) -> None:
+        """Enqueues a copy of ``src``'s bytes into ``dst`` at byte ``offset``."""
+        _contiguous(src, "src")
+        _check(lib.vkhost_stream_copy_to_device_async(self._handle(), src.ctypes.data, src.nbytes, dst._handle(), offset))
+        self._keep.append(src)
+
+    def download(self, src: DeviceBuffer, dst: np.ndarray, offset: int = 0) -> None:
+        """Enqueues a copy from ``src`` at byte ``offset`` into ``dst`` (C-contiguous, writable);
+        the bytes are there after ``synchronize`` (or an event recorded after this call)."""
+        _contiguous(dst, "dst", writable=True)
+        _check(lib.vkhost_stream_copy_to_host_async(self._handle(), src._handle(), offset, dst.ctypes.data, dst.nbytes))
+        self._keep.append(dst)
+
+    def copy(self, src: DeviceBuffer, dst: DeviceBuffer, nbytes: int, src_offset: int = 0, dst_offset: int = 0) -> None:
+        """Enqueues a device-to-device copy."""
+        _check(lib.vkhost_stream_copy_buffer_async(self._handle(), src._handle(), src_offset, dst._handle(), dst_offset, nbytes))
+        self._keep += [src, dst]
+
+    def fill(self, dst: DeviceBuffer, value: int, offset: int = 0, nbytes: int | None = None) -> None:
+        """Enqueues a fill with the repeated 32-bit ``value`` (offset and size multiples of 4)."""
+        n = dst.nbytes - offset if nbytes is None else nbytes
+        _check(lib.vkhost_stream_fill_async(self._handle(), dst._handle(), offset, n, value & 0xFFFFFFFF))
+        self._keep.append(dst)
+
+    def flush(self) -> None:
+        """Submits recorded work without waiting."""
+        _check(lib.vkhost_stream_flush(self._handle()))
+
+    def record(self) -> Event:
+        """An event at the current end of the stream."""
+        h = c_void_p()
+        _check(lib.vkhost_stream_record(self._handle(), byref(h)))
+        assert h.value is not None
+        return Event(h.value, self)
+
+    def wait_event(self, event: Event) -> None:
+        """Makes later work on this stream wait (on the device) for ``event``."""
+        _check(lib.vkhost_stream_wait_event(self._handle(), event._h))
+
+    def synchronize(self) -> None:
+        """Waits for all enqueued work; destinations are filled."""
+        _check(lib.vkhost_stream_synchronize(self._handle()))
+        self._keep.clear()
+
+    def close(self) -> None:
+        """Waits for the stream's work and destroys it."""
+        h, self._h = self._h, None
+        if h is not None and lib is not None:
+            _check(lib.vkhost_stream_destroy(h))
+        self._keep.clear()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _time_copies(dev: Device, buf: DeviceBuffer, arr: np.ndarray, h2d: bool, iters: int) -> tuple[float, CopyPath]:
+    """Median GB/s of ``iters`` synchronous copies of ``arr`` (after a warm-up), and the path."""
+    nbytes = arr.nbytes
+    path = c_int()
+
+    def once() -> None:
+        if h2d:
+            _check(lib.vkhost_copy_to_device(dev._handle(), arr.ctypes.data, nbytes, buf._handle(), 0, byref(path)))
+        else:
+            _check(lib.vkhost_copy_to_host(dev._handle(), buf._handle(), 0, arr.ctypes.data, nbytes, byref(path)))
+
+    once()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        once()
+        times.append(time.perf_counter() - t0)
+    return nbytes / sorted(times)[len(times) // 2] / 1e9, _PATHS[path.value]
+
+
+def bench(nbytes: int = 16 << 20, iters: int = 5, device: Device | None = None) -> dict[str, Any]:
+    """A small bandwidth measurement: synchronous copies of ``nbytes`` from and to pinned,
+    registered and pageable (plain NumPy) memory, median of ``iters`` each after a warm-up.
+
+    Returns ``{"device": name, "nbytes": n, "iters": k, "gbps": {path: {"h2d": x, "d2h": y}},
+    "paths": {path: {"h2d": "direct"|"staged"|"mixed", "d2h": ...}}}`` with GB/s = 1e9 bytes/s.
+    Registered is left out where the device cannot register host memory.
+    """
+    own = device is None
+    dev = Device() if device is None else device
+    gbps: dict[str, dict[str, float]] = {}
+    paths: dict[str, dict[str, str]] = {}
+
+    def measure(name: str, arr: np.ndarray) -> None:
+        gbps[name], paths[name] = {}, {}
+        for direction in ("h2d", "d2h"):
+            gbps[name][direction], paths[name][direction] = _time_copies(dev, buf, arr, direction == "h2d", iters)
+
+    try:
+        buf = dev.alloc_buffer(nbytes)
+        try:
+            pinned = dev.pinned(nbytes)
+            pinned[:] = 1
+            measure("pinned", pinned)
+            del pinned  # frees the block before a possible close()
+            if dev.registration_granule:
+                with dev.register(np.ones(nbytes, dtype=np.uint8)) as registered:
+                    measure("registered", registered)
+            measure("pageable", np.ones(nbytes, dtype=np.uint8))
+        finally:
+            buf.free()
+        return {"device": dev.info.name, "nbytes": nbytes, "iters": iters, "gbps": gbps, "paths": paths}
+    finally:
+        if own:
+            dev.close()
