@@ -37,7 +37,8 @@ clippy:
 	$(CARGO) clippy -p vkhost --all-targets --features fault-injection -- -D warnings
 
 # Device tests run with the Khronos validation layer (each opens its device with validation on)
-# and its synchronization validation, and assert zero errors and hazards.
+# and its synchronization validation, and assert zero errors and hazards. Then the self-test,
+# the fault-injection sweep, valgrind over every device test, and the C ABI and Python package.
 test: export VK_LAYER_ENABLES = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
 test: setup fmt clippy
 	$(CARGO) test --workspace --release
@@ -45,6 +46,7 @@ test: setup fmt clippy
 	./target/release/vkhost check --all
 	$(CARGO) test -p vkhost --release --features fault-injection --test fault
 	bash scripts/memcheck full
+	bash scripts/capi-test
 
 # Every device test binary under valgrind memcheck (0 errors, 0 definite leaks); about 4 minutes
 # on 2 cores, so `make test` (and CI) runs it too. `bash scripts/memcheck quick` is a 3-minute
