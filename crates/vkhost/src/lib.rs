@@ -100,6 +100,7 @@ mod device;
 mod error;
 pub mod fault;
 pub mod host;
+pub mod kernel;
 pub mod memtype;
 mod resource;
 mod stream;
@@ -120,4 +121,5 @@ pub use device::{devices, Device, DeviceId, ImportPolicy, LiveObjects, MemoryCho
 pub use error::{Error, Result};
 pub use host::safe::{PinnedBuffer, Registration};
 pub use host::{CopyPath, HostStats};
+pub use kernel::{Binding, Kernel, Param};
 pub use stream::{Event, Pending, Stream};
