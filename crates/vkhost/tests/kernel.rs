@@ -364,3 +364,23 @@ fn destroying_the_device_with_launches_in_flight_is_clean() {
     host::free_pinned(&d, block).unwrap();
     drop(s);
 }
+#[test]
+fn builtins_split_ranges_longer_than_max_storage_buffer_range() {
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    let max = d.info().max_storage_buffer_range as usize;
+    if max > 256 << 20 {
+        eprintln!("SKIPPED: maxStorageBufferRange is {max} bytes; this test splits ranges longer than it (lavapipe: 128 MiB)");
+        return;
+    }
+    let len = max + (1 << 20) + 12;
+    let g = d.alloc_buffer(len + 8).unwrap();
+    s.fill_u32(Binding::Device(&g, 4, len), 0x0123_4567).unwrap();
+    let want: Vec<u8> = std::iter::repeat(0x0123_4567u32.to_ne_bytes()).take(len / 4).flatten().collect();
+    assert_eq!(s.checksum(Binding::Device(&g, 4, len)).unwrap(), checksum_cpu(&want), "checksum over chunks");
+    let mut p = PinnedBuffer::new(&d, len + 8).unwrap();
+    p.fill(0xEE);
+    s.copy_sm(Binding::Device(&g, 4, len), Binding::HostMut(&mut p[8..8 + len])).unwrap();
+    s.synchronize().unwrap();
+    assert!(p[8..] == want[..] && p[..8] == [0xEE; 8], "copy over chunks");
+}

@@ -238,7 +238,7 @@ pub enum Binding<'a> {
     Raw(HostRange),
 }
 
-impl Binding<'_> {
+impl<'a> Binding<'a> {
     /// A raw host range `[ptr, ptr+len)` that one registration or pinned block covers (else the
     /// launch is `NotRegistered`). Launches that bind it are async.
     ///
@@ -263,6 +263,30 @@ impl Binding<'_> {
     /// Whether the range is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Splits the range into consecutive pieces of `size` bytes (the last may be shorter).
+    pub(crate) fn split(self, size: usize) -> Vec<Binding<'a>> {
+        let size = size.max(1);
+        let pieces = |len: usize| (0..len).step_by(size).map(move |o| (o, size.min(len - o)));
+        match self {
+            Binding::Device(b, off, len) => pieces(len).map(|(o, n)| Binding::Device(b, off + o, n)).collect(),
+            Binding::Host(s) => s.chunks(size).map(Binding::Host).collect(),
+            Binding::HostMut(s) => s.chunks_mut(size).map(Binding::HostMut).collect(),
+            Binding::Raw(h) => pieces(h.len).map(|(o, n)| Binding::Raw(HostRange { addr: h.addr + o, len: n })).collect(),
+        }
+    }
+
+    /// Whether two bindings name a common byte (of one device buffer, or of host memory).
+    pub(crate) fn overlaps(&self, o: &Binding<'_>) -> bool {
+        let span = |b: &Binding<'_>| match b {
+            Binding::Device(buf, off, len) => (Some(buf.raw()), *off, off + len),
+            Binding::Host(s) => (None, s.as_ptr() as usize, s.as_ptr() as usize + s.len()),
+            Binding::HostMut(s) => (None, s.as_ptr() as usize, s.as_ptr() as usize + s.len()),
+            Binding::Raw(h) => (None, h.addr, h.addr.saturating_add(h.len)),
+        };
+        let ((k1, s1, e1), (k2, s2, e2)) = (span(self), span(o));
+        k1 == k2 && s1 < e2 && s2 < e1
     }
 
     /// The range's start modulo 16 as the device sees it: device offsets, and host addresses

@@ -178,6 +178,15 @@ fn check4(b: &Binding<'_>, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// The most bytes one launch of a built-in binds: maxStorageBufferRange less the alignment
+/// slack, in 64 KiB steps (so pieces keep their phase for the vec4 copy), at most 1 GiB (so
+/// word indices and loop counts stay small).
+fn piece_bytes(s: &Shared) -> usize {
+    let align = s.info.min_storage_buffer_offset_alignment.max(16);
+    let max = u64::from(s.info.max_storage_buffer_range).saturating_sub(align) & !0xffff;
+    max.clamp(1 << 16, 1 << 30) as usize
+}
+
 /// Workgroups for a built-in over `n` items with a grid-stride loop.
 fn groups_for(n: usize, cap: usize) -> [u32; 3] {
     [n.div_ceil(builtin::WORKGROUP as usize).clamp(1, cap) as u32, 1, 1]
@@ -227,12 +236,11 @@ impl Stream {
     /// [`Stream::launch`].
     pub fn fill_u32(&self, dst: Binding<'_>, pattern: u32) -> Result<()> {
         check4(&dst, "fill")?;
-        let n = dst.len() / 4;
-        if n == 0 {
-            return Ok(());
+        for d in dst.split(piece_bytes(&self.inner.shared)) {
+            let n = d.len() / 4;
+            self.launch(builtin::fill(), groups_for(n, 4096), &[d], &words(&[n as u32, pattern]))?;
         }
-        let pc = words(&[n as u32, pattern]);
-        self.launch(builtin::fill(), groups_for(n, 4096), &[dst], &pc)
+        Ok(())
     }
 
     /// Copies `src` into `dst` (equal lengths, not overlapping) with the built-in `copy` kernel
@@ -246,17 +254,21 @@ impl Stream {
         if src.len() != dst.len() {
             return Err(Error::invalid(format!("copy of {} bytes into {} bytes", src.len(), dst.len())));
         }
-        let len = src.len();
-        if len == 0 {
-            return Ok(());
+        if src.overlaps(&dst) {
+            return Err(Error::invalid("overlapping copy source and destination"));
         }
-        if src.phase() == 0 && dst.phase() == 0 && len % 16 == 0 {
-            let n = len / 16;
-            self.launch(builtin::copy_vec4(), groups_for(n, 4096), &[src, dst], &words(&[n as u32]))
-        } else {
-            let n = len / 4;
-            self.launch(builtin::copy(), groups_for(n, 4096), &[src, dst], &words(&[n as u32]))
+        let vec4 = src.phase() == 0 && dst.phase() == 0 && src.len() % 16 == 0;
+        let size = piece_bytes(&self.inner.shared);
+        for (s, d) in src.split(size).into_iter().zip(dst.split(size)) {
+            if vec4 {
+                let n = s.len() / 16;
+                self.launch(builtin::copy_vec4(), groups_for(n, 4096), &[s, d], &words(&[n as u32]))?;
+            } else {
+                let n = s.len() / 4;
+                self.launch(builtin::copy(), groups_for(n, 4096), &[s, d], &words(&[n as u32]))?;
+            }
         }
+        Ok(())
     }
 
     /// Enqueues the built-in `checksum` of `src` into the 8 bytes of `out` (a little-endian u64,
@@ -269,13 +281,22 @@ impl Stream {
         if out.len() != 8 {
             return Err(Error::invalid(format!("the checksum result is 8 bytes, not {}", out.len())));
         }
-        let n = src.len() / 4;
         let zero = words(&[2, 0]);
         let (zv, znow) = self.inner.launch(builtin::fill(), [1, 1, 1], std::slice::from_mut(&mut out), &zero)?;
-        if n == 0 {
-            return self.settle_launch(zv, znow);
+        let mut first = 0usize;
+        for s in src.split(piece_bytes(&self.inner.shared)) {
+            let n = s.len() / 4;
+            // `out` is bound again for each piece: the next launch reborrows it.
+            let o = match &mut out {
+                Binding::HostMut(b) => Binding::HostMut(b),
+                Binding::Host(b) => Binding::Host(b),
+                Binding::Device(b, off, len) => Binding::Device(b, *off, *len),
+                Binding::Raw(h) => Binding::Raw(*h),
+            };
+            self.launch(builtin::checksum(), groups_for(n, 256), &[s, o], &words(&[n as u32, first as u32]))?;
+            first += n;
         }
-        self.launch(builtin::checksum(), groups_for(n, 256), &[src, out], &words(&[n as u32, 0]))
+        self.settle_launch(zv, znow)
     }
 
     /// The built-in `checksum` of `src`, computed on the device and read back: waits for this
