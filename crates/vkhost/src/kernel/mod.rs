@@ -44,7 +44,7 @@
 //!
 //! ## Bindings and ownership
 //!
-//! - [`Binding::Device`]: bytes of a [`DeviceBuffer`](crate::DeviceBuffer).
+//! - [`Binding::Device`]: bytes of a [`DeviceBuffer`].
 //! - [`Binding::Host`] / [`Binding::HostMut`]: a slice of a [`PinnedBuffer`](crate::PinnedBuffer)
 //!   or a [`Registration`](crate::Registration) (or of any memory that one registration or
 //!   pinned block covers), shared for bindings the kernel only reads, exclusive for bindings it
@@ -52,12 +52,12 @@
 //! - [`Binding::host`] (`unsafe`): a raw host range, async whatever covers it.
 //!
 //! A host range that no single registration or pinned block covers is
-//! [`Error::NotRegistered`](crate::Error::NotRegistered), never staged.
+//! [`Error::NotRegistered`], never staged.
 //!
 //! A launch owns what it binds, as stream copies do: while recording it holds the covering
 //! import or block, notes its use (a write for [`Param::ReadWrite`] bindings) and keeps an `Arc`
 //! in the batch until it is reaped, so `unregister` of a range a launch names waits for the
-//! launch, and dropping a [`DeviceBuffer`](crate::DeviceBuffer) or
+//! launch, and dropping a [`DeviceBuffer`] or
 //! [`PinnedBuffer`](crate::PinnedBuffer) never frees memory it uses. Launches order against the
 //! stream's copies and other launches by the bytes they bind (a barrier with compute and
 //! transfer accesses goes only between commands that touch the same bytes with a write), and a
@@ -77,6 +77,17 @@
 //! into the command buffer (VK_KHR_push_descriptor): no descriptor pool lives past a launch.
 //! Devices without the extension, and devices wrapped by
 //! [`Device::from_raw`](crate::Device::from_raw), refuse launches with `Unsupported`.
+//!
+//! **Pipelines** are created on a kernel's first launch on a device and kept until the device
+//! is destroyed (a launch names them without owning them); there is no eviction.
+//!
+//! Driver notes:
+//! - llvmpipe (lavapipe) ends a shader's loops after about 65535 iterations in all
+//!   (gallivm's loop limiter), silently. The built-ins' grid-stride loops run far fewer
+//!   (ranges are split at maxStorageBufferRange, 128 MiB there); a user kernel that loops longer
+//!   computes something else on lavapipe.
+//! - maxStorageBufferRange bounds one binding's bound range (delta included): `launch` refuses
+//!   longer ones (`InvalidArgument`); the built-in entry points split them.
 
 mod builtin_spirv {
     include!(concat!(env!("OUT_DIR"), "/builtin_spirv.rs"));
