@@ -384,3 +384,25 @@ fn builtins_split_ranges_longer_than_max_storage_buffer_range() {
     s.synchronize().unwrap();
     assert!(p[8..] == want[..] && p[..8] == [0xEE; 8], "copy over chunks");
 }
+
+#[test]
+fn safe_launches_never_leave_the_callers_memory_to_a_destructor() {
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    // Registered (the caller's memory): the launch completed before `launch` returned, so a
+    // forgotten Registration hands back bytes the device no longer writes. Without that wait
+    // the fill would still sit in the unsubmitted batch here.
+    let mut v = vec![0u8; 3 * 4096];
+    let mut reg = d.register(&mut v).unwrap();
+    s.fill_u32(Binding::HostMut(&mut reg[8..8 + 8192]), 0x7777_7777).unwrap();
+    std::mem::forget(reg);
+    assert!(v[8..8 + 8192].iter().all(|&b| b == 0x77) && v[..8] == [0; 8], "the fill is in place when the call returns");
+    // Pinned (vkhost's memory): async, and the view waits for the pending write.
+    let mut p = PinnedBuffer::new(&d, 1 << 20).unwrap();
+    p.fill(0);
+    s.fill_u32(Binding::HostMut(&mut p[..]), 0x5555_5555).unwrap();
+    s.flush().unwrap();
+    assert!(p.iter().all(|&b| b == 0x55), "Deref waited for the launch's write");
+    drop(p);
+    d.destroy().unwrap(); // the forgotten registration goes with the device, before `v` drops
+}
