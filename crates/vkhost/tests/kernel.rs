@@ -406,3 +406,11 @@ fn safe_launches_never_leave_the_callers_memory_to_a_destructor() {
     drop(p);
     d.destroy().unwrap(); // the forgotten registration goes with the device, before `v` drops
 }
+
+#[test]
+fn public_kernel_types_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Kernel>();
+    check::<Param>();
+    check::<Binding<'static>>();
+}
