@@ -159,6 +159,10 @@ typedef struct {
   size_t staging_chunk;
   // Staging chunks in flight, 2..=16 (default 3).
   size_t staging_slots;
+  // The largest single import or pinned allocation in bytes; larger ranges become several
+  // imports behind one entry. 0: the device's maxMemoryAllocationSize (the default);
+  // otherwise a multiple of 4096, at most that limit.
+  size_t max_import_piece;
 } vkhost_open_options;
 
 // A device's Vulkan handles, for interop both ways: `vkhost_device_raw` fills it from a vkhost

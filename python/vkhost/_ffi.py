@@ -65,6 +65,7 @@ class OpenOptionsC(ctypes.Structure):
         ("copy_queue", c_uint32),
         ("staging_chunk", c_size_t),
         ("staging_slots", c_size_t),
+        ("max_import_piece", c_size_t),
     ]
 
 

@@ -129,6 +129,10 @@ pub struct vkhost_open_options {
     pub staging_chunk: usize,
     /// Staging chunks in flight, 2..=16 (default 3).
     pub staging_slots: usize,
+    /// The largest single import or pinned allocation in bytes; larger ranges become several
+    /// imports behind one entry. 0: the device's maxMemoryAllocationSize (the default);
+    /// otherwise a multiple of 4096, at most that limit.
+    pub max_import_piece: usize,
 }
 
 impl From<&OpenOptions> for vkhost_open_options {
@@ -139,6 +143,7 @@ impl From<&OpenOptions> for vkhost_open_options {
             copy_queue: if o.copy_queue == QueueKind::Compute { VKHOST_QUEUE_COMPUTE } else { VKHOST_QUEUE_COPY },
             staging_chunk: o.staging_chunk,
             staging_slots: o.staging_slots,
+            max_import_piece: o.max_import_piece.unwrap_or(0),
         }
     }
 }
@@ -167,6 +172,7 @@ impl vkhost_open_options {
             staging_chunk: self.staging_chunk,
             staging_slots: self.staging_slots,
             copy_queue: queue_kind(self.copy_queue, "copy_queue")?,
+            max_import_piece: (self.max_import_piece != 0).then_some(self.max_import_piece),
         })
     }
 }

@@ -3,16 +3,19 @@
 //! The correctness matrix of every path (pinned, registered, pageable, mixed) in both
 //! directions, synchronous and on a stream, at odd sizes and offsets, with guard bytes around
 //! every copied range on the host and on the device; the refusals (unmapped, read-only,
-//! overlapping, double operations); teardown with live entries; the multi-device paths on two
-//! VkDevices of the device (HostRange, broadcast, gather, import pieces, one destroyed first).
-//! The validation layer is on where installed, and any validation error is a failure. Exit code
-//! 1 on any failure.
+//! overlapping, double operations); teardown with live entries; the built-in kernels (fill,
+//! SM copy, checksum against the CPU) over device buffers, pinned blocks and registrations at
+//! aligned and unaligned offsets, with guard bytes; the multi-device paths on two VkDevices of
+//! the device (HostRange, broadcast, gather, import pieces, one destroyed first). The validation
+//! layer is on where installed, and any validation error is a failure. Exit code 1 on any
+//! failure.
 
 use crate::devices::anyhow_free::Result;
 use crate::pages::{Pages, RW};
 use std::process::ExitCode;
 use vkhost::host::{self, entries_of};
-use vkhost::{CopyPath, Device, DeviceBuffer, Error, OpenOptions, PinnedBuffer};
+use vkhost::kernel::{checksum_cpu, Binding};
+use vkhost::{CopyPath, Device, DeviceBuffer, Error, OpenOptions, PinnedBuffer, QueueKind, Stream};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -205,6 +208,110 @@ fn matrix(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
     Ok(())
 }
 
+/// Where a kernel case puts its bytes.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Device,
+    Pinned,
+    Registered,
+}
+
+/// One kernel case: an SM copy from a device buffer into `kind` memory at `off` (checked by the
+/// device checksum against the CPU, then read back with its guards), then a fill of the same
+/// bytes, read back.
+fn kernel_case(dev: &Device, s: &Stream, kind: Kind, off: usize, len: usize, can_register: bool) -> Result<()> {
+    let total = off + len + GUARD;
+    let src = dev.alloc_buffer(len + 16)?;
+    let want = pattern(len, off ^ len);
+    src.write(12, &want)?;
+    let init = pattern(total, 7);
+    let pat = 0x5A5A_0000u32 ^ len as u32;
+    let check = |got: &[u8], body: &dyn Fn(&[u8]) -> bool, what: &str| -> Result<()> {
+        if got[..off] != init[..off] || got[off + len..] != init[off + len..] {
+            return Err(format!("{what}: a guard byte changed").into());
+        }
+        if !body(&got[off..off + len]) {
+            return Err(format!("{what}: wrong bytes").into());
+        }
+        Ok(())
+    };
+    let copied = |b: &[u8]| b == &want[..];
+    let filled = |b: &[u8]| b.chunks(4).all(|c| c == pat.to_ne_bytes());
+    let sum = checksum_cpu(&want);
+    match kind {
+        Kind::Device => {
+            let b = dev.alloc_buffer(total)?;
+            b.write(0, &init)?;
+            s.copy_sm(Binding::Device(&src, 12, len), Binding::Device(&b, off, len))?;
+            if s.checksum(Binding::Device(&b, off, len))? != sum {
+                return Err("device checksum differs from the CPU's".into());
+            }
+            let mut got = vec![0; total];
+            b.read(0, &mut got)?;
+            check(&got, &copied, "copy")?;
+            s.fill_u32(Binding::Device(&b, off, len), pat)?;
+            s.synchronize()?;
+            b.read(0, &mut got)?;
+            check(&got, &filled, "fill")
+        }
+        Kind::Pinned => {
+            let mut p = PinnedBuffer::new(dev, total)?;
+            p.copy_from_slice(&init);
+            s.copy_sm(Binding::Device(&src, 12, len), Binding::HostMut(&mut p[off..off + len]))?;
+            if s.checksum(Binding::Host(&p[off..off + len]))? != sum {
+                return Err("device checksum differs from the CPU's".into());
+            }
+            check(&p, &copied, "copy")?;
+            s.fill_u32(Binding::HostMut(&mut p[off..off + len]), pat)?;
+            check(&p, &filled, "fill")
+        }
+        Kind::Registered if can_register => {
+            let mut m = Pages::map(total.next_multiple_of(4096), RW)?;
+            m.slice()[..total].copy_from_slice(&init);
+            let mut reg = dev.register(&mut m.slice()[..total])?;
+            s.copy_sm(Binding::Device(&src, 12, len), Binding::HostMut(&mut reg[off..off + len]))?;
+            if s.checksum(Binding::Host(&reg[off..off + len]))? != sum {
+                return Err("device checksum differs from the CPU's".into());
+            }
+            check(&reg, &copied, "copy")?;
+            s.fill_u32(Binding::HostMut(&mut reg[off..off + len]), pat)?;
+            drop(reg);
+            check(&m.slice()[..total], &filled, "fill")
+        }
+        Kind::Registered => Ok(()),
+    }
+}
+
+/// The built-in kernels over every binding kind (see [`kernel_case`]).
+fn kernels(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
+    let can_register = dev.host_registration().is_ok();
+    let s = dev.stream_on(QueueKind::Compute)?;
+    let probe = dev.alloc_buffer(4)?;
+    if let Err(Error::Unsupported { reason }) = s.fill_u32(Binding::Device(&probe, 0, 4), 0) {
+        println!("    kernels skipped: {reason}");
+        return Ok(());
+    }
+    let a = dev.info().min_storage_buffer_offset_alignment.max(16) as usize;
+    let (mut passed, mut total, mut failed) = (0, 0, Vec::new());
+    for kind in [Kind::Device, Kind::Pinned, Kind::Registered] {
+        for off in [0, 4, a + 20, 4092] {
+            for len in [4, 4096 + 12, 65536] {
+                total += 1;
+                match kernel_case(dev, &s, kind, off, len, can_register) {
+                    Ok(()) => passed += 1,
+                    Err(e) if failed.is_empty() => failed.push(format!("{kind:?} +{off} {len} B: {e}")),
+                    Err(_) => {}
+                }
+            }
+        }
+    }
+    if passed < total && failed.len() == 1 {
+        failed.push(format!("{} failed in all", total - passed));
+    }
+    rows.push(Row { name: "kernels: fill, SM copy, checksum".into(), passed, total, detail: failed.join("; ") });
+    Ok(())
+}
+
 fn refusals(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
     let can_register = dev.host_registration().is_ok();
     let mut cases: Vec<(&str, std::result::Result<(), String>)> = Vec::new();
@@ -356,6 +463,7 @@ fn check_device(index: usize) -> Result<bool> {
     let t = std::time::Instant::now();
     matrix(&dev, &mut rows)?;
     refusals(&dev, &mut rows)?;
+    kernels(&dev, &mut rows)?;
     let left = entries_of(&dev);
     dev.destroy()?;
     let errors = dev.validation_errors() + teardown(index, &opts, &mut rows)? + multi_device(index, &opts, &mut rows)?;

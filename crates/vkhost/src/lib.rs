@@ -21,6 +21,7 @@
 //! | [`PinnedBuffer`], [`Registration`], [`DeviceBuffer::write`]/[`read`](DeviceBuffer::read) | owning types and slice copies | safe |
 //! | [`host`] functions | the seed's address-based API, for runtimes and FFI | `register` and the copies are `unsafe` |
 //! | [`Stream`], [`Event`], [`Pending`] | async copies on a queue, timeline-semaphore events | `Pending` guards are safe; raw async copies are `unsafe` |
+//! | [`kernel`]: [`Kernel`], [`Binding`], [`Stream::launch`], built-ins ([`Stream::fill_u32`], [`Stream::copy_sm`], [`Stream::checksum`]) | compute launches over device buffers, pinned blocks and registrations, zero-copy | built-ins and launches are safe; `Kernel::from_spirv` and raw `Binding::host` are `unsafe` |
 //! | tracked resources (internal) | every import, pinned block and device buffer is an `Arc` owner with the uses submitted work made of it | |
 //! | [`Device`], [`DeviceBuffer`] | the Vulkan device: queues, submission, teardown, interop ([`Device::raw`]) | safe |
 //! | `host::registry`, `memtype`, the ownership protocol | pure data: the interval registry, memory-type ranking, owners and uses | no Vulkan |
@@ -100,6 +101,7 @@ mod device;
 mod error;
 pub mod fault;
 pub mod host;
+pub mod kernel;
 pub mod memtype;
 mod resource;
 mod stream;
@@ -121,4 +123,5 @@ pub use error::{Error, Result};
 pub use host::range::{broadcast, gather, HostRange};
 pub use host::safe::{PinnedBuffer, Registration};
 pub use host::{CopyPath, HostStats};
+pub use kernel::{Binding, Kernel, Param};
 pub use stream::{Event, Pending, Stream};

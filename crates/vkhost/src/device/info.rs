@@ -144,6 +144,17 @@ pub struct DeviceInfo {
     pub max_memory_allocation_size: u64,
     /// Whether timeline semaphores are supported (Vulkan 1.2 feature), needed by streams.
     pub timeline_semaphore: bool,
+    /// VkPhysicalDeviceLimits::minStorageBufferOffsetAlignment: kernel bindings are bound at
+    /// offsets aligned down to max(this, 16) (see [`crate::kernel`]).
+    pub min_storage_buffer_offset_alignment: u64,
+    /// VkPhysicalDeviceLimits::maxStorageBufferRange: the most bytes one kernel binding spans.
+    pub max_storage_buffer_range: u32,
+    /// VkPhysicalDeviceLimits::maxPushConstantsSize.
+    pub max_push_constants_size: u32,
+    /// VkPhysicalDeviceLimits::maxComputeWorkGroupCount.
+    pub max_compute_work_group_count: [u32; 3],
+    /// Whether VK_KHR_push_descriptor is offered; kernel launches use it.
+    pub push_descriptor: bool,
 }
 
 impl DeviceInfo {
@@ -225,6 +236,7 @@ pub(crate) fn query(instance: &ash::Instance, pd: vk::PhysicalDevice, index: usi
     let api = props.api_version;
     let v12 = vk::api_version_major(api) > 1 || vk::api_version_minor(api) >= 2;
     let has_emh = has_extension(instance, pd, ash::ext::external_memory_host::NAME);
+    let has_push = has_extension(instance, pd, ash::khr::push_descriptor::NAME);
 
     let mut driver = vk::PhysicalDeviceDriverProperties::default();
     let mut emh = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
@@ -280,6 +292,11 @@ pub(crate) fn query(instance: &ash::Instance, pd: vk::PhysicalDevice, index: usi
         host_import_alignment: has_emh.then_some(emh.min_imported_host_pointer_alignment as usize),
         max_memory_allocation_size: if maint3.max_memory_allocation_size == 0 { u64::MAX } else { maint3.max_memory_allocation_size },
         timeline_semaphore: timeline.timeline_semaphore == vk::TRUE,
+        min_storage_buffer_offset_alignment: props.limits.min_storage_buffer_offset_alignment,
+        max_storage_buffer_range: props.limits.max_storage_buffer_range,
+        max_push_constants_size: props.limits.max_push_constants_size,
+        max_compute_work_group_count: props.limits.max_compute_work_group_count,
+        push_descriptor: has_push,
     }
 }
 
@@ -309,6 +326,11 @@ mod tests {
             host_import_alignment: None,
             max_memory_allocation_size: u64::MAX,
             timeline_semaphore: true,
+            min_storage_buffer_offset_alignment: 16,
+            max_storage_buffer_range: u32::MAX,
+            max_push_constants_size: 128,
+            max_compute_work_group_count: [65535; 3],
+            push_descriptor: true,
         }
     }
 

@@ -18,6 +18,7 @@
 pub(crate) mod info;
 pub(crate) mod instance;
 pub(crate) mod object;
+pub(crate) mod pipeline;
 pub(crate) mod submit;
 
 use crate::error::{Error, Result, VkResultExt};
@@ -209,6 +210,8 @@ pub struct LiveObjects {
     pub fences: i64,
     /// VkSemaphores.
     pub semaphores: i64,
+    /// Compute pipelines of kernels (each with its pipeline layout and descriptor-set layout).
+    pub pipelines: i64,
 }
 
 #[derive(Default)]
@@ -218,6 +221,7 @@ pub(crate) struct ObjectCounters {
     command_pools: AtomicI64,
     fences: AtomicI64,
     semaphores: AtomicI64,
+    pipelines: AtomicI64,
 }
 
 impl ObjectCounters {
@@ -228,6 +232,7 @@ impl ObjectCounters {
             command_pools: self.command_pools.load(Ordering::Relaxed),
             fences: self.fences.load(Ordering::Relaxed),
             semaphores: self.semaphores.load(Ordering::Relaxed),
+            pipelines: self.pipelines.load(Ordering::Relaxed),
         }
     }
 }
@@ -265,6 +270,9 @@ pub(crate) struct Live {
     pub physical: vk::PhysicalDevice,
     pub device: ash::Device,
     pub ext_host: Option<ash::ext::external_memory_host::Device>,
+    /// VK_KHR_push_descriptor, where vkhost enabled it (devices it created and that offer it):
+    /// kernel launches need it.
+    pub push_desc: Option<ash::khr::push_descriptor::Device>,
     pub compute: Queue,
     /// Queues of the transfer-only family, where the device has one.
     pub copy_queues: Vec<Queue>,
@@ -306,6 +314,9 @@ pub(crate) struct Shared {
     pub probe: std::sync::OnceLock<std::result::Result<usize, String>>,
     /// True while the probe runs at open: its copies are not the user's traffic.
     pub probing: AtomicBool,
+    /// Compute pipelines of kernels launched on this device (a device child: destroyed at
+    /// teardown, phase OBJECTS).
+    pub pipelines: Arc<pipeline::PipelineCache>,
 }
 
 /// A read guard on a live device.
@@ -459,6 +470,10 @@ impl Shared {
             unsafe { l.device.destroy_semaphore(sem, None) };
             self.count_semaphore(-1);
         }
+    }
+
+    pub(crate) fn count_pipeline(&self, delta: i64) {
+        self.objects.pipelines.fetch_add(delta, Ordering::Relaxed);
     }
 
     pub(crate) fn count_fence(&self, delta: i64) {
@@ -720,6 +735,9 @@ impl Device {
                 exts.push(ash::khr::external_memory::NAME.as_ptr());
             }
         }
+        if info.push_descriptor {
+            exts.push(ash::khr::push_descriptor::NAME.as_ptr());
+        }
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(info.timeline_semaphore);
         let v12 = info.api_version >= info::ApiVersion::from_raw(vk::API_VERSION_1_2);
         let mut dinfo = vk::DeviceCreateInfo::default().queue_create_infos(&qinfos).enabled_extension_names(&exts);
@@ -753,6 +771,7 @@ impl Device {
         let compute_q = get(compute.0, compute.1);
         let copy_queues: Vec<Queue> = tfam.map(|(f, idx)| idx.into_iter().map(|i| get(f, i)).collect()).unwrap_or_default();
         let ext_host = info.host_import_alignment.map(|_| ash::ext::external_memory_host::Device::new(&instance, &device));
+        let push_desc = info.push_descriptor.then(|| ash::khr::push_descriptor::Device::new(&instance, &device));
         let nctx = copy_queues.len().max(1) * 2;
         let mut families = vec![compute_q.family];
         families.extend(copy_queues.first().map(|q| q.family).filter(|&f| f != compute_q.family));
@@ -764,6 +783,7 @@ impl Device {
             physical: pd,
             device,
             ext_host,
+            push_desc,
             compute: compute_q,
             copy_queues,
             copy_ctxs: (0..nctx).map(|_| Mutex::new(None)).collect(),
@@ -793,8 +813,11 @@ impl Device {
                 deferred_semaphores: Mutex::new(Vec::new()),
                 probe: std::sync::OnceLock::new(),
                 probing: AtomicBool::new(false),
+                pipelines: Arc::new(pipeline::PipelineCache::default()),
             }),
         };
+        let cache: std::sync::Weak<dyn object::Child> = Arc::downgrade(&d.shared.pipelines) as std::sync::Weak<pipeline::PipelineCache>;
+        d.shared.add_child(cache);
         log::debug!("{}: opened {} ({})", d.shared.id, d.shared.info.name, d.shared.info.driver_name);
         d.probe_registration();
         d
@@ -828,6 +851,9 @@ impl Device {
     ///   `Unsupported` and copies stage);
     /// - for streams, the timelineSemaphore feature enabled.
     ///
+    /// Kernel launches ([`crate::kernel`]) are `Unsupported` on a wrapped device: they need
+    /// VK_KHR_push_descriptor, which vkhost cannot know the caller enabled.
+    ///
     /// # Safety
     /// The handles must be valid and stay valid until vkhost's `destroy` or last drop returns.
     /// vkhost submits to the named queues behind its own locks: the caller must not submit to
@@ -842,6 +868,9 @@ impl Device {
         if !external_memory_host {
             info.host_import_alignment = None;
         }
+        // vkhost cannot tell whether the caller enabled VK_KHR_push_descriptor: kernel launches
+        // (which need it) are `Unsupported` on wrapped devices.
+        info.push_descriptor = false;
         opts.validate(&info)?;
         let parts = InstanceParts { entry: raw.entry.clone(), instance: raw.instance.clone(), debug: None };
         let tfam = raw.copy_family.map(|f| (f, raw.copy_queue_indices.clone()));

@@ -381,6 +381,33 @@ pub(crate) unsafe fn transfer_barrier(d: &ash::Device, cmd: vk::CommandBuffer) {
     unsafe { d.cmd_pipeline_barrier(cmd, src, dst, vk::DependencyFlags::empty(), &[b], &[], &[]) };
 }
 
+/// [`transfer_barrier`] for streams that also dispatch kernels (compute-capable queues only):
+/// orders transfers and compute-shader storage accesses both ways.
+///
+/// # Safety
+/// As for [`transfer_barrier`]; the queue family supports COMPUTE.
+pub(crate) unsafe fn compute_barrier(d: &ash::Device, cmd: vk::CommandBuffer) {
+    let rw =
+        vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE | vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE;
+    let b = vk::MemoryBarrier::default().src_access_mask(rw | vk::AccessFlags::HOST_WRITE).dst_access_mask(rw);
+    let work = vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::COMPUTE_SHADER;
+    // SAFETY: the caller's contract.
+    unsafe { d.cmd_pipeline_barrier(cmd, work | vk::PipelineStageFlags::HOST, work, vk::DependencyFlags::empty(), &[b], &[], &[]) };
+}
+
+/// [`host_read_barrier`] for command buffers with dispatches: transfer and shader writes → host.
+///
+/// # Safety
+/// As for [`compute_barrier`].
+pub(crate) unsafe fn compute_host_read_barrier(d: &ash::Device, cmd: vk::CommandBuffer) {
+    let b = vk::MemoryBarrier::default()
+        .src_access_mask(vk::AccessFlags::TRANSFER_WRITE | vk::AccessFlags::SHADER_WRITE)
+        .dst_access_mask(vk::AccessFlags::HOST_READ);
+    let src = vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::COMPUTE_SHADER;
+    // SAFETY: the caller's contract.
+    unsafe { d.cmd_pipeline_barrier(cmd, src, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &[b], &[], &[]) };
+}
+
 /// Makes transfer writes in `cmd` visible to host reads once the submission is waited on.
 ///
 /// # Safety

@@ -453,6 +453,31 @@ pub fn find(dev: &Device, ptr: impl HostPtr, len: usize) -> Option<(vk::Buffer, 
     Some((res.obj.buffer, in_part as u64))
 }
 
+/// A host range as a kernel binding sees it: the covering import's (or pinned block's)
+/// resource, held (see `crate::track`), and the range's byte offset in its buffer.
+pub(crate) struct Cover {
+    pub held: Held,
+    pub offset: u64,
+    /// Whether the entry is a registration (the caller's memory, not vkhost's).
+    pub registered: bool,
+}
+
+/// The live entry that covers all of `[addr, addr+len)` on `s` (preferring the one whose own
+/// bytes contain `addr`, as [`find`] does), held. `None` when no single buffer covers it (no
+/// entry, or a range that crosses two import pieces of one entry).
+pub(crate) fn cover(s: &Shared, addr: usize, len: usize) -> Option<Cover> {
+    let reg = registry();
+    let e = reg.find(s.id, addr, len)?;
+    let imports = e.cell.as_ref().filter(|c| c.alive())?;
+    let off = addr - e.covered.start;
+    if imports.left_in_part(off, e.covered.len()) < len.max(1) {
+        return None;
+    }
+    let (res, in_part) = imports.at(off);
+    let held = res.hold()?;
+    Some(Cover { held, offset: in_part as u64, registered: e.kind == Kind::Registered })
+}
+
 /// Copies `len` bytes from host `src` to `dst` at `dst_offset`, synchronously.
 ///
 /// Host bytes covered by one registration or pinned block: one vkCmdCopyBuffer from that

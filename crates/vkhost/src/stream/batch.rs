@@ -2,7 +2,7 @@
 //! the conflict tracking that puts a barrier only between commands that touch the same bytes.
 
 use super::inner::{State, StreamInner};
-use crate::device::submit::transfer_barrier;
+use crate::device::submit::{compute_barrier, transfer_barrier};
 use crate::device::Live;
 use crate::error::{Error, Result};
 use crate::fault::{self, Point};
@@ -19,6 +19,9 @@ pub(super) struct Batch {
     cmds: usize,
     bytes: u64,
     pub(super) d2h: bool,
+    /// Whether barriers include compute-shader accesses: set from the first launch of the
+    /// stream on (`State::launched`), so streams that only copy keep transfer-only barriers.
+    pub(super) compute: bool,
     /// Ranges touched since the last barrier.
     touched: Vec<Access>,
     /// Owners of what the batch names, kept until it is reaped.
@@ -62,6 +65,13 @@ impl Access {
     pub(super) fn host(addr: usize, len: u64, write: bool) -> Access {
         Access { key: Key::Host, start: addr as u64, end: addr as u64 + len, write }
     }
+    pub(super) fn is_write(&self) -> bool {
+        self.write
+    }
+    /// Whether two accesses touch a common byte (of one buffer, or of host memory).
+    pub(super) fn overlaps(&self, o: &Access) -> bool {
+        self.key == o.key && self.start < o.end && o.start < self.end
+    }
 }
 
 impl Batch {
@@ -88,18 +98,32 @@ impl Batch {
             // SAFETY: the caller's contract.
             unsafe {
                 self.emit(d);
-                transfer_barrier(d, self.cmd);
+                self.barrier(d);
             }
             self.touched.clear();
         }
         self.touched.extend_from_slice(acc);
     }
 
+    /// The stream's barrier between two commands (see [`Batch::compute`]).
+    ///
+    /// # Safety
+    /// As for [`Batch::emit`].
+    unsafe fn barrier(&self, d: &ash::Device) {
+        // SAFETY: the caller's contract; `compute` is only set on compute-capable queues.
+        unsafe {
+            if self.compute {
+                compute_barrier(d, self.cmd)
+            } else {
+                transfer_barrier(d, self.cmd)
+            }
+        }
+    }
+
     /// Whether `acc` conflicts with an access since the last barrier (a write on either side of
     /// overlapping bytes of one buffer): then a barrier must separate them.
     fn conflicts(&self, acc: &[Access]) -> bool {
-        self.touched.len() + acc.len() > TRACKED
-            || acc.iter().any(|a| self.touched.iter().any(|t| t.key == a.key && t.start < a.end && a.start < t.end && (t.write || a.write)))
+        self.touched.len() + acc.len() > TRACKED || acc.iter().any(|a| self.touched.iter().any(|t| t.overlaps(a) && (t.write || a.write)))
     }
 }
 
@@ -133,9 +157,10 @@ impl StreamInner {
             st.free_cmds.push(cmd);
             return Err(s.fail("vkBeginCommandBuffer", c));
         }
+        let b = Batch { cmd, cmds: 0, bytes: 0, d2h: false, compute: st.launched, touched: Vec::new(), keep: Vec::new(), merged: None };
         // SAFETY: `cmd` was just begun and is ours, under the stream lock.
-        unsafe { transfer_barrier(&l.device, cmd) };
-        st.open = Some(Batch { cmd, cmds: 0, bytes: 0, d2h: false, touched: Vec::new(), keep: Vec::new(), merged: None });
+        unsafe { b.barrier(&l.device) };
+        st.open = Some(b);
         Ok(())
     }
 
@@ -231,6 +256,35 @@ impl StreamInner {
             self.flush(l, st)?;
         }
         Ok(())
+    }
+
+    /// [`StreamInner::push`] for a dispatch: the first launch of the stream switches its
+    /// barriers to include compute-shader accesses, with one such barrier before it (ordering
+    /// it after every earlier command, of this batch and of the batches before).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn push_launch(
+        &self,
+        l: &Live,
+        st: &mut State,
+        bytes: u64,
+        host_write: bool,
+        acc: &[Access],
+        owners: &[(&Arc<Resource>, bool)],
+        rec: impl FnOnce(vk::CommandBuffer),
+    ) -> Result<()> {
+        self.begin(l, st)?;
+        st.launched = true;
+        if let Some(b) = st.open.as_mut().filter(|b| !b.compute) {
+            b.compute = true;
+            // SAFETY: the open command buffer is recording, under the stream lock; the caller
+            // checked that the queue supports compute.
+            unsafe {
+                b.emit(&l.device);
+                b.barrier(&l.device);
+            }
+            b.touched.clear();
+        }
+        self.push(l, st, bytes, host_write, acc, owners, rec)
     }
 
     /// This stream as the timeline its uses are noted on.

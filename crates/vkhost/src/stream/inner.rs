@@ -4,7 +4,7 @@
 use super::batch::Batch;
 use super::ring::{Completion, Ring};
 use crate::device::object::{phase, Child};
-use crate::device::submit::{host_read_barrier, par_copy};
+use crate::device::submit::{compute_host_read_barrier, host_read_barrier, par_copy};
 use crate::device::QueueKind;
 use crate::device::{lock, Live, Queue, Shared};
 use crate::error::{Error, Result};
@@ -44,6 +44,8 @@ pub(super) struct State {
     /// on this stream reports it, so no caller mistakes an unwritten destination for data.
     pub(super) cancelled: Option<Error>,
     pub(super) dead: bool,
+    /// Whether a kernel was launched on this stream: barriers then include compute accesses.
+    pub(super) launched: bool,
 }
 
 impl std::fmt::Debug for StreamInner {
@@ -133,7 +135,9 @@ impl StreamInner {
         // SAFETY: `b.cmd` is in the recording state, owned by this stream.
         unsafe {
             b.emit(d);
-            if b.d2h {
+            if b.d2h && b.compute {
+                compute_host_read_barrier(d, b.cmd);
+            } else if b.d2h {
                 host_read_barrier(d, b.cmd);
             }
             if let Err(c) = d.end_command_buffer(b.cmd) {

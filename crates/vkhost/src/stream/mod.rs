@@ -24,6 +24,7 @@
 mod batch;
 mod copy;
 mod inner;
+mod launch;
 mod ring;
 
 use crate::buffer::DeviceBuffer;
@@ -141,6 +142,7 @@ impl Device {
                 calls: 0,
                 cancelled: None,
                 dead: false,
+                launched: false,
             }),
             completed: AtomicU64::new(0),
         });

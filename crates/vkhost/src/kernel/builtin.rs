@@ -1,0 +1,112 @@
+//! vkhost's own kernels, written in WGSL (`src/kernel/wgsl/`) and compiled to SPIR-V at build
+//! time by naga (`build.rs`). They follow the binding convention of [`crate::kernel`]; launch
+//! them through [`Stream::fill_u32`](crate::Stream::fill_u32),
+//! [`Stream::copy_sm`](crate::Stream::copy_sm) and [`Stream::checksum`](crate::Stream::checksum),
+//! which check offsets and lengths (multiples of 4 bytes, else `InvalidArgument`), or launch
+//! them yourself with the push constants each file documents.
+//!
+//! ## The checksum
+//!
+//! A 64-bit function of the u32 words (little-endian) of a range, with no 64-bit integers on
+//! the device:
+//!
+//! ```text
+//! checksum = Σ_i fmix32(word[i] ^ (i · 0x9E3779B9 mod 2^32))   mod 2^64
+//! fmix32(x) = MurmurHash3's finalizer: x ^= x>>16; x *= 0x85EBCA6B; x ^= x>>13; x *= 0xC2B2AE35; x ^= x>>16
+//! ```
+//!
+//! i is the word's index in the range (mod 2^32). Each term depends on the word and its
+//! position, so moved, swapped or changed words change the sum (a sum, not a cryptographic
+//! hash: it detects corruption, not tampering). The device adds the 32-bit terms into (low,
+//! high) u32 halves with carries; [`checksum_cpu`] computes the same value on the host.
+
+use super::{Kernel, Param};
+use std::sync::LazyLock;
+
+use super::builtin_spirv as spv;
+
+/// Threads per workgroup of every built-in (their `@workgroup_size`).
+pub(crate) const WORKGROUP: u32 = 256;
+
+fn make(name: &str, words: &[u32], params: &[Param], push: usize) -> Kernel {
+    // The words are naga's validated output, built into the crate: the checks in `build`
+    // (magic, decorations) cannot fail for them.
+    Kernel::build(name, words, "main", params, push).expect("a built-in kernel failed its own checks")
+}
+
+static FILL: LazyLock<Kernel> = LazyLock::new(|| make("fill", spv::FILL, &[Param::ReadWrite], 8));
+static COPY: LazyLock<Kernel> = LazyLock::new(|| make("copy", spv::COPY, &[Param::ReadOnly, Param::ReadWrite], 4));
+static COPY4: LazyLock<Kernel> = LazyLock::new(|| make("copy4", spv::COPY4, &[Param::ReadOnly, Param::ReadWrite], 4));
+static CHECKSUM: LazyLock<Kernel> = LazyLock::new(|| make("checksum", spv::CHECKSUM, &[Param::ReadOnly, Param::ReadWrite], 8));
+
+/// `fill`: binding 0 (read-write); own push constants `words: u32, pattern: u32`: `words` u32
+/// words from the delta set to `pattern`.
+pub fn fill() -> &'static Kernel {
+    &FILL
+}
+
+/// `copy` by u32 words: binding 0 (read) to binding 1 (read-write); own push constant
+/// `words: u32`.
+pub fn copy() -> &'static Kernel {
+    &COPY
+}
+
+/// `copy` by 16-byte vectors, for deltas and lengths that are multiples of 16: own push
+/// constant `vecs: u32` (the count of 16-byte vectors).
+pub fn copy_vec4() -> &'static Kernel {
+    &COPY4
+}
+
+/// `checksum`: adds the checksum (module docs) of binding 0 (read) into the u64 at binding 1
+/// (read-write, 8 bytes: low u32, high u32; zero it first); own push constants `words: u32,
+/// first: u32` (the index of the first word, for a range split over several launches).
+pub fn checksum() -> &'static Kernel {
+    &CHECKSUM
+}
+
+/// MurmurHash3's 32-bit finalizer.
+fn fmix32(mut x: u32) -> u32 {
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x85eb_ca6b);
+    x ^= x >> 13;
+    x = x.wrapping_mul(0xc2b2_ae35);
+    x ^ (x >> 16)
+}
+
+/// The checksum of the module docs over `bytes` read as little-endian u32 words: what
+/// [`Stream::checksum`](crate::Stream::checksum) computes on the device. Only whole words count
+/// (`bytes.len() / 4` of them; device ranges are multiples of 4 bytes).
+pub fn checksum_cpu(bytes: &[u8]) -> u64 {
+    bytes
+        .chunks_exact(4)
+        .enumerate()
+        .map(|(i, w)| {
+            let w = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            u64::from(fmix32(w ^ (i as u32).wrapping_mul(0x9e37_79b9)))
+        })
+        .fold(0u64, u64::wrapping_add)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksum_depends_on_position_and_value() {
+        let a: Vec<u8> = (0..64u8).collect();
+        let mut b = a.clone();
+        b.swap(0, 4);
+        assert_ne!(checksum_cpu(&a), checksum_cpu(&b));
+        assert_eq!(checksum_cpu(&a), checksum_cpu(&a.clone()));
+        assert_eq!(checksum_cpu(&[]), 0);
+        // Trailing partial words do not count.
+        assert_eq!(checksum_cpu(&a[..63]), checksum_cpu(&a[..60]));
+    }
+
+    #[test]
+    fn builtins_pass_their_checks() {
+        for k in [fill(), copy(), copy_vec4(), checksum()] {
+            assert!(k.inner.desc.words.len() > 5, "{}", k.name());
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! Compute kernels that name host memory: launches over device buffers, pinned blocks,
+//! registrations and raw registered ranges.
+//!
+//! A [`Kernel`] is SPIR-V words with an entry point, its storage-buffer bindings (set 0,
+//! bindings `0..n`, each [`Param::ReadOnly`] or [`Param::ReadWrite`]) and the size of its own
+//! push constants. It is not tied to a device: each device keeps a pipeline cache keyed by a
+//! hash of the kernel, created on a kernel's first launch there and destroyed at device teardown.
+//! [`Stream::launch`](crate::Stream::launch) records a dispatch on a stream; a [`Binding`] names
+//! the memory of each binding.
+//!
+//! ## The binding convention
+//!
+//! Vulkan binds a storage buffer at an offset that must be a multiple of
+//! minStorageBufferOffsetAlignment; a host range lies wherever the caller's data lies. So each
+//! binding is bound at its range's offset in the covering buffer *aligned down* to
+//! `max(minStorageBufferOffsetAlignment, 16)` (16: so `vec4` loads stay aligned), spanning to the
+//! range's end, and the kernel is told the difference. **The push-constant block starts with
+//! one `u32` per storage binding, in binding order: that binding's delta in bytes (0 when
+//! aligned, always present). The kernel's own push constants follow.** A kernel indexes its
+//! binding from `delta / 4` (u32 words) or `delta / 16` (vec4) and must touch nothing before it:
+//! the bytes between the aligned-down offset and the range belong to someone else.
+//!
+//! ```wgsl
+//! struct Push {
+//!     delta0: u32,   // vkhost: binding 0's delta, bytes
+//!     delta1: u32,   // vkhost: binding 1's delta, bytes
+//!     n: u32,        // the kernel's own push constants follow
+//!     scale: u32,
+//! }
+//! var<push_constant> pc: Push;
+//! @group(0) @binding(0) var<storage, read> src: array<u32>;
+//! @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
+//!
+//! @compute @workgroup_size(64)
+//! fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+//!     if id.x < pc.n {
+//!         dst[pc.delta1 / 4u + id.x] = src[pc.delta0 / 4u + id.x] * pc.scale;
+//!     }
+//! }
+//! ```
+//!
+//! The built-in kernels ([`builtin`]: `fill`, `copy`, `checksum`, written in WGSL under
+//! `src/kernel/wgsl/` and compiled to SPIR-V at build time with naga) follow it.
+//!
+//! ## Bindings and ownership
+//!
+//! - [`Binding::Device`]: bytes of a [`DeviceBuffer`].
+//! - [`Binding::Host`] / [`Binding::HostMut`]: a slice of a [`PinnedBuffer`](crate::PinnedBuffer)
+//!   or a [`Registration`](crate::Registration) (or of any memory that one registration or
+//!   pinned block covers), shared for bindings the kernel only reads, exclusive for bindings it
+//!   writes.
+//! - [`Binding::host`] (`unsafe`): a raw host range, async whatever covers it.
+//!
+//! A host range that no single registration or pinned block covers is
+//! [`Error::NotRegistered`], never staged.
+//!
+//! A launch owns what it binds, as stream copies do: while recording it holds the covering
+//! import or block, notes its use (a write for [`Param::ReadWrite`] bindings) and keeps an `Arc`
+//! in the batch until it is reaped, so `unregister` of a range a launch names waits for the
+//! launch, and dropping a [`DeviceBuffer`] or
+//! [`PinnedBuffer`](crate::PinnedBuffer) never frees memory it uses. Launches order against the
+//! stream's copies and other launches by the bytes they bind (a barrier with compute and
+//! transfer accesses goes only between commands that touch the same bytes with a write), and a
+//! batch whose launch writes host memory ends with a host-read barrier.
+//!
+//! **Safe launches and the caller's memory.** A safe launch with a slice binding in a
+//! registration (the caller's memory, which a forgotten `Registration` would hand back while the
+//! kernel runs) completes before [`Stream::launch`](crate::Stream::launch) returns, like safe
+//! copies. Over pinned blocks (vkhost's memory, owned by the batch, whose safe views wait for
+//! pending device access) and device buffers it is async. Raw host bindings are async; their
+//! contract says for how long the bytes must stay valid.
+//!
+//! **Queues.** Launches need a compute-capable queue family. A stream on a transfer-only family
+//! (the copy engines, [`QueueKind::Copy`](crate::QueueKind::Copy) on a device that has them)
+//! refuses them with `Unsupported`: make kernel streams with
+//! [`Device::stream_on`](crate::Device::stream_on)`(QueueKind::Compute)`. Descriptors are pushed
+//! into the command buffer (VK_KHR_push_descriptor): no descriptor pool lives past a launch.
+//! Devices without the extension, and devices wrapped by
+//! [`Device::from_raw`](crate::Device::from_raw), refuse launches with `Unsupported`.
+//!
+//! **Pipelines** are created on a kernel's first launch on a device and kept until the device
+//! is destroyed (a launch names them without owning them); there is no eviction.
+//!
+//! Driver notes:
+//! - llvmpipe (lavapipe) ends a shader's loops after about 65535 iterations in all
+//!   (gallivm's loop limiter), silently. The built-ins' grid-stride loops run far fewer
+//!   (ranges are split at maxStorageBufferRange, 128 MiB there); a user kernel that loops longer
+//!   computes something else on lavapipe.
+//! - maxStorageBufferRange bounds one binding's bound range (delta included): `launch` refuses
+//!   longer ones (`InvalidArgument`); the built-in entry points split them.
+
+mod builtin_spirv {
+    include!(concat!(env!("OUT_DIR"), "/builtin_spirv.rs"));
+}
+pub mod builtin;
+
+use crate::buffer::DeviceBuffer;
+use crate::device::pipeline::PipelineDesc;
+use crate::error::{Error, Result};
+use std::ffi::CString;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+pub use builtin::checksum_cpu;
+
+/// How a kernel uses one storage binding. Conflict tracking and the uses noted on the bound
+/// memory follow it: a kernel must not write a binding declared `ReadOnly`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Param {
+    /// The kernel only reads the binding.
+    ReadOnly,
+    /// The kernel may read and write the binding.
+    ReadWrite,
+}
+
+/// SPIR-V words with an entry point, declared bindings and push-constant size. Cheap to clone;
+/// not tied to a device (see the module docs).
+#[derive(Clone)]
+pub struct Kernel {
+    pub(crate) inner: Arc<KernelDef>,
+}
+
+pub(crate) struct KernelDef {
+    pub(crate) name: String,
+    pub(crate) params: Vec<Param>,
+    /// Bytes of the kernel's own push constants (after the deltas).
+    pub(crate) push_bytes: usize,
+    pub(crate) desc: PipelineDesc,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let k = &self.inner;
+        f.debug_struct("Kernel").field("name", &k.name).field("params", &k.params).field("push_bytes", &k.push_bytes).finish()
+    }
+}
+
+const SPIRV_MAGIC: u32 = 0x0723_0203;
+
+impl Kernel {
+    /// A kernel from SPIR-V `words` (a compute shader), entry point `entry`, storage buffers
+    /// `params` (set 0, binding i is `params[i]`) and `push_constant_bytes` of its own push
+    /// constants (a multiple of 4), which follow the binding deltas (see the module docs).
+    ///
+    /// Checked here: the SPIR-V magic, a non-empty entry name without NUL, the push size, and
+    /// that every DescriptorSet/Binding decoration in the module names set 0 and a binding
+    /// below `params.len()`. `InvalidArgument` otherwise. The rest is the caller's contract.
+    ///
+    /// # Safety
+    /// vkhost cannot check what a shader does. The module must be valid SPIR-V for Vulkan with a
+    /// compute entry point `entry` whose resources are exactly: storage buffers at set 0,
+    /// bindings `0..params.len()`, and one push-constant block of at most
+    /// `4 * params.len() + push_constant_bytes` bytes laid out as the convention says. Every
+    /// launch must access binding i only within `[delta_i, delta_i + len_i)` of its bound range
+    /// (the bytes the [`Binding`] names) and write only bindings declared [`Param::ReadWrite`]:
+    /// the bytes before a delta, or past a range, may be another owner's memory (a registration
+    /// is imported with whole pages), and a write the declaration hides escapes the tracking that
+    /// keeps safe views of pinned memory from racing the device.
+    pub unsafe fn from_spirv(words: &[u32], entry: &str, params: &[Param], push_constant_bytes: usize) -> Result<Kernel> {
+        Self::build(entry, words, entry, params, push_constant_bytes)
+    }
+
+    pub(crate) fn build(name: &str, words: &[u32], entry: &str, params: &[Param], push_bytes: usize) -> Result<Kernel> {
+        if words.len() < 5 || words[0] != SPIRV_MAGIC {
+            return Err(Error::invalid("kernel: not SPIR-V (missing magic number 0x07230203)"));
+        }
+        if push_bytes % 4 != 0 {
+            return Err(Error::invalid(format!("kernel: push_constant_bytes = {push_bytes}, not a multiple of 4")));
+        }
+        let entry_c = CString::new(entry).map_err(|_| Error::invalid("kernel: entry point name contains NUL"))?;
+        if entry.is_empty() {
+            return Err(Error::invalid("kernel: empty entry point name"));
+        }
+        check_decorations(words, params.len())?;
+        let total = 4 * params.len() + push_bytes;
+        let total = u32::try_from(total).map_err(|_| Error::invalid("kernel: push constants too large"))?;
+        let bindings = u32::try_from(params.len()).map_err(|_| Error::invalid("kernel: too many bindings"))?;
+        let mut h = std::hash::DefaultHasher::new();
+        (words, entry, bindings, total).hash(&mut h);
+        let desc = PipelineDesc { words: words.into(), entry: entry_c, bindings, push_bytes: total, hash: h.finish() };
+        Ok(Kernel { inner: Arc::new(KernelDef { name: name.to_string(), params: params.to_vec(), push_bytes, desc }) })
+    }
+
+    /// The declared bindings.
+    pub fn params(&self) -> &[Param] {
+        &self.inner.params
+    }
+
+    /// Bytes of the kernel's own push constants (after the one `u32` delta per binding).
+    pub fn push_constant_bytes(&self) -> usize {
+        self.inner.push_bytes
+    }
+
+    /// The kernel's name (its entry point, or the built-in's name).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+}
+
+/// Walks the SPIR-V instructions: every `OpDecorate %x DescriptorSet s` must have s = 0 and
+/// every `OpDecorate %x Binding b` b < `n`.
+fn check_decorations(words: &[u32], n: usize) -> Result<()> {
+    const OP_DECORATE: u32 = 71;
+    const BINDING: u32 = 33;
+    const DESCRIPTOR_SET: u32 = 34;
+    let mut i = 5;
+    while i < words.len() {
+        let (count, op) = ((words[i] >> 16) as usize, words[i] & 0xffff);
+        if count == 0 || i + count > words.len() {
+            return Err(Error::invalid("kernel: malformed SPIR-V (instruction past the end)"));
+        }
+        if op == OP_DECORATE && count >= 4 {
+            let (what, value) = (words[i + 2], words[i + 3]);
+            if what == DESCRIPTOR_SET && value != 0 {
+                return Err(Error::invalid(format!("kernel: a resource in descriptor set {value}; kernels use set 0 only")));
+            }
+            if what == BINDING && value as usize >= n {
+                return Err(Error::invalid(format!("kernel: the module uses binding {value}, but {n} binding(s) were declared")));
+            }
+        }
+        i += count;
+    }
+    Ok(())
+}
+
+/// A raw range of host memory, for [`Binding::host`].
+#[derive(Debug, Clone, Copy)]
+pub struct HostRange {
+    pub(crate) addr: usize,
+    pub(crate) len: usize,
+}
+
+/// The memory bound to one storage binding of a launch.
+///
+/// Host memory is named by slices: a slice of a [`PinnedBuffer`](crate::PinnedBuffer) or a
+/// [`Registration`](crate::Registration) (through their `Deref`/`DerefMut`), or of any memory
+/// one registration or pinned block covers. A binding the kernel writes ([`Param::ReadWrite`])
+/// must be [`Binding::HostMut`]: a kernel writing through a shared borrow would change bytes
+/// that other `&[u8]` views of them may be reading (`InvalidArgument` otherwise).
+#[derive(Debug)]
+pub enum Binding<'a> {
+    /// `(buffer, offset, len)`: bytes of a device buffer.
+    Device(&'a DeviceBuffer, usize, usize),
+    /// Host bytes the kernel only reads.
+    Host(&'a [u8]),
+    /// Host bytes the kernel may write.
+    HostMut(&'a mut [u8]),
+    /// A raw host range (made by the `unsafe` [`Binding::host`]).
+    Raw(HostRange),
+}
+
+impl<'a> Binding<'a> {
+    /// A raw host range `[ptr, ptr+len)` that one registration or pinned block covers (else the
+    /// launch is `NotRegistered`). Launches that bind it are async.
+    ///
+    /// # Safety
+    /// The bytes must stay registered (or the block allocated) and valid until the launch
+    /// completes (an event recorded after it, or `synchronize`), and the host must not access
+    /// them meanwhile in a way that conflicts with the kernel's (a write on either side).
+    pub unsafe fn host(ptr: *const u8, len: usize) -> Binding<'static> {
+        Binding::Raw(HostRange { addr: ptr as usize, len })
+    }
+
+    /// The byte length of the range.
+    pub fn len(&self) -> usize {
+        match self {
+            Binding::Device(_, _, n) => *n,
+            Binding::Host(s) => s.len(),
+            Binding::HostMut(s) => s.len(),
+            Binding::Raw(h) => h.len,
+        }
+    }
+
+    /// Whether the range is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Splits the range into consecutive pieces of `size` bytes (the last may be shorter).
+    pub(crate) fn split(self, size: usize) -> Vec<Binding<'a>> {
+        let size = size.max(1);
+        let pieces = |len: usize| (0..len).step_by(size).map(move |o| (o, size.min(len - o)));
+        match self {
+            Binding::Device(b, off, len) => pieces(len).map(|(o, n)| Binding::Device(b, off + o, n)).collect(),
+            Binding::Host(s) => s.chunks(size).map(Binding::Host).collect(),
+            Binding::HostMut(s) => s.chunks_mut(size).map(Binding::HostMut).collect(),
+            Binding::Raw(h) => pieces(h.len).map(|(o, n)| Binding::Raw(HostRange { addr: h.addr + o, len: n })).collect(),
+        }
+    }
+
+    /// Whether two bindings name a common byte (of one device buffer, or of host memory).
+    pub(crate) fn overlaps(&self, o: &Binding<'_>) -> bool {
+        let span = |b: &Binding<'_>| match b {
+            Binding::Device(buf, off, len) => (Some(buf.raw()), *off, off + len),
+            Binding::Host(s) => (None, s.as_ptr() as usize, s.as_ptr() as usize + s.len()),
+            Binding::HostMut(s) => (None, s.as_ptr() as usize, s.as_ptr() as usize + s.len()),
+            Binding::Raw(h) => (None, h.addr, h.addr.saturating_add(h.len)),
+        };
+        let ((k1, s1, e1), (k2, s2, e2)) = (span(self), span(o));
+        k1 == k2 && s1 < e2 && s2 < e1
+    }
+
+    /// The range's start modulo 16 as the device sees it: device offsets, and host addresses
+    /// (imports start on a page, pinned blocks on minMemoryMapAlignment ≥ 64 bytes).
+    pub(crate) fn phase(&self) -> usize {
+        let a = match self {
+            Binding::Device(_, off, _) => *off,
+            Binding::Host(s) => s.as_ptr() as usize,
+            Binding::HostMut(s) => s.as_ptr() as usize,
+            Binding::Raw(h) => h.addr,
+        };
+        a % 16
+    }
+}

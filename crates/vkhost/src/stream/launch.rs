@@ -1,0 +1,313 @@
+//! Kernel launches on a stream: bindings resolved to buffers and held as copies hold them,
+//! descriptors pushed into the command buffer, and the built-in kernels' entry points.
+
+use super::batch::Access;
+use super::inner::{pick_queue, relock, StreamInner};
+use super::{Event, Stream};
+use crate::device::Shared;
+use crate::error::{Error, Result};
+use crate::host;
+use crate::kernel::{builtin, Binding, Kernel, Param};
+use crate::resource::{Held, Resource};
+use ash::vk;
+use std::sync::Arc;
+
+/// One binding, resolved to the buffer that covers it.
+struct Bound {
+    buffer: vk::Buffer,
+    /// The aligned-down offset in `buffer`, the bound range from there, and the delta.
+    offset: u64,
+    range: u64,
+    delta: u32,
+    /// The bytes the binding names, and the bound range (what conflict tracking uses: the
+    /// validation layer sees the whole bound range as accessed).
+    exact: Access,
+    bound: Access,
+    res: Arc<Resource>,
+    /// The hold on a host binding's import or block while the launch is recorded.
+    _held: Option<Held>,
+    /// A host binding in a registration (the caller's memory).
+    registered: bool,
+    host: bool,
+}
+
+/// Resolves `b` on device `s`; `write` for bindings the kernel may write.
+fn resolve(s: &Shared, b: &Binding<'_>, write: bool) -> Result<Bound> {
+    let align = s.info.min_storage_buffer_offset_alignment.max(16);
+    let (addr, len) = match b {
+        Binding::Device(buf, off, len) => {
+            if buf.shared.id != s.id {
+                return Err(Error::invalid("a device buffer of another device"));
+            }
+            buf.check_range(*off, *len)?;
+            (None, *len)
+        }
+        Binding::Host(sl) => (Some(sl.as_ptr() as usize), sl.len()),
+        Binding::HostMut(sl) => (Some(sl.as_ptr() as usize), sl.len()),
+        Binding::Raw(h) => {
+            host::check_host_range(h.addr, h.len)?;
+            (Some(h.addr), h.len)
+        }
+    };
+    if len == 0 {
+        return Err(Error::invalid("a zero-length binding"));
+    }
+    if write && matches!(b, Binding::Host(_)) {
+        return Err(Error::invalid("the kernel writes this binding: bind the slice with Binding::HostMut"));
+    }
+    let (buffer, base, res, held, registered) = match (b, addr) {
+        (Binding::Device(buf, off, _), _) => (buf.raw(), *off as u64, buf.res.clone(), None, false),
+        (_, Some(a)) => {
+            let c = host::cover(s, a, len).ok_or(Error::NotRegistered)?;
+            (c.held.0.obj.buffer, c.offset, c.held.0.clone(), Some(c.held), c.registered)
+        }
+        (_, None) => return Err(Error::invalid("a host binding without an address")),
+    };
+    let delta = base % align;
+    let offset = base - delta;
+    let range = delta + len as u64;
+    if range > u64::from(s.info.max_storage_buffer_range) {
+        return Err(Error::invalid(format!(
+            "a binding of {range} bytes (from its aligned-down offset) exceeds maxStorageBufferRange ({})",
+            s.info.max_storage_buffer_range
+        )));
+    }
+    let (exact, bound) = match addr {
+        Some(a) => (Access::host(a, len as u64, write), Access::host(a - delta as usize, range, write)),
+        None => (Access::buf(buffer, base, len as u64, write), Access::buf(buffer, offset, range, write)),
+    };
+    Ok(Bound { buffer, offset, range, delta: delta as u32, exact, bound, res, _held: held, registered, host: addr.is_some() })
+}
+
+impl StreamInner {
+    /// Records a launch (see [`Stream::launch`]); returns the value that completes it and
+    /// whether a safe slice binding lies in a registration.
+    fn launch(&self, k: &Kernel, groups: [u32; 3], bindings: &[Binding<'_>], pc: &[u8]) -> Result<(u64, bool)> {
+        let s = &*self.shared;
+        let kd = &k.inner;
+        if bindings.len() != kd.params.len() {
+            return Err(Error::invalid(format!("kernel {} takes {} binding(s), {} given", kd.name, kd.params.len(), bindings.len())));
+        }
+        if pc.len() != kd.push_bytes {
+            return Err(Error::invalid(format!("kernel {} takes {} bytes of push constants, {} given", kd.name, kd.push_bytes, pc.len())));
+        }
+        if kd.desc.push_bytes > s.info.max_push_constants_size {
+            return Err(Error::unsupported(format!(
+                "kernel {} needs {} bytes of push constants (deltas included); this device allows {}",
+                kd.name, kd.desc.push_bytes, s.info.max_push_constants_size
+            )));
+        }
+        let max = s.info.max_compute_work_group_count;
+        if groups.iter().zip(max).any(|(&g, m)| g > m) {
+            return Err(Error::invalid(format!("{groups:?} workgroups exceed maxComputeWorkGroupCount {max:?}")));
+        }
+        let l = s.live()?;
+        let q = pick_queue(&l, self.queue_kind, self.queue_index);
+        if !s.info.queue_families.get(q.family as usize).is_some_and(|f| f.flags.contains(vk::QueueFlags::COMPUTE)) {
+            return Err(Error::unsupported(
+                "this stream runs on a transfer-only queue family (a copy engine): launch kernels on a stream from \
+                 Device::stream_on(QueueKind::Compute)",
+            ));
+        }
+        let Some(pd) = l.push_desc.as_ref() else {
+            return Err(Error::unsupported(
+                "kernel launches need VK_KHR_push_descriptor, which is not enabled on this device (never on a device from from_raw)",
+            ));
+        };
+        let pipe = s.pipelines.get(s, &l, &kd.desc)?;
+        let mut st = relock(&self.state);
+        self.check(&st)?;
+        let bound: Vec<Bound> =
+            bindings.iter().zip(&kd.params).map(|(b, p)| resolve(s, b, *p == Param::ReadWrite)).collect::<Result<_>>()?;
+        for (i, a) in bound.iter().enumerate() {
+            if bound[..i].iter().any(|b| b.exact.overlaps(&a.exact) && (b.exact.is_write() || a.exact.is_write())) {
+                return Err(Error::invalid("two bindings of one launch overlap, and the kernel writes one of them"));
+            }
+        }
+        let mut push = Vec::with_capacity(kd.desc.push_bytes as usize);
+        for b in &bound {
+            push.extend_from_slice(&b.delta.to_ne_bytes());
+        }
+        push.extend_from_slice(pc);
+        let acc: Vec<Access> = bound.iter().map(|b| b.bound).collect();
+        let owners: Vec<(&Arc<Resource>, bool)> = bound.iter().zip(&kd.params).map(|(b, p)| (&b.res, *p == Param::ReadWrite)).collect();
+        let host_write = bound.iter().zip(&kd.params).any(|(b, p)| b.host && *p == Param::ReadWrite);
+        let bytes = bound.iter().map(|b| b.range).sum();
+        let infos: Vec<vk::DescriptorBufferInfo> =
+            bound.iter().map(|b| vk::DescriptorBufferInfo { buffer: b.buffer, offset: b.offset, range: b.range }).collect();
+        let d = &l.device;
+        let rec = |cmd| {
+            let writes: Vec<vk::WriteDescriptorSet> = infos
+                .iter()
+                .enumerate()
+                .map(|(i, info)| {
+                    vk::WriteDescriptorSet::default()
+                        .dst_binding(i as u32)
+                        .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                        .buffer_info(std::slice::from_ref(info))
+                })
+                .collect();
+            // SAFETY: recording into the stream's open command buffer, under its lock, on a
+            // compute-capable queue (checked); the pipeline lives until device teardown, after
+            // this work; every buffer bound is owned by the batch (`push_launch` notes and keeps
+            // them) and was range-checked against maxStorageBufferRange; the push constants fill
+            // the layout's range exactly.
+            unsafe {
+                d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, pipe.pipeline);
+                if !writes.is_empty() {
+                    pd.cmd_push_descriptor_set(cmd, vk::PipelineBindPoint::COMPUTE, pipe.layout, 0, &writes);
+                }
+                if !push.is_empty() {
+                    d.cmd_push_constants(cmd, pipe.layout, vk::ShaderStageFlags::COMPUTE, 0, &push);
+                }
+                d.cmd_dispatch(cmd, groups[0], groups[1], groups[2]);
+            }
+        };
+        self.push_launch(&l, &mut st, bytes, host_write, &acc, &owners, rec)?;
+        let value = if st.open.is_some() { st.submitted + 1 } else { st.submitted };
+        let safe_registered = bound.iter().zip(bindings).any(|(b, x)| b.registered && !matches!(x, Binding::Raw(_)));
+        Ok((value, safe_registered))
+    }
+}
+
+/// Checks a built-in's binding: offset (as the device sees it) and length multiples of 4.
+fn check4(b: &Binding<'_>, what: &str) -> Result<()> {
+    if b.phase() % 4 != 0 || b.len() % 4 != 0 {
+        return Err(Error::invalid(format!("{what}: offsets and lengths of built-in kernels must be multiples of 4 bytes")));
+    }
+    Ok(())
+}
+
+/// The most bytes one launch of a built-in binds: maxStorageBufferRange less the alignment
+/// slack, in 64 KiB steps (so pieces keep their phase for the vec4 copy), at most 1 GiB (so
+/// word indices and loop counts stay small).
+fn piece_bytes(s: &Shared) -> usize {
+    let align = s.info.min_storage_buffer_offset_alignment.max(16);
+    let max = u64::from(s.info.max_storage_buffer_range).saturating_sub(align) & !0xffff;
+    max.clamp(1 << 16, 1 << 30) as usize
+}
+
+/// Workgroups for a built-in over `n` items with a grid-stride loop.
+fn groups_for(n: usize, cap: usize) -> [u32; 3] {
+    [n.div_ceil(builtin::WORKGROUP as usize).clamp(1, cap) as u32, 1, 1]
+}
+
+fn words(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|w| w.to_ne_bytes()).collect()
+}
+
+impl Stream {
+    /// Enqueues a dispatch of `kernel` with `groups` workgroups on this stream's queue.
+    ///
+    /// `bindings[i]` is bound to binding i (aligned down, see [`crate::kernel`]);
+    /// `push_constants` are the kernel's own (exactly [`Kernel::push_constant_bytes`]), placed
+    /// after the one-`u32`-per-binding deltas. The launch orders against this stream's copies
+    /// and launches by the bytes it binds, and owns what it binds until it completes.
+    ///
+    /// Async, except that a launch with a slice binding in a registration (the caller's memory)
+    /// completes before the call returns. Errors: a binding or push size that does not match the
+    /// kernel, two bindings that overlap with a write, a zero-length binding, a shared
+    /// [`Binding::Host`] for a binding the kernel writes → `InvalidArgument`; a host range no
+    /// registration or pinned block covers → `NotRegistered`; a stream on a copy-only family, or
+    /// a device without VK_KHR_push_descriptor → `Unsupported`.
+    pub fn launch(&self, kernel: &Kernel, groups: [u32; 3], bindings: &[Binding<'_>], push_constants: &[u8]) -> Result<()> {
+        let (value, now) = self.inner.launch(kernel, groups, bindings, push_constants)?;
+        self.settle_launch(value, now)
+    }
+
+    /// Waits for `value` when `now` (the launch touched the caller's registered memory); a
+    /// failed wait waits the queue idle before returning the error.
+    fn settle_launch(&self, value: u64, now: bool) -> Result<()> {
+        if !now {
+            return Ok(());
+        }
+        let event = Event { inner: self.inner.clone(), value };
+        if let Err(e) = event.wait() {
+            if let Ok(l) = self.inner.shared.live_any() {
+                self.inner.queue_idle(&l);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Fills `dst` with the repeated u32 `pattern` with the built-in `fill` kernel (any binding
+    /// kind). Offset and length multiples of 4 bytes, else `InvalidArgument`. Async as
+    /// [`Stream::launch`].
+    pub fn fill_u32(&self, dst: Binding<'_>, pattern: u32) -> Result<()> {
+        check4(&dst, "fill")?;
+        for d in dst.split(piece_bytes(&self.inner.shared)) {
+            let n = d.len() / 4;
+            self.launch(builtin::fill(), groups_for(n, 4096), &[d], &words(&[n as u32, pattern]))?;
+        }
+        Ok(())
+    }
+
+    /// Copies `src` into `dst` (equal lengths, not overlapping) with the built-in `copy` kernel
+    /// (an SM copy, where the copy engines would use vkCmdCopyBuffer): 16-byte vector loads when
+    /// both ranges start on 16 bytes and the length is a multiple of 16, u32 words otherwise.
+    /// Offsets and lengths multiples of 4 bytes, else `InvalidArgument`. Async as
+    /// [`Stream::launch`].
+    pub fn copy_sm(&self, src: Binding<'_>, dst: Binding<'_>) -> Result<()> {
+        check4(&src, "copy source")?;
+        check4(&dst, "copy destination")?;
+        if src.len() != dst.len() {
+            return Err(Error::invalid(format!("copy of {} bytes into {} bytes", src.len(), dst.len())));
+        }
+        if src.overlaps(&dst) {
+            return Err(Error::invalid("overlapping copy source and destination"));
+        }
+        let vec4 = src.phase() == 0 && dst.phase() == 0 && src.len() % 16 == 0;
+        let size = piece_bytes(&self.inner.shared);
+        for (s, d) in src.split(size).into_iter().zip(dst.split(size)) {
+            if vec4 {
+                let n = s.len() / 16;
+                self.launch(builtin::copy_vec4(), groups_for(n, 4096), &[s, d], &words(&[n as u32]))?;
+            } else {
+                let n = s.len() / 4;
+                self.launch(builtin::copy(), groups_for(n, 4096), &[s, d], &words(&[n as u32]))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Enqueues the built-in `checksum` of `src` into the 8 bytes of `out` (a little-endian u64,
+    /// zeroed first by the `fill` kernel): see [`crate::kernel::builtin`] for the function,
+    /// which [`checksum_cpu`](crate::kernel::checksum_cpu) computes on the host. Offsets and
+    /// lengths multiples of 4 bytes, else `InvalidArgument`. Async as [`Stream::launch`].
+    pub fn checksum_into(&self, src: Binding<'_>, mut out: Binding<'_>) -> Result<()> {
+        check4(&src, "checksum source")?;
+        check4(&out, "checksum result")?;
+        if out.len() != 8 {
+            return Err(Error::invalid(format!("the checksum result is 8 bytes, not {}", out.len())));
+        }
+        let zero = words(&[2, 0]);
+        let (zv, znow) = self.inner.launch(builtin::fill(), [1, 1, 1], std::slice::from_mut(&mut out), &zero)?;
+        let mut first = 0usize;
+        for s in src.split(piece_bytes(&self.inner.shared)) {
+            let n = s.len() / 4;
+            // `out` is bound again for each piece: the next launch reborrows it.
+            let o = match &mut out {
+                Binding::HostMut(b) => Binding::HostMut(b),
+                Binding::Host(b) => Binding::Host(b),
+                Binding::Device(b, off, len) => Binding::Device(b, *off, *len),
+                Binding::Raw(h) => Binding::Raw(*h),
+            };
+            self.launch(builtin::checksum(), groups_for(n, 256), &[s, o], &words(&[n as u32, first as u32]))?;
+            first += n;
+        }
+        self.settle_launch(zv, znow)
+    }
+
+    /// The built-in `checksum` of `src`, computed on the device and read back: waits for this
+    /// stream's work up to it. Lets tests and `vkhost check` verify device data without reading
+    /// it all back.
+    pub fn checksum(&self, src: Binding<'_>) -> Result<u64> {
+        let out = self.device().alloc_buffer(8)?;
+        self.checksum_into(src, Binding::Device(&out, 0, 8))?;
+        self.record()?.wait()?;
+        let mut v = [0u8; 8];
+        out.read(0, &mut v)?;
+        Ok(u64::from_le_bytes(v))
+    }
+}

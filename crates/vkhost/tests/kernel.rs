@@ -1,0 +1,416 @@
+//! Kernels that name host memory: built-ins over every binding kind at aligned and unaligned
+//! offsets with guard bytes, the checksum against the CPU, a user kernel over a Registration,
+//! unregister during a launch, teardown with launches in flight. Validation on (run with
+//! VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT); zero errors.
+
+mod common;
+use common::*;
+use vkhost::kernel::{checksum_cpu, Binding, Kernel, Param};
+use vkhost::{host, DeviceBuffer, Error, PinnedBuffer, QueueKind, Registration, Stream};
+
+/// SPIR-V from WGSL, as a user would make it.
+fn spirv(src: &str) -> Vec<u32> {
+    let module = naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(src)));
+    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::PUSH_CONSTANT)
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{}", e.emit_to_string(src)));
+    let opts = naga::back::spv::Options { lang_version: (1, 3), ..Default::default() };
+    let pipe = naga::back::spv::PipelineOptions { shader_stage: naga::ShaderStage::Compute, entry_point: "main".into() };
+    naga::back::spv::write_vec(&module, &info, &opts, Some(&pipe)).unwrap()
+}
+
+/// Memory of one binding kind, with a host copy of what it should hold.
+enum Mem {
+    Device(DeviceBuffer),
+    Pinned(PinnedBuffer),
+    Registered(Registration<'static>),
+    /// Raw-registered pages (unregistered by `Region::release`).
+    Raw(Pages),
+}
+
+const KINDS: [&str; 4] = ["device", "pinned", "registered", "raw"];
+
+struct Region {
+    mem: Mem,
+    len: usize,
+}
+
+impl Region {
+    fn new(d: &vkhost::Device, kind: &str, len: usize) -> Region {
+        let mem = match kind {
+            "device" => Mem::Device(d.alloc_buffer(len).unwrap()),
+            "pinned" => Mem::Pinned(PinnedBuffer::new(d, len).unwrap()),
+            "registered" => {
+                // Leaked pages, so the Registration may be 'static in this test.
+                let p = Pages::new(len.next_multiple_of(4096));
+                // SAFETY: the mapping is never unmapped (forgotten below).
+                let v: &'static mut [u8] = unsafe { std::slice::from_raw_parts_mut(p.ptr, len) };
+                std::mem::forget(p);
+                Mem::Registered(d.register(v).unwrap())
+            }
+            _ => {
+                let p = Pages::new(len.next_multiple_of(4096));
+                // SAFETY: the pages stay mapped until `release` unregisters them.
+                unsafe { host::register(d, p.ptr, p.len) }.unwrap();
+                Mem::Raw(p)
+            }
+        };
+        Region { mem, len }
+    }
+
+    fn write(&mut self, data: &[u8]) {
+        match &mut self.mem {
+            Mem::Device(b) => b.write(0, data).unwrap(),
+            Mem::Pinned(p) => p.copy_from_slice(data),
+            Mem::Registered(r) => r.copy_from_slice(data),
+            Mem::Raw(p) => p.slice()[..self.len].copy_from_slice(data),
+        }
+    }
+
+    /// Read after the stream synchronized.
+    fn read(&mut self) -> Vec<u8> {
+        match &mut self.mem {
+            Mem::Device(b) => {
+                let mut v = vec![0u8; self.len];
+                b.read(0, &mut v).unwrap();
+                v
+            }
+            Mem::Pinned(p) => p.to_vec(),
+            Mem::Registered(r) => r.to_vec(),
+            Mem::Raw(p) => p.slice()[..self.len].to_vec(),
+        }
+    }
+
+    fn bind(&mut self, off: usize, len: usize, write: bool) -> Binding<'_> {
+        match &mut self.mem {
+            Mem::Device(b) => Binding::Device(b, off, len),
+            Mem::Pinned(p) => match write {
+                true => Binding::HostMut(&mut p[off..off + len]),
+                false => Binding::Host(&p[off..off + len]),
+            },
+            Mem::Registered(r) => match write {
+                true => Binding::HostMut(&mut r[off..off + len]),
+                false => Binding::Host(&r[off..off + len]),
+            },
+            // SAFETY: registered until `release`, and the tests synchronize before touching it.
+            Mem::Raw(p) => unsafe { Binding::host(p.ptr.add(off), len) },
+        }
+    }
+
+    fn release(self, d: &vkhost::Device) {
+        if let Mem::Raw(p) = &self.mem {
+            host::unregister(d, p.ptr).unwrap();
+        }
+    }
+}
+
+fn compute_stream(d: &vkhost::Device) -> Stream {
+    d.stream_on(QueueKind::Compute).unwrap()
+}
+
+/// Offsets that are and are not aligned to minStorageBufferOffsetAlignment (and to 16).
+fn offsets(d: &vkhost::Device) -> [usize; 3] {
+    let a = d.info().min_storage_buffer_offset_alignment.max(16) as usize;
+    [a, a + 4, 2 * a + 12]
+}
+
+const LEN: usize = 4000 + 16 * 7; // a multiple of 16 and of 4
+const GUARD: usize = 96;
+
+#[test]
+fn fill_every_kind_aligned_and_not_with_guards() {
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    for kind in KINDS {
+        for off in offsets(&d) {
+            for len in [LEN, LEN - 4] {
+                let total = off + len + GUARD;
+                let mut r = Region::new(&d, kind, total);
+                let init = pattern(total, 9);
+                r.write(&init);
+                s.fill_u32(r.bind(off, len, true), 0xA1B2_C3D4).unwrap();
+                s.synchronize().unwrap();
+                let got = r.read();
+                assert_eq!(got[..off], init[..off], "{kind} off {off}: guard before");
+                assert_eq!(got[off + len..], init[off + len..], "{kind} off {off}: guard after");
+                assert!(got[off..off + len].chunks(4).all(|c| c == 0xA1B2_C3D4u32.to_ne_bytes()), "{kind} off {off}: filled");
+                r.release(&d);
+            }
+        }
+    }
+}
+
+#[test]
+fn copy_between_every_pair_of_kinds_with_guards() {
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    let [a0, a1, a2] = offsets(&d);
+    for src_kind in KINDS {
+        for dst_kind in KINDS {
+            // (src offset, dst offset, len): the vec4 path, and u32 paths with unaligned deltas.
+            for (so, dof, len) in [(a0, a0, LEN), (a1, a2, LEN), (a2, a0, LEN - 4)] {
+                let total = a2 + LEN + GUARD;
+                let mut src = Region::new(&d, src_kind, total);
+                let mut dst = Region::new(&d, dst_kind, total);
+                let (sp, dp) = (pattern(total, 1), pattern(total, 2));
+                src.write(&sp);
+                dst.write(&dp);
+                s.copy_sm(src.bind(so, len, false), dst.bind(dof, len, true)).unwrap();
+                s.synchronize().unwrap();
+                let got = dst.read();
+                let what = format!("{src_kind}+{so} -> {dst_kind}+{dof}, {len} bytes");
+                assert_eq!(got[..dof], dp[..dof], "{what}: guard before");
+                assert_eq!(got[dof + len..], dp[dof + len..], "{what}: guard after");
+                assert!(got[dof..dof + len] == sp[so..so + len], "{what}: copied bytes");
+                assert_eq!(src.read(), sp, "{what}: the source changed");
+                src.release(&d);
+                dst.release(&d);
+            }
+        }
+    }
+}
+
+#[test]
+fn checksum_on_the_device_equals_the_cpu_for_every_kind() {
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    for kind in KINDS {
+        for off in offsets(&d) {
+            // 1 MiB: enough terms that the low half carries many times.
+            let len = (1 << 20) - 4 * (off % 3);
+            let total = off + len + GUARD;
+            let mut r = Region::new(&d, kind, total);
+            let data = pattern(total, 5);
+            r.write(&data);
+            let gpu = s.checksum(r.bind(off, len, false)).unwrap();
+            assert_eq!(gpu, checksum_cpu(&data[off..off + len]), "{kind} off {off}");
+            // Into host memory of each kind, at an unaligned offset, with guards.
+            let mut out = Region::new(&d, kind, 64);
+            let oinit = pattern(64, 6);
+            out.write(&oinit);
+            s.checksum_into(r.bind(off, len, false), out.bind(20, 8, true)).unwrap();
+            s.synchronize().unwrap();
+            let o = out.read();
+            assert_eq!(u64::from_le_bytes(o[20..28].try_into().unwrap()), gpu, "{kind}: checksum_into");
+            assert_eq!((&o[..20], &o[28..]), (&oinit[..20], &oinit[28..]), "{kind}: checksum_into guards");
+            r.release(&d);
+            out.release(&d);
+        }
+    }
+    let z = d.alloc_buffer(16).unwrap();
+    z.write(0, &[0; 16]).unwrap();
+    assert_eq!(s.checksum(Binding::Device(&z, 0, 16)).unwrap(), checksum_cpu(&[0u8; 16]));
+}
+
+#[test]
+fn launches_order_against_copies_on_one_stream() {
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    let n = 1 << 18;
+    let (g1, g2) = (d.alloc_buffer(n).unwrap(), d.alloc_buffer(n).unwrap());
+    let mut p = PinnedBuffer::new(&d, n).unwrap();
+    let want = pattern(n, 3);
+    p.copy_from_slice(&want);
+    for _ in 0..3 {
+        std::mem::forget(s.upload(&p, &g1, 0).unwrap()); // copy engine: pinned -> g1 (async)
+        s.copy_sm(Binding::Device(&g1, 0, n), Binding::Device(&g2, 0, n)).unwrap(); // kernel: g1 -> g2
+        s.fill_async(&g1, 0, n, 0).unwrap(); // copy engine overwrites what the kernel read
+        std::mem::forget(s.download(&g2, 0, &mut p).unwrap()); // g2 -> pinned, after the kernel
+    }
+    s.synchronize().unwrap();
+    assert!(p[..] == want[..], "stream order across copies and launches");
+}
+
+const SCALE_WGSL: &str = r#"
+struct Push { delta0: u32, n: u32, mul: u32, add: u32 }
+var<push_constant> pc: Push;
+@group(0) @binding(0) var<storage, read_write> data: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if id.x < pc.n {
+        let i = pc.delta0 / 4u + id.x;
+        data[i] = data[i] * pc.mul + pc.add;
+    }
+}
+"#;
+
+fn push(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|w| w.to_ne_bytes()).collect()
+}
+
+#[test]
+fn user_kernel_writes_the_users_vec_in_place() {
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    // SAFETY: the kernel touches binding 0 only in [delta, delta + 4n), declared read-write.
+    let k = unsafe { Kernel::from_spirv(&spirv(SCALE_WGSL), "main", &[Param::ReadWrite], 12) }.unwrap();
+    let n = 10_001usize;
+    let mut v: Vec<u32> = (0..n as u32 + 2).collect();
+    let want: Vec<u32> = v.iter().enumerate().map(|(i, &x)| if (1..=n).contains(&i) { x * 3 + 7 } else { x }).collect();
+    {
+        // SAFETY: u32 → bytes of the same allocation.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), v.len() * 4) };
+        let mut reg = d.register(bytes).unwrap();
+        // Words 1..=n: an unaligned offset (4) into the registration.
+        s.launch(&k, [(n as u32).div_ceil(64), 1, 1], &[Binding::HostMut(&mut reg[4..4 + 4 * n])], &push(&[n as u32, 3, 7])).unwrap();
+        // The launch completed before `launch` returned (registered memory).
+    }
+    assert!(v == want, "the kernel's writes are in the user's Vec");
+}
+
+#[test]
+fn bad_arguments_are_refused_before_the_driver() {
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    let b = d.alloc_buffer(4096).unwrap();
+    let r = |e: vkhost::Result<()>| matches!(e, Err(Error::InvalidArgument { .. }));
+    assert!(r(s.fill_u32(Binding::Device(&b, 2, 8), 0)), "unaligned offset");
+    assert!(r(s.fill_u32(Binding::Device(&b, 0, 6), 0)), "unaligned length");
+    assert!(r(s.copy_sm(Binding::Device(&b, 0, 64), Binding::Device(&b, 32, 64))), "overlapping copy");
+    assert!(r(s.copy_sm(Binding::Device(&b, 0, 64), Binding::Device(&b, 64, 32))), "length mismatch");
+    assert!(matches!(s.fill_u32(Binding::Device(&b, 4000, 200), 0), Err(Error::OutOfRange)));
+    let plain = vec![0u8; 256];
+    assert!(matches!(s.checksum(Binding::Host(&plain)), Err(Error::NotRegistered)), "uncovered host range");
+    let mut p = PinnedBuffer::new(&d, 256).unwrap();
+    assert!(r(s.fill_u32(Binding::Host(&p), 0)), "a shared slice for a written binding");
+    // SAFETY (both): the words are checked and refused before any use.
+    let bad = unsafe { Kernel::from_spirv(&[1, 2, 3, 4, 5, 6], "main", &[], 0) };
+    assert!(matches!(bad, Err(Error::InvalidArgument { .. })), "no SPIR-V magic");
+    let words = spirv(SCALE_WGSL);
+    let few = unsafe { Kernel::from_spirv(&words, "main", &[], 12) };
+    assert!(matches!(few, Err(Error::InvalidArgument { .. })), "binding 0 undeclared");
+    // SAFETY: as in user_kernel_writes_the_users_vec_in_place.
+    let k = unsafe { Kernel::from_spirv(&words, "main", &[Param::ReadWrite], 12) }.unwrap();
+    assert!(r(s.launch(&k, [1, 1, 1], &[], &push(&[1, 1, 1]))), "binding count");
+    assert!(r(s.launch(&k, [1, 1, 1], &[Binding::HostMut(&mut p)], &[0; 4])), "push size");
+    assert!(r(s.launch(&k, [u32::MAX, 1, 1], &[Binding::HostMut(&mut p)], &push(&[1, 1, 1]))), "group count");
+    s.synchronize().unwrap();
+}
+
+const SPIN_WGSL: &str = r#"
+struct Push { delta0: u32, n: u32, iters: u32 }
+var<push_constant> pc: Push;
+@group(0) @binding(0) var<storage, read_write> data: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if id.x < pc.n {
+        var x = id.x;
+        // iters < 65535: llvmpipe ends loops after about that many iterations in all.
+        for (var k = 0u; k < pc.iters; k++) {
+            x = x * 1664525u + 1013904223u;
+        }
+        data[pc.delta0 / 4u + id.x] = x;
+    }
+}
+"#;
+
+fn spin_cpu(i: u32, iters: u32) -> u32 {
+    (0..iters).fold(i, |x, _| x.wrapping_mul(1664525).wrapping_add(1013904223))
+}
+
+/// A kernel that runs long enough (tens of ms on lavapipe) to still run when the test acts.
+fn spin_kernel() -> Kernel {
+    // SAFETY: the kernel writes binding 0 only in [delta, delta + 4n), declared read-write.
+    unsafe { Kernel::from_spirv(&spirv(SPIN_WGSL), "main", &[Param::ReadWrite], 8) }.unwrap()
+}
+
+const SPIN_N: u32 = 4096;
+const SPIN_ITERS: u32 = 50_000;
+
+#[test]
+fn unregister_during_a_launch_that_binds_the_range_waits() {
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    let k = spin_kernel();
+    let mut m = Pages::new(5 * 4096);
+    m.slice().fill(0);
+    // SAFETY: the pages outlive the registration; the launch is waited for by unregister,
+    // which is what this test checks.
+    unsafe {
+        host::register(&d, m.ptr, m.len).unwrap();
+        s.launch(&k, [SPIN_N / 64, 1, 1], &[Binding::host(m.ptr.add(12), 4 * SPIN_N as usize)], &push(&[SPIN_N, SPIN_ITERS])).unwrap();
+    }
+    let ev = s.record().unwrap();
+    assert!(!ev.is_done().unwrap(), "the kernel finished before unregister: make it longer");
+    host::unregister(&d, m.ptr).unwrap();
+    // Unregister returned: the kernel must be done, its writes in place. Without the wait the
+    // bytes would still be zero here (and the import destroyed under the running kernel).
+    assert!(ev.is_done().unwrap(), "unregister returned while the launch ran");
+    let got = &m.slice()[12..12 + 4 * SPIN_N as usize];
+    for (i, c) in got.chunks(4).enumerate() {
+        assert_eq!(u32::from_ne_bytes(c.try_into().unwrap()), spin_cpu(i as u32, SPIN_ITERS), "word {i}");
+    }
+}
+
+#[test]
+fn destroying_the_device_with_launches_in_flight_is_clean() {
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    let k = spin_kernel();
+    let g = d.alloc_buffer(1 << 15).unwrap();
+    let block = host::alloc_pinned(&d, 1 << 15).unwrap();
+    for i in 0..4usize {
+        s.launch(&k, [SPIN_N / 64, 1, 1], &[Binding::Device(&g, i * 4096 + 4, 4 * SPIN_N as usize)], &push(&[SPIN_N, SPIN_ITERS / 4]))
+            .unwrap();
+        // SAFETY: the block stays allocated past the device's destroy (freed after it).
+        let hb = unsafe { Binding::host(block.as_ptr().add(i * 4096 + 8), 4 * SPIN_N as usize) };
+        s.launch(&k, [SPIN_N / 64, 1, 1], &[hb], &push(&[SPIN_N, SPIN_ITERS / 4])).unwrap();
+    }
+    s.flush().unwrap();
+    drop(g); // the batches own it
+    d.destroy().unwrap();
+    assert_eq!(d.live_objects(), vkhost::LiveObjects::default(), "everything destroyed");
+    assert!(matches!(s.flush(), Err(Error::DeviceDestroyed)));
+    host::free_pinned(&d, block).unwrap();
+    drop(s);
+}
+#[test]
+fn builtins_split_ranges_longer_than_max_storage_buffer_range() {
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    let max = d.info().max_storage_buffer_range as usize;
+    if max > 256 << 20 {
+        eprintln!("SKIPPED: maxStorageBufferRange is {max} bytes; this test splits ranges longer than it (lavapipe: 128 MiB)");
+        return;
+    }
+    let len = max + (1 << 20) + 12;
+    let g = d.alloc_buffer(len + 8).unwrap();
+    s.fill_u32(Binding::Device(&g, 4, len), 0x0123_4567).unwrap();
+    let want: Vec<u8> = std::iter::repeat(0x0123_4567u32.to_ne_bytes()).take(len / 4).flatten().collect();
+    assert_eq!(s.checksum(Binding::Device(&g, 4, len)).unwrap(), checksum_cpu(&want), "checksum over chunks");
+    let mut p = PinnedBuffer::new(&d, len + 8).unwrap();
+    p.fill(0xEE);
+    s.copy_sm(Binding::Device(&g, 4, len), Binding::HostMut(&mut p[8..8 + len])).unwrap();
+    s.synchronize().unwrap();
+    assert!(p[8..] == want[..] && p[..8] == [0xEE; 8], "copy over chunks");
+}
+
+#[test]
+fn safe_launches_never_leave_the_callers_memory_to_a_destructor() {
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    // Registered (the caller's memory): the launch completed before `launch` returned, so a
+    // forgotten Registration hands back bytes the device no longer writes. Without that wait
+    // the fill would still sit in the unsubmitted batch here.
+    let mut v = vec![0u8; 3 * 4096];
+    let mut reg = d.register(&mut v).unwrap();
+    s.fill_u32(Binding::HostMut(&mut reg[8..8 + 8192]), 0x7777_7777).unwrap();
+    std::mem::forget(reg);
+    assert!(v[8..8 + 8192].iter().all(|&b| b == 0x77) && v[..8] == [0; 8], "the fill is in place when the call returns");
+    // Pinned (vkhost's memory): async, and the view waits for the pending write.
+    let mut p = PinnedBuffer::new(&d, 1 << 20).unwrap();
+    p.fill(0);
+    s.fill_u32(Binding::HostMut(&mut p[..]), 0x5555_5555).unwrap();
+    s.flush().unwrap();
+    assert!(p.iter().all(|&b| b == 0x55), "Deref waited for the launch's write");
+    drop(p);
+    d.destroy().unwrap(); // the forgotten registration goes with the device, before `v` drops
+}
+
+#[test]
+fn public_kernel_types_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Kernel>();
+    check::<Param>();
+    check::<Binding<'static>>();
+}
