@@ -421,3 +421,17 @@ fn bad_device_index_is_an_error_not_a_panic() {
     let o = Command::new(env!("CARGO_BIN_EXE_vkhost")).args(["check"]).env("VKHOST_DEVICE", "0").output().unwrap();
     assert!(o.status.success());
 }
+
+/// `--devices`: the host × GPU matrix, here on the same device twice (two VkDevices): a column
+/// per device, the aggregate, every point verified.
+#[test]
+fn devices_matrix_runs_each_device_alone_and_all_at_once() {
+    let o = vkhost(&["bench", "--devices", "0,0", "--quick", "--sizes", "64K", "--iters", "2"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("aggregate"), "{out}");
+    let rows: Vec<&str> = out.lines().filter(|l| l.ends_with(" ok")).collect();
+    assert_eq!(rows.len(), 6, "pinned, registered, pageable × h2d, d2h: {out}");
+    let e = vkhost(&["bench", "--devices", "0", "--json", "x.json"]);
+    assert!(!e.status.success(), "--json is refused with --devices");
+}

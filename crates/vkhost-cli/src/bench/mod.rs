@@ -34,6 +34,7 @@ mod compare;
 mod costs;
 mod latency;
 pub mod meta;
+mod multi;
 mod output;
 mod paths;
 mod point;
@@ -109,8 +110,13 @@ pub struct Args {
     #[arg(short = 't', long = "testcase", value_delimiter = ',')]
     testcases: Vec<String>,
     /// Device index (default: the preferred device; VKHOST_DEVICE overrides).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "devices")]
     device: Option<usize>,
+    /// The host × GPU matrix instead of the sweep: `all` or a list of device indices; each
+    /// device alone and all at once, for pinned, registered and pageable memory (default sizes
+    /// 16M,256M,1G; --sizes, --paths, --dirs, --iters, --quick apply).
+    #[arg(long, value_name = "all|LIST")]
+    devices: Option<String>,
     /// Sizes, comma-separated: 4K,1M,1G. Default: 4K to --max-size in ×4 steps.
     #[arg(long, value_delimiter = ',')]
     sizes: Option<Vec<String>>,
@@ -269,6 +275,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if a.list {
         print!("{}", testcase::list());
         return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(spec) = &a.devices {
+        catch_sigint();
+        return multi::run(&a, spec);
     }
     let started = std::time::SystemTime::now();
     let chosen = chosen(&a)?;

@@ -1,0 +1,228 @@
+//! `vkhost bench --devices all|LIST`: nvbandwidth's host × GPU matrix. For each path (pinned,
+//! registered, pageable), direction (h2d, d2h) and size: every device alone, then all of them at
+//! once from one process (one thread per device, each with its own host buffer and device
+//! buffer, as CUDA's multi-GPU figure is measured), reported as the aggregate GB/s and its ratio
+//! to the sum of the devices alone. Every point is verified once per device.
+
+use super::point::{measure, pattern};
+use super::{Args, DirKind, PathKind};
+use crate::devices::anyhow_free::Result;
+use crate::stats::{gbps, parse_size, size_label};
+use std::process::ExitCode;
+use std::time::Duration;
+use vkhost::{Device, DeviceBuffer, OpenOptions, PinnedBuffer};
+
+/// One device's side of a point: its host memory (by path) and device buffer.
+struct Side {
+    dev: Device,
+    buf: DeviceBuffer,
+    pinned: Option<PinnedBuffer>,
+    plain: Vec<u8>,
+    /// Whether `plain` is registered on `dev` (the registered path), for the Side's life.
+    registered: bool,
+}
+
+impl Side {
+    fn new(dev: &Device, path: PathKind, n: usize) -> Result<Side> {
+        let buf = dev.alloc_buffer(n)?;
+        let (pinned, plain) = match path {
+            PathKind::Pinned => (Some(PinnedBuffer::new(dev, n)?), Vec::new()),
+            _ => (None, vec![0u8; n]),
+        };
+        let mut side = Side { dev: dev.clone(), buf, pinned, plain, registered: false };
+        if path == PathKind::Registered {
+            // SAFETY: `plain` is owned by the Side, never resized, and unregistered in Drop
+            // before it is freed; only this Side's copies touch it.
+            unsafe { vkhost::host::register(dev, side.plain.as_mut_ptr(), n) }?;
+            side.registered = true;
+        }
+        Ok(side)
+    }
+
+    /// One synchronous copy.
+    fn copy(buf: &DeviceBuffer, host: &mut [u8], dir: DirKind) -> Result<()> {
+        match dir {
+            DirKind::H2d => buf.write(0, host)?,
+            _ => buf.read(0, host)?,
+        }
+        Ok(())
+    }
+
+    /// Runs `f` with this side's host bytes: the pinned block, or the (registered or plain) Vec.
+    fn with_host<T>(&mut self, _path: PathKind, f: impl FnOnce(&DeviceBuffer, &mut [u8]) -> Result<T>) -> Result<T> {
+        match self.pinned.as_mut() {
+            Some(p) => f(&self.buf, p),
+            None => f(&self.buf, &mut self.plain),
+        }
+    }
+}
+
+impl Drop for Side {
+    fn drop(&mut self) {
+        if self.registered {
+            if let Err(e) = vkhost::host::unregister(&self.dev, self.plain.as_mut_ptr()) {
+                eprintln!("bench --devices: unregister failed: {e}");
+            }
+        }
+    }
+}
+
+/// Parses `all` or a comma list of indices.
+fn indices(spec: &str) -> Result<Vec<usize>> {
+    if spec == "all" {
+        return Ok(vkhost::devices()?.iter().map(|i| i.index).collect());
+    }
+    spec.split(',')
+        .map(|s| s.trim().parse::<usize>().map_err(|_| format!("--devices: {s:?} is not a device index or `all`").into()))
+        .collect()
+}
+
+/// Verifies one round trip through `side` for `dir`.
+fn verify(side: &mut Side, path: PathKind, dir: DirKind, n: usize, seed: u64) -> Result<bool> {
+    let mut want = vec![0u8; n];
+    pattern(&mut want, seed);
+    let mut got = vec![0u8; n];
+    match dir {
+        DirKind::H2d => {
+            side.with_host(path, |buf, host| {
+                host.copy_from_slice(&want);
+                Side::copy(buf, host, dir)
+            })?;
+            side.buf.read(0, &mut got)?;
+        }
+        _ => {
+            side.buf.write(0, &want)?;
+            side.with_host(path, |buf, host| {
+                Side::copy(buf, host, dir)?;
+                got.copy_from_slice(host);
+                Ok(())
+            })?;
+        }
+    }
+    Ok(got == want)
+}
+
+/// The `--devices` run: prints the matrix; exit code 2 on any failed check.
+pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
+    if a.json.is_some() || a.csv.is_some() || a.plot.is_some() || a.compare.is_some() || a.baseline.is_some() {
+        return Err(
+            "--devices prints the host × GPU matrix only: --json, --csv, --plot, --compare and --baseline are for single-device runs"
+                .into(),
+        );
+    }
+    let idx = indices(spec)?;
+    if idx.is_empty() {
+        return Err("--devices: no Vulkan device".into());
+    }
+    let opts = OpenOptions { validation: false, ..OpenOptions::default() };
+    let devs: Vec<Device> = idx.iter().map(|&i| Device::open_with(i, &opts)).collect::<vkhost::Result<_>>()?;
+    let sizes: Vec<u64> = match &a.sizes {
+        Some(v) => v.iter().map(|s| parse_size(s)).collect::<std::result::Result<_, _>>()?,
+        None if a.quick => vec![1 << 20, 16 << 20],
+        None => vec![16 << 20, 256 << 20, 1 << 30],
+    };
+    let iters = if a.quick { a.iters.min(5) } else { a.iters };
+    let budget = Duration::from_secs_f64(if a.quick { a.budget.min(0.5) } else { a.budget });
+    for d in &devs {
+        let i = d.info();
+        println!(
+            "[{}] {} ({}, {}); host registration: {}",
+            i.index,
+            i.name,
+            i.device_type.as_str(),
+            i.driver_name,
+            crate::devices::registration_line(&d.host_registration())
+        );
+    }
+    let names: Vec<String> = idx.iter().map(|i| format!("dev{i}")).collect();
+    print!("{:<11} {:<4} {:>6}", "path", "dir", "size");
+    for n in &names {
+        print!(" {n:>9}");
+    }
+    println!(" {:>10} {:>8} check", "aggregate", "vs sum");
+    let mut failures = 0;
+    for path in [PathKind::Pinned, PathKind::Registered, PathKind::Pageable] {
+        if a.paths.as_ref().is_some_and(|v| !v.contains(&path)) {
+            continue;
+        }
+        if path == PathKind::Registered && devs.iter().any(|d| d.host_registration().is_err()) {
+            println!("{:<11} skipped: registration is unavailable on a device", "registered");
+            continue;
+        }
+        for dir in [DirKind::H2d, DirKind::D2h] {
+            if a.dirs.as_ref().is_some_and(|v| !v.contains(&dir)) {
+                continue;
+            }
+            for &size in &sizes {
+                if super::interrupted() {
+                    break;
+                }
+                let n = size as usize;
+                let mut sides: Vec<Side> = devs.iter().map(|d| Side::new(d, path, n)).collect::<Result<_>>()?;
+                let mut ok = true;
+                for (k, s) in sides.iter_mut().enumerate() {
+                    ok &= verify(s, path, dir, n, size ^ k as u64)?;
+                }
+                let mut alone = Vec::new();
+                for s in sides.iter_mut() {
+                    let t = s.with_host(path, |buf, host| measure(iters, budget, || Side::copy(buf, host, dir)))?;
+                    alone.push(gbps(size, t.median));
+                }
+                // All at once: one thread per device, each with its own memory; the time of an
+                // iteration is from before the first thread starts to after the last one ends.
+                let together = {
+                    let cells: Vec<std::sync::Mutex<&mut Side>> = sides.iter_mut().map(std::sync::Mutex::new).collect();
+                    measure(iters, budget, || {
+                        let r: Vec<Result<()>> = std::thread::scope(|sc| {
+                            let hs: Vec<_> = cells
+                                .iter()
+                                .map(|c| {
+                                    sc.spawn(move || {
+                                        let mut g = c.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                                        g.with_host(path, |buf, host| Side::copy(buf, host, dir))
+                                    })
+                                })
+                                .collect();
+                            hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a copy thread panicked".into()))).collect()
+                        });
+                        r.into_iter().find(|x| x.is_err()).unwrap_or(Ok(()))
+                    })?
+                };
+                let agg = gbps(size * devs.len() as u64, together.median);
+                let sum: f64 = alone.iter().sum();
+                print!("{:<11} {:<4} {:>6}", path_name(path), dir_name(dir), size_label(size));
+                for g in &alone {
+                    print!(" {g:>9.2}");
+                }
+                println!(" {agg:>10.2} {:>7.2}x {}", agg / sum, if ok { "ok" } else { "FAIL" });
+                if !ok {
+                    failures += 1;
+                }
+            }
+        }
+    }
+    println!(
+        "GB/s = 1e9 bytes/s, medians; aggregate = all devices' bytes over the wall time of one round with every device copying at once"
+    );
+    for d in devs {
+        d.destroy()?;
+    }
+    Ok(if failures > 0 { ExitCode::from(2) } else { ExitCode::SUCCESS })
+}
+
+fn path_name(p: PathKind) -> &'static str {
+    match p {
+        PathKind::Pinned => "pinned",
+        PathKind::Registered => "registered",
+        PathKind::Pageable => "pageable",
+        PathKind::Bar => "bar",
+    }
+}
+
+fn dir_name(d: DirKind) -> &'static str {
+    match d {
+        DirKind::H2d => "h2d",
+        DirKind::D2h => "d2h",
+        DirKind::Bidir => "bidir",
+    }
+}
