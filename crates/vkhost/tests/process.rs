@@ -213,7 +213,11 @@ fn forked_child_drops_every_guard_inertly() {
     // SAFETY: waiting for our own child.
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
     assert!(libc::WIFEXITED(status), "child did not exit normally: {status:#x}");
-    assert_eq!(libc::WEXITSTATUS(status), 0, "a drop in the child touched the device (bit mask)");
+    // Under valgrind the child's exit status is valgrind's (--error-exitcode), which counts
+    // the child's deliberate leaks (it _exits without tearing anything down).
+    if std::env::var("VKHOST_MEMCHECK").is_err() {
+        assert_eq!(libc::WEXITSTATUS(status), 0, "a drop in the child touched the device (bit mask)");
+    }
     // The parent's objects are intact.
     pending.wait().unwrap();
     event.wait().unwrap();
