@@ -44,6 +44,8 @@ const THREADS: usize = 4;
 const LEN: usize = 64 << 10;
 /// Set in a child process: it runs the scenario only.
 const CHILD_ENV: &str = "VKHOST_LIFECYCLE_CHILD";
+/// The first validation layer without the race (upstream 3d4d519).
+const LAYER_FIXED: u32 = vkhost::vk::make_api_version(0, 1, 4, 304);
 
 /// How the races went: `destroy` calls answered Busy, and operations of thread 0 on the shared
 /// device answered DeviceDestroyed (destroy landed while it was using the device).
@@ -292,6 +294,19 @@ fn round(r: usize) {
 
 #[test]
 fn four_threads_open_use_destroy() {
+    // With a validation layer older than 1.4.304 the scenario can die of the layer's own race
+    // (see `child_processes`) about once in 100-200 runs: in-process, that would kill the whole
+    // test binary. There it runs only inside `child_processes`, which tells that death apart.
+    let layer = validation_layer_version();
+    let racy = layer.is_some_and(|v| v < LAYER_FIXED);
+    if std::env::var_os(CHILD_ENV).is_none() && racy && std::env::var("VKHOST_LIFECYCLE_STRICT").as_deref() != Ok("1") {
+        eprintln!(
+            "four_threads_open_use_destroy: runs in child processes only (child_processes) with validation layer {}, \
+             whose known race could kill this process; VKHOST_LIFECYCLE_STRICT=1 runs it here",
+            fmt_version(layer.unwrap_or(0))
+        );
+        return;
+    }
     report_faults();
     let rounds = env_usize("VKHOST_LIFECYCLE_ROUNDS", 5);
     let t0 = std::time::Instant::now();
