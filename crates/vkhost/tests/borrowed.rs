@@ -8,7 +8,7 @@ mod common;
 use common::*;
 
 use std::ffi::{c_void, CStr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vkhost::ash::{self, vk};
@@ -402,19 +402,35 @@ fn unregister_waits_for_the_callers_completion() {
     // The caller submits 400 ms from now, on another thread (the queue is used by that thread
     // only until it is joined). The unregister below is issued before the work even exists on
     // the queue, let alone completes: it must wait for `done`.
-    let submitted = Arc::new(AtomicBool::new(false));
+    // State: PENDING → SUBMITTED (the submitter) or → CANCELLED (unregister returned first:
+    // the bug; the submission is then skipped, so the test fails on the assertion rather than
+    // by the device writing into a destroyed import).
+    const PENDING: u8 = 0;
+    const SUBMITTED: u8 = 1;
+    const CANCELLED: u8 = 2;
+    let state = Arc::new(AtomicU8::new(PENDING));
     let submitter = {
-        let (device, queue, submitted) = (c.device.clone(), c.queue, submitted.clone());
+        let (device, queue, state) = (c.device.clone(), c.queue, state.clone());
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(400));
-            submitted.store(true, Ordering::SeqCst);
-            submit_on(&device, queue, cmd, None, done, 1);
+            if state.compare_exchange(PENDING, SUBMITTED, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                submit_on(&device, queue, cmd, None, done, 1);
+            }
         })
     };
     let t0 = Instant::now();
     host::unregister(&dev, p.ptr).unwrap();
     let waited = t0.elapsed();
-    assert!(submitted.load(Ordering::SeqCst), "unregister returned after {waited:?}, before the caller's work was submitted");
+    let early = state.compare_exchange(PENDING, CANCELLED, Ordering::SeqCst, Ordering::SeqCst).is_ok();
+    if early {
+        submitter.join().unwrap();
+        // Never submitted: complete the hook from the host so vkhost's teardown (which waits
+        // for it) does not hang the failing test.
+        let si = vk::SemaphoreSignalInfo::default().semaphore(done).value(1);
+        // SAFETY: `done` is alive and has no pending signal.
+        unsafe { c.device.signal_semaphore(&si) }.expect("signal");
+        panic!("unregister returned after {waited:?}, before the caller's work was submitted");
+    }
     assert!(c.value(done) >= 1, "unregister returned before the caller's copy completed");
     assert!(host::find(&dev, p.ptr, len).is_none());
     submitter.join().unwrap();
