@@ -169,7 +169,10 @@ impl Child for Recorded {
 /// The ticket can be dropped once hooked; vkhost keeps what the commands name until it observes
 /// the hook complete. Dropping it without a hook declares that the command buffer will never be
 /// submitted (see [`record_copy`]'s Safety); while an unhooked ticket lives, `Device::destroy`
-/// is `Busy` and an `unregister` of the bytes blocks until the hook is given.
+/// is `Busy` and an `unregister` of the bytes blocks until the hook is given. Forgetting an
+/// unhooked ticket (`mem::forget`) leaves both so for good: a leak becomes a hang, never a use of
+/// freed memory. The uses and the resources' `Arc`s are vkhost's from [`record_copy`] on, so
+/// soundness never rests on the ticket's `Drop`.
 #[must_use = "give the ticket a completion hook before submitting the command buffer"]
 pub struct RecordedCopy {
     rec: Arc<Recorded>,
@@ -298,7 +301,8 @@ pub fn reap_recorded(dev: &Device) -> usize {
 }
 
 /// Records a copy between host bytes `[host, host+len)` and the caller's device `buffer` at
-/// `offset` into the caller's command buffer `cmd`; see the [module docs](self).
+/// `offset` into the caller's command buffer `cmd`; see [`RecordedCopy`] for the ticket and
+/// [`crate::Device::from_raw_borrowed`] for the mode it serves.
 ///
 /// The host range must be covered completely by live registrations and/or pinned blocks of
 /// `dev` (several entries, or several import pieces of one, make several regions); anything
