@@ -478,3 +478,50 @@ fn pinned_block_freed_while_a_recorded_copy_runs_stays_alive() {
     dev.destroy().unwrap();
     c.destroy();
 }
+
+#[test]
+fn fence_hook_is_observed_before_the_caller_resets_it() {
+    let Some(mut c) = Caller::new() else { return };
+    let dev = c.wrap();
+    let done = c.timeline(); // only so `submit` has something to signal
+    let page = host::page_size();
+    let mut p = Pages::new(2 * page);
+    let want = pattern(2 * page, 0x21);
+    p.slice().copy_from_slice(&want);
+    // SAFETY: `p` stays mapped until after the unregister.
+    unsafe { host::register(&dev, p.ptr, 2 * page) }.unwrap();
+    // SAFETY: plain fence creation.
+    let fence = unsafe { c.device.create_fence(&vk::FenceCreateInfo::default(), None) }.unwrap();
+    let cmd = c.begin();
+    // SAFETY: recording; registered range; hooked before the submit; the fence is unsignaled,
+    // signalled only by that submission, and reset only after vkhost observed it.
+    let t = unsafe {
+        let mut t = host::record_copy(&dev, cmd, Direction::HostToDevice, p.ptr, 2 * page, c.buffer, 0).unwrap();
+        t.completes_with_fence(fence).unwrap();
+        t
+    };
+    assert!(!t.is_complete());
+    // The submit carries the fence.
+    // SAFETY: `cmd` is recording; the queue is used by this thread only.
+    unsafe {
+        c.device.end_command_buffer(cmd).unwrap();
+        let cmds = [cmd];
+        let sig = [done];
+        let v = [1u64];
+        let mut tsi = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&v);
+        let si = vk::SubmitInfo::default().command_buffers(&cmds).signal_semaphores(&sig).push_next(&mut tsi);
+        c.device.queue_submit(c.queue, &[si], fence).unwrap();
+        c.device.wait_for_fences(&[fence], true, u64::MAX).unwrap();
+    }
+    assert!(t.is_complete());
+    drop(t);
+    assert_eq!(host::reap_recorded(&dev), 0);
+    // SAFETY: vkhost observed the fence (reap reported nothing pending); nothing uses it.
+    unsafe {
+        c.device.reset_fences(&[fence]).unwrap();
+        c.device.destroy_fence(fence, None);
+    }
+    host::unregister(&dev, p.ptr).unwrap();
+    dev.destroy().unwrap();
+    c.destroy();
+}
