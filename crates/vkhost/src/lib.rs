@@ -23,6 +23,7 @@
 //! | [`Stream`], [`Event`], [`Pending`] | async copies on a queue, timeline-semaphore events | `Pending` guards are safe; raw async copies are `unsafe` |
 //! | [`kernel`]: [`Kernel`], [`Binding`], [`Stream::launch`], built-ins ([`Stream::fill_u32`], [`Stream::copy_sm`], [`Stream::checksum`]) | compute launches over device buffers, pinned blocks and registrations, zero-copy | built-ins and launches are safe; `Kernel::from_spirv` and raw `Binding::host` are `unsafe` |
 //! | tracked resources (internal) | every import, pinned block and device buffer is an `Arc` owner with the uses submitted work made of it | |
+//! | borrowed devices: [`Device::from_raw_borrowed`], [`host::record_copy`], [`host::RecordedCopy`] | a caller's VkDevice with no queues for vkhost: registry and imports only; copies recorded into the caller's command buffers, completion told by a timeline value or fence | wrapping, recording and the hooks are `unsafe` |
 //! | [`Device`], [`DeviceBuffer`] | the Vulkan device: queues, submission, teardown, interop ([`Device::raw`]) | safe |
 //! | `host::registry`, `memtype`, the ownership protocol | pure data: the interval registry, memory-type ranking, owners and uses | no Vulkan |
 //!
@@ -51,6 +52,11 @@
 //!   drop) returns only once no submitted work can read or write the registered bytes. Raw
 //!   [`host::free_pinned`]/[`host::unregister`] refuse entries a guard owns
 //!   ([`Error::OwnedByGuard`]).
+//! - **Recorded copies are owned by their completion, not their ticket.** A
+//!   [`host::RecordedCopy`] notes its uses and hands its `Arc`s to vkhost when it is recorded;
+//!   `unregister` waits for the caller's semaphore or fence. A forgotten ticket without a hook
+//!   makes `unregister` of its bytes block and [`Device::destroy`] `Busy`: a hang, not a
+//!   use-after-free.
 //! - **Leaks leak.** A forgotten [`Pending`], [`Event`] or [`Stream`] leaves its work to be
 //!   finished at device teardown; a forgotten [`PinnedBuffer`] keeps its block and makes
 //!   [`Device::destroy`] `Busy`; a forgotten [`Registration`] leaves its range registered (see
@@ -118,7 +124,9 @@ pub use ash;
 pub use ash::vk;
 pub use buffer::DeviceBuffer;
 pub use device::info::{fmt_bytes, ApiVersion, DeviceInfo, DeviceType, MemoryHeap, MemoryType, QueueFamily};
-pub use device::{devices, Device, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership, QueueKind, RawDevice};
+pub use device::{
+    devices, BorrowedDevice, Device, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership, QueueKind, RawDevice,
+};
 pub use error::{Error, Result};
 pub use host::range::{broadcast, gather, HostRange};
 pub use host::safe::{PinnedBuffer, Registration};

@@ -273,7 +273,9 @@ pub(crate) struct Live {
     /// VK_KHR_push_descriptor, where vkhost enabled it (devices it created and that offer it):
     /// kernel launches need it.
     pub push_desc: Option<ash::khr::push_descriptor::Device>,
-    pub compute: Queue,
+    /// The compute-capable queue vkhost submits to; `None` on a borrowed device without queues
+    /// ([`Device::from_raw_borrowed`]), where vkhost never submits.
+    pub compute: Option<Queue>,
     /// Queues of the transfer-only family, where the device has one.
     pub copy_queues: Vec<Queue>,
     pub copy_ctxs: Vec<Mutex<Option<submit::CopyCtx>>>,
@@ -284,6 +286,21 @@ pub(crate) struct Live {
     /// a transfer has undefined contents).
     pub families: Vec<u32>,
     pub next_stream: AtomicU64,
+}
+
+/// Why vkhost's own copies and streams fail on a borrowed device without queues.
+pub(crate) const NO_QUEUES: &str = "borrowed device without queues: record copies with host::record_copy";
+
+impl Live {
+    /// The compute queue, or `Unsupported` on a borrowed device without queues.
+    pub(crate) fn compute_queue(&self) -> Result<&Queue> {
+        self.compute.as_ref().ok_or_else(|| Error::unsupported(NO_QUEUES))
+    }
+
+    /// Whether this is a borrowed device without queues ([`Device::from_raw_borrowed`]).
+    pub(crate) fn queueless(&self) -> bool {
+        self.compute.is_none()
+    }
 }
 
 /// State shared by every handle of one device.
@@ -300,6 +317,9 @@ pub(crate) struct Shared {
     pub objects: ObjectCounters,
     /// Live `PinnedBuffer`s: while any lives, `destroy` is `Busy`.
     pub safe_pinned: AtomicUsize,
+    /// `host::RecordedCopy` tickets not yet given a completion hook (nor dropped): while any
+    /// lives, `destroy` is `Busy` (their work cannot be waited for yet).
+    pub open_tickets: AtomicUsize,
     pub direct_bytes: AtomicU64,
     pub staged_bytes: AtomicU64,
     /// Children to tear down at destroy (streams, buffers, imports), see `object`.
@@ -548,13 +568,19 @@ impl Shared {
             return;
         }
         // Work first: streams submit what they recorded, wait, reap (dropping the owners their
-        // batches held), complete pageable d2h copies.
+        // batches held), complete pageable d2h copies; on a borrowed device, the caller's
+        // recorded copies are waited for through their completion hooks.
         self.teardown_children(&live, object::phase::WORK);
-        // SAFETY: the device is valid; waiting idle is always allowed (a lost device returns
-        // an error, which changes nothing here).
-        if let Err(e) = unsafe { live.device.device_wait_idle() } {
-            log::warn!("{}: vkDeviceWaitIdle at destroy: {e:?}", self.id);
+        if live.compute.is_some() {
+            // SAFETY: the device is valid; waiting idle is always allowed (a lost device returns
+            // an error, which changes nothing here).
+            if let Err(e) = unsafe { live.device.device_wait_idle() } {
+                log::warn!("{}: vkDeviceWaitIdle at destroy: {e:?}", self.id);
+            }
         }
+        // A borrowed device skips vkDeviceWaitIdle: it needs every VkQueue of the device
+        // externally synchronized, and the queues are the caller's. vkhost never submitted there,
+        // and the WORK phase waited for every use of its objects the caller announced.
         // Then objects: imports, pinned blocks, device buffers. Owners that outlive the device
         // (registry tombstones, handles) keep inert shells.
         self.teardown_children(&live, object::phase::OBJECTS);
@@ -657,6 +683,32 @@ impl std::fmt::Debug for RawDevice {
     }
 }
 
+/// A caller's device for [`Device::from_raw_borrowed`]: no queues, never destroyed by vkhost.
+#[derive(Clone)]
+pub struct BorrowedDevice {
+    /// The loaded Vulkan entry points.
+    pub entry: ash::Entry,
+    /// The VkInstance and its function table.
+    pub instance: ash::Instance,
+    /// The physical device `device` was created from.
+    pub physical_device: vk::PhysicalDevice,
+    /// The caller's VkDevice and its function table.
+    pub device: ash::Device,
+    /// Whether VK_EXT_external_memory_host is enabled on `device` (required for
+    /// `host::register`; must be `false` if it is not enabled).
+    pub external_memory_host: bool,
+}
+
+impl std::fmt::Debug for BorrowedDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BorrowedDevice")
+            .field("physical_device", &self.physical_device)
+            .field("device", &self.device.handle())
+            .field("external_memory_host", &self.external_memory_host)
+            .finish()
+    }
+}
+
 /// Who destroys a device wrapped by [`Device::from_raw`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ownership {
@@ -695,7 +747,7 @@ impl Device {
         let parts = instance::create(opts.validation, &counts)?;
         match Self::create_on(&parts, index, opts) {
             Ok((pd, info, device, cfam, tfam)) => {
-                let live = Self::assemble(Some(parts), true, pd, &info, device, (cfam, 0), tfam)?;
+                let live = Self::assemble(Some(parts), true, pd, &info, device, Some((cfam, 0)), tfam)?;
                 Ok(Self::wrap(live, info, opts.clone(), counts))
             }
             Err(e) => {
@@ -755,7 +807,7 @@ impl Device {
         pd: vk::PhysicalDevice,
         info: &DeviceInfo,
         device: ash::Device,
-        compute: (u32, u32),
+        compute: Option<(u32, u32)>,
         tfam: Option<(u32, Vec<u32>)>,
     ) -> Result<Live> {
         let (entry, instance) = match &parts {
@@ -768,13 +820,15 @@ impl Device {
             // SAFETY: the device was created with this family and at least index+1 queues.
             raw: Mutex::new(unsafe { device.get_device_queue(family, index) }),
         };
-        let compute_q = get(compute.0, compute.1);
+        let compute_q = compute.map(|(f, i)| get(f, i));
         let copy_queues: Vec<Queue> = tfam.map(|(f, idx)| idx.into_iter().map(|i| get(f, i)).collect()).unwrap_or_default();
         let ext_host = info.host_import_alignment.map(|_| ash::ext::external_memory_host::Device::new(&instance, &device));
         let push_desc = info.push_descriptor.then(|| ash::khr::push_descriptor::Device::new(&instance, &device));
-        let nctx = copy_queues.len().max(1) * 2;
-        let mut families = vec![compute_q.family];
-        families.extend(copy_queues.first().map(|q| q.family).filter(|&f| f != compute_q.family));
+        // Without queues (a borrowed device) there are no copy contexts and no families: buffers
+        // are EXCLUSIVE, owned by whichever family of the caller's first uses them.
+        let nctx = if compute_q.is_some() { copy_queues.len().max(1) * 2 } else { 0 };
+        let mut families: Vec<u32> = compute_q.iter().map(|q| q.family).collect();
+        families.extend(copy_queues.first().map(|q| q.family).filter(|f| !families.contains(f)));
         Ok(Live {
             instance_parts: parts,
             owns_device,
@@ -805,6 +859,7 @@ impl Device {
                 lost: AtomicBool::new(false),
                 objects: ObjectCounters::default(),
                 safe_pinned: AtomicUsize::new(0),
+                open_tickets: AtomicUsize::new(0),
                 direct_bytes: AtomicU64::new(0),
                 staged_bytes: AtomicU64::new(0),
                 children: Mutex::new(Vec::new()),
@@ -881,7 +936,7 @@ impl Device {
             raw.physical_device,
             &info,
             raw.device,
-            (raw.compute_family, raw.compute_queue_index),
+            Some((raw.compute_family, raw.compute_queue_index)),
             tfam,
         )?;
         if !owned {
@@ -890,16 +945,82 @@ impl Device {
         Ok(Self::wrap(live, info, opts.clone(), Arc::new(ValidationCounts::default())))
     }
 
-    /// The interop handles. Errors with `DeviceDestroyed` after `destroy`.
+    /// Wraps a caller's VkDevice **without any of its queues**: the borrowed-device mode, for
+    /// runtimes that own their device and queues (an ash backend, wgpu-hal).
+    ///
+    /// vkhost then keeps the registry and the imports only: [`crate::host::register`],
+    /// [`crate::host::find`], [`crate::host::alloc_pinned`], [`crate::PinnedBuffer`],
+    /// [`crate::Registration`], tombstones after destroy, and [`Device::alloc_buffer`] (the
+    /// buffer's handle only). vkhost submits nothing: its synchronous copies
+    /// ([`crate::host::copy_to_device`], `DeviceBuffer::write`/`read`), streams and kernel
+    /// launches answer `Error::Unsupported` ("borrowed device without queues: record copies with
+    /// host::record_copy"). Copies are the caller's: [`crate::host::record_copy`] records them
+    /// into the caller's command buffer and returns a [`crate::host::RecordedCopy`] ticket whose
+    /// completion hook (a timeline value or a fence) lets `unregister` wait for them.
+    ///
+    /// At open, the import probe only registers and unregisters one page (it cannot copy).
+    ///
+    /// What the caller must enable on `raw.device`:
+    /// - VK_EXT_external_memory_host (and VK_KHR_external_memory on Vulkan 1.0; core from 1.1)
+    ///   for `register`; set `raw.external_memory_host` only if it is enabled (else
+    ///   registration is `Unsupported`; pinned blocks still work);
+    /// - the timelineSemaphore feature (Vulkan 1.2), if it uses
+    ///   [`crate::host::RecordedCopy::completes_at`]; fences need nothing.
+    ///
+    /// Buffers vkhost creates here (imports, pinned blocks, device buffers) are
+    /// `VK_SHARING_MODE_EXCLUSIVE` with usage TRANSFER_SRC | TRANSFER_DST | STORAGE_BUFFER: the
+    /// first queue family that uses one owns it; a second family needs the caller's
+    /// queue-family ownership transfer.
+    ///
+    /// # Safety
+    /// - The handles must be valid, `raw.physical_device` must be the one `raw.device` was
+    ///   created from, and they must stay valid until vkhost's [`Device::destroy`] (or the last
+    ///   drop of the device and everything holding it) returns; then the caller destroys them.
+    /// - External synchronization: vkhost never touches a VkQueue of this device, nor calls
+    ///   vkDeviceWaitIdle (which needs every queue externally synchronized). It waits on the
+    ///   caller's semaphores and fences only through vkWaitSemaphores / vkGetSemaphoreCounterValue
+    ///   / vkWaitForFences / vkGetFenceStatus, which need no external synchronization; the caller
+    ///   must not destroy (or reset, for a fence) an object named by a completion hook until
+    ///   vkhost has observed it complete (see [`crate::host::RecordedCopy`]).
+    /// - Every command the caller records that names a vkhost buffer outside
+    ///   [`crate::host::record_copy`] (for example a [`crate::host::find`] result used in its
+    ///   own shader) is outside vkhost's tracking: the caller must complete it before the
+    ///   matching `unregister`/`free_pinned`/destroy.
+    pub unsafe fn from_raw_borrowed(raw: BorrowedDevice, opts: &OpenOptions) -> Result<Device> {
+        // SAFETY: the caller guarantees the handles are valid.
+        let pds = unsafe { raw.instance.enumerate_physical_devices() }.call("vkEnumeratePhysicalDevices")?;
+        let index = pds.iter().position(|&p| p == raw.physical_device).ok_or(Error::NoDevice)?;
+        let mut info = info::query(&raw.instance, raw.physical_device, index);
+        if !raw.external_memory_host {
+            info.host_import_alignment = None;
+        }
+        info.push_descriptor = false;
+        opts.validate(&info)?;
+        let parts = InstanceParts { entry: raw.entry.clone(), instance: raw.instance.clone(), debug: None };
+        let mut live = Self::assemble(Some(parts), false, raw.physical_device, &info, raw.device, None, None)?;
+        live.instance_parts = None;
+        Ok(Self::wrap(live, info, opts.clone(), Arc::new(ValidationCounts::default())))
+    }
+
+    /// Whether this is a borrowed device without queues ([`Device::from_raw_borrowed`]).
+    /// `false` after destroy.
+    pub fn is_borrowed(&self) -> bool {
+        self.shared.live_any().is_ok_and(|l| l.queueless())
+    }
+
+    /// The interop handles. Errors with `DeviceDestroyed` after `destroy`, and `Unsupported` on
+    /// a borrowed device without queues ([`Device::from_raw_borrowed`]: the caller has the
+    /// handles).
     pub fn raw(&self) -> Result<RawDevice> {
         let l = self.shared.live_any()?;
+        let compute = l.compute_queue()?;
         Ok(RawDevice {
             entry: l.entry.clone(),
             instance: l.instance.clone(),
             physical_device: l.physical,
             device: l.device.clone(),
-            compute_family: l.compute.family,
-            compute_queue_index: l.compute.index,
+            compute_family: compute.family,
+            compute_queue_index: compute.index,
             copy_family: l.copy_queues.first().map(|q| q.family),
             copy_queue_indices: l.copy_queues.iter().map(|q| q.index).collect(),
         })
@@ -953,7 +1074,10 @@ impl Device {
     /// Waits idle and destroys everything the device owns: imports and pinned blocks (raw
     /// registrations stay as tombstones, raw pinned blocks stay listed until `free_pinned`),
     /// device buffers (their handles become inert), copy contexts, the device, the instance.
-    /// Idempotent. `Error::Busy` while a `PinnedBuffer` of this device lives.
+    /// Idempotent. `Error::Busy` while a `PinnedBuffer` of this device lives, or a
+    /// [`crate::host::RecordedCopy`] ticket without a completion hook. On a borrowed device it
+    /// waits for every recorded copy's hook (the caller's semaphore or fence) instead of
+    /// vkDeviceWaitIdle.
     ///
     /// **In a forked child** (a process forked after the device was opened) `destroy` makes no
     /// Vulkan call: the child's copies of the handles name the parent's driver objects, and
@@ -976,6 +1100,12 @@ impl Device {
         let n = self.shared.safe_pinned.load(Ordering::Acquire);
         if g.is_some() && n > 0 {
             return Err(Error::Busy { reason: format!("{n} PinnedBuffer(s) of this device still live") });
+        }
+        let t = self.shared.open_tickets.load(Ordering::Acquire);
+        if g.is_some() && t > 0 {
+            return Err(Error::Busy {
+                reason: format!("{t} host::RecordedCopy ticket(s) of this device have no completion hook yet (nor were dropped)"),
+            });
         }
         if let Some(live) = g.take() {
             self.shared.teardown(live);

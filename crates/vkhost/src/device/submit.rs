@@ -76,17 +76,17 @@ pub(crate) struct CopyCtx {
 
 /// Which queue a context submits to: the copy engines when the device has them (and the
 /// options do not ask for the compute queue).
-fn queue_of<'a>(s: &Shared, l: &'a Live, ctx_index: usize) -> &'a Queue {
+fn queue_of<'a>(s: &Shared, l: &'a Live, ctx_index: usize) -> Result<&'a Queue> {
     if l.copy_queues.is_empty() || s.options.copy_queue == super::QueueKind::Compute {
-        &l.compute
+        l.compute_queue()
     } else {
-        &l.copy_queues[ctx_index % l.copy_queues.len()]
+        Ok(&l.copy_queues[ctx_index % l.copy_queues.len()])
     }
 }
 
 impl CopyCtx {
     fn new(s: &Shared, l: &Live, ctx_index: usize) -> Result<CopyCtx> {
-        let q = queue_of(s, l, ctx_index);
+        let q = queue_of(s, l, ctx_index)?;
         fault::check(Point::CreateCommandPool).map_err(|c| s.fail("vkCreateCommandPool", c))?;
         let pi = vk::CommandPoolCreateInfo::default().queue_family_index(q.family).flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
         // SAFETY: valid create info for a family the device was created with.
@@ -166,6 +166,8 @@ impl CtxGuard<'_> {
 
 /// Takes a free copy context (or waits for one), creating it on first use.
 pub(crate) fn acquire<'a>(s: &Shared, l: &'a Live, prefer: usize) -> Result<CtxGuard<'a>> {
+    // A borrowed device has no queues and no copy contexts.
+    l.compute_queue()?;
     let n = l.copy_ctxs.len();
     let mut guard = None;
     for i in 0..n {
@@ -302,7 +304,7 @@ pub(crate) unsafe fn execute(s: &Shared, l: &Live, dir: Dir, dev: vk::Buffer, pi
     let batches = batches(pieces, ctx.chunk);
     let any_staged = pieces.iter().any(|p| matches!(p.host, HostSide::Staged { .. }));
     let staging = if any_staged { Some(ctx.staging(s, l)?) } else { None };
-    let queue = queue_of(s, l, ctx.queue);
+    let queue = queue_of(s, l, ctx.queue)?;
     let nslots = ctx.slots.len();
     let mut moved = Moved::default();
 

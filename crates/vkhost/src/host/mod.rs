@@ -33,6 +33,11 @@
 //! or write the caller's bytes, and destroys the import; a pinned block, which vkhost owns, goes
 //! when the last work holding it is reaped.
 //!
+//! **Borrowed devices** ([`crate::Device::from_raw_borrowed`]): vkhost has no queue, so the copies
+//! are the caller's, recorded with [`record_copy`] into its command buffers (direct pieces only;
+//! uncovered bytes are `NotRegistered`); the [`RecordedCopy`] ticket's completion hook
+//! (`completes_at` a timeline value, or `completes_with_fence`) is what `unregister` waits for.
+//!
 //! Entries owned by a safe guard ([`PinnedBuffer`](crate::PinnedBuffer),
 //! [`Registration`](crate::Registration)) are marked: the raw [`free_pinned`] and [`unregister`]
 //! refuse them with [`Error::OwnedByGuard`] and change nothing.
@@ -40,6 +45,7 @@
 pub(crate) mod import;
 pub(crate) mod maps;
 pub(crate) mod range;
+pub(crate) mod record;
 pub(crate) mod registry;
 pub(crate) mod safe;
 
@@ -56,6 +62,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
+pub use record::{reap_recorded, record_copy, Direction, RecordedCopy};
 pub use registry::round_out;
 
 type Reg = Registry<crate::DeviceId, Option<Arc<Imports>>>;
@@ -628,7 +635,8 @@ fn thread_hint() -> usize {
 }
 
 /// The import probe run at open (see `Device::host_registration`): one page registered, a
-/// pattern copied to the device and back through it, unregistered. `Err` says what failed.
+/// pattern copied to the device and back through it, unregistered (a borrowed device without
+/// queues only registers and unregisters). `Err` says what failed.
 pub(crate) fn probe(dev: &Device) -> std::result::Result<usize, String> {
     let page = page_size();
     let granule = dev.shared.info.host_registration()?;
@@ -637,6 +645,10 @@ pub(crate) fn probe(dev: &Device) -> std::result::Result<usize, String> {
         // SAFETY: the probe page is mapped read-write until with_probe_page returns, after the
         // unregister below.
         unsafe { register(dev, p, page) }.map_err(|e| fail("register", e))?;
+        if dev.is_borrowed() {
+            // No queue to copy through: the import itself is all that can be proved.
+            return unregister(dev, p).map_err(|e| fail("unregister", e));
+        }
         let r = (|| {
             let buf = dev.alloc_buffer(page).map_err(|e| fail("device buffer", e))?;
             // SAFETY: the page is ours, page-sized.

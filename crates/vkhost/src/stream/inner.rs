@@ -99,10 +99,11 @@ pub(super) fn create_timeline(s: &Shared, l: &Live) -> Result<vk::Semaphore> {
     Ok(sem)
 }
 
-pub(super) fn pick_queue(l: &Live, kind: QueueKind, i: usize) -> &Queue {
+/// The queue a stream of `kind` submits to; `Unsupported` on a borrowed device without queues.
+pub(super) fn pick_queue(l: &Live, kind: QueueKind, i: usize) -> Result<&Queue> {
     match kind {
-        QueueKind::Copy if !l.copy_queues.is_empty() => &l.copy_queues[i % l.copy_queues.len()],
-        _ => &l.compute,
+        QueueKind::Copy if !l.copy_queues.is_empty() => Ok(&l.copy_queues[i % l.copy_queues.len()]),
+        _ => l.compute_queue(),
     }
 }
 
@@ -160,7 +161,7 @@ impl StreamInner {
             .signal_semaphores(&sig)
             .push_next(&mut tsi);
         let r = fault::check(Point::QueueSubmit).map_err(|c| s.fail("vkQueueSubmit", c)).and_then(|()| {
-            let q = pick_queue(l, self.queue_kind, self.queue_index);
+            let q = pick_queue(l, self.queue_kind, self.queue_index)?;
             let g = lock(&q.raw);
             // SAFETY: the queue is externally synchronized by its lock; everything the command
             // buffer names is kept alive until `value` completes (last-use tracking).
@@ -298,7 +299,8 @@ impl StreamInner {
     /// semaphore wait fails and something must be released. On a lost device it returns at once,
     /// and nothing runs any more.
     pub(crate) fn queue_idle(&self, l: &Live) {
-        let q = pick_queue(l, self.queue_kind, self.queue_index);
+        // A stream exists only on a device with queues.
+        let Ok(q) = pick_queue(l, self.queue_kind, self.queue_index) else { return };
         let g = lock(&q.raw);
         // SAFETY: the queue is externally synchronized by its lock.
         if let Err(c) = unsafe { l.device.queue_wait_idle(*g) } {

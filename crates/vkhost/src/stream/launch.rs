@@ -102,7 +102,7 @@ impl StreamInner {
             return Err(Error::invalid(format!("{groups:?} workgroups exceed maxComputeWorkGroupCount {max:?}")));
         }
         let l = s.live()?;
-        let q = pick_queue(&l, self.queue_kind, self.queue_index);
+        let q = pick_queue(&l, self.queue_kind, self.queue_index)?;
         if !s.info.queue_families.get(q.family as usize).is_some_and(|f| f.flags.contains(vk::QueueFlags::COMPUTE)) {
             return Err(Error::unsupported(
                 "this stream runs on a transfer-only queue family (a copy engine): launch kernels on a stream from \

@@ -107,7 +107,7 @@ impl Device {
             Some(i) => i,
             None => l.next_stream.fetch_add(1, Ordering::Relaxed) as usize,
         };
-        let family = pick_queue(&l, kind, queue_index).family;
+        let family = pick_queue(&l, kind, queue_index)?.family;
         fault::check(Point::CreateCommandPool).map_err(|c| s.fail("vkCreateCommandPool", c))?;
         let pi = vk::CommandPoolCreateInfo::default().queue_family_index(family).flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
         // SAFETY: valid create info for a family of this device.
@@ -157,7 +157,7 @@ impl Stream {
     /// The queue this stream submits to: (family, index).
     pub fn queue(&self) -> Result<(u32, u32)> {
         let l = self.inner.shared.live_any()?;
-        let q = pick_queue(&l, self.inner.queue_kind, self.inner.queue_index);
+        let q = pick_queue(&l, self.inner.queue_kind, self.inner.queue_index)?;
         Ok((q.family, q.index))
     }
 

@@ -1,0 +1,398 @@
+//! Copies recorded into a caller's command buffer: the borrowed-device mode's copy path
+//! ([`crate::Device::from_raw_borrowed`]), usable on any device.
+//!
+//! [`record_copy`] plans a host range against the registry like vkhost's own copies do, but
+//! accepts only ranges that imports or pinned blocks cover completely (no staging: vkhost
+//! submits nothing here), records one `vkCmdCopyBuffer` per covered piece plus barriers into the
+//! caller's command buffer, and returns a [`RecordedCopy`] ticket.
+//!
+//! Ownership follows `crate::track`: while recording, the covering resources are held; a use of
+//! each is noted on the ticket's own timeline (a [`Timeline`] whose completion is the caller's
+//! semaphore value or fence), and the ticket's shared state keeps an `Arc` of each resource. That
+//! state sits in a process-wide list until vkhost observes the caller's work complete
+//! ([`reap_recorded`], an `unregister` or `free_pinned` that waits, device teardown), so the use
+//! stays visible to `unregister` however the ticket itself is dropped or leaked.
+//!
+//! A ticket without a hook is a use whose completion is unknown: waiting for it (unregister of
+//! the bytes) blocks until the hook is given, and `Device::destroy` is `Busy`. Dropping a ticket
+//! without a hook declares the commands will never run ([`record_copy`]'s contract); forgetting
+//! it (`mem::forget`) leaves unregister of those bytes blocked and the device `Busy`: a leak
+//! becomes a hang, never a use of freed memory.
+
+use super::{check_host_range, plan, HostPtr};
+use crate::device::object::{phase, Child};
+use crate::device::submit::{host_read_barrier, transfer_barrier, HostSide};
+use crate::device::{lock, Device, Live, Shared};
+use crate::error::{Error, Result, VkResultExt};
+use crate::resource::{Resource, Timeline};
+use ash::vk;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::Duration;
+
+/// Direction of a recorded copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// From the registered (or pinned) host bytes into the caller's device buffer.
+    HostToDevice,
+    /// From the caller's device buffer into the registered (or pinned) host bytes.
+    DeviceToHost,
+}
+
+/// How the caller's work completes, once told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hook {
+    /// No hook yet: completion unknown.
+    Unset,
+    /// A timeline semaphore reaching a value.
+    Semaphore(vk::Semaphore, u64),
+    /// A fence signalling.
+    Fence(vk::Fence),
+    /// The ticket was dropped without a hook: by contract the commands never run.
+    Abandoned,
+    /// vkhost observed completion.
+    Done,
+}
+
+/// One recorded copy's completion and the resources its commands name (see the module docs).
+pub(crate) struct Recorded {
+    device: crate::DeviceId,
+    hook: Mutex<Hook>,
+    changed: Condvar,
+    /// Owners of what the commands name, dropped once completion is observed.
+    keep: Mutex<Vec<Arc<Resource>>>,
+}
+
+/// Every `Recorded` whose completion vkhost has not observed yet, of every device. Its lock is
+/// never held across a Vulkan call or while taking another lock.
+static PENDING: Mutex<Vec<Arc<Recorded>>> = Mutex::new(Vec::new());
+
+impl Recorded {
+    fn set(&self, h: Hook) {
+        *lock(&self.hook) = h;
+        self.changed.notify_all();
+    }
+
+    /// Whether the work completed, without blocking (`false` while no hook is set).
+    fn poll(&self, l: &Live) -> bool {
+        let h = *lock(&self.hook);
+        let done = match h {
+            Hook::Unset => false,
+            Hook::Abandoned | Hook::Done => true,
+            // SAFETY: the caller of `completes_at` keeps the semaphore alive until vkhost observes
+            // completion; vkGetSemaphoreCounterValue needs no external synchronization.
+            Hook::Semaphore(sem, v) => unsafe { l.device.get_semaphore_counter_value(sem) }.is_ok_and(|c| c >= v),
+            // SAFETY: as above, for the fence of `completes_with_fence`.
+            Hook::Fence(f) => unsafe { l.device.get_fence_status(f) }.unwrap_or(false),
+        };
+        if done && matches!(h, Hook::Semaphore(..) | Hook::Fence(_)) {
+            self.set(Hook::Done);
+        }
+        done
+    }
+
+    /// Blocks until the work completed: first until a hook is given, then on the caller's
+    /// semaphore or fence.
+    fn wait(&self, l: &Live) -> Result<()> {
+        let h = {
+            let mut g = lock(&self.hook);
+            while *g == Hook::Unset {
+                let (g2, t) = self.changed.wait_timeout(g, Duration::from_secs(10)).unwrap_or_else(std::sync::PoisonError::into_inner);
+                g = g2;
+                if t.timed_out() && *g == Hook::Unset {
+                    log::warn!(
+                        "{}: waiting for a host::RecordedCopy ticket that has no completion hook (completes_at / \
+                         completes_with_fence) and was not dropped",
+                        self.device
+                    );
+                }
+            }
+            *g
+        };
+        match h {
+            Hook::Unset | Hook::Abandoned | Hook::Done => return Ok(()),
+            Hook::Semaphore(sem, v) => {
+                let sems = [sem];
+                let values = [v];
+                let info = vk::SemaphoreWaitInfo::default().semaphores(&sems).values(&values);
+                // SAFETY: the semaphore is alive (the hook's contract); vkWaitSemaphores needs no
+                // external synchronization.
+                unsafe { l.device.wait_semaphores(&info, u64::MAX) }.call("vkWaitSemaphores")?;
+            }
+            Hook::Fence(f) => {
+                // SAFETY: the fence is alive and not reset before vkhost observes it (the hook's
+                // contract); vkWaitForFences needs no external synchronization.
+                unsafe { l.device.wait_for_fences(&[f], true, u64::MAX) }.call("vkWaitForFences")?;
+            }
+        }
+        self.set(Hook::Done);
+        Ok(())
+    }
+}
+
+impl Timeline for Recorded {
+    fn wait_for(&self, l: &Live, _value: u64) -> Result<()> {
+        self.wait(l)
+    }
+
+    /// There is no queue of vkhost's to wait for (the caller's queues are not ours to
+    /// synchronize): keep waiting on the hook until it succeeds, or the device is lost.
+    fn queue_idle(&self, l: &Live) {
+        loop {
+            match self.wait(l) {
+                Ok(()) | Err(Error::DeviceLost) => return,
+                Err(e) => {
+                    log::warn!("{}: waiting for a recorded copy: {e}; retrying", self.device);
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+}
+
+impl Child for Recorded {
+    fn teardown(&self, _s: &Shared, l: &Live, p: u8) {
+        if p == phase::WORK {
+            // Objects go in the next phase: the caller's work naming them must be complete.
+            self.queue_idle(l);
+            let keep = std::mem::take(&mut *lock(&self.keep));
+            drop(keep);
+            // Observed complete: out of the pending list (teardown holds an `Arc` of `self`).
+            lock(&PENDING).retain(|r| !std::ptr::eq(Arc::as_ptr(r), self));
+        }
+    }
+}
+
+/// A copy recorded by [`record_copy`]: give it a completion hook ([`RecordedCopy::completes_at`]
+/// or [`RecordedCopy::completes_with_fence`]) **before** submitting the command buffer.
+///
+/// The ticket can be dropped once hooked; vkhost keeps what the commands name until it observes
+/// the hook complete. Dropping it without a hook declares that the command buffer will never be
+/// submitted (see [`record_copy`]'s Safety); while an unhooked ticket lives, `Device::destroy`
+/// is `Busy` and an `unregister` of the bytes blocks until the hook is given. Forgetting an
+/// unhooked ticket (`mem::forget`) leaves both so for good: a leak becomes a hang, never a use of
+/// freed memory. The uses and the resources' `Arc`s are vkhost's from [`record_copy`] on, so
+/// soundness never rests on the ticket's `Drop`.
+#[must_use = "give the ticket a completion hook before submitting the command buffer"]
+pub struct RecordedCopy {
+    rec: Arc<Recorded>,
+    /// Keeps the device alive while unhooked, so its last drop cannot tear down under us.
+    dev: Device,
+    hooked: bool,
+    regions: usize,
+    bytes: u64,
+}
+
+impl std::fmt::Debug for RecordedCopy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordedCopy").field("regions", &self.regions).field("bytes", &self.bytes).field("hooked", &self.hooked).finish()
+    }
+}
+
+impl RecordedCopy {
+    /// The `vkCmdCopyBuffer` commands recorded (one per covered piece).
+    pub fn regions(&self) -> usize {
+        self.regions
+    }
+
+    /// Bytes the recorded commands copy.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    fn hook(&mut self, h: Hook) -> Result<()> {
+        if self.hooked {
+            return Err(Error::invalid("this RecordedCopy already has a completion hook"));
+        }
+        self.rec.set(h);
+        self.hooked = true;
+        self.dev.shared.open_tickets.fetch_sub(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Says the recorded commands complete when timeline `semaphore` reaches `value`. Call it
+    /// before `vkQueueSubmit`.
+    ///
+    /// `Unsupported` below Vulkan 1.2 or without timeline semaphores on the physical device;
+    /// `InvalidArgument` when a hook was already given.
+    ///
+    /// # Safety
+    /// - `semaphore` is a timeline semaphore of this device (the caller enabled
+    ///   timelineSemaphore), and it reaches `value` only once every command [`record_copy`]
+    ///   recorded for this ticket has completed (the submission that executes them signals
+    ///   `value`, or a value is reached only after that work).
+    /// - It is not destroyed until vkhost observed the value: [`reap_recorded`] reported this
+    ///   ticket done (`0` pending), an `unregister`/`free_pinned` of the bytes returned, or the
+    ///   device was destroyed.
+    pub unsafe fn completes_at(&mut self, semaphore: vk::Semaphore, value: u64) -> Result<()> {
+        let info = &self.dev.shared.info;
+        if info.api_version < crate::ApiVersion::from_raw(vk::API_VERSION_1_2) || !info.timeline_semaphore {
+            return Err(Error::unsupported("completes_at needs Vulkan 1.2 timeline semaphores: use completes_with_fence"));
+        }
+        if semaphore == vk::Semaphore::null() {
+            return Err(Error::invalid("null semaphore"));
+        }
+        self.hook(Hook::Semaphore(semaphore, value))
+    }
+
+    /// Says the recorded commands complete when `fence` signals. Call it before `vkQueueSubmit`.
+    ///
+    /// `InvalidArgument` when a hook was already given.
+    ///
+    /// # Safety
+    /// - `fence` is a fence of this device, unsignaled now, signalled only by the submission that
+    ///   executes the recorded commands (so, after they completed).
+    /// - It is neither reset nor destroyed until vkhost observed it signalled: call
+    ///   [`reap_recorded`] after your own wait and before `vkResetFences` (it must report this
+    ///   ticket done), or let an `unregister`/`free_pinned` of the bytes or the device's destroy
+    ///   return first.
+    pub unsafe fn completes_with_fence(&mut self, fence: vk::Fence) -> Result<()> {
+        if fence == vk::Fence::null() {
+            return Err(Error::invalid("null fence"));
+        }
+        self.hook(Hook::Fence(fence))
+    }
+
+    /// Whether vkhost sees the work complete (polls the hook; `false` without one).
+    pub fn is_complete(&self) -> bool {
+        let Ok(l) = self.dev.shared.live_any() else { return true };
+        self.rec.poll(&l)
+    }
+}
+
+impl Drop for RecordedCopy {
+    fn drop(&mut self) {
+        if !self.hooked {
+            // By record_copy's contract the command buffer will never be submitted.
+            self.rec.set(Hook::Abandoned);
+            self.dev.shared.open_tickets.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Observes completed recorded copies of `dev` (polling their hooks, never blocking) and drops
+/// vkhost's hold on what they named. Returns how many of `dev`'s recorded copies are still
+/// pending. [`record_copy`] calls it too.
+pub fn reap_recorded(dev: &Device) -> usize {
+    let mine: Vec<Arc<Recorded>> = lock(&PENDING).iter().filter(|r| r.device == dev.id()).cloned().collect();
+    let l = dev.shared.live_any().ok();
+    let mut done = Vec::new();
+    for r in &mine {
+        // A destroyed device's teardown waited for every hook.
+        if l.as_ref().map_or(true, |l| r.poll(l)) {
+            done.push(r.clone());
+        }
+    }
+    drop(l);
+    let pending = mine.len() - done.len();
+    if !done.is_empty() {
+        lock(&PENDING).retain(|r| !done.iter().any(|d| Arc::ptr_eq(d, r)));
+        for r in &done {
+            let tl: Weak<dyn Timeline> = Arc::downgrade(r) as Weak<Recorded>;
+            let keep = std::mem::take(&mut *lock(&r.keep));
+            for res in &keep {
+                res.tracker.retire(&tl, 1);
+            }
+            // The last owner may be this: objects go through `BufferObj`'s drop.
+            drop(keep);
+        }
+    }
+    pending
+}
+
+/// Records a copy between host bytes `[host, host+len)` and the caller's device `buffer` at
+/// `offset` into the caller's command buffer `cmd`; see [`RecordedCopy`] for the ticket and
+/// [`crate::Device::from_raw_borrowed`] for the mode it serves.
+///
+/// The host range must be covered completely by live registrations and/or pinned blocks of
+/// `dev` (several entries, or several import pieces of one, make several regions); anything
+/// else is `Error::NotRegistered` (nothing is staged). `InvalidArgument` for `len == 0`, a null
+/// or overflowing range. `DeviceDestroyed`/`DeviceLost` as usual. On error nothing was recorded.
+///
+/// Recorded: a barrier (transfer and host writes → transfer reads and writes: earlier transfers
+/// in this command buffer or queue, and host writes, come first); one `vkCmdCopyBuffer` per
+/// covered piece; after a device-to-host copy, a barrier transfer writes → host reads. Later uses
+/// of `buffer` by other stages (a shader reading what was uploaded) and earlier non-transfer
+/// writes to it need the caller's own barriers.
+///
+/// Works on any device; it is the only copy path of a borrowed device without queues.
+///
+/// # Safety
+/// - `cmd` is a primary or secondary command buffer of `dev`'s VkDevice in the recording state,
+///   from a pool of a queue family that supports transfers, externally synchronized by the
+///   caller (its pool too) during the call.
+/// - `buffer` is a buffer of that device, bound to memory, with TRANSFER_DST usage
+///   (`HostToDevice`) or TRANSFER_SRC (`DeviceToHost`), and `offset + len` is within its size.
+///   With EXCLUSIVE sharing across several of the caller's families, ownership transfers are
+///   the caller's (vkhost's own buffers on a borrowed device are EXCLUSIVE too).
+/// - The ticket gets a completion hook before the command buffer is submitted, and the recorded
+///   commands execute at most once (one submission). If the ticket is dropped without a hook,
+///   `cmd` is never submitted (reset or free it).
+/// - Until the work completed, the host bytes are not written (`HostToDevice`) or not accessed
+///   at all (`DeviceToHost`) by the host.
+pub unsafe fn record_copy(
+    dev: &Device,
+    cmd: vk::CommandBuffer,
+    dir: Direction,
+    host: impl HostPtr,
+    len: usize,
+    buffer: vk::Buffer,
+    offset: u64,
+) -> Result<RecordedCopy> {
+    let addr = host.addr();
+    if len == 0 {
+        return Err(Error::invalid("record_copy of zero bytes"));
+    }
+    check_host_range(addr, len)?;
+    offset.checked_add(len as u64).ok_or_else(|| Error::invalid("offset + len overflows"))?;
+    if cmd == vk::CommandBuffer::null() || buffer == vk::Buffer::null() {
+        return Err(Error::invalid("null command buffer or buffer"));
+    }
+    reap_recorded(dev);
+    let s = &dev.shared;
+    let l = s.live()?;
+    let p = plan(s, addr, len, offset);
+    let mut pieces = Vec::with_capacity(p.pieces.len());
+    for piece in &p.pieces {
+        match piece.host {
+            HostSide::Direct { buffer: hb, offset: ho, .. } => pieces.push((hb, ho, piece.dev_offset, piece.len)),
+            HostSide::Staged { .. } => return Err(Error::NotRegistered),
+        }
+    }
+    let write = dir == Direction::DeviceToHost;
+    let rec = Arc::new(Recorded { device: s.id, hook: Mutex::new(Hook::Unset), changed: Condvar::new(), keep: Mutex::new(Vec::new()) });
+    let tl: Weak<dyn Timeline> = Arc::downgrade(&rec) as Weak<Recorded>;
+    {
+        let mut keep = lock(&rec.keep);
+        // Note each use while held, before the caller can submit (crate::track).
+        for h in &p.held {
+            h.0.tracker.note(&tl, 1, write);
+            keep.push(h.0.clone());
+        }
+    }
+    lock(&PENDING).push(rec.clone());
+    let child: Weak<dyn Child> = Arc::downgrade(&rec) as Weak<Recorded>;
+    s.add_child(child);
+    s.open_tickets.fetch_add(1, Ordering::AcqRel);
+    let ticket = RecordedCopy { rec, dev: dev.clone(), hooked: false, regions: pieces.len(), bytes: len as u64 };
+    let d = &l.device;
+    // SAFETY: `cmd` is recording and externally synchronized (the caller's contract); the host
+    // buffers are held now and owned by the ticket's state until completion is observed; the
+    // caller's buffer range is valid by contract; the regions of one command do not overlap.
+    unsafe {
+        transfer_barrier(d, cmd);
+        for &(hb, ho, doff, n) in &pieces {
+            let (src, dst, region) = match dir {
+                Direction::HostToDevice => (hb, buffer, vk::BufferCopy { src_offset: ho, dst_offset: doff, size: n }),
+                Direction::DeviceToHost => (buffer, hb, vk::BufferCopy { src_offset: doff, dst_offset: ho, size: n }),
+            };
+            d.cmd_copy_buffer(cmd, src, dst, &[region]);
+        }
+        if write {
+            host_read_barrier(d, cmd);
+        }
+    }
+    // The holds (`p.held`) leave here, after every use was noted.
+    drop(p);
+    Ok(ticket)
+}

@@ -1,0 +1,527 @@
+//! Borrowed-device mode: the test owns its instance, VkDevice, queue, command pool, device
+//! buffer and semaphores (ash, validation layer on, errors counted by its own messenger);
+//! vkhost wraps the device without queues, registers host memory, and records copies into the
+//! test's command buffer with `host::record_copy`. Destroy order: vkhost, then the test's
+//! objects.
+
+mod common;
+use common::*;
+
+use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use vkhost::ash::{self, vk};
+use vkhost::host::{self, Direction};
+use vkhost::{BorrowedDevice, Device, Error};
+
+const VALIDATION: &CStr = c"VK_LAYER_KHRONOS_validation";
+
+struct Counts {
+    errors: AtomicU64,
+    last: std::sync::Mutex<Option<String>>,
+}
+
+unsafe extern "system" fn on_message(
+    severity: vk::DebugUtilsMessageSeverityFlagsEXT,
+    _types: vk::DebugUtilsMessageTypeFlagsEXT,
+    data: *const vk::DebugUtilsMessengerCallbackDataEXT<'_>,
+    user: *mut c_void,
+) -> vk::Bool32 {
+    // Never unwind across the FFI boundary.
+    let _ = std::panic::catch_unwind(|| {
+        if !severity.contains(vk::DebugUtilsMessageSeverityFlagsEXT::ERROR) {
+            return;
+        }
+        // SAFETY: `user` is the `Counts` the messenger was created with, alive until it is
+        // destroyed; `data` is valid for the callback.
+        let (counts, msg) = unsafe {
+            let c = &*(user as *const Counts);
+            let m = (*data).message_as_c_str().map(|m| m.to_string_lossy().into_owned()).unwrap_or_default();
+            (c, m)
+        };
+        eprintln!("validation error: {msg}");
+        counts.errors.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut g) = counts.last.lock() {
+            *g = Some(msg);
+        }
+    });
+    vk::FALSE
+}
+
+/// What the "runtime" owns: everything vkhost must not create or destroy.
+struct Caller {
+    entry: ash::Entry,
+    instance: ash::Instance,
+    debug: ash::ext::debug_utils::Instance,
+    messenger: vk::DebugUtilsMessengerEXT,
+    counts: Box<Counts>,
+    pd: vk::PhysicalDevice,
+    device: ash::Device,
+    queue: vk::Queue,
+    pool: vk::CommandPool,
+    buffer: vk::Buffer,
+    memory: vk::DeviceMemory,
+    sems: Vec<vk::Semaphore>,
+}
+
+const BUF_LEN: u64 = 1 << 20;
+
+impl Caller {
+    /// Instance with validation, the first device offering VK_EXT_external_memory_host and
+    /// timeline semaphores, one queue of a compute family, a pool and a device-local buffer.
+    fn new() -> Option<Caller> {
+        init_log();
+        let skip = std::env::var("VKHOST_SKIP_NO_DEVICE").as_deref() == Ok("1");
+        let fail = |why: String| -> Option<Caller> {
+            if skip {
+                eprintln!("SKIPPED: {why}; VKHOST_SKIP_NO_DEVICE=1 allows skipping");
+                return None;
+            }
+            panic!("{why}. Run scripts/setup (installs lavapipe and the validation layer).");
+        };
+        // SAFETY: loading libvulkan; nothing else is called through it yet.
+        let entry = match unsafe { ash::Entry::load() } {
+            Ok(e) => e,
+            Err(e) => return fail(format!("no Vulkan loader: {e}")),
+        };
+        // SAFETY: plain enumeration.
+        let layers = unsafe { entry.enumerate_instance_layer_properties() }.unwrap_or_default();
+        if !layers.iter().any(|l| l.layer_name_as_c_str() == Ok(VALIDATION)) {
+            return fail("the Khronos validation layer is not installed".into());
+        }
+        let counts = Box::new(Counts { errors: AtomicU64::new(0), last: std::sync::Mutex::new(None) });
+        let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_2);
+        let layer_names = [VALIDATION.as_ptr()];
+        let exts = [ash::ext::debug_utils::NAME.as_ptr()];
+        let mut dbg = vk::DebugUtilsMessengerCreateInfoEXT::default()
+            .message_severity(vk::DebugUtilsMessageSeverityFlagsEXT::ERROR | vk::DebugUtilsMessageSeverityFlagsEXT::WARNING)
+            .message_type(
+                vk::DebugUtilsMessageTypeFlagsEXT::GENERAL
+                    | vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION
+                    | vk::DebugUtilsMessageTypeFlagsEXT::PERFORMANCE,
+            )
+            .pfn_user_callback(Some(on_message))
+            .user_data(&*counts as *const Counts as *mut c_void);
+        let ici = vk::InstanceCreateInfo::default()
+            .application_info(&app)
+            .enabled_layer_names(&layer_names)
+            .enabled_extension_names(&exts)
+            .push_next(&mut dbg);
+        // SAFETY: valid create info; the layer and extension exist.
+        let instance = unsafe { entry.create_instance(&ici, None) }.expect("vkCreateInstance");
+        let debug = ash::ext::debug_utils::Instance::new(&entry, &instance);
+        // SAFETY: `counts` outlives the messenger (destroyed in `destroy` before it is dropped).
+        let messenger = unsafe { debug.create_debug_utils_messenger(&dbg, None) }.expect("messenger");
+        // SAFETY: the instance is alive.
+        let pds = unsafe { instance.enumerate_physical_devices() }.expect("enumerate");
+        let pick = pds.iter().copied().find(|&pd| {
+            // SAFETY: `pd` belongs to the instance.
+            let exts = unsafe { instance.enumerate_device_extension_properties(pd) }.unwrap_or_default();
+            let has = exts.iter().any(|e| e.extension_name_as_c_str() == Ok(ash::ext::external_memory_host::NAME));
+            let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+            let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut f12);
+            // SAFETY: as above.
+            unsafe { instance.get_physical_device_features2(pd, &mut f2) };
+            has && f12.timeline_semaphore == vk::TRUE
+        });
+        let Some(pd) = pick else {
+            // SAFETY: nothing else was created from the instance.
+            unsafe {
+                debug.destroy_debug_utils_messenger(messenger, None);
+                instance.destroy_instance(None);
+            }
+            return fail("no device with VK_EXT_external_memory_host and timeline semaphores".into());
+        };
+        // SAFETY: as above.
+        let fams = unsafe { instance.get_physical_device_queue_family_properties(pd) };
+        let family = fams.iter().position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE)).expect("a compute family") as u32;
+        let prio = [1.0f32];
+        let qci = [vk::DeviceQueueCreateInfo::default().queue_family_index(family).queue_priorities(&prio)];
+        let dexts = [ash::ext::external_memory_host::NAME.as_ptr()];
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
+        let dci = vk::DeviceCreateInfo::default().queue_create_infos(&qci).enabled_extension_names(&dexts).push_next(&mut f12);
+        // SAFETY: family, extension and feature were checked above.
+        let device = unsafe { instance.create_device(pd, &dci, None) }.expect("vkCreateDevice");
+        // SAFETY: one queue of `family` was created.
+        let queue = unsafe { device.get_device_queue(family, 0) };
+        let pci = vk::CommandPoolCreateInfo::default().queue_family_index(family).flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+        // SAFETY: valid create info.
+        let pool = unsafe { device.create_command_pool(&pci, None) }.expect("pool");
+        let bci = vk::BufferCreateInfo::default()
+            .size(BUF_LEN)
+            .usage(vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST)
+            .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        // SAFETY: valid create info.
+        let buffer = unsafe { device.create_buffer(&bci, None) }.expect("buffer");
+        // SAFETY: the buffer is alive.
+        let req = unsafe { device.get_buffer_memory_requirements(buffer) };
+        // SAFETY: as above.
+        let props = unsafe { instance.get_physical_device_memory_properties(pd) };
+        let ty = (0..props.memory_type_count)
+            .filter(|&i| req.memory_type_bits & (1 << i) != 0)
+            .max_by_key(|&i| props.memory_types[i as usize].property_flags.contains(vk::MemoryPropertyFlags::DEVICE_LOCAL))
+            .expect("a memory type");
+        let mai = vk::MemoryAllocateInfo::default().allocation_size(req.size).memory_type_index(ty);
+        // SAFETY: valid allocate info; then a fresh buffer bound to fresh memory.
+        let memory = unsafe { device.allocate_memory(&mai, None) }.expect("memory");
+        // SAFETY: as above.
+        unsafe { device.bind_buffer_memory(buffer, memory, 0) }.expect("bind");
+        Some(Caller { entry, instance, debug, messenger, counts, pd, device, queue, pool, buffer, memory, sems: Vec::new() })
+    }
+
+    /// Wraps the device in vkhost's borrowed mode.
+    fn wrap(&self) -> Device {
+        let raw = BorrowedDevice {
+            entry: self.entry.clone(),
+            instance: self.instance.clone(),
+            physical_device: self.pd,
+            device: self.device.clone(),
+            external_memory_host: true,
+        };
+        // SAFETY: the handles are valid and outlive the vkhost device (each test destroys it
+        // before `Caller::destroy`).
+        let d = unsafe { Device::from_raw_borrowed(raw, &opts()) }.expect("from_raw_borrowed");
+        assert!(d.is_borrowed());
+        assert!(d.host_registration().is_ok(), "registration: {:?}", d.host_registration());
+        d
+    }
+
+    fn timeline(&mut self) -> vk::Semaphore {
+        let mut ti = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(0);
+        let si = vk::SemaphoreCreateInfo::default().push_next(&mut ti);
+        // SAFETY: timelineSemaphore is enabled.
+        let s = unsafe { self.device.create_semaphore(&si, None) }.expect("semaphore");
+        self.sems.push(s);
+        s
+    }
+
+    fn begin(&self) -> vk::CommandBuffer {
+        let ai =
+            vk::CommandBufferAllocateInfo::default().command_pool(self.pool).level(vk::CommandBufferLevel::PRIMARY).command_buffer_count(1);
+        // SAFETY: the pool is ours, used by this thread only.
+        let cmd = unsafe { self.device.allocate_command_buffers(&ai) }.expect("cmd")[0];
+        let bi = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        // SAFETY: fresh command buffer.
+        unsafe { self.device.begin_command_buffer(cmd, &bi) }.expect("begin");
+        cmd
+    }
+
+    /// Ends `cmd` and submits it, waiting on `wait` (timeline, value) first if given, and
+    /// signalling `signal` at `value`.
+    fn submit(&self, cmd: vk::CommandBuffer, wait: Option<(vk::Semaphore, u64)>, signal: vk::Semaphore, value: u64) {
+        submit_on(&self.device, self.queue, cmd, wait, signal, value)
+    }
+
+    fn wait(&self, sem: vk::Semaphore, value: u64) {
+        let (s, v) = ([sem], [value]);
+        let info = vk::SemaphoreWaitInfo::default().semaphores(&s).values(&v);
+        // SAFETY: the semaphore is alive.
+        unsafe { self.device.wait_semaphores(&info, u64::MAX) }.expect("wait");
+    }
+
+    fn value(&self, sem: vk::Semaphore) -> u64 {
+        // SAFETY: the semaphore is alive.
+        unsafe { self.device.get_semaphore_counter_value(sem) }.expect("counter")
+    }
+
+    /// Destroys everything, after vkhost's destroy; asserts zero validation errors.
+    fn destroy(self) {
+        // SAFETY: all work was waited for (each test waits its last submission), vkhost's
+        // device is destroyed, so the caller's objects go in reverse order of creation.
+        unsafe {
+            self.device.device_wait_idle().expect("idle");
+            for s in &self.sems {
+                self.device.destroy_semaphore(*s, None);
+            }
+            self.device.destroy_command_pool(self.pool, None);
+            self.device.destroy_buffer(self.buffer, None);
+            self.device.free_memory(self.memory, None);
+            self.device.destroy_device(None);
+            self.debug.destroy_debug_utils_messenger(self.messenger, None);
+            self.instance.destroy_instance(None);
+        }
+        let n = self.counts.errors.load(Ordering::Relaxed);
+        assert_eq!(n, 0, "validation errors; last: {:?}", self.counts.last.lock().map(|g| g.clone()));
+    }
+}
+
+/// Ends `cmd` and submits it on `queue`, waiting on `wait` (timeline, value) first if given,
+/// and signalling `signal` at `value`.
+fn submit_on(
+    device: &ash::Device,
+    queue: vk::Queue,
+    cmd: vk::CommandBuffer,
+    wait: Option<(vk::Semaphore, u64)>,
+    signal: vk::Semaphore,
+    value: u64,
+) {
+    // SAFETY: `cmd` is recording.
+    unsafe { device.end_command_buffer(cmd) }.expect("end");
+    let cmds = [cmd];
+    let sig = [signal];
+    let sig_v = [value];
+    let (wsem, wval): (Vec<_>, Vec<_>) = wait.into_iter().unzip();
+    let stages = vec![vk::PipelineStageFlags::TRANSFER; wsem.len()];
+    let mut tsi = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&sig_v).wait_semaphore_values(&wval);
+    let si = vk::SubmitInfo::default()
+        .command_buffers(&cmds)
+        .signal_semaphores(&sig)
+        .wait_semaphores(&wsem)
+        .wait_dst_stage_mask(&stages)
+        .push_next(&mut tsi);
+    // SAFETY: the queue is ours, used by one thread at a time.
+    unsafe { device.queue_submit(queue, &[si], vk::Fence::null()) }.expect("submit");
+}
+
+#[test]
+fn queueless_device_refuses_its_own_copies() {
+    let Some(c) = Caller::new() else { return };
+    let dev = c.wrap();
+    let why = |r: Result<(), Error>| match r {
+        Err(Error::Unsupported { reason }) => assert!(reason.contains("host::record_copy"), "{reason}"),
+        r => panic!("expected Unsupported, got {r:?}"),
+    };
+    why(dev.stream().map(|_| ()));
+    why(dev.stream_on(vkhost::QueueKind::Compute).map(|_| ()));
+    why(dev.raw().map(|_| ()));
+    let buf = dev.alloc_buffer(4096).expect("device buffers exist, as handles");
+    why(buf.write(0, &[1u8; 16]));
+    let mut back = [0u8; 16];
+    why(buf.read(0, &mut back));
+    let page = host::page_size();
+    let p = Pages::new(page);
+    // SAFETY: `p` stays mapped until after the unregister.
+    unsafe { host::register(&dev, p.ptr, page) }.unwrap();
+    assert!(host::find(&dev, p.ptr, page).is_some());
+    let src = pattern(16, 3);
+    // SAFETY: `src` is readable for its length.
+    why(unsafe { host::copy_to_device(&dev, src.as_ptr(), 16, &buf, 0) }.map(|_| ()));
+    // Pinned blocks work without queues.
+    let pinned = host::alloc_pinned(&dev, 3 * page).unwrap();
+    assert!(host::find(&dev, pinned, 3 * page).is_some());
+    drop(buf);
+    dev.destroy().unwrap();
+    // Tombstones after destroy: a late unregister/free succeeds once.
+    host::unregister(&dev, p.ptr).unwrap();
+    assert_eq!(host::unregister(&dev, p.ptr), Err(Error::NotRegistered));
+    host::free_pinned(&dev, pinned).unwrap();
+    c.destroy();
+}
+
+#[test]
+fn recorded_copies_round_trip_through_registered_memory() {
+    let Some(mut c) = Caller::new() else { return };
+    let dev = c.wrap();
+    let done = c.timeline();
+    let page = host::page_size();
+    let len = 5 * page + 123;
+
+    // A Vec registered through the safe API, and a destination made of two imports side by
+    // side (the copy back crosses them: two regions).
+    let mut src = pattern(len, 0x5a);
+    let want = src.clone();
+    let src_reg = dev.register(&mut src).unwrap();
+    let mut dst = Pages::new(6 * page);
+    let half = 3 * page;
+    // SAFETY: `dst` stays mapped until after both unregisters below.
+    unsafe {
+        host::register(&dev, dst.ptr, half).unwrap();
+        host::register(&dev, dst.ptr.add(half), half).unwrap();
+    }
+
+    // Not covered: refused, nothing recorded.
+    let cmd = c.begin();
+    let loose = pattern(64, 1);
+    // SAFETY: `cmd` is recording, the buffer is large enough; nothing is recorded on error.
+    let r = unsafe { host::record_copy(&dev, cmd, Direction::HostToDevice, loose.as_ptr(), 64, c.buffer, 0) };
+    assert!(matches!(r, Err(Error::NotRegistered)), "{r:?}");
+    // Partly covered (runs past the destination's imports): refused too.
+    // SAFETY: as above.
+    let r = unsafe { host::record_copy(&dev, cmd, Direction::DeviceToHost, dst.ptr.add(page), 6 * page, c.buffer, 0) };
+    assert!(matches!(r, Err(Error::NotRegistered)), "{r:?}");
+
+    // h2d then d2h in one command buffer: the helper's leading barrier orders the read after
+    // the write.
+    // SAFETY: `cmd` is recording; `c.buffer` has both usages and BUF_LEN >= len + 4096; the
+    // tickets are hooked before the submit; the host bytes are left alone until `done`.
+    let (mut up, mut down) = unsafe {
+        let up = host::record_copy(&dev, cmd, Direction::HostToDevice, src_reg.as_ptr(), len, c.buffer, 4096).unwrap();
+        let down = host::record_copy(&dev, cmd, Direction::DeviceToHost, dst.ptr.add(7), len, c.buffer, 4096).unwrap();
+        (up, down)
+    };
+    assert_eq!((up.regions(), down.regions()), (1, 2));
+    assert_eq!(dev.destroy(), Err(Error::Busy { reason: dev_busy_reason(2) }));
+    // SAFETY: `done` is a timeline semaphore of this device, signalled at 1 by the submission
+    // below, and destroyed only after vkhost's destroy.
+    unsafe {
+        up.completes_at(done, 1).unwrap();
+        down.completes_at(done, 1).unwrap();
+    }
+    // SAFETY: refused before anything is stored (a second hook).
+    assert!(matches!(unsafe { up.completes_at(done, 1) }, Err(Error::InvalidArgument { .. })));
+    drop(up);
+    drop(down);
+    c.submit(cmd, None, done, 1);
+    c.wait(done, 1);
+    assert_eq!(host::reap_recorded(&dev), 0);
+    assert_eq!(&dst.slice()[7..7 + len], &want[..]);
+
+    drop(src_reg);
+    // SAFETY: the pointers are the registrations' starts.
+    unsafe {
+        host::unregister(&dev, dst.ptr).unwrap();
+        host::unregister(&dev, dst.ptr.add(half)).unwrap();
+    }
+    dev.destroy().unwrap();
+    c.destroy();
+}
+
+fn dev_busy_reason(n: usize) -> String {
+    format!("{n} host::RecordedCopy ticket(s) of this device have no completion hook yet (nor were dropped)")
+}
+
+#[test]
+fn unregister_waits_for_the_callers_completion() {
+    let Some(mut c) = Caller::new() else { return };
+    let dev = c.wrap();
+    let done = c.timeline();
+    let page = host::page_size();
+    let len = 4 * page;
+    let mut p = Pages::new(len);
+    p.slice().copy_from_slice(&pattern(len, 9));
+    // SAFETY: `p` stays mapped until after the unregister.
+    unsafe { host::register(&dev, p.ptr, len) }.unwrap();
+    let cmd = c.begin();
+    // SAFETY: `cmd` is recording, the range fits the buffer, the ticket is hooked before the
+    // submit; `done` outlives vkhost's device.
+    unsafe {
+        let mut t = host::record_copy(&dev, cmd, Direction::DeviceToHost, p.ptr, len, c.buffer, 0).unwrap();
+        t.completes_at(done, 1).unwrap();
+    }
+    // The caller submits 400 ms from now, on another thread (the queue is used by that thread
+    // only until it is joined). The unregister below is issued before the work even exists on
+    // the queue, let alone completes: it must wait for `done`.
+    // State: PENDING → SUBMITTED (the submitter) or → CANCELLED (unregister returned first:
+    // the bug; the submission is then skipped, so the test fails on the assertion rather than
+    // by the device writing into a destroyed import).
+    const PENDING: u8 = 0;
+    const SUBMITTED: u8 = 1;
+    const CANCELLED: u8 = 2;
+    let state = Arc::new(AtomicU8::new(PENDING));
+    let submitter = {
+        let (device, queue, state) = (c.device.clone(), c.queue, state.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            if state.compare_exchange(PENDING, SUBMITTED, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                submit_on(&device, queue, cmd, None, done, 1);
+            }
+        })
+    };
+    let t0 = Instant::now();
+    host::unregister(&dev, p.ptr).unwrap();
+    let waited = t0.elapsed();
+    let early = state.compare_exchange(PENDING, CANCELLED, Ordering::SeqCst, Ordering::SeqCst).is_ok();
+    if early {
+        submitter.join().unwrap();
+        // Never submitted: complete the hook from the host so vkhost's teardown (which waits
+        // for it) does not hang the failing test.
+        let si = vk::SemaphoreSignalInfo::default().semaphore(done).value(1);
+        // SAFETY: `done` is alive and has no pending signal.
+        unsafe { c.device.signal_semaphore(&si) }.expect("signal");
+        panic!("unregister returned after {waited:?}, before the caller's work was submitted");
+    }
+    assert!(c.value(done) >= 1, "unregister returned before the caller's copy completed");
+    assert!(host::find(&dev, p.ptr, len).is_none());
+    submitter.join().unwrap();
+    assert_eq!(host::reap_recorded(&dev), 0);
+
+    // A ticket dropped without a hook (its command buffer never submitted) does not block.
+    // SAFETY: `p` is mapped; the command buffer below is freed with the pool, never submitted.
+    unsafe { host::register(&dev, p.ptr, len) }.unwrap();
+    let cmd2 = c.begin();
+    // SAFETY: as above.
+    let t = unsafe { host::record_copy(&dev, cmd2, Direction::HostToDevice, p.ptr, len, c.buffer, 0) }.unwrap();
+    assert!(!t.is_complete());
+    drop(t);
+    host::unregister(&dev, p.ptr).unwrap();
+    dev.destroy().unwrap();
+    c.destroy();
+}
+
+#[test]
+fn pinned_block_freed_while_a_recorded_copy_runs_stays_alive() {
+    let Some(mut c) = Caller::new() else { return };
+    let dev = c.wrap();
+    let done = c.timeline();
+    let page = host::page_size();
+    let mut pb = vkhost::PinnedBuffer::new(&dev, 2 * page).unwrap();
+    pb.copy_from_slice(&pattern(2 * page, 4));
+    let raw = host::alloc_pinned(&dev, 2 * page).unwrap();
+    let cmd = c.begin();
+    // SAFETY: recording; both ranges are pinned blocks; hooked before submit; `done` outlives
+    // vkhost's device; the host bytes are not touched until `done`.
+    unsafe {
+        let mut a = host::record_copy(&dev, cmd, Direction::HostToDevice, pb.as_ptr(), 2 * page, c.buffer, 0).unwrap();
+        a.completes_at(done, 1).unwrap();
+        let mut b = host::record_copy(&dev, cmd, Direction::DeviceToHost, raw, 2 * page, c.buffer, 0).unwrap();
+        b.completes_at(done, 1).unwrap();
+    }
+    // Freed after recording, before the work even runs: the recorded copy owns the block until
+    // it completes, so the submission below still names a live buffer (validation checks).
+    host::free_pinned(&dev, raw).unwrap();
+    assert_eq!(host::reap_recorded(&dev), 2);
+    c.submit(cmd, None, done, 1);
+    c.wait(done, 1);
+    assert_eq!(host::reap_recorded(&dev), 0);
+    drop(pb);
+    dev.destroy().unwrap();
+    c.destroy();
+}
+
+#[test]
+fn fence_hook_is_observed_before_the_caller_resets_it() {
+    let Some(mut c) = Caller::new() else { return };
+    let dev = c.wrap();
+    let done = c.timeline(); // only so `submit` has something to signal
+    let page = host::page_size();
+    let mut p = Pages::new(2 * page);
+    let want = pattern(2 * page, 0x21);
+    p.slice().copy_from_slice(&want);
+    // SAFETY: `p` stays mapped until after the unregister.
+    unsafe { host::register(&dev, p.ptr, 2 * page) }.unwrap();
+    // SAFETY: plain fence creation.
+    let fence = unsafe { c.device.create_fence(&vk::FenceCreateInfo::default(), None) }.unwrap();
+    let cmd = c.begin();
+    // SAFETY: recording; registered range; hooked before the submit; the fence is unsignaled,
+    // signalled only by that submission, and reset only after vkhost observed it.
+    let t = unsafe {
+        let mut t = host::record_copy(&dev, cmd, Direction::HostToDevice, p.ptr, 2 * page, c.buffer, 0).unwrap();
+        t.completes_with_fence(fence).unwrap();
+        t
+    };
+    assert!(!t.is_complete());
+    // The submit carries the fence.
+    // SAFETY: `cmd` is recording; the queue is used by this thread only.
+    unsafe {
+        c.device.end_command_buffer(cmd).unwrap();
+        let cmds = [cmd];
+        let sig = [done];
+        let v = [1u64];
+        let mut tsi = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&v);
+        let si = vk::SubmitInfo::default().command_buffers(&cmds).signal_semaphores(&sig).push_next(&mut tsi);
+        c.device.queue_submit(c.queue, &[si], fence).unwrap();
+        c.device.wait_for_fences(&[fence], true, u64::MAX).unwrap();
+    }
+    assert!(t.is_complete());
+    drop(t);
+    assert_eq!(host::reap_recorded(&dev), 0);
+    // SAFETY: vkhost observed the fence (reap reported nothing pending); nothing uses it.
+    unsafe {
+        c.device.reset_fences(&[fence]).unwrap();
+        c.device.destroy_fence(fence, None);
+    }
+    host::unregister(&dev, p.ptr).unwrap();
+    dev.destroy().unwrap();
+    c.destroy();
+}
