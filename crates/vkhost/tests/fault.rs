@@ -297,3 +297,33 @@ fn device_loss_cancels_copy_outs_before_wait_returns() {
     d.destroy().unwrap();
     assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
 }
+
+/// A safe download that fails part-way (here: the stream's staging ring cannot be allocated)
+/// after it recorded a direct piece (bytes of the destination that share a page with a
+/// registration go through its import): the error returns only once that piece is done, so
+/// memory the caller reuses after the error is never written by it later.
+#[test]
+fn failed_safe_download_leaves_nothing_queued() {
+    init_log();
+    let d = Device::open_default_with(&fopts()).unwrap();
+    let page = host::page_size();
+    let n = 4 * page;
+    let buf = d.alloc_buffer(n).unwrap();
+    buf.write(0, &pattern(n, 8)).unwrap();
+    let mut m = Pages::new(n);
+    let (a, b) = m.slice().split_at_mut(100);
+    let reg = d.register(a).unwrap();
+    let s = d.stream().unwrap(); // a fresh stream: its ring is allocated on first staged piece
+    inject(Point::AllocateMemory, 0, vk::Result::ERROR_OUT_OF_DEVICE_MEMORY);
+    let r = s.download(&buf, 0, b).map(|_| ());
+    assert!(disarm(), "the ring allocation was not reached");
+    assert_eq!(r, Err(Error::OutOfDeviceMemory));
+    b.fill(0x5A); // the caller reuses the destination after the error
+    s.synchronize().unwrap();
+    assert!(b.iter().all(|&x| x == 0x5A), "a piece of the failed download ran after it returned");
+    drop(s);
+    drop(reg);
+    drop(buf);
+    d.destroy().unwrap();
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
+}

@@ -593,6 +593,10 @@ impl Shared {
                 unsafe { c.destroy(self, &live) };
             }
         }
+        // Owners other threads dropped while this teardown ran queued their objects (they could
+        // not take the device lock): release them too, last, before the device goes.
+        self.drain_garbage(&live);
+        self.destroy_deferred(&live);
         let left = self.objects.snapshot();
         if left != LiveObjects::default() {
             log::warn!("{}: objects still counted at destroy: {left:?}", self.id);

@@ -145,11 +145,19 @@ impl<D: std::hash::Hash + Eq + Copy, T> Registry<D, T> {
         let Some(end) = addr.checked_add(len) else { return out };
         let mut cur = addr;
         while cur < end {
-            // The covering entry that reaches farthest.
-            let hit = self.covering(dev, cur).max_by_key(|e| e.covered.end);
+            // Bytes an entry registered or allocated go through that entry's own buffer, so the
+            // uses of every byte are noted on its owner (an unregister waits for exactly the work
+            // that can touch its bytes). Bytes in no entry's own range (the rest of a shared page)
+            // go through the covering entry that reaches farthest, up to the next entry's start.
+            let owner = self.covering(dev, cur).find(|e| e.user.contains(&cur));
+            let hit = owner.or_else(|| self.covering(dev, cur).max_by_key(|e| e.covered.end));
             match hit {
                 Some(e) => {
-                    let stop = e.covered.end.min(end);
+                    let limit = match owner {
+                        Some(o) => o.user.end,
+                        None => self.next_key_after(dev, cur).unwrap_or(usize::MAX),
+                    };
+                    let stop = e.covered.end.min(end).min(limit);
                     out.push((cur..stop, Some(e)));
                     cur = stop;
                 }
@@ -164,6 +172,12 @@ impl<D: std::hash::Hash + Eq + Copy, T> Registry<D, T> {
             }
         }
         out
+    }
+
+    /// The smallest entry key (user start) above `addr`, live or not.
+    fn next_key_after(&self, dev: D, addr: usize) -> Option<usize> {
+        let m = self.devices.get(&dev)?;
+        m.range(addr.checked_add(1)?..).next().map(|(&k, _)| k)
     }
 
     /// The smallest covered start above `addr` among live entries.
@@ -374,7 +388,15 @@ mod tests {
                             prop_assert!(rg.end > rg.start);
                             cur = rg.end;
                             match e {
-                                Some(e) => prop_assert!(e.live && e.covered.start <= rg.start && rg.end <= e.covered.end),
+                                Some(e) => {
+                                    prop_assert!(e.live && e.covered.start <= rg.start && rg.end <= e.covered.end);
+                                    // Bytes some live entry owns go through that entry.
+                                    for x in [rg.start, rg.end - 1] {
+                                        if let Some(o) = model.iter().find(|m| m.live && m.user.contains(&x)) {
+                                            prop_assert_eq!(o.cell, e.cell, "byte {} of entry {} went through {}", x, o.cell, e.cell);
+                                        }
+                                    }
+                                }
                                 None => for x in [rg.start, rg.end - 1, (rg.start + rg.end) / 2] {
                                     prop_assert!(!model.iter().any(|m| m.live && m.covered.start <= x && x < m.covered.end),
                                         "gap byte {} is covered", x);

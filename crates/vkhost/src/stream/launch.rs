@@ -284,19 +284,25 @@ impl Stream {
         let zero = words(&[2, 0]);
         let (zv, znow) = self.inner.launch(builtin::fill(), [1, 1, 1], std::slice::from_mut(&mut out), &zero)?;
         let mut first = 0usize;
-        for s in src.split(piece_bytes(&self.inner.shared)) {
-            let n = s.len() / 4;
-            // `out` is bound again for each piece: the next launch reborrows it.
-            let o = match &mut out {
-                Binding::HostMut(b) => Binding::HostMut(b),
-                Binding::Host(b) => Binding::Host(b),
-                Binding::Device(b, off, len) => Binding::Device(b, *off, *len),
-                Binding::Raw(h) => Binding::Raw(*h),
-            };
-            self.launch(builtin::checksum(), groups_for(n, 256), &[s, o], &words(&[n as u32, first as u32]))?;
-            first += n;
-        }
-        self.settle_launch(zv, znow)
+        let r = (|| {
+            for s in src.split(piece_bytes(&self.inner.shared)) {
+                let n = s.len() / 4;
+                // `out` is bound again for each piece: the next launch reborrows it.
+                let o = match &mut out {
+                    Binding::HostMut(b) => Binding::HostMut(b),
+                    Binding::Host(b) => Binding::Host(b),
+                    Binding::Device(b, off, len) => Binding::Device(b, *off, *len),
+                    Binding::Raw(h) => Binding::Raw(*h),
+                };
+                self.launch(builtin::checksum(), groups_for(n, 256), &[s, o], &words(&[n as u32, first as u32]))?;
+                first += n;
+            }
+            Ok(())
+        })();
+        // Even when a checksum launch failed: the zero fill of `out` is queued and may name the
+        // caller's memory, so it must be done before this returns (see `Stream::launch`).
+        let settled = self.settle_launch(zv, znow);
+        r.and(settled)
     }
 
     /// The built-in `checksum` of `src`, computed on the device and read back: waits for this

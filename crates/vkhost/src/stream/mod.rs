@@ -205,7 +205,8 @@ impl Stream {
     pub fn upload<'a>(&self, src: &'a [u8], dst: &DeviceBuffer, dst_offset: usize) -> Result<Pending<'a>> {
         // SAFETY: `src` is readable for the call; what the device reads after the call returns
         // lies in pinned blocks, which the submitted work owns (their memory outlives it).
-        let e = unsafe { self.inner.host_copy(true, src.as_ptr() as usize, src.len(), dst, dst_offset) }?;
+        let e = unsafe { self.inner.host_copy(true, src.as_ptr() as usize, src.len(), dst, dst_offset) };
+        let e = e.inspect_err(|_| self.drain_after_error())?;
         self.finish(e.value, e.registered)
     }
 
@@ -217,7 +218,8 @@ impl Stream {
     pub fn download<'a>(&self, src: &DeviceBuffer, src_offset: usize, dst: &'a mut [u8]) -> Result<Pending<'a>> {
         // SAFETY: `dst` is writable for the call; what the device writes after the call returns
         // lies in pinned blocks, owned by the submitted work, whose safe views wait for it.
-        let e = unsafe { self.inner.host_copy(false, dst.as_mut_ptr() as usize, dst.len(), src, src_offset) }?;
+        let e = unsafe { self.inner.host_copy(false, dst.as_mut_ptr() as usize, dst.len(), src, src_offset) };
+        let e = e.inspect_err(|_| self.drain_after_error())?;
         self.finish(e.value, e.registered || e.staged)
     }
 
@@ -229,6 +231,24 @@ impl Stream {
     /// [`Stream::download`] into a typed slice (any [`bytemuck::Pod`] type).
     pub fn download_slice<'a, T: bytemuck::Pod>(&self, src: &DeviceBuffer, src_offset: usize, dst: &'a mut [T]) -> Result<Pending<'a>> {
         self.download(src, src_offset, bytemuck::cast_slice_mut(dst))
+    }
+
+    /// After a safe copy failed part-way: pieces it already recorded may sit in the open batch
+    /// and name the caller's memory (a direct piece through an import that covers it). Submit
+    /// and wait for everything enqueued so far, or for the queue to go idle, before the error
+    /// returns, so the caller may free or reuse the memory.
+    fn drain_after_error(&self) {
+        let Ok(l) = self.inner.shared.live_any() else { return };
+        let v = {
+            let mut st = inner::relock(&self.inner.state);
+            if let Err(e) = self.inner.flush(&l, &mut st) {
+                log::warn!("{}: flush after a failed copy: {e}", self.inner.shared.id);
+            }
+            st.submitted
+        };
+        if self.inner.wait_value(&l, v).is_err() {
+            self.inner.queue_idle(&l);
+        }
     }
 
     /// The guard of a safe copy; waits first when `now` (the copy touches memory the caller
