@@ -315,8 +315,10 @@ fn import_pieces(
 /// Releases a pinned block: its buffer and memory, which unmaps it.
 ///
 /// `NotPinned` for anything but a live block's start: registered addresses, interior pointers,
-/// a second free. A block whose device was destroyed has nothing left to release: `Ok`. Waits
-/// for copies in flight that use the block. See the module docs for the address-reuse caveat.
+/// a second free; `OwnedByGuard` for a `PinnedBuffer`'s block. A block whose device was
+/// destroyed has nothing left to release: `Ok`. Returns at once: the entry goes now (the
+/// address is no longer found), and the memory goes when the last work that names the block
+/// is reaped. See the module docs for the address-reuse caveat.
 pub fn free_pinned(dev: &Device, ptr: impl HostPtr) -> Result<()> {
     release_entry(dev, ptr.addr(), Kind::Pinned, false)
 }
