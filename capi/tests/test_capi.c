@@ -6,8 +6,9 @@
  *
  * Not reachable here: the statuses of a failing driver (OUT_OF_HOST_MEMORY, OUT_OF_DEVICE_MEMORY,
  * DEVICE_LOST, VULKAN: crates/vkhost-capi/tests/faults.rs reaches them through this ABI by fault
- * injection), LOADER_MISSING, those of safe Rust guards (OWNED_BY_GUARD, BUSY), and INTERNAL (a
- * caught panic: a unit test in crates/vkhost-capi/src/lib.rs). The test lists what it saw.
+ * injection), LOADER_MISSING (capi/tests/test_loader_missing.c, run without a loader), those
+ * of safe Rust guards (OWNED_BY_GUARD, BUSY), and INTERNAL (a caught panic: a unit test in
+ * crates/vkhost-capi/src/lib.rs). The test lists what it saw.
  */
 #include "vkhost.h"
 
