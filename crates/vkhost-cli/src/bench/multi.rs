@@ -49,7 +49,7 @@ impl Side {
     }
 
     /// Runs `f` with this side's host bytes: the pinned block, or the (registered or plain) Vec.
-    fn with_host<T>(&mut self, _path: PathKind, f: impl FnOnce(&DeviceBuffer, &mut [u8]) -> Result<T>) -> Result<T> {
+    fn with_host<T>(&mut self, f: impl FnOnce(&DeviceBuffer, &mut [u8]) -> Result<T>) -> Result<T> {
         match self.pinned.as_mut() {
             Some(p) => f(&self.buf, p),
             None => f(&self.buf, &mut self.plain),
@@ -78,13 +78,13 @@ fn indices(spec: &str) -> Result<Vec<usize>> {
 }
 
 /// Verifies one round trip through `side` for `dir`.
-fn verify(side: &mut Side, path: PathKind, dir: DirKind, n: usize, seed: u64) -> Result<bool> {
+fn verify(side: &mut Side, dir: DirKind, n: usize, seed: u64) -> Result<bool> {
     let mut want = vec![0u8; n];
     pattern(&mut want, seed);
     let mut got = vec![0u8; n];
     match dir {
         DirKind::H2d => {
-            side.with_host(path, |buf, host| {
+            side.with_host(|buf, host| {
                 host.copy_from_slice(&want);
                 Side::copy(buf, host, dir)
             })?;
@@ -92,7 +92,7 @@ fn verify(side: &mut Side, path: PathKind, dir: DirKind, n: usize, seed: u64) ->
         }
         _ => {
             side.buf.write(0, &want)?;
-            side.with_host(path, |buf, host| {
+            side.with_host(|buf, host| {
                 Side::copy(buf, host, dir)?;
                 got.copy_from_slice(host);
                 Ok(())
@@ -161,11 +161,11 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
                 let mut sides: Vec<Side> = devs.iter().map(|d| Side::new(d, path, n)).collect::<Result<_>>()?;
                 let mut ok = true;
                 for (k, s) in sides.iter_mut().enumerate() {
-                    ok &= verify(s, path, dir, n, size ^ k as u64)?;
+                    ok &= verify(s, dir, n, size ^ k as u64)?;
                 }
                 let mut alone = Vec::new();
                 for s in sides.iter_mut() {
-                    let t = s.with_host(path, |buf, host| measure(iters, budget, || Side::copy(buf, host, dir)))?;
+                    let t = s.with_host(|buf, host| measure(iters, budget, || Side::copy(buf, host, dir)))?;
                     alone.push(gbps(size, t.median));
                 }
                 // All at once: one thread per device, each with its own memory; the time of an
@@ -179,7 +179,7 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
                                 .map(|c| {
                                     sc.spawn(move || {
                                         let mut g = c.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                                        g.with_host(path, |buf, host| Side::copy(buf, host, dir))
+                                        g.with_host(|buf, host| Side::copy(buf, host, dir))
                                     })
                                 })
                                 .collect();
@@ -190,7 +190,7 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
                 };
                 let agg = gbps(size * devs.len() as u64, together.median);
                 let sum: f64 = alone.iter().sum();
-                print!("{:<11} {:<4} {:>6}", path_name(path), dir_name(dir), size_label(size));
+                print!("{:<11} {:<4} {:>6}", path.name(), dir.name(), size_label(size));
                 for g in &alone {
                     print!(" {g:>9.2}");
                 }
@@ -208,21 +208,4 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
         d.destroy()?;
     }
     Ok(if failures > 0 { ExitCode::from(2) } else { ExitCode::SUCCESS })
-}
-
-fn path_name(p: PathKind) -> &'static str {
-    match p {
-        PathKind::Pinned => "pinned",
-        PathKind::Registered => "registered",
-        PathKind::Pageable => "pageable",
-        PathKind::Bar => "bar",
-    }
-}
-
-fn dir_name(d: DirKind) -> &'static str {
-    match d {
-        DirKind::H2d => "h2d",
-        DirKind::D2h => "d2h",
-        DirKind::Bidir => "bidir",
-    }
 }
