@@ -31,8 +31,10 @@ impl Side {
         };
         let mut side = Side { dev: dev.clone(), buf, pinned, plain, registered: false };
         if path == PathKind::Registered {
-            // SAFETY: `plain` is owned by the Side, never resized, and unregistered in Drop
-            // before it is freed; only this Side's copies touch it.
+            // SAFETY: `plain` is owned by the Side and never resized, so it stays mapped as long
+            // as the Side does; its Drop unregisters before freeing it, and a Side that never
+            // drops leaks the Vec with the registration, so the pages are never freed under it.
+            // Only this Side's synchronous copies touch it.
             unsafe { vkhost::host::register(dev, side.plain.as_mut_ptr(), n) }?;
             side.registered = true;
         }
