@@ -10,13 +10,20 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export RUST_BACKTRACE=1
 v=./.h200/vkhost
+[ -f .h200/tests.tar.xz ] && [ ! -d .h200/tests ] && tar -C .h200 -xJf .h200/tests.tar.xz
 [ -x "$v" ] || v=./target/release/vkhost
 echo "== $(date -u +%FT%TZ) on $(hostname); nvidia-smi:"; nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader
 $v devices 2>&1 | tee "$OUT/devices.txt"
 if [ "$what" = tests ] || [ "$what" = all ]; then
+  # Each binary within TEST_TIMEOUT seconds (default 240); a binary that runs out says so.
   for t in .h200/tests/*; do
-    echo "== test $(basename "$t")"
-    VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT "$t" --test-threads "${TEST_THREADS:-2}" 2>&1 | tail -n 25 | tee -a "$OUT/tests.txt"
+    echo "== test $(basename "$t")" | tee -a "$OUT/tests.txt"
+    s=$(date +%s)
+    VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT timeout "${TEST_TIMEOUT:-240}" "$t" --test-threads "${TEST_THREADS:-2}" > "$OUT/test-$(basename "$t").log" 2>&1
+    rc=$?
+    grep -E "^test result|FAILED|panicked|^failures" "$OUT/test-$(basename "$t").log" | head -n 20 | tee -a "$OUT/tests.txt"
+    echo "rc=$rc in $(( $(date +%s) - s )) s" | tee -a "$OUT/tests.txt"
+    [ $rc -eq 0 ] && rm -f "$OUT/test-$(basename "$t").log"
   done
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
@@ -36,6 +43,20 @@ if [ "$what" = experiments ] || [ "$what" = all ]; then
   $v bench --sizes 16M,256M,1G --paths registered --dirs h2d,d2h --no-costs --hugepages 2>&1 | tee "$OUT/exp-hugepages.txt" | grep -E "registered"
   echo "== bidir queue pairs"
   $v bench --sizes 256M,1G --paths pinned --dirs bidir --no-costs --bidir-queues copy-copy,compute-copy,copy-compute,compute-compute --json "$OUT/bidir-pairs.json" 2>&1 | tee "$OUT/exp-bidir.txt" | grep -E "bidir"
+fi
+if [ "$what" = diagnose ]; then
+  # Issue 10: does the sweep measure what a plain program gets? Old binary (.h200/vkhost-old,
+  # per-point allocations) against the new one and against examples/plain_copy.rs.
+  p=./.h200/plain_copy
+  for a in "pinned 1024 20" "registered 256 20" "pinned 256 20" "pageable 1024 5"; do $p $a 2>&1 | tee -a "$OUT/diag.txt"; done
+  FRAGMENT_MIB=4096 $p registered 256 20 2>&1 | sed 's/^/after 4 GiB churn: /' | tee -a "$OUT/diag.txt"
+  FRAGMENT_MIB=4096 $p pinned 1024 20 2>&1 | sed 's/^/after 4 GiB churn: /' | tee -a "$OUT/diag.txt"
+  T=host_to_device_ce,device_to_host_ce,host_to_device_registered_ce,device_to_host_registered_ce
+  [ -x .h200/vkhost-old ] && { echo "== old sweep"; .h200/vkhost-old bench -t $T --no-costs --json "$OUT/old.json" 2>&1 | tee "$OUT/diag-old.txt" | grep -E " (16M|64M|256M|1G) "; }
+  echo "== new sweep"; $v bench -t $T --no-costs --json "$OUT/new.json" 2>&1 | tee "$OUT/diag-new.txt" | grep -E " (16M|64M|256M|1G) "
+  echo "== new, poll cap 200 ms"; VKHOST_POLL_MAX_US=200000 $v bench -t $T --no-costs --sizes 256M,1G 2>&1 | grep -E " (256M|1G) "
+  echo "== compute queue"; VKHOST_COPY_QUEUE=compute $v bench -t host_to_device_ce,device_to_host_ce,latency --no-costs --sizes 4K,1M,4M,256M,1G 2>&1 | grep -E "_ce|latency"
+  echo "== copy queue";  $v bench -t latency --no-costs 2>&1 | grep -E "latency"
 fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"

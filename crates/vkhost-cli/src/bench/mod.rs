@@ -237,6 +237,8 @@ struct Ctx {
     failures: usize,
     points: Vec<Point>,
     pb: ProgressBar,
+    /// The round-trip check's two buffers (expected, read back), reused for every point.
+    scratch: (Vec<u8>, Vec<u8>),
 }
 
 /// Writes every byte of `buf` (a buffer larger than the LLC), evicting what the last iteration
@@ -354,6 +356,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         failures: 0,
         points: Vec::new(),
         pb,
+        scratch: Default::default(),
     };
 
     let mut notes = Vec::new();
@@ -361,15 +364,37 @@ pub fn run(a: Args) -> Result<ExitCode> {
         chosen.iter().filter_map(|t| if let Work::Copy(p, d) = t.work { Some((p, d)) } else { None }).collect();
     if !copies.is_empty() {
         let dbuf = [dev.alloc_buffer(max)?, dev.alloc_buffer(max)?];
+        // Every path's host memory first, then the measurements (see `paths::Host`).
+        let mut work = Vec::new();
         for path in [PathKind::Pinned, PathKind::Registered, PathKind::Pageable, PathKind::Bar] {
             let dirs: Vec<DirKind> = copies.iter().filter(|c| c.0 == path).map(|c| c.1).collect();
-            if dirs.is_empty() || interrupted() {
+            if dirs.is_empty() {
                 continue;
             }
-            if let Err(e) = bench_path(&mut cx, path, &dirs, &sizes, &dbuf, bar_cap) {
+            match path {
+                PathKind::Bar => work.push((path, dirs, None)),
+                _ => match paths::Host::new(&cx, path, max) {
+                    Ok(h) => work.push((path, dirs, Some(h))),
+                    Err(e) => notes.push(format!("{}: skipped ({e})", path.name())),
+                },
+            }
+        }
+        cx.scratch = (vec![0u8; max], vec![0u8; max]);
+        for (path, dirs, host) in &mut work {
+            if interrupted() {
+                break;
+            }
+            if let Err(e) = bench_path(&mut cx, *path, dirs, &sizes, &dbuf, host.as_mut(), bar_cap) {
                 notes.push(format!("{}: skipped ({e})", path.name()));
             }
         }
+        for (path, _, host) in &work {
+            if let Some(Err(e)) = host.as_ref().map(|h| h.release(&dev)) {
+                notes.push(format!("{}: unregister failed ({e})", path.name()));
+            }
+        }
+        cx.scratch = Default::default();
+        drop(work);
     }
     let lat: Vec<DirKind> = chosen.iter().filter_map(|t| if let Work::Latency(d) = t.work { Some(d) } else { None }).collect();
     if !lat.is_empty() && !interrupted() {

@@ -7,7 +7,6 @@ use super::{flush_cache, measure_with, point, point::pattern, Ctx, DirKind, Path
 use crate::devices::anyhow_free::Result;
 use crate::pages::{Pages, RW};
 use crate::stats::size_label;
-use serde_json::Value;
 use vkhost::{host, DeviceBuffer, PinnedBuffer};
 
 /// Page-aligned memory faulted in before timing (the `registered` path's "user allocation").
@@ -21,13 +20,54 @@ pub(super) fn touched_pages(len: usize, huge: bool) -> Result<Pages> {
 }
 
 /// Host memory for one path: two regions (the second for bidir's other direction).
-enum Host {
+///
+/// Every path's memory is allocated once, before the first measurement, and reused for every
+/// size, as a user's program allocates its buffers once: memory allocated after the sweep has
+/// churned through gigabytes of allocations is not what such a program copies from.
+pub(super) enum Host {
     Pinned(PinnedBuffer, PinnedBuffer),
     Registered(Pages, Pages),
     Pageable(Vec<u8>, Vec<u8>),
 }
 
 impl Host {
+    /// The host memory of `path` (not `bar`), `max` bytes twice, touched, registered where the
+    /// path registers.
+    pub(super) fn new(cx: &Ctx, path: PathKind, max: usize) -> Result<Host> {
+        let dev = &cx.dev;
+        Ok(match path {
+            PathKind::Pinned => Host::Pinned(PinnedBuffer::new(dev, max)?, PinnedBuffer::new(dev, max)?),
+            PathKind::Registered => {
+                let (a, b) = (touched_pages(max, cx.hugepages)?, touched_pages(max, cx.hugepages)?);
+                // SAFETY: the mappings live until `release` unregisters them (the bench calls it
+                // before dropping the Host).
+                unsafe {
+                    host::register(dev, a.ptr, a.len)?;
+                    if let Err(e) = host::register(dev, b.ptr, b.len) {
+                        host::unregister(dev, a.ptr)?;
+                        return Err(e.into());
+                    }
+                }
+                Host::Registered(a, b)
+            }
+            _ => {
+                let (mut a, mut b) = (vec![0u8; max], vec![0u8; max]);
+                a.fill(1);
+                b.fill(1);
+                Host::Pageable(a, b)
+            }
+        })
+    }
+
+    /// Unregisters what `new` registered.
+    pub(super) fn release(&self, dev: &vkhost::Device) -> Result<()> {
+        if let Host::Registered(a, b) = self {
+            host::unregister(dev, a.ptr)?;
+            host::unregister(dev, b.ptr)?;
+        }
+        Ok(())
+    }
+
     fn both(&mut self) -> (&mut [u8], &mut [u8]) {
         match self {
             Host::Pinned(a, b) => (&mut a[..], &mut b[..]),
@@ -36,41 +76,23 @@ impl Host {
         }
     }
 }
+
+/// Measures `path` (with its memory from `Host::new`; `bar` maps its own) at every size.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn bench_path(
     cx: &mut Ctx,
     path: PathKind,
     dirs: &[DirKind],
     sizes: &[u64],
     dbuf: &[DeviceBuffer; 2],
+    host: Option<&mut Host>,
     bar_cap: usize,
 ) -> Result<()> {
     let max = *sizes.iter().max().unwrap_or(&4096) as usize;
-    if path == PathKind::Bar {
-        return bench_bar(cx, dirs, sizes, max, bar_cap);
+    match host {
+        Some(h) => sweep_host(cx, path, dirs, sizes, dbuf, h),
+        None => bench_bar(cx, dirs, sizes, max, bar_cap),
     }
-    let dev = cx.dev.clone();
-    let mut host = match path {
-        PathKind::Pinned => Host::Pinned(PinnedBuffer::new(&dev, max)?, PinnedBuffer::new(&dev, max)?),
-        PathKind::Registered => {
-            let (a, b) = (touched_pages(max, cx.hugepages)?, touched_pages(max, cx.hugepages)?);
-            // SAFETY: the mappings live until after unregister below (they drop with `host`).
-            unsafe {
-                host::register(&dev, a.ptr, a.len)?;
-                if let Err(e) = host::register(&dev, b.ptr, b.len) {
-                    host::unregister(&dev, a.ptr)?;
-                    return Err(e.into());
-                }
-            }
-            Host::Registered(a, b)
-        }
-        _ => Host::Pageable(vec![1u8; max], vec![1u8; max]),
-    };
-    let r = sweep_host(cx, path, dirs, sizes, dbuf, &mut host);
-    if let Host::Registered(a, b) = &host {
-        host::unregister(&dev, a.ptr)?;
-        host::unregister(&dev, b.ptr)?;
-    }
-    r
 }
 
 fn sweep_host(cx: &mut Ctx, path: PathKind, dirs: &[DirKind], sizes: &[u64], dbuf: &[DeviceBuffer; 2], host: &mut Host) -> Result<()> {
@@ -102,67 +124,92 @@ fn sweep_sizes(
                 return Ok(());
             }
             cx.pb.set_message(format!("{} {} {}", path.name(), dir.name(), size_label(size)));
-            let what = format!("{} {} {}", path.name(), dir.name(), size_label(size));
             let (src, dst) = host.both();
             let (src, dst) = (&mut src[..n], &mut dst[..n]);
             // Check one round trip through this path, and which copy path ran.
             let seed = size ^ (dir as u64) << 40 ^ (path as u64) << 48;
-            let mut want = vec![0u8; n];
-            pattern(&mut want, seed);
-            let mut ran = Vec::new();
-            let mut check_buf = vec![0u8; n];
-            if dir != DirKind::D2h {
-                src.copy_from_slice(&want);
-                // SAFETY: `src` is a live slice of n bytes.
-                ran.push(unsafe { host::copy_to_device(&cx.dev, src.as_ptr(), n, &dbuf[0], 0) }?);
-                dbuf[0].read(0, &mut check_buf)?;
-            }
-            if dir != DirKind::H2d {
-                dbuf[1].write(0, &want)?;
-                dst.fill(0);
-                // SAFETY: `dst` is a live, exclusively borrowed slice of n bytes.
-                ran.push(unsafe { host::copy_to_host(&cx.dev, &dbuf[1], 0, dst.as_mut_ptr(), n) }?);
-                if dir == DirKind::D2h {
-                    check_buf.copy_from_slice(dst);
-                } else if dst != &want[..] {
-                    check_buf.fill(0);
-                }
-            }
-            let ok = cx.check(&what, &check_buf, &want);
-            let mut note = String::new();
-            if ran.iter().any(|&r| r != expect) {
-                note = format!("copy path {ran:?}, expected {expect:?}");
-            }
-            let (s, extra) = match dir {
-                DirKind::H2d => (measure_with(cx.iters, cx.budget, || flush_cache(flush), || Ok(dbuf[0].write(0, src)?))?, Value::Null),
-                DirKind::D2h => (measure_with(cx.iters, cx.budget, || flush_cache(flush), || Ok(dbuf[1].read(0, dst)?))?, Value::Null),
-                DirKind::Bidir => {
-                    for (i, pair) in cx.bidir_queues.clone().iter().enumerate() {
-                        let (s, extra) = bidir(cx, pair, &dbuf[0], src, &dbuf[1], dst, &mut || flush_cache(flush))?;
-                        let mut p = point("vulkan", "copy", path.name(), dir.name(), size, 2 * size, s);
-                        p.verified = Some(ok);
-                        p.note = if cx.bidir_queues.len() > 1 {
-                            format!("{note}{}queues {pair}", if note.is_empty() { "" } else { "; " })
-                        } else {
-                            note.clone()
-                        };
-                        p.extra = extra;
-                        p.variant = pair.clone();
-                        if i + 1 < cx.bidir_queues.len() {
-                            cx.points.push(p);
-                        } else {
-                            cx.push(p);
-                        }
-                    }
-                    continue;
-                }
-            };
-            let mut p = point("vulkan", "copy", path.name(), dir.name(), size, size, s);
-            p.verified = Some(ok);
-            p.note = note;
-            p.extra = extra;
-            cx.push(p);
+            // The check's buffers, allocated once at the largest size (no per-point churn).
+            let (mut want, mut check_buf) = std::mem::take(&mut cx.scratch);
+            want.resize(want.len().max(n), 0);
+            check_buf.resize(check_buf.len().max(n), 0);
+            let r = check_and_measure(cx, path, dir, size, dbuf, src, dst, expect, flush, &mut want[..n], &mut check_buf[..n], seed);
+            cx.scratch = (want, check_buf);
+            r?;
         }
     }
+    Ok(())
+}
+
+/// One point: a round trip checked through this path, then the timed copies.
+#[allow(clippy::too_many_arguments)]
+fn check_and_measure(
+    cx: &mut Ctx,
+    path: PathKind,
+    dir: DirKind,
+    size: u64,
+    dbuf: &[DeviceBuffer; 2],
+    src: &mut [u8],
+    dst: &mut [u8],
+    expect: vkhost::CopyPath,
+    flush: &mut Option<Vec<u8>>,
+    want: &mut [u8],
+    check_buf: &mut [u8],
+    seed: u64,
+) -> Result<()> {
+    let n = size as usize;
+    let what = format!("{} {} {}", path.name(), dir.name(), size_label(size));
+    pattern(want, seed);
+    check_buf.fill(0);
+    let mut ran = Vec::new();
+    if dir != DirKind::D2h {
+        src.copy_from_slice(want);
+        // SAFETY: `src` is a live slice of n bytes.
+        ran.push(unsafe { host::copy_to_device(&cx.dev, src.as_ptr(), n, &dbuf[0], 0) }?);
+        dbuf[0].read(0, check_buf)?;
+    }
+    if dir != DirKind::H2d {
+        dbuf[1].write(0, want)?;
+        dst.fill(0);
+        // SAFETY: `dst` is a live, exclusively borrowed slice of n bytes.
+        ran.push(unsafe { host::copy_to_host(&cx.dev, &dbuf[1], 0, dst.as_mut_ptr(), n) }?);
+        if dir == DirKind::D2h {
+            check_buf.copy_from_slice(dst);
+        } else if dst != &want[..] {
+            check_buf.fill(0);
+        }
+    }
+    let ok = cx.check(&what, check_buf, want);
+    let mut note = String::new();
+    if ran.iter().any(|&r| r != expect) {
+        note = format!("copy path {ran:?}, expected {expect:?}");
+    }
+    let s = match dir {
+        DirKind::H2d => measure_with(cx.iters, cx.budget, || flush_cache(flush), || Ok(dbuf[0].write(0, src)?))?,
+        DirKind::D2h => measure_with(cx.iters, cx.budget, || flush_cache(flush), || Ok(dbuf[1].read(0, dst)?))?,
+        DirKind::Bidir => {
+            for (i, pair) in cx.bidir_queues.clone().iter().enumerate() {
+                let (s, extra) = bidir(cx, pair, &dbuf[0], src, &dbuf[1], dst, &mut || flush_cache(flush))?;
+                let mut p = point("vulkan", "copy", path.name(), dir.name(), size, 2 * size, s);
+                p.verified = Some(ok);
+                p.note = if cx.bidir_queues.len() > 1 {
+                    format!("{note}{}queues {pair}", if note.is_empty() { "" } else { "; " })
+                } else {
+                    note.clone()
+                };
+                p.extra = extra;
+                p.variant = pair.clone();
+                if i + 1 < cx.bidir_queues.len() {
+                    cx.points.push(p);
+                } else {
+                    cx.push(p);
+                }
+            }
+            return Ok(());
+        }
+    };
+    let mut p = point("vulkan", "copy", path.name(), dir.name(), size, size, s);
+    p.verified = Some(ok);
+    p.note = note;
+    cx.push(p);
     Ok(())
 }

@@ -198,7 +198,17 @@ pub(crate) fn spin_for(s: &Shared, bytes: u64) -> Duration {
     if s.info.device_type == crate::DeviceType::Cpu {
         return MIN;
     }
-    Duration::from_nanos(bytes / 10).clamp(MIN, Duration::from_millis(20))
+    Duration::from_nanos(bytes / 10).clamp(MIN, poll_cap())
+}
+
+/// The longest poll, 20 ms unless `VKHOST_POLL_MAX_US` says otherwise (read once; for
+/// measuring the cost of a late wake-up on a given driver).
+fn poll_cap() -> Duration {
+    static CAP: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| {
+        let us = std::env::var("VKHOST_POLL_MAX_US").ok().and_then(|s| s.trim().parse::<u64>().ok());
+        Duration::from_micros(us.unwrap_or(20_000).max(200))
+    })
 }
 /// A device that has not finished a copy in this long is treated as hung.
 const WAIT_TIMEOUT_NS: u64 = 120_000_000_000;
