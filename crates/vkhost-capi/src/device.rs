@@ -173,6 +173,9 @@ impl vkhost_open_options {
             staging_slots: self.staging_slots,
             copy_queue: queue_kind(self.copy_queue, "copy_queue")?,
             max_import_piece: (self.max_import_piece != 0).then_some(self.max_import_piece),
+            // Not in the C struct (its layout is the ABI): the Rust default, which the
+            // environment (VKHOST_COPY_QUEUE=copy) can turn off.
+            measure_copy_queues: OpenOptions::default().measure_copy_queues,
         })
     }
 }

@@ -25,6 +25,7 @@ struct Opened {
     registration: Result<usize, String>,
     probed: bool,
     choices: Option<vkhost::MemoryChoices>,
+    queues: Option<vkhost::CopyQueues>,
     open_error: Option<String>,
 }
 
@@ -35,12 +36,15 @@ fn open(info: &DeviceInfo) -> Opened {
                 registration: d.host_registration(),
                 probed: d.import_probe().is_some(),
                 choices: Some(d.memory_choices()),
+                queues: Some(d.copy_queues()),
                 open_error: None,
             };
             let _ = d.destroy();
             o
         }
-        Err(e) => Opened { registration: info.host_registration(), probed: false, choices: None, open_error: Some(e.to_string()) },
+        Err(e) => {
+            Opened { registration: info.host_registration(), probed: false, choices: None, queues: None, open_error: Some(e.to_string()) }
+        }
     }
 }
 
@@ -49,6 +53,54 @@ pub fn registration_line(r: &Result<usize, String>) -> String {
         Ok(a) => format!("available, alignment {}", fmt_bytes(*a as u64)),
         Err(why) => format!("unavailable: {why}"),
     }
+}
+
+fn kind(k: vkhost::QueueKind) -> &'static str {
+    match k {
+        vkhost::QueueKind::Copy => "copy engine",
+        vkhost::QueueKind::Compute => "compute queue",
+    }
+}
+
+/// The copy-queue choice as lines: which queue each class of synchronous copy uses, and the
+/// measurement behind it.
+pub fn copy_queue_lines(q: &vkhost::CopyQueues) -> Vec<String> {
+    let mut v = vec![format!(
+        "synchronous copies: h2d on the {} below {} and the {} from it; d2h on the {} below, the {} from it",
+        kind(q.small_to_device),
+        fmt_bytes(vkhost::CopyQueues::BULK_MIN),
+        kind(q.bulk_to_device),
+        kind(q.small_to_host),
+        kind(q.bulk_to_host)
+    )];
+    match &q.measured {
+        Some((c, k)) => v.push(format!(
+            "  measured at open: copy engine {:.1}/{:.1} GB/s, 4 KiB {:.1}/{:.1} us; compute queue {:.1}/{:.1} GB/s, 4 KiB {:.1}/{:.1} us (h2d/d2h)",
+            c.bulk_to_device_gbps,
+            c.bulk_to_host_gbps,
+            c.small_to_device_us,
+            c.small_to_host_us,
+            k.bulk_to_device_gbps,
+            k.bulk_to_host_gbps,
+            k.small_to_device_us,
+            k.small_to_host_us
+        )),
+        None => v.push("  not measured (one kind of queue, or fixed by the options)".into()),
+    }
+    v
+}
+
+/// The copy-queue choice as JSON (`vkhost devices --json`, the bench's `run.device`).
+pub fn queues_json(q: &vkhost::CopyQueues) -> Value {
+    let fig = |f: &vkhost::QueueFigures| json!({"bulk_h2d_gbps": f.bulk_to_device_gbps, "bulk_d2h_gbps": f.bulk_to_host_gbps, "small_h2d_us": f.small_to_device_us, "small_d2h_us": f.small_to_host_us});
+    json!({
+        "bulk_min_bytes": vkhost::CopyQueues::BULK_MIN,
+        "small_h2d": kind(q.small_to_device),
+        "small_d2h": kind(q.small_to_host),
+        "bulk_h2d": kind(q.bulk_to_device),
+        "bulk_d2h": kind(q.bulk_to_host),
+        "measured": q.measured.as_ref().map(|(c, k)| json!({"copy_engine": fig(c), "compute_queue": fig(k)})),
+    })
 }
 
 fn choice(c: Option<vkhost::memtype::Choice>) -> Value {
@@ -89,6 +141,7 @@ pub fn run(a: Args) -> anyhow_free::Result<ExitCode> {
                     "import_host_pointer_bits": c.import_bits.as_ref().ok(),
                     "device_buffer": choice(c.device_local),
                 })),
+                "copy_queues": o.queues.as_ref().map(queues_json),
                 "open_error": o.open_error,
             }));
             continue;
@@ -120,6 +173,11 @@ pub fn run(a: Args) -> anyhow_free::Result<ExitCode> {
                 Err(why) => println!("    imports use: none ({why})"),
             }
             println!("    device buffers use: {}", show(c.device_local));
+        }
+        if let Some(q) = &o.queues {
+            for l in copy_queue_lines(q) {
+                println!("    {l}");
+            }
         }
         if let Some(e) = &o.open_error {
             println!("    could not open: {e}");

@@ -124,6 +124,7 @@ pub use ash;
 pub use ash::vk;
 pub use buffer::DeviceBuffer;
 pub use device::info::{fmt_bytes, ApiVersion, DeviceInfo, DeviceType, MemoryHeap, MemoryType, QueueFamily};
+pub use device::queues::{CopyQueues, QueueFigures};
 pub use device::{
     devices, BorrowedDevice, Device, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership, QueueKind, RawDevice,
 };

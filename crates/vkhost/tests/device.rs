@@ -338,3 +338,55 @@ fn default_and_boundary_options_open() {
     st.download(&buf, 0, &mut back).unwrap().wait().unwrap();
     assert!(back == up);
 }
+
+/// The copy-queue measurement runs on any device with queues, with validation clean, and
+/// copies of both size classes still round-trip on whatever queue it chose.
+#[test]
+fn measured_copy_queues_carry_both_size_classes() {
+    let Some(d) = device() else { return };
+    let has_copy_engines = d.info().transfer_family().is_some();
+    let before = d.copy_queues();
+    if !has_copy_engines {
+        // Nothing to choose from: every class on the compute queue, not measured at open.
+        assert_eq!(before, vkhost::CopyQueues::fixed(vkhost::QueueKind::Compute));
+    }
+    let c = d.measure_copy_queues().unwrap();
+    assert_eq!(d.copy_queues(), c);
+    let (copy, compute) = c.measured.expect("measure_copy_queues returns its figures");
+    for f in [copy, compute] {
+        assert!(f.bulk_to_device_gbps > 0.0 && f.bulk_to_host_gbps > 0.0, "{f:?}");
+        assert!(f.small_to_device_us > 0.0 && f.small_to_host_us > 0.0, "{f:?}");
+    }
+    if !has_copy_engines {
+        assert_eq!(c.bulk_to_device, vkhost::QueueKind::Compute);
+        assert_eq!(c.small_to_host, vkhost::QueueKind::Compute);
+    }
+    for n in [4096, vkhost::CopyQueues::BULK_MIN as usize + 4096] {
+        let buf = d.alloc_buffer(n).unwrap();
+        let want = pattern(n, 9);
+        buf.write(0, &want).unwrap();
+        let mut got = vec![0u8; n];
+        buf.read(0, &mut got).unwrap();
+        assert!(got == want, "round trip of {n} bytes");
+        let mut p = vkhost::PinnedBuffer::new(&d, n).unwrap();
+        p.copy_from_slice(&want);
+        let buf2 = d.alloc_buffer(n).unwrap();
+        buf2.write(0, &p).unwrap();
+        p.fill(0);
+        buf2.read(0, &mut p).unwrap();
+        assert!(p[..] == want[..], "direct round trip of {n} bytes");
+    }
+}
+
+/// `copy_queue: Compute` fixes every class on the compute queue, whatever a measurement says.
+#[test]
+fn compute_copy_queue_option_fixes_every_class() {
+    let Some(d) = device_with(OpenOptions { copy_queue: vkhost::QueueKind::Compute, ..opts() }) else { return };
+    assert_eq!(d.copy_queues(), vkhost::CopyQueues::fixed(vkhost::QueueKind::Compute));
+    let buf = d.alloc_buffer(8192).unwrap();
+    let want = pattern(8192, 3);
+    buf.write(0, &want).unwrap();
+    let mut got = vec![0u8; 8192];
+    buf.read(0, &mut got).unwrap();
+    assert!(got == want);
+}

@@ -340,6 +340,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         crate::devices::registration_line(&dev.host_registration()),
         info.transfer_family().map(|f| format!("family {} x{}", f.index, f.count.min(2))).unwrap_or_else(|| "none (compute queue)".into())
     );
+    for l in crate::devices::copy_queue_lines(&dev.copy_queues()) {
+        println!("{l}");
+    }
     println!("{}", output::link_line(&pcie));
     println!("CPUs: {}", output::affinity_line(&affinity));
     let flush_bytes = (2 * meta::llc_bytes().unwrap_or(32 << 20)) as usize;
@@ -433,6 +436,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let all: Vec<&Point> = cx.points.iter().chain(cuda.iter()).collect();
     let results: Vec<Value> = all.iter().map(|p| to_json(p, link.as_ref())).collect();
     let (version, commit) = meta::build();
+    let mut device_json = output::device_json(&info, &dev.host_registration());
+    device_json["copy_queues"] = crate::devices::queues_json(&dev.copy_queues());
     let run = json!({
         "schema_version": meta::SCHEMA_VERSION,
         "tool": "vkhost bench",
@@ -452,7 +457,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         "failures": cx.failures,
         "host": meta::host(),
         "affinity": affinity,
-        "device": output::device_json(&info, &dev.host_registration()),
+        "device": device_json,
         "pcie": pcie,
         "notes": notes,
     });

@@ -19,6 +19,7 @@ pub(crate) mod info;
 pub(crate) mod instance;
 pub(crate) mod object;
 pub(crate) mod pipeline;
+pub(crate) mod queues;
 pub(crate) mod submit;
 
 use crate::error::{Error, Result, VkResultExt};
@@ -27,6 +28,7 @@ use crate::memtype::{self, Choice};
 use ash::vk;
 use info::DeviceInfo;
 use instance::{InstanceParts, ValidationCounts};
+use queues::CopyQueues;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
@@ -118,9 +120,15 @@ pub struct OpenOptions {
     /// [`STAGING_SLOTS`](Self::STAGING_SLOTS) (2..=16); `staging_chunk × staging_slots` (one
     /// staging buffer) must fit the device's maxMemoryAllocationSize.
     pub staging_slots: usize,
-    /// The queue synchronous copies use: the copy engines (default) or the compute queue.
-    /// `VKHOST_COPY_QUEUE=compute` sets `Compute`.
+    /// The queue synchronous copies use: `Copy` (default) lets vkhost choose between the copy
+    /// engines and the compute queue by measurement (see `measure_copy_queues`); `Compute` sends
+    /// every synchronous copy to the compute queue. `VKHOST_COPY_QUEUE=compute` sets `Compute`.
     pub copy_queue: QueueKind,
+    /// With `copy_queue: Copy`, measure at open which queue is faster for each direction and
+    /// size class ([`CopyQueues`]; about 30 ms, once per physical device and process) on devices
+    /// that have copy engines. `false` keeps every synchronous copy on the copy engines. Default
+    /// true; `VKHOST_COPY_QUEUE=copy` sets false.
+    pub measure_copy_queues: bool,
     /// The largest single import or pinned allocation, in bytes. A registration or pinned block
     /// larger than this becomes several imports behind one entry (see [`crate::host`]). `None`
     /// (the default): the device's maxMemoryAllocationSize. `Some(n)`: `n` must be a multiple of
@@ -193,6 +201,7 @@ impl Default for OpenOptions {
                 Ok("compute") => QueueKind::Compute,
                 _ => QueueKind::Copy,
             },
+            measure_copy_queues: std::env::var("VKHOST_COPY_QUEUE").as_deref() != Ok("copy"),
         }
     }
 }
@@ -337,6 +346,8 @@ pub(crate) struct Shared {
     /// Compute pipelines of kernels launched on this device (a device child: destroyed at
     /// teardown, phase OBJECTS).
     pub pipelines: Arc<pipeline::PipelineCache>,
+    /// The queue each class of synchronous copy uses (`queues`).
+    pub copy_choice: queues::Choice,
 }
 
 /// A read guard on a live device.
@@ -830,7 +841,8 @@ impl Device {
         let push_desc = info.push_descriptor.then(|| ash::khr::push_descriptor::Device::new(&instance, &device));
         // Without queues (a borrowed device) there are no copy contexts and no families: buffers
         // are EXCLUSIVE, owned by whichever family of the caller's first uses them.
-        let nctx = if compute_q.is_some() { copy_queues.len().max(1) * 2 } else { 0 };
+        // Two contexts per copy-engine queue, then two on the compute queue (submit::queue_of).
+        let nctx = if compute_q.is_some() { copy_queues.len() * 2 + 2 } else { 0 };
         let mut families: Vec<u32> = compute_q.iter().map(|q| q.family).collect();
         families.extend(copy_queues.first().map(|q| q.family).filter(|f| !families.contains(f)));
         Ok(Live {
@@ -873,13 +885,61 @@ impl Device {
                 probe: std::sync::OnceLock::new(),
                 probing: AtomicBool::new(false),
                 pipelines: Arc::new(pipeline::PipelineCache::default()),
+                copy_choice: queues::Choice::new(queues::CopyQueues::fixed(QueueKind::Copy)),
             }),
         };
         let cache: std::sync::Weak<dyn object::Child> = Arc::downgrade(&d.shared.pipelines) as std::sync::Weak<pipeline::PipelineCache>;
         d.shared.add_child(cache);
         log::debug!("{}: opened {} ({})", d.shared.id, d.shared.info.name, d.shared.info.driver_name);
         d.probe_registration();
+        d.choose_copy_queues();
         d
+    }
+
+    /// Measures which queue synchronous copies should use ([`queues`]), where the device has
+    /// both copy engines and a compute queue and the options leave the choice open. A failed
+    /// measurement keeps the copy engines for everything (logged).
+    fn choose_copy_queues(&self) {
+        let s = &self.shared;
+        let Ok(g) = s.live() else { return };
+        if g.queueless() {
+            return;
+        }
+        if s.options.copy_queue == QueueKind::Compute || g.copy_queues.is_empty() {
+            s.copy_choice.set(CopyQueues::fixed(QueueKind::Compute));
+            return;
+        }
+        if !s.options.measure_copy_queues {
+            return;
+        }
+        match queues::at_open(s, &g) {
+            Ok(c) => s.copy_choice.set(c),
+            Err(e) => log::warn!("{}: measuring the copy queues failed, copies stay on the copy engines: {e}", s.id),
+        }
+    }
+
+    /// Measures the copy engines against the compute queue now ([`queues`]) and uses the result
+    /// for synchronous copies from here on; returns it. Open does this by itself on devices with
+    /// both kinds of queue (`OpenOptions::measure_copy_queues`); this call measures on any device
+    /// with queues, one kind or two (on a device with only a compute queue both kinds are that
+    /// queue, so the choice changes nothing). `copy_queue: Compute` in the options still sends
+    /// every copy to the compute queue.
+    ///
+    /// Errors: `Destroyed`, `DeviceLost`, `Unsupported` on a borrowed device without queues, or
+    /// the allocation of the probe buffers (32 MiB pinned and 32 MiB on the device) failing.
+    pub fn measure_copy_queues(&self) -> Result<CopyQueues> {
+        let s = &self.shared;
+        let g = s.live()?;
+        g.compute_queue()?;
+        let c = queues::measure(s, &g)?;
+        s.copy_choice.set(c);
+        Ok(c)
+    }
+
+    /// The queues synchronous copies use, by direction and size, with the measurement behind
+    /// the choice (see [`Device::measure_copy_queues`]).
+    pub fn copy_queues(&self) -> CopyQueues {
+        self.shared.copy_choice.get()
     }
 
     /// Proves registration with a real import of one page: register, a device round trip of a

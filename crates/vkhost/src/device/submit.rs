@@ -74,19 +74,30 @@ pub(crate) struct CopyCtx {
     chunk: u64,
 }
 
-/// Which queue a context submits to: the copy engines when the device has them (and the
-/// options do not ask for the compute queue).
-fn queue_of<'a>(s: &Shared, l: &'a Live, ctx_index: usize) -> Result<&'a Queue> {
-    if l.copy_queues.is_empty() || s.options.copy_queue == super::QueueKind::Compute {
-        l.compute_queue()
+/// Which queue a context submits to. Contexts `0..2n` (n copy-engine queues) submit to the
+/// copy engines, round robin; the last two to the compute queue (all of them when the device
+/// has no copy engines).
+fn queue_of<'a>(l: &'a Live, ctx_index: usize) -> Result<&'a Queue> {
+    let n = l.copy_queues.len();
+    if ctx_index < 2 * n {
+        Ok(&l.copy_queues[ctx_index % n])
     } else {
-        Ok(&l.copy_queues[ctx_index % l.copy_queues.len()])
+        l.compute_queue()
+    }
+}
+
+/// The contexts that submit to `kind`'s queue (see [`queue_of`]).
+fn ctx_range(l: &Live, kind: super::QueueKind) -> std::ops::Range<usize> {
+    let n = l.copy_queues.len();
+    match kind {
+        super::QueueKind::Copy if n > 0 => 0..2 * n,
+        _ => 2 * n..l.copy_ctxs.len(),
     }
 }
 
 impl CopyCtx {
     fn new(s: &Shared, l: &Live, ctx_index: usize) -> Result<CopyCtx> {
-        let q = queue_of(s, l, ctx_index)?;
+        let q = queue_of(l, ctx_index)?;
         fault::check(Point::CreateCommandPool).map_err(|c| s.fail("vkCreateCommandPool", c))?;
         let pi = vk::CommandPoolCreateInfo::default().queue_family_index(q.family).flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
         // SAFETY: valid create info for a family the device was created with.
@@ -164,14 +175,18 @@ impl CtxGuard<'_> {
     }
 }
 
-/// Takes a free copy context (or waits for one), creating it on first use.
-pub(crate) fn acquire<'a>(s: &Shared, l: &'a Live, prefer: usize) -> Result<CtxGuard<'a>> {
+/// Takes a free copy context on `kind`'s queue (or waits for one), creating it on first use.
+pub(crate) fn acquire<'a>(s: &Shared, l: &'a Live, prefer: usize, kind: super::QueueKind) -> Result<CtxGuard<'a>> {
     // A borrowed device has no queues and no copy contexts.
     l.compute_queue()?;
-    let n = l.copy_ctxs.len();
+    let range = ctx_range(l, kind);
+    let n = range.len();
+    if n == 0 {
+        return Err(Error::unsupported(super::NO_QUEUES));
+    }
     let mut guard = None;
     for i in 0..n {
-        let k = (prefer + i) % n;
+        let k = range.start + (prefer + i) % n;
         if let Ok(g) = l.copy_ctxs[k].try_lock() {
             guard = Some((k, g));
             break;
@@ -179,7 +194,7 @@ pub(crate) fn acquire<'a>(s: &Shared, l: &'a Live, prefer: usize) -> Result<CtxG
     }
     let (k, mut g) = match guard {
         Some(x) => x,
-        None => (prefer % n, lock(&l.copy_ctxs[prefer % n])),
+        None => (range.start + prefer % n, lock(&l.copy_ctxs[range.start + prefer % n])),
     };
     if g.is_none() {
         *g = Some(CopyCtx::new(s, l, k)?);
@@ -309,12 +324,47 @@ pub(crate) struct Moved {
 /// Every `Staged` address range must be readable (h2d) or writable (d2h) for its length, and
 /// every `Direct` buffer must stay alive until this returns; the device ranges must lie in `dev`.
 pub(crate) unsafe fn execute(s: &Shared, l: &Live, dir: Dir, dev: vk::Buffer, pieces: &[Piece], prefer: usize) -> Result<Moved> {
-    let mut g = acquire(s, l, prefer)?;
+    let kind = match s.options.copy_queue {
+        super::QueueKind::Compute => super::QueueKind::Compute,
+        super::QueueKind::Copy => s.copy_choice.pick(dir, pieces.iter().map(|p| p.len).sum()),
+    };
+    // SAFETY: the caller's contract.
+    unsafe { execute_in(s, l, dir, dev, pieces, prefer, kind) }
+}
+
+/// [`execute`] on `kind`'s queue, whatever the device's choice (the queue measurement).
+///
+/// # Safety
+/// As for [`execute`].
+pub(crate) unsafe fn execute_on(
+    s: &Shared,
+    l: &Live,
+    dir: Dir,
+    dev: vk::Buffer,
+    pieces: &[Piece],
+    kind: super::QueueKind,
+) -> Result<Moved> {
+    // SAFETY: the caller's contract.
+    unsafe { execute_in(s, l, dir, dev, pieces, 0, kind) }
+}
+
+/// # Safety
+/// As for [`execute`].
+unsafe fn execute_in(
+    s: &Shared,
+    l: &Live,
+    dir: Dir,
+    dev: vk::Buffer,
+    pieces: &[Piece],
+    prefer: usize,
+    kind: super::QueueKind,
+) -> Result<Moved> {
+    let mut g = acquire(s, l, prefer, kind)?;
     let ctx = g.ctx();
     let batches = batches(pieces, ctx.chunk);
     let any_staged = pieces.iter().any(|p| matches!(p.host, HostSide::Staged { .. }));
     let staging = if any_staged { Some(ctx.staging(s, l)?) } else { None };
-    let queue = queue_of(s, l, ctx.queue)?;
+    let queue = queue_of(l, ctx.queue)?;
     let nslots = ctx.slots.len();
     let mut moved = Moved::default();
 
