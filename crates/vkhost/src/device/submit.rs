@@ -77,7 +77,7 @@ pub(crate) struct CopyCtx {
 /// Which queue a context submits to. Contexts `0..2n` (n copy-engine queues) submit to the
 /// copy engines, round robin; the last two to the compute queue (all of them when the device
 /// has no copy engines).
-fn queue_of<'a>(l: &'a Live, ctx_index: usize) -> Result<&'a Queue> {
+fn queue_of(l: &Live, ctx_index: usize) -> Result<&Queue> {
     let n = l.copy_queues.len();
     if ctx_index < 2 * n {
         Ok(&l.copy_queues[ctx_index % n])
