@@ -102,6 +102,8 @@ typedef enum {
   VKHOST_PATH_STAGED = 1,
   // Some of each (a range crossing registrations and gaps).
   VKHOST_PATH_MIXED = 2,
+  // A small write stored by the CPU into mapped device memory (no copy submitted).
+  VKHOST_PATH_MAPPED = 3,
 } vkhost_copy_path;
 
 // A device-local buffer (opaque): `vkhost_buffer_alloc`, freed by `vkhost_buffer_free`.

@@ -58,6 +58,22 @@ if [ "$what" = diagnose ]; then
   echo "== compute queue"; VKHOST_COPY_QUEUE=compute $v bench -t host_to_device_ce,device_to_host_ce,latency --no-costs --sizes 4K,1M,4M,256M,1G 2>&1 | grep -E "_ce|latency"
   echo "== copy queue";  $v bench -t latency --no-costs 2>&1 | grep -E "latency"
 fi
+if [ "$what" = tune ]; then
+  # Issue 10: BAR-mapped device buffers' device-side cost and the store/copy crossover; the
+  # staging ring's threads, chunk and slots; the queue measurement at open.
+  b=./.h200/bar_cost
+  for m in off auto; do echo "== bar_cost VKHOST_BAR_WRITES=$m"; VKHOST_BAR_WRITES=$m $b 2>&1 | tee -a "$OUT/tune.txt"; done
+  echo "== bar_cost, stores up to 1 MiB"; VKHOST_BAR_WRITES=auto VKHOST_BAR_WRITE_MAX=1048576 $b 2>&1 | grep KiB | tee -a "$OUT/tune.txt"
+  p=./.h200/plain_copy
+  for t in 8 16; do for c in 16777216 33554432; do for k in 3 6; do
+    echo "== pageable threads=$t chunk=$c slots=$k" | tee -a "$OUT/tune.txt"
+    VKHOST_STAGING_THREADS=$t VKHOST_STAGING_CHUNK=$c VKHOST_STAGING_SLOTS=$k $p pageable 1024 5 2>&1 | tee -a "$OUT/tune.txt"
+  done; done; done
+  VKHOST_STAGING_THREADS=16 $p pageable 256 10 2>&1 | tee -a "$OUT/tune.txt"
+  echo "== bench: latency, small ce copies, pageable"
+  $v bench -t latency,host_to_device_ce,device_to_host_ce --sizes 4K,64K,256K,1M,4M --no-costs 2>&1 | tee -a "$OUT/tune.txt" | grep -E "_ce|latency|copies|measured"
+  $v bench -t host_to_device_pageable,device_to_host_pageable --sizes 16M,256M,1G --no-costs --json "$OUT/pageable.json" 2>&1 | tee -a "$OUT/tune.txt" | grep -E "_ce"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi

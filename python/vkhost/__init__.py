@@ -82,8 +82,8 @@ __all__ = [
     "VulkanError",
 ]
 
-CopyPath = Literal["direct", "staged", "mixed"]
-_PATHS: tuple[CopyPath, ...] = ("direct", "staged", "mixed")
+CopyPath = Literal["direct", "staged", "mixed", "mapped"]
+_PATHS: tuple[CopyPath, ...] = ("direct", "staged", "mixed", "mapped")
 _DEVICE_TYPES = ("discrete", "integrated", "virtual", "cpu", "other")
 
 

@@ -176,6 +176,9 @@ impl vkhost_open_options {
             // Not in the C struct (its layout is the ABI): the Rust default, which the
             // environment (VKHOST_COPY_QUEUE=copy) can turn off.
             measure_copy_queues: OpenOptions::default().measure_copy_queues,
+            bar_writes: OpenOptions::default().bar_writes,
+            staging_threads: OpenOptions::default().staging_threads,
+            bar_write_max: OpenOptions::default().bar_write_max,
         })
     }
 }

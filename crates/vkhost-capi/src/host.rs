@@ -21,6 +21,8 @@ pub enum vkhost_copy_path {
     VKHOST_PATH_STAGED = 1,
     /// Some of each (a range crossing registrations and gaps).
     VKHOST_PATH_MIXED = 2,
+    /// A small write stored by the CPU into mapped device memory (no copy submitted).
+    VKHOST_PATH_MAPPED = 3,
 }
 
 impl From<CopyPath> for vkhost_copy_path {
@@ -29,6 +31,7 @@ impl From<CopyPath> for vkhost_copy_path {
             CopyPath::Direct => vkhost_copy_path::VKHOST_PATH_DIRECT,
             CopyPath::Staged => vkhost_copy_path::VKHOST_PATH_STAGED,
             CopyPath::Mixed => vkhost_copy_path::VKHOST_PATH_MIXED,
+            CopyPath::Mapped => vkhost_copy_path::VKHOST_PATH_MAPPED,
         }
     }
 }

@@ -445,6 +445,73 @@ fn multi_device(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result
     Ok(errors + a.validation_errors())
 }
 
+/// `DeviceBuffer::write` as CPU stores into mapped device memory (`BarWrites::On`, so every
+/// device with a DEVICE_LOCAL|HOST_VISIBLE type runs it): every size and offset of the matrix
+/// with guard bytes, and the ordering of stores between stream work on the same bytes.
+fn bar_writes(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
+    let dev = Device::open_with(index, &OpenOptions { bar_writes: vkhost::BarWrites::On, ..opts.clone() })?;
+    let max = dev.options().bar_write_max;
+    let dbuf = dev.alloc_buffer(7 + (1 << 20) + 3 + GUARD + 4096)?;
+    let mut row = Row { name: "bar writes (CPU stores), sizes x offsets".into(), passed: 0, total: 0, detail: String::new() };
+    let case = |len: usize, (hoff, doff): (usize, usize)| -> Result<()> {
+        let payload = pattern(len, len + hoff + 1);
+        let dguard = 0xC3u8;
+        dbuf.write(0, &vec![dguard; doff + len + GUARD])?;
+        let before = host::device_stats(&dev).mapped_bytes;
+        dbuf.write(doff, &payload)?;
+        let stored = host::device_stats(&dev).mapped_bytes - before;
+        let mut dv = vec![0u8; doff + len + GUARD];
+        dbuf.read(0, &mut dv)?;
+        let fail = |what: &str| -> Result<()> { Err(format!("{what} (len {len}, device offset {doff})").into()) };
+        if dv[..doff].iter().any(|&b| b != dguard) || dv[doff + len..].iter().any(|&b| b != dguard) {
+            fail("device guard bytes changed")
+        } else if dv[doff..doff + len] != payload[..] {
+            fail("payload mismatch")
+        } else if (len <= max) != (stored == len as u64) {
+            fail(&format!("{stored} bytes stored; stores apply up to {max}"))
+        } else {
+            Ok(())
+        }
+    };
+    for &len in &SIZES {
+        for &offs in &OFFSETS {
+            row.total += 1;
+            match case(len, offs) {
+                Ok(()) => row.passed += 1,
+                Err(e) if row.detail.is_empty() => row.detail = e.to_string(),
+                Err(_) => {}
+            }
+        }
+    }
+    rows.push(row);
+    // Stream work before a store on the same bytes lands first; work after it sees it.
+    let mut order = Row { name: "bar writes ordered with stream work".into(), passed: 0, total: 0, detail: String::new() };
+    if let Ok(s) = dev.stream() {
+        let n = 64 << 10;
+        let other = dev.alloc_buffer(n)?;
+        for round in 0..8u32 {
+            order.total += 1;
+            let want = pattern(4096, round as usize);
+            s.fill_async(&dbuf, 0, n, 0xBEEF_0000 | round)?;
+            dbuf.write(4096, &want)?;
+            s.copy_async(&dbuf, 0, &other, 0, n)?;
+            s.synchronize()?;
+            let mut got = vec![0u8; n];
+            other.read(0, &mut got)?;
+            let fill = (0xBEEF_0000u32 | round).to_le_bytes();
+            if got[4096..8192] == want[..] && got[..4096].chunks(4).chain(got[8192..].chunks(4)).all(|c| c == fill) {
+                order.passed += 1;
+            } else if order.detail.is_empty() {
+                order.detail = format!("round {round}: a store and stream work on the same bytes ran out of order");
+            }
+        }
+    }
+    rows.push(order);
+    drop(dbuf);
+    dev.destroy()?;
+    Ok(dev.validation_errors())
+}
+
 fn check_device(index: usize) -> Result<bool> {
     let mut opts = OpenOptions { validation: true, ..OpenOptions::default() };
     let dev = match Device::open_with(index, &opts) {
@@ -466,7 +533,10 @@ fn check_device(index: usize) -> Result<bool> {
     kernels(&dev, &mut rows)?;
     let left = entries_of(&dev);
     dev.destroy()?;
-    let errors = dev.validation_errors() + teardown(index, &opts, &mut rows)? + multi_device(index, &opts, &mut rows)?;
+    let errors = dev.validation_errors()
+        + teardown(index, &opts, &mut rows)?
+        + multi_device(index, &opts, &mut rows)?
+        + bar_writes(index, &opts, &mut rows)?;
     rows.push(Row {
         name: "registry empty at the end".into(),
         passed: usize::from(left == 0),

@@ -18,6 +18,11 @@ use std::sync::Arc;
 /// Synchronous copies ([`DeviceBuffer::write`], [`DeviceBuffer::read`]) first wait for stream
 /// work already enqueued on the buffer, as a CUDA user expects of the legacy default stream:
 /// a `read` after `fill_async` sees the fill.
+///
+/// On a discrete GPU with a full BAR (see [`BarWrites`](crate::BarWrites)) the buffer lives in
+/// mapped VRAM, and a `write` of at most [`OpenOptions::bar_write_max`](crate::OpenOptions::bar_write_max)
+/// bytes is a CPU store into the mapping, after that wait: no submission, no DMA. Reads are
+/// always copies (the CPU reads the BAR at 0.03 GB/s).
 pub struct DeviceBuffer {
     pub(crate) shared: Arc<Shared>,
     pub(crate) res: Arc<Resource>,
@@ -43,7 +48,13 @@ impl DeviceBuffer {
             return Err(Error::invalid("device buffer of zero bytes"));
         }
         let l = s.live()?;
-        let b = s.alloc_bound(&l, len as u64, USAGE, memtype::device_local, false)?;
+        // Mapped VRAM where small writes are CPU stores (`OpenOptions::bar_writes`); if that type
+        // cannot hold this buffer (its bits, or its memory is full), ordinary VRAM.
+        let mapped = if s.mapped_buffers { s.alloc_bound(&l, len as u64, USAGE, memtype::device_mapped, true).ok() } else { None };
+        let b = match mapped {
+            Some(b) => b,
+            None => s.alloc_bound(&l, len as u64, USAGE, memtype::device_local, false)?,
+        };
         let res = Resource::new(s, BufferObj::new(s, b, len as u64));
         Ok(DeviceBuffer { shared: s.clone(), res, len })
     }

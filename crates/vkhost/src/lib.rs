@@ -109,6 +109,7 @@ pub mod fault;
 pub mod host;
 pub mod kernel;
 pub mod memtype;
+mod par;
 mod resource;
 mod stream;
 mod track;
@@ -126,7 +127,8 @@ pub use buffer::DeviceBuffer;
 pub use device::info::{fmt_bytes, ApiVersion, DeviceInfo, DeviceType, MemoryHeap, MemoryType, QueueFamily};
 pub use device::queues::{CopyQueues, QueueFigures};
 pub use device::{
-    devices, BorrowedDevice, Device, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership, QueueKind, RawDevice,
+    devices, BarWrites, BorrowedDevice, Device, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership, QueueKind,
+    RawDevice,
 };
 pub use error::{Error, Result};
 pub use host::range::{broadcast, gather, HostRange};

@@ -86,6 +86,29 @@ pub fn device_local(types: &[F], bits: u32) -> Option<Choice> {
     tiers.iter().find_map(|(want, reason)| first(types, bits, want).map(|index| Choice { index, reason }))
 }
 
+/// Memory for a device buffer that synchronous writes may store into with the CPU (the BAR
+/// window of a discrete GPU with a full BAR, or UMA memory): DEVICE_LOCAL|HOST_VISIBLE|
+/// HOST_COHERENT (coherent: vkhost never flushes), preferring not HOST_CACHED (on a GPU the
+/// window is write-combined either way). `None` when no allowed type is such.
+pub fn device_mapped(types: &[F], bits: u32) -> Option<Choice> {
+    let want = F::DEVICE_LOCAL | HOST_VC;
+    let tiers: [(&dyn Fn(F) -> bool, &'static str); 2] = [
+        (&|f: F| f.contains(want) && !f.contains(F::HOST_CACHED), "device-local, mapped for CPU stores"),
+        (&|f: F| f.contains(want), "device-local, mapped for CPU stores (cached)"),
+    ];
+    tiers.iter().find_map(|(want, reason)| first(types, bits, want).map(|index| Choice { index, reason }))
+}
+
+/// Whether the device's mapped VRAM type spans its VRAM: a DEVICE_LOCAL|HOST_VISIBLE|
+/// HOST_COHERENT type on the same heap as a DEVICE_LOCAL type that is not host-visible (a "full
+/// BAR", as on the H200, where type 4 maps all 143 GB of heap 0). A small BAR window lives on a
+/// heap of its own (256 MiB, typically) and does not count. `types` are (flags, heap) pairs.
+pub fn full_bar(types: &[(F, u32)]) -> bool {
+    let vram_heaps: Vec<u32> =
+        types.iter().filter(|(f, _)| f.contains(F::DEVICE_LOCAL) && !f.contains(F::HOST_VISIBLE)).map(|&(_, h)| h).collect();
+    types.iter().any(|(f, h)| f.contains(F::DEVICE_LOCAL | HOST_VC) && vram_heaps.contains(h))
+}
+
 /// The BAR window: DEVICE_LOCAL|HOST_VISIBLE on a device that also has non-host-visible
 /// DEVICE_LOCAL memory (so it is a window, not UMA memory). Used by `vkhost bench --path bar`.
 pub fn bar_window(types: &[F]) -> Option<u32> {
@@ -99,6 +122,21 @@ pub fn bar_window(types: &[F]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn full_bar_is_a_mapped_type_on_the_vram_heap() {
+        let with_heaps: Vec<(F, u32)> = h200().into_iter().zip([1, 0, 1, 1, 0]).collect();
+        assert!(full_bar(&with_heaps));
+        assert_eq!(device_mapped(&h200(), u32::MAX).map(|c| c.index), Some(4));
+        // A 256 MiB window on a heap of its own (heap 2) is not a full BAR.
+        let small: Vec<(F, u32)> = h200().into_iter().zip([1, 0, 1, 1, 2]).collect();
+        assert!(!full_bar(&small));
+        // UMA: no VRAM type that is not host-visible, so no BAR at all.
+        let uma = [(F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_COHERENT | F::HOST_CACHED, 0)];
+        assert!(!full_bar(&uma));
+        assert_eq!(device_mapped(&[uma[0].0], 1).map(|c| c.index), Some(0));
+        assert_eq!(device_mapped(&h200(), 0b0010), None);
+    }
 
     /// The H200's types, from ../shared/GPU.md.
     fn h200() -> Vec<F> {

@@ -1,5 +1,8 @@
-//! `latency_host_to_device`, `latency_device_to_host`: one synchronous copy from or to pinned
-//! memory at small sizes, where the submission and the wait, not the bus, set the time.
+//! `latency_host_to_device`, `latency_device_to_host`: one synchronous `DeviceBuffer::write` or
+//! `read` from or to pinned memory at small sizes, where the submission and the wait, not the
+//! bus, set the time: what a user's program gets. A write is CPU stores into the BAR where
+//! vkhost uses them (`BarWrites`, noted `path mapped` on the point); the submitted copy's
+//! latency is the `host_to_device_ce` testcase at the same sizes.
 
 use super::testcase::LATENCY_SIZES;
 use super::{measure, point, point::pattern, Ctx, DirKind};
@@ -38,6 +41,7 @@ pub(super) fn latency(cx: &mut Ctx, dirs: &[DirKind]) -> Result<()> {
                 got.copy_from_slice(&host[..n]);
             }
             let ok = cx.check(&what, &got, &want);
+            let before = vkhost::host::device_stats(&dev).mapped_bytes;
             let iters = cx.iters.max(MIN_ITERS);
             let s = match dir {
                 DirKind::H2d => measure(iters, cx.budget, || Ok(dbuf.write(0, &host[..n])?))?,
@@ -45,6 +49,9 @@ pub(super) fn latency(cx: &mut Ctx, dirs: &[DirKind]) -> Result<()> {
             };
             let mut p = point("vulkan", "latency", "pinned", dir.name(), size, size, s);
             p.verified = Some(ok);
+            if vkhost::host::device_stats(&dev).mapped_bytes > before {
+                p.note = "path mapped (CPU stores into the BAR)".into();
+            }
             cx.push(p);
         }
     }

@@ -149,6 +149,16 @@ pub struct Args {
     /// write a buffer twice the last-level cache so no iteration finds its data in cache.
     #[arg(long)]
     flush_cache: bool,
+    /// Threads that memcpy through staging on the pageable path (OpenOptions::staging_threads;
+    /// default: the library's, VKHOST_STAGING_THREADS or the cores up to 16).
+    #[arg(long)]
+    staging_threads: Option<usize>,
+    /// Bytes per staging chunk (OpenOptions::staging_chunk), e.g. 16M.
+    #[arg(long)]
+    staging_chunk: Option<String>,
+    /// Staging chunks in flight (OpenOptions::staging_slots).
+    #[arg(long)]
+    staging_slots: Option<usize>,
     /// Pin every thread to these CPUs (0-3,8) or `none`. Default: the CPUs local to the
     /// device's NUMA node where sysfs says which they are, else no pinning.
     #[arg(long, value_name = "LIST")]
@@ -289,7 +299,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Some(f) => Some(compare::load(f)?),
         None => None,
     };
-    let opts = OpenOptions { validation: false, ..OpenOptions::default() };
+    let mut opts = OpenOptions { validation: false, ..OpenOptions::default() };
+    if let Some(t) = a.staging_threads {
+        opts.staging_threads = t;
+    }
+    if let Some(c) = &a.staging_chunk {
+        opts.staging_chunk = parse_size(c)? as usize;
+    }
+    if let Some(n) = a.staging_slots {
+        opts.staging_slots = n;
+    }
     let dev = match a.device {
         Some(i) => Device::open_with(i, &opts)?,
         None => Device::open_default_with(&opts)?,
@@ -452,6 +471,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
         "iters": iters,
         "warmup_iters": 1,
         "budget_s": budget.as_secs_f64(),
+        "staging": json!({
+            "threads": dev.options().staging_threads,
+            "chunk_bytes": dev.options().staging_chunk,
+            "slots": dev.options().staging_slots,
+        }),
         "flush_cache_bytes": cx.flush.as_ref().map(|_| flush_bytes),
         "unstable_spread": crate::stats::UNSTABLE_SPREAD,
         "failures": cx.failures,

@@ -183,8 +183,16 @@ fn check_and_measure(
     if ran.iter().any(|&r| r != expect) {
         note = format!("copy path {ran:?}, expected {expect:?}");
     }
+    let cpu0 = super::point::cpu_seconds();
     let s = match dir {
-        DirKind::H2d => measure_with(cx.iters, cx.budget, || flush_cache(flush), || Ok(dbuf[0].write(0, src)?))?,
+        // A submitted copy (the copy engines, "ce"), never DeviceBuffer::write's CPU stores.
+        // SAFETY: `src` is a live slice of n bytes for the whole measurement.
+        DirKind::H2d => measure_with(
+            cx.iters,
+            cx.budget,
+            || flush_cache(flush),
+            || Ok(unsafe { host::copy_to_device(&cx.dev, src.as_ptr(), n, &dbuf[0], 0) }.map(|_| ())?),
+        )?,
         DirKind::D2h => measure_with(cx.iters, cx.budget, || flush_cache(flush), || Ok(dbuf[1].read(0, dst)?))?,
         DirKind::Bidir => {
             for (i, pair) in cx.bidir_queues.clone().iter().enumerate() {
@@ -207,9 +215,13 @@ fn check_and_measure(
             return Ok(());
         }
     };
+    // CPU cost: the process's CPU seconds over the measurement (warm-up included) per copy, and
+    // as cores busy during a copy (a spinning wait is one core; staging adds its threads).
+    let cpu = (super::point::cpu_seconds() - cpu0) / (s.n + 1) as f64;
     let mut p = point("vulkan", "copy", path.name(), dir.name(), size, size, s);
     p.verified = Some(ok);
     p.note = note;
+    p.extra = serde_json::json!({ "cpu_s_per_copy": cpu, "cpu_cores": cpu / p.s.mean.max(1e-12) });
     cx.push(p);
     Ok(())
 }

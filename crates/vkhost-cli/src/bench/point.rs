@@ -56,6 +56,18 @@ pub fn measure_with(iters: usize, budget: Duration, mut between: impl FnMut(), m
     summarize(&t).ok_or_else(|| "no samples".into())
 }
 
+/// CPU time of the whole process (every thread, user + system), in seconds.
+pub fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct it is given; a zeroed rusage is a valid value.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut r) } != 0 {
+        return 0.0;
+    }
+    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 * 1e-6;
+    t(r.ru_utime) + t(r.ru_stime)
+}
+
 pub(super) fn pattern(buf: &mut [u8], seed: u64) {
     let mut x = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
     for c in buf.chunks_mut(8) {

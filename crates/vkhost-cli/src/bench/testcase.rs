@@ -73,12 +73,12 @@ pub const TESTCASES: &[Testcase] = &[
     Testcase {
         name: "latency_host_to_device",
         work: Work::Latency(H2d),
-        about: "one synchronous pinned copy to device, 256 B to 64 KiB, in us",
+        about: "one synchronous DeviceBuffer::write from pinned memory, 256 B to 64 KiB, in us (BAR stores where used)",
     },
     Testcase {
         name: "latency_device_to_host",
         work: Work::Latency(D2h),
-        about: "one synchronous pinned copy to host, 256 B to 64 KiB, in us",
+        about: "one synchronous DeviceBuffer::read into pinned memory, 256 B to 64 KiB, in us",
     },
     Testcase {
         name: "small_async",

@@ -47,6 +47,9 @@ pub(crate) struct BufferObj {
     /// What must outlive the memory (the host mapping an import was made from, when vkhost
     /// made it): dropped only after the memory is freed.
     backing: Option<Backing>,
+    /// Where the memory is mapped, for buffers allocated mapped (pinned blocks, staging, device
+    /// buffers in mapped VRAM): valid while the memory exists (see [`BufferObj::mapped`]).
+    map: Option<super::SendPtr>,
 }
 
 /// Something that must outlive a `BufferObj`'s memory.
@@ -69,7 +72,15 @@ impl BufferObj {
             size,
             memory: Mutex::new(Some(b.memory)),
             backing: None,
+            map: b.ptr,
         }
+    }
+
+    /// The mapping of the memory, if it was allocated mapped. Using it is sound only while the
+    /// memory exists: the caller holds the device's `live` guard (so teardown cannot free it)
+    /// and a reference to the owner of this object (so its drop cannot), and checks [`alive`](Self::alive).
+    pub(crate) fn mapped(&self) -> Option<std::ptr::NonNull<u8>> {
+        self.map.map(|p| p.0)
     }
 
     /// Keeps `backing` alive until the memory is freed.

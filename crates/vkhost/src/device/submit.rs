@@ -248,33 +248,13 @@ pub(crate) fn wait_fence(s: &Shared, l: &Live, fence: vk::Fence, spin: Duration)
     }
 }
 
-/// memcpy, split over threads when large: one core moves ~10 GB/s, the bus far more.
+/// memcpy, split over up to `threads` threads when large ([`crate::par`]).
 ///
 /// # Safety
 /// `src` is readable and `dst` writable for `len` bytes, and they do not overlap.
-pub(crate) unsafe fn par_copy(dst: *mut u8, src: *const u8, len: usize) {
-    const PER_THREAD: usize = 2 << 20;
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
-    let parts = (len / PER_THREAD).clamp(1, threads);
-    if parts <= 1 {
-        // SAFETY: the caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
-        return;
-    }
-    let step = len.div_ceil(parts);
-    let (d, sr) = (dst as usize, src as usize);
-    std::thread::scope(|sc| {
-        for i in 1..parts {
-            let off = i * step;
-            let n = step.min(len - off);
-            sc.spawn(move || {
-                // SAFETY: disjoint sub-ranges of the caller's ranges; the scope joins before return.
-                unsafe { std::ptr::copy_nonoverlapping((sr + off) as *const u8, (d + off) as *mut u8, n) }
-            });
-        }
-        // SAFETY: the first sub-range, on this thread.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, step.min(len)) };
-    });
+pub(crate) unsafe fn par_copy(dst: *mut u8, src: *const u8, len: usize, threads: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { crate::par::copy(dst, src, len, threads) }
 }
 
 fn batches(pieces: &[Piece], chunk: u64) -> Vec<Vec<Op>> {
@@ -423,7 +403,7 @@ fn complete(s: &Shared, l: &Live, slot: &mut Slot, staging: Option<SendPtr>) -> 
         for (soff, addr, len) in outs {
             // SAFETY: the fence signalled, so the device's writes to staging are complete and
             // (through the barrier to HOST) visible; `addr` is writable per `execute`'s contract.
-            unsafe { par_copy(addr as *mut u8, st.0.as_ptr().add(soff as usize), len as usize) };
+            unsafe { par_copy(addr as *mut u8, st.0.as_ptr().add(soff as usize), len as usize, s.options.staging_threads) };
         }
     }
     Ok(())
@@ -499,7 +479,14 @@ unsafe fn submit_batch(
             if let (OpSrc::Staged { addr, staging_off }, Some((_, st))) = (op.src, staging) {
                 // SAFETY: `addr` is readable for op.len (execute's contract); the staging slot is
                 // idle (its previous submission was completed) and large enough (batches()).
-                unsafe { par_copy(st.0.as_ptr().add((base + staging_off) as usize), addr as *const u8, op.len as usize) };
+                unsafe {
+                    par_copy(
+                        st.0.as_ptr().add((base + staging_off) as usize),
+                        addr as *const u8,
+                        op.len as usize,
+                        s.options.staging_threads,
+                    )
+                };
             }
         }
     }
@@ -591,7 +578,7 @@ mod tests {
         let src: Vec<u8> = (0..(9 << 20)).map(|i| (i * 7 % 251) as u8).collect();
         let mut dst = vec![0u8; src.len()];
         // SAFETY: distinct vectors of equal length.
-        unsafe { par_copy(dst.as_mut_ptr(), src.as_ptr(), src.len()) };
+        unsafe { par_copy(dst.as_mut_ptr(), src.as_ptr(), src.len(), 8) };
         assert_eq!(src, dst);
     }
 }

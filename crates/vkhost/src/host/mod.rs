@@ -119,6 +119,7 @@ fn registry() -> std::sync::MutexGuard<'static, Reg> {
 
 static DIRECT: AtomicU64 = AtomicU64::new(0);
 static STAGED: AtomicU64 = AtomicU64::new(0);
+static MAPPED: AtomicU64 = AtomicU64::new(0);
 
 /// What ran for a copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +130,9 @@ pub enum CopyPath {
     Staged,
     /// Some of each.
     Mixed,
+    /// A small write stored by the CPU into mapped device memory: no copy was submitted (see
+    /// [`BarWrites`](crate::BarWrites)).
+    Mapped,
 }
 
 /// Copy-path counters and registry sizes.
@@ -138,6 +142,8 @@ pub struct HostStats {
     pub direct_bytes: u64,
     /// Bytes copied through staging memory.
     pub staged_bytes: u64,
+    /// Bytes written by CPU stores into mapped device memory ([`CopyPath::Mapped`]).
+    pub mapped_bytes: u64,
     /// Live registrations (imports whose device is alive).
     pub live_imports: usize,
     /// Live pinned blocks (whose device is alive).
@@ -169,7 +175,13 @@ fn count(reg: &Reg, dev: Option<crate::DeviceId>) -> (usize, usize) {
 /// Process-wide counters: bytes by path since start, and live entries now.
 pub fn stats() -> HostStats {
     let (live_imports, live_pinned) = count(&registry(), None);
-    HostStats { direct_bytes: DIRECT.load(Ordering::Relaxed), staged_bytes: STAGED.load(Ordering::Relaxed), live_imports, live_pinned }
+    HostStats {
+        direct_bytes: DIRECT.load(Ordering::Relaxed),
+        staged_bytes: STAGED.load(Ordering::Relaxed),
+        mapped_bytes: MAPPED.load(Ordering::Relaxed),
+        live_imports,
+        live_pinned,
+    }
 }
 
 /// The same counters for one device only (bytes by path through this device).
@@ -178,6 +190,7 @@ pub fn device_stats(dev: &Device) -> HostStats {
     HostStats {
         direct_bytes: dev.shared.direct_bytes.load(Ordering::Relaxed),
         staged_bytes: dev.shared.staged_bytes.load(Ordering::Relaxed),
+        mapped_bytes: dev.shared.mapped_bytes.load(Ordering::Relaxed),
         live_imports,
         live_pinned,
     }
@@ -493,12 +506,15 @@ pub(crate) fn cover(s: &Shared, addr: usize, len: usize) -> Option<Cover> {
 /// entry's buffer, no staging, no memcpy. Bytes in several entries and gaps: covered pieces go
 /// direct, gaps are staged, in one submission where the gaps fit a staging chunk.
 ///
+/// Always a submitted copy (the copy engines or the compute queue), never CPU stores into
+/// mapped device memory: that is [`DeviceBuffer::write`]'s fast path for small writes.
+///
 /// # Safety
 /// `src` must be readable for `len` bytes for the duration of the call.
 pub unsafe fn copy_to_device(dev: &Device, src: *const u8, len: usize, dst: &DeviceBuffer, dst_offset: usize) -> Result<CopyPath> {
     same_device(dev, dst)?;
     // SAFETY: forwarded contract.
-    unsafe { copy_to_device_impl(&dev.shared, src, len, dst, dst_offset) }
+    unsafe { copy(&dev.shared, Dir::ToDevice, src as usize, len, dst, dst_offset, false) }
 }
 
 /// Copies `len` bytes from `src` at `src_offset` to host `dst`, synchronously; direct where
@@ -522,16 +538,18 @@ fn same_device(dev: &Device, b: &DeviceBuffer) -> Result<()> {
 
 /// # Safety
 /// `src` readable for `len` bytes during the call.
+/// `DeviceBuffer::write`'s copy: CPU stores into mapped device memory where the buffer has it
+/// and `len` is at most `bar_write_max`, else [`copy_to_device`]'s.
 pub(crate) unsafe fn copy_to_device_impl(s: &Shared, src: *const u8, len: usize, dst: &DeviceBuffer, off: usize) -> Result<CopyPath> {
     // SAFETY: forwarded contract.
-    unsafe { copy(s, Dir::ToDevice, src as usize, len, dst, off) }
+    unsafe { copy(s, Dir::ToDevice, src as usize, len, dst, off, true) }
 }
 
 /// # Safety
 /// `dst` writable for `len` bytes during the call.
 pub(crate) unsafe fn copy_to_host_impl(s: &Shared, src: &DeviceBuffer, off: usize, dst: *mut u8, len: usize) -> Result<CopyPath> {
     // SAFETY: forwarded contract.
-    unsafe { copy(s, Dir::ToHost, dst as usize, len, src, off) }
+    unsafe { copy(s, Dir::ToHost, dst as usize, len, src, off, false) }
 }
 
 /// A plan: pieces, and holds on the resources its direct pieces name (see `crate::track`):
@@ -596,7 +614,9 @@ pub(crate) fn check_host_range(addr: usize, len: usize) -> Result<()> {
     Ok(())
 }
 
-unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer, off: usize) -> Result<CopyPath> {
+/// # Safety
+/// The host range is readable (h2d) or writable (d2h) for `len` bytes during the call.
+unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer, off: usize, stores: bool) -> Result<CopyPath> {
     if buf.shared.id != s.id {
         return Err(Error::invalid("the device buffer belongs to another device"));
     }
@@ -608,6 +628,21 @@ unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer
     }
     // Stream work already enqueued on the buffer comes first (see `DeviceBuffer`).
     buf.res.settle(&l);
+    if stores && dir == Dir::ToDevice && len <= s.options.bar_write_max {
+        if let Some(map) = buf.res.obj.mapped().filter(|_| buf.res.obj.alive()) {
+            // SAFETY: the source is readable for `len` (the caller's contract); the destination
+            // is the buffer's mapping at `off`, in range (checked above), alive while we hold
+            // `l` (teardown takes it exclusively) and `buf` (its owner); every device access to
+            // the buffer enqueued before this call completed (`settle`), and work submitted
+            // after it sees the stores (HOST_COHERENT memory; a submission makes earlier host
+            // writes visible). Host memory that is itself mapped device memory is fine: they
+            // are different bytes unless the caller passed the buffer's own mapping, which it
+            // cannot get.
+            unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, map.as_ptr().add(off), len) };
+            record_mapped(s, len as u64);
+            return Ok(CopyPath::Mapped);
+        }
+    }
     let p = plan(s, addr, len, off as u64);
     // SAFETY: staged host ranges are the caller's (readable or writable per the contract); the
     // direct buffers are held (and owned through `p.held`) until this returns; device ranges
@@ -615,6 +650,15 @@ unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer
     let moved = unsafe { submit::execute(s, &l, dir, buf.raw(), &p.pieces, thread_hint()) }?;
     record(s, moved.direct, moved.staged);
     Ok(path_of(&p.pieces))
+}
+
+/// Counts a write done by CPU stores into mapped device memory.
+fn record_mapped(s: &Shared, bytes: u64) {
+    if s.probing.load(Ordering::Relaxed) {
+        return;
+    }
+    MAPPED.fetch_add(bytes, Ordering::Relaxed);
+    s.mapped_bytes.fetch_add(bytes, Ordering::Relaxed);
 }
 
 pub(crate) fn record(s: &Shared, direct: u64, staged: u64) {

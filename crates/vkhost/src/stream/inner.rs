@@ -245,7 +245,14 @@ impl StreamInner {
                     // SAFETY: the device finished writing this ring range (value completed, and
                     // the batch ends with a transfer → host barrier); `addr` is the caller's
                     // writable memory, valid until synchronize/wait per the async contract.
-                    unsafe { par_copy(c.addr as *mut u8, p.0.as_ptr().add(c.ring_off as usize), c.len as usize) };
+                    unsafe {
+                        par_copy(
+                            c.addr as *mut u8,
+                            p.0.as_ptr().add(c.ring_off as usize),
+                            c.len as usize,
+                            self.shared.options.staging_threads,
+                        )
+                    };
                 }
             }
         }

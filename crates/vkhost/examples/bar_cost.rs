@@ -1,0 +1,76 @@
+//! Does a device buffer in mapped VRAM (the BAR window, `BarWrites`) cost device-side
+//! bandwidth? And where do CPU stores stop beating a submitted copy?
+//!
+//!     VKHOST_BAR_WRITES=off  cargo run --release --example bar_cost
+//!     VKHOST_BAR_WRITES=auto cargo run --release --example bar_cost
+//!
+//! Prints, for device buffers placed by the environment's choice: device-to-device copy
+//! bandwidth (stream copy, 256 MiB), h2d / d2h DMA from pinned memory (256 MiB), a compute
+//! kernel's fill bandwidth over the buffer, and the median time of `DeviceBuffer::write` against
+//! a submitted copy (`host::copy_to_device`) at 4 KiB to 1 MiB.
+
+use std::time::Instant;
+use vkhost::{host, Device, PinnedBuffer};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn time(n: usize, mut f: impl FnMut() -> vkhost::Result<()>) -> vkhost::Result<f64> {
+    f()?;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        f()?;
+        v.push(t.elapsed().as_secs_f64());
+    }
+    Ok(median(v))
+}
+
+fn main() -> vkhost::Result<()> {
+    let dev = Device::open_default()?;
+    let big = 256 << 20;
+    let a = dev.alloc_buffer(big)?;
+    let b = dev.alloc_buffer(big)?;
+    let mapped = {
+        let before = host::device_stats(&dev).mapped_bytes;
+        a.write(0, &[1u8; 64])?;
+        host::device_stats(&dev).mapped_bytes > before
+    };
+    println!("{} ({}), device buffers mapped for CPU stores: {mapped}", dev.info().name, dev.info().driver_name);
+    let s = dev.stream()?;
+    let gb = |bytes: usize, t: f64| bytes as f64 / t / 1e9;
+    let t = time(10, || {
+        s.copy_async(&a, 0, &b, 0, big)?;
+        s.synchronize()
+    })?;
+    println!("d2d copy 256 MiB: {:.1} GB/s (read + write counted once)", gb(big, t));
+    let t = time(10, || {
+        s.fill_async(&a, 0, big, 0x1234_5678)?;
+        s.synchronize()
+    })?;
+    println!("fill 256 MiB: {:.1} GB/s", gb(big, t));
+    let mut p = PinnedBuffer::new(&dev, big)?;
+    p.fill(3);
+    // SAFETY: the pinned block outlives every copy.
+    let t = time(10, || unsafe { host::copy_to_device(&dev, p.as_ptr(), big, &a, 0) }.map(|_| ()))?;
+    println!("h2d DMA 256 MiB: {:.1} GB/s", gb(big, t));
+    let t = time(10, || a.read(0, &mut p))?;
+    println!("d2h DMA 256 MiB: {:.1} GB/s", gb(big, t));
+    for n in [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20] {
+        let w = time(200, || a.write(0, &p[..n]))?;
+        // SAFETY: as above.
+        let c = time(200, || unsafe { host::copy_to_device(&dev, p.as_ptr(), n, &a, 0) }.map(|_| ()))?;
+        println!("{:>5} KiB: DeviceBuffer::write {:8.2} us, submitted copy {:8.2} us", n >> 10, w * 1e6, c * 1e6);
+    }
+    let mut back = vec![0u8; 4096];
+    a.write(0, &[0xA5; 4096])?;
+    a.read(0, &mut back)?;
+    if back.iter().any(|&x| x != 0xA5) {
+        eprintln!("FAIL: a 4 KiB write did not read back");
+        std::process::exit(2);
+    }
+    drop((a, b, p, s));
+    dev.destroy()
+}

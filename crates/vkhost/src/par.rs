@@ -1,0 +1,174 @@
+//! Parallel memcpy for the staged (pageable) paths: one core moves ~10 GB/s, the bus far more.
+//!
+//! A process-wide pool of worker threads, started on first use and grown to the largest thread
+//! count asked for (at most [`MAX_THREADS`]). [`copy`] splits a copy into parts of at least
+//! [`MIN_PART`] bytes, queues all but the first, copies the first on the calling thread, and
+//! returns only once every part is done: the wait is in the function body, so nothing here
+//! rests on a destructor running. Spawning threads per copy instead cost 10–20 µs a thread,
+//! which at 16 threads is a third of the time a 16 MiB chunk takes to copy at 40 GB/s.
+//! Pure host code: no Vulkan.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+
+/// The most threads one copy uses (and the pool holds).
+pub const MAX_THREADS: usize = 64;
+/// No part is smaller than this: below it a thread's wake-up costs more than it saves.
+pub const MIN_PART: usize = 1 << 20;
+
+/// One part of a copy: raw addresses (the caller of [`copy`] keeps them valid until it
+/// returns) and the copy's completion counter.
+struct Job {
+    dst: usize,
+    src: usize,
+    len: usize,
+    done: Arc<Done>,
+}
+
+/// Parts left of one copy.
+struct Done {
+    left: Mutex<usize>,
+    cv: Condvar,
+}
+
+struct Pool {
+    queue: Mutex<(VecDeque<Job>, usize)>,
+    cv: Condvar,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn pool() -> &'static Pool {
+    static P: OnceLock<Pool> = OnceLock::new();
+    P.get_or_init(|| Pool { queue: Mutex::new((VecDeque::new(), 0)), cv: Condvar::new() })
+}
+
+impl Pool {
+    /// Starts workers until there are `n` (bounded by MAX_THREADS); a failed spawn leaves fewer,
+    /// and the caller's own thread still does every part nobody takes.
+    fn grow(&'static self, n: usize) {
+        let mut q = lock(&self.queue);
+        while q.1 < n.min(MAX_THREADS) {
+            let spawned = std::thread::Builder::new().name("vkhost-memcpy".into()).spawn(move || self.work());
+            if spawned.is_err() {
+                break;
+            }
+            q.1 += 1;
+        }
+    }
+
+    fn work(&self) {
+        loop {
+            let job = {
+                let mut q = lock(&self.queue);
+                loop {
+                    if let Some(j) = q.0.pop_front() {
+                        break j;
+                    }
+                    q = self.cv.wait(q).unwrap_or_else(PoisonError::into_inner);
+                }
+            };
+            run(job);
+        }
+    }
+}
+
+fn run(job: Job) {
+    // SAFETY: `copy`'s caller guarantees both ranges for the whole call, and `copy` does not
+    // return before this part's completion is counted below; parts are disjoint.
+    unsafe { std::ptr::copy_nonoverlapping(job.src as *const u8, job.dst as *mut u8, job.len) };
+    let mut left = lock(&job.done.left);
+    *left -= 1;
+    if *left == 0 {
+        job.done.cv.notify_all();
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst` using up to `threads` threads (the caller's included).
+///
+/// # Safety
+/// `src` is readable and `dst` writable for `len` bytes until this returns, and they do not
+/// overlap.
+pub(crate) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize, threads: usize) {
+    let parts = (len / MIN_PART).clamp(1, threads.clamp(1, MAX_THREADS));
+    if parts <= 1 {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+        return;
+    }
+    let p = pool();
+    p.grow(parts - 1);
+    let step = len.div_ceil(parts).next_multiple_of(64);
+    let done = Arc::new(Done { left: Mutex::new(0), cv: Condvar::new() });
+    {
+        let mut q = lock(&p.queue);
+        let mut off = step;
+        while off < len {
+            let n = step.min(len - off);
+            q.0.push_back(Job { dst: dst as usize + off, src: src as usize + off, len: n, done: done.clone() });
+            *lock(&done.left) += 1;
+            off += step;
+        }
+    }
+    p.cv.notify_all();
+    // SAFETY: the first part, on this thread; disjoint from the queued ones.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, step.min(len)) };
+    // Parts no worker has taken yet are ours too: never wait on a worker that is not there.
+    loop {
+        let job = {
+            let mut q = lock(&p.queue);
+            let i = q.0.iter().position(|j| Arc::ptr_eq(&j.done, &done));
+            i.and_then(|i| q.0.remove(i))
+        };
+        match job {
+            Some(j) => run(j),
+            None => break,
+        }
+    }
+    let mut left = lock(&done.left);
+    while *left > 0 {
+        left = done.cv.wait(left).unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
+/// The default thread count for staged copies: the machine's cores, at most 16 (on the H200's
+/// 16 cores a prototype moved 46.8 GB/s h2d through a pinned ring with 16 threads).
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_every_byte_with_any_thread_count() {
+        for (len, threads) in [(0, 4), (1, 4), ((1 << 20) - 1, 8), ((9 << 20) + 13, 1), ((9 << 20) + 13, 3), ((9 << 20) + 13, 64)] {
+            let src: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            let mut dst = vec![0u8; len];
+            // SAFETY: distinct vectors of equal length.
+            unsafe { copy(dst.as_mut_ptr(), src.as_ptr(), len, threads) };
+            assert!(src == dst, "len {len}, threads {threads}");
+        }
+    }
+
+    #[test]
+    fn concurrent_copies_do_not_mix() {
+        std::thread::scope(|s| {
+            for t in 0..4u8 {
+                s.spawn(move || {
+                    let src = vec![t + 1; 5 << 20];
+                    let mut dst = vec![0u8; src.len()];
+                    for _ in 0..5 {
+                        // SAFETY: distinct vectors of equal length.
+                        unsafe { copy(dst.as_mut_ptr(), src.as_ptr(), src.len(), 8) };
+                        assert!(dst.iter().all(|&b| b == t + 1));
+                        dst.fill(0);
+                    }
+                });
+            }
+        });
+    }
+}

@@ -1,0 +1,102 @@
+//! Small synchronous writes as CPU stores into mapped device memory (`BarWrites`), validation
+//! on. Lavapipe's only memory type is DEVICE_LOCAL|HOST_VISIBLE|HOST_COHERENT, so `On` maps
+//! every device buffer there, as `Auto` does on a discrete GPU with a full BAR.
+
+mod common;
+use common::*;
+use vkhost::{host, BarWrites, CopyPath, OpenOptions};
+
+fn bar_on() -> OpenOptions {
+    OpenOptions { bar_writes: BarWrites::On, ..opts() }
+}
+
+fn mapped(d: &vkhost::Device) -> u64 {
+    host::device_stats(d).mapped_bytes
+}
+
+#[test]
+fn small_writes_are_stores_and_round_trip() {
+    let Some(d) = device_with(bar_on()) else { return };
+    let max = d.options().bar_write_max;
+    let buf = d.alloc_buffer(2 * max).unwrap();
+    for (n, off) in [(1, 0), (4096, 12), (max, max)] {
+        let before = mapped(&d);
+        let want = pattern(n, n as u8);
+        buf.write(off, &want).unwrap();
+        assert_eq!(mapped(&d) - before, n as u64, "a write of {n} bytes is stores");
+        let mut got = vec![0u8; n];
+        buf.read(off, &mut got).unwrap();
+        assert!(got == want, "{n} bytes at {off}");
+    }
+    // Larger than bar_write_max: a submitted copy.
+    let before = mapped(&d);
+    let want = pattern(max + 1, 7);
+    buf.write(0, &want).unwrap();
+    assert_eq!(mapped(&d), before);
+    let mut got = vec![0u8; max + 1];
+    buf.read(0, &mut got).unwrap();
+    assert!(got == want);
+    // The raw seed copy is always a submitted copy.
+    let small = pattern(64, 1);
+    // SAFETY: `small` is live for the call.
+    let path = unsafe { host::copy_to_device(&d, small.as_ptr(), 64, &buf, 0) }.unwrap();
+    assert_ne!(path, CopyPath::Mapped);
+    assert_eq!(mapped(&d), before);
+}
+
+/// A store lands after stream work enqueued earlier on the same bytes, and stream work enqueued
+/// after it sees it.
+#[test]
+fn stores_are_ordered_after_and_before_stream_work() {
+    let Some(d) = device_with(bar_on()) else { return };
+    let n = 64 << 10;
+    let buf = d.alloc_buffer(n).unwrap();
+    let other = d.alloc_buffer(n).unwrap();
+    let s = d.stream().unwrap();
+    for round in 0..20u32 {
+        // Earlier device work writes the bytes; the store must land after it.
+        s.fill_async(&buf, 0, n, 0xDEAD_0000 | round).unwrap();
+        let want = pattern(4096, round as u8);
+        buf.write(1024, &want).unwrap();
+        // Later device work reads them: it must see the store.
+        s.copy_async(&buf, 0, &other, 0, n).unwrap();
+        s.synchronize().unwrap();
+        let mut got = vec![0u8; n];
+        other.read(0, &mut got).unwrap();
+        assert!(got[1024..1024 + 4096] == want[..], "round {round}: the store lost to or was missed by stream work");
+        let fill = (0xDEAD_0000u32 | round).to_le_bytes();
+        assert!(got[..1024].chunks(4).all(|c| c == fill), "round {round}: the fill before the store");
+        assert!(got[1024 + 4096..].chunks(4).all(|c| c == fill), "round {round}: the fill after the store");
+    }
+}
+
+#[test]
+fn off_and_zero_max_submit_copies() {
+    for o in [OpenOptions { bar_writes: BarWrites::Off, ..opts() }, OpenOptions { bar_write_max: 0, ..bar_on() }] {
+        let Some(d) = device_with(o) else { return };
+        let buf = d.alloc_buffer(4096).unwrap();
+        let want = pattern(4096, 3);
+        buf.write(0, &want).unwrap();
+        let mut got = vec![0u8; 4096];
+        buf.read(0, &mut got).unwrap();
+        assert!(got == want);
+        assert_eq!(mapped(&d), 0);
+    }
+}
+
+/// `Auto` maps device buffers only on a discrete GPU with a full BAR, never on a CPU device.
+#[test]
+fn auto_is_off_on_cpu_devices() {
+    let Some(d) = device_with(OpenOptions { bar_writes: BarWrites::Auto, ..opts() }) else { return };
+    let buf = d.alloc_buffer(4096).unwrap();
+    buf.write(0, &[1u8; 4096]).unwrap();
+    let full_bar = {
+        let t: Vec<_> = d.info().memory_types.iter().map(|t| (t.flags, t.heap_index)).collect();
+        vkhost::memtype::full_bar(&t)
+    };
+    if d.info().device_type != vkhost::DeviceType::Discrete || !full_bar {
+        assert_eq!(mapped(&d), 0, "Auto stored on a device without a full BAR");
+    } else {
+        assert_eq!(mapped(&d), 4096, "Auto did not store on a full-BAR discrete GPU");
+    }
+}
