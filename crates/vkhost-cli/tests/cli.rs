@@ -245,7 +245,20 @@ fn plots_png_and_replots_the_json() {
     let o = vkhost(&["plot", q.json_path.to_str().unwrap(), s.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let svg = std::fs::read_to_string(&s).unwrap();
-    for want in ["<svg", "host to device (h2d)", "device to host (d2h)", "bidir", "latency", "registered", "pageable", "16M"] {
+    // "pinned sm": the replot knows the copy kernel's points from their testcase.
+    for want in [
+        "<svg",
+        "host to device (h2d)",
+        "device to host (d2h)",
+        "bidir",
+        "device to device (d2d)",
+        "latency",
+        "registered",
+        "pageable",
+        "pinned sm",
+        "device ce",
+        "16M",
+    ] {
         assert!(svg.contains(want), "missing {want}");
     }
     // The bare array of schema version 1 is refused with a reason.
