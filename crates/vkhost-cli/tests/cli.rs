@@ -419,6 +419,21 @@ fn dirs_and_paths_filter_the_new_testcases() {
 }
 
 #[test]
+fn demo_pipeline_matches_the_cpu() {
+    let o = vkhost(&["demo", "pipeline"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
+    for v in ["serial", "pipelined", "zero-copy"] {
+        assert!(out.lines().any(|l| l.trim_start().starts_with(v) && l.ends_with("matches the CPU")), "{v}: {out}");
+    }
+    // A wrong result is a failure, with its exit code.
+    let o = vkhost(&["demo", "pipeline", "--mib", "4", "--chunks", "3", "--plant-mismatch"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert_eq!(out.matches("WRONG").count(), 3, "{out}");
+}
+
+#[test]
 fn compare_prints_new_over_old_per_point() {
     let q = quick_run();
     let o = vkhost(&[
