@@ -2,6 +2,10 @@
 //!
 //! Built only with the cargo feature `cuda` (cudarc, loading libcuda at run time, so the
 //! default build needs no CUDA). Where libcuda is absent it says so and the rest runs.
+//!
+//! Measured: pinned (cudaHostAlloc) and pageable h2d, d2h, bidir (pinned), device to device
+//! (cudaMemcpy between two device allocations, size counted once, for `device_to_device_ce`),
+//! and the small-async figures. There is no CUDA kernel copy to set beside the `_sm` testcases.
 
 use crate::bench::{DirKind, Point};
 use std::time::Duration;
@@ -59,7 +63,7 @@ mod imp {
         // At least the small-async figure's 1000 x 4 KiB, whatever the sweep.
         let max = (*sizes.iter().max().unwrap_or(&4096) as usize).max(1000 * 4096);
         let mut d1 = s1.alloc_zeros::<u8>(max)?;
-        let d2 = s1.alloc_zeros::<u8>(max)?;
+        let mut d2 = s1.alloc_zeros::<u8>(max)?;
         // SAFETY: pinned host memory of u8, fully written below before any read.
         let mut p1 = unsafe { ctx.alloc_pinned::<u8>(max) }?;
         // SAFETY: as above.
@@ -72,7 +76,12 @@ mod imp {
             let n = size as usize;
             for &dir in dirs {
                 for pinned in [true, false] {
-                    let path = if pinned { "pinned" } else { "pageable" };
+                    let path = match dir {
+                        DirKind::D2d if !pinned => continue,
+                        DirKind::D2d => "device",
+                        _ if pinned => "pinned",
+                        _ => "pageable",
+                    };
                     let s = match dir {
                         DirKind::H2d => measure(iters, budget, || {
                             let mut dv = d1.slice_mut(..n);
@@ -105,21 +114,17 @@ mod imp {
                             Ok(())
                         })?,
                         DirKind::Bidir => continue,
+                        // cudaMemcpy device to device, as nvbandwidth's device-local copy.
+                        DirKind::D2d => measure(iters, budget, || {
+                            let src = d1.slice(..n);
+                            let mut dst = d2.slice_mut(..n);
+                            s1.memcpy_dtod(&src, &mut dst)?;
+                            s1.synchronize()?;
+                            Ok(())
+                        })?,
                     };
                     let moved = if dir == DirKind::Bidir { 2 * size } else { size };
-                    let mut p = point(
-                        "cuda",
-                        "copy",
-                        path,
-                        match dir {
-                            DirKind::H2d => "h2d",
-                            DirKind::D2h => "d2h",
-                            DirKind::Bidir => "bidir",
-                        },
-                        size,
-                        moved,
-                        s,
-                    );
+                    let mut p = point("cuda", "copy", path, dir.name(), size, moved, s);
                     if dir == DirKind::Bidir {
                         p.extra = json!({"mode": "two CUDA streams"});
                     }

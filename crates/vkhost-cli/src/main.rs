@@ -1,10 +1,12 @@
-//! `vkhost`: list Vulkan devices, measure host↔device bandwidth, self-check the driver.
+//! `vkhost`: list Vulkan devices, measure host↔device bandwidth, self-check the driver, run the
+//! demos.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod bench;
 mod check;
 mod cuda;
+mod demo;
 mod devices;
 mod pages;
 mod plot;
@@ -30,6 +32,8 @@ enum Cmd {
     Check(check::Args),
     /// Re-plot a saved `vkhost bench --json` file as SVG or PNG.
     Plot(plot::Args),
+    /// Run a demo: `pipeline` (chunks of registered memory through copies and a kernel).
+    Demo(demo::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +44,7 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => bench::run(*a),
         Cmd::Check(a) => check::run(a),
         Cmd::Plot(a) => plot::run(a),
+        Cmd::Demo(a) => demo::run(a),
     };
     match r {
         Ok(code) => code,

@@ -1,9 +1,12 @@
 //! `--plot FILE` and `vkhost plot`: bandwidth against size, one panel per direction (h2d,
-//! d2h, bidir) and one for latency, as SVG or (for a `.png` name) PNG.
+//! d2h, bidir on the top row; d2d beside latency on the bottom row), as SVG or (for a `.png`
+//! name) PNG. d2d has its own panel: device-local copies run at device-memory speed, far above
+//! the link, and would flatten the host lines.
 //!
-//! A path keeps its colour in every panel; CUDA's line is dashed in the colour of the path it
-//! compares with (pinned, pageable). The link's theoretical rate, when known, is a grey
-//! dashed line (twice it for bidir). Text needs a TrueType font, for PNG's glyphs and for
+//! A path keeps its colour in every panel; the copy kernel's line (`_sm`) is dotted with square
+//! markers in its path's colour, CUDA's line dashed with triangles in the colour of the path it
+//! compares with (pinned, pageable, device). The link's theoretical rate, when known, is a grey
+//! dashed line (twice it for bidir; none for d2d). Text needs a TrueType font, for PNG's glyphs and for
 //! both formats' layout (plotters' ab_glyph measures text with it): `VKHOST_PLOT_FONT`, the
 //! first of `FONTS` that exists, or what `fc-match sans-serif` names.
 
@@ -16,11 +19,12 @@ use plotters::prelude::*;
 use std::path::Path;
 
 /// The colour of each path, the same in every panel (Tableau 10).
-const PATHS: [(&str, RGBColor); 4] = [
+const PATHS: [(&str, RGBColor); 5] = [
     ("pinned", RGBColor(31, 119, 180)),
     ("registered", RGBColor(255, 127, 14)),
     ("pageable", RGBColor(44, 160, 44)),
     ("bar", RGBColor(214, 39, 40)),
+    ("device", RGBColor(23, 190, 207)),
 ];
 const LATENCY: [(&str, RGBColor); 2] = [("h2d", RGBColor(148, 103, 189)), ("d2h", RGBColor(140, 86, 75))];
 const LINK: RGBColor = RGBColor(110, 110, 110);
@@ -33,22 +37,34 @@ const FONTS: [&str; 4] = [
     "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
 ];
 
+/// How a line is drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Style {
+    /// Vulkan by the copy engine (or the CPU, for bar): solid, circles.
+    Solid,
+    /// Vulkan by the copy kernel (`_sm`): dotted, squares.
+    Dotted,
+    /// CUDA: dashed, triangles.
+    Dashed,
+}
+
 /// One line of a panel.
 struct Series {
     name: String,
     colour: RGBColor,
-    dashed: bool,
+    style: Style,
     pts: Vec<(f64, f64)>,
 }
 
-/// The bandwidth lines of one direction: Vulkan per path (solid), CUDA per path (dashed).
+/// The bandwidth lines of one direction: Vulkan per path by the copy engine (solid) and by the
+/// copy kernel (dotted), CUDA per path (dashed).
 fn bandwidth(points: &[&Point], dir: &str) -> Vec<Series> {
     let mut out: Vec<Series> = Vec::new();
-    for api in ["vulkan", "cuda"] {
+    for (api, sm, style) in [("vulkan", false, Style::Solid), ("vulkan", true, Style::Dotted), ("cuda", false, Style::Dashed)] {
         for (path, c) in PATHS {
             let mut pts: Vec<(f64, f64)> = points
                 .iter()
-                .filter(|p| p.kind == "copy" && p.api == api && p.path == path && p.dir == dir)
+                .filter(|p| p.kind == "copy" && p.api == api && p.sm == sm && p.path == path && p.dir == dir)
                 .map(|p| ((p.size as f64).log2(), p.gbps()))
                 .filter(|(_, g)| g.is_finite() && *g > 0.0)
                 .collect();
@@ -58,8 +74,14 @@ fn bandwidth(points: &[&Point], dir: &str) -> Vec<Series> {
             // Several bidir queue pairs give several points per size: the first (stable sort) stays.
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             pts.dedup_by(|a, b| a.0 == b.0);
-            let name = if api == "cuda" { format!("CUDA {path}") } else { path.to_string() };
-            out.push(Series { name, colour: c, dashed: api == "cuda", pts });
+            let name = match style {
+                Style::Dashed => format!("CUDA {path}"),
+                Style::Dotted => format!("{path} sm"),
+                // "device" alone would not say which engine.
+                Style::Solid if path == "device" => "device ce".to_string(),
+                Style::Solid => path.to_string(),
+            };
+            out.push(Series { name, colour: c, style, pts });
         }
     }
     out
@@ -80,7 +102,7 @@ fn latency(points: &[&Point]) -> Vec<Series> {
             let mut pts: Vec<(f64, f64)> =
                 src.iter().filter(|p| p.dir == dir).map(|p| ((p.size as f64).log2(), p.s.median * 1e6)).collect();
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            (!pts.is_empty()).then(|| Series { name: format!("pinned {dir}"), colour: c, dashed: false, pts })
+            (!pts.is_empty()).then(|| Series { name: format!("pinned {dir}"), colour: c, style: Style::Solid, pts })
         })
         .collect()
 }
@@ -130,19 +152,32 @@ where
     }
     for s in series {
         let c = s.colour;
-        if s.dashed {
-            chart.draw_series(DashedLineSeries::new(s.pts.clone(), 8, 5, c.stroke_width(2)))?.label(&s.name).legend(move |(x, y)| {
-                EmptyElement::at((x, y))
-                    + PathElement::new(vec![(0, 0), (7, 0)], c.stroke_width(2))
-                    + PathElement::new(vec![(11, 0), (18, 0)], c.stroke_width(2))
-            });
-            chart.draw_series(s.pts.iter().map(|&(x, y)| TriangleMarker::new((x, y), 4, c.filled())))?;
-        } else {
-            chart
-                .draw_series(LineSeries::new(s.pts.clone(), c.stroke_width(2)))?
-                .label(&s.name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
-            chart.draw_series(s.pts.iter().map(|&(x, y)| Circle::new((x, y), 3, c.filled())))?;
+        match s.style {
+            Style::Dashed => {
+                chart.draw_series(DashedLineSeries::new(s.pts.clone(), 8, 5, c.stroke_width(2)))?.label(&s.name).legend(move |(x, y)| {
+                    EmptyElement::at((x, y))
+                        + PathElement::new(vec![(0, 0), (7, 0)], c.stroke_width(2))
+                        + PathElement::new(vec![(11, 0), (18, 0)], c.stroke_width(2))
+                });
+                chart.draw_series(s.pts.iter().map(|&(x, y)| TriangleMarker::new((x, y), 4, c.filled())))?;
+            }
+            Style::Dotted => {
+                chart.draw_series(DashedLineSeries::new(s.pts.clone(), 2, 4, c.stroke_width(2)))?.label(&s.name).legend(move |(x, y)| {
+                    EmptyElement::at((x, y))
+                        + PathElement::new(vec![(0, 0), (2, 0)], c.stroke_width(2))
+                        + PathElement::new(vec![(6, 0), (8, 0)], c.stroke_width(2))
+                        + PathElement::new(vec![(12, 0), (14, 0)], c.stroke_width(2))
+                        + PathElement::new(vec![(18, 0), (20, 0)], c.stroke_width(2))
+                });
+                chart.draw_series(s.pts.iter().map(|&(x, y)| EmptyElement::at((x, y)) + Rectangle::new([(-3, -3), (3, 3)], c.filled())))?;
+            }
+            Style::Solid => {
+                chart
+                    .draw_series(LineSeries::new(s.pts.clone(), c.stroke_width(2)))?
+                    .label(&s.name)
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+                chart.draw_series(s.pts.iter().map(|&(x, y)| Circle::new((x, y), 3, c.filled())))?;
+            }
         }
     }
     chart
@@ -160,13 +195,17 @@ where
 {
     root.fill(&WHITE)?;
     let root = root.titled(&format!("vkhost bench: {title}"), ("sans-serif", 22))?;
-    let panels = root.split_evenly((2, 2));
+    // Top row: the three host directions; bottom row: d2d and latency, wider.
+    let (top, bottom) = root.split_vertically(root.dim_in_pixel().1 / 2);
+    let (top, bottom) = (top.split_evenly((1, 3)), bottom.split_evenly((1, 2)));
     let link_label = |l: &Link, k: f64| (k * l.gbps, format!("PCIe Gen{} x{}: {:.1} GB/s", l.generation, l.width, k * l.gbps));
     let gbps = "GB/s (1e9 B/s)";
-    panel(&panels[0], "host to device (h2d)", gbps, &bandwidth(points, "h2d"), link.map(|l| link_label(l, 1.0)))?;
-    panel(&panels[1], "device to host (d2h)", gbps, &bandwidth(points, "d2h"), link.map(|l| link_label(l, 1.0)))?;
-    panel(&panels[2], "both at once (bidir, sum)", gbps, &bandwidth(points, "bidir"), link.map(|l| link_label(l, 2.0)))?;
-    panel(&panels[3], "latency: one synchronous copy", "us (median)", &latency(points), None)?;
+    panel(&top[0], "host to device (h2d)", gbps, &bandwidth(points, "h2d"), link.map(|l| link_label(l, 1.0)))?;
+    panel(&top[1], "device to host (d2h)", gbps, &bandwidth(points, "d2h"), link.map(|l| link_label(l, 1.0)))?;
+    panel(&top[2], "both at once (bidir, sum)", gbps, &bandwidth(points, "bidir"), link.map(|l| link_label(l, 2.0)))?;
+    // No link line: a device-local copy does not cross it.
+    panel(&bottom[0], "device to device (d2d)", gbps, &bandwidth(points, "d2d"), None)?;
+    panel(&bottom[1], "latency: one synchronous copy", "us (median)", &latency(points), None)?;
     root.present()?;
     Ok(())
 }
@@ -194,7 +233,7 @@ fn register_font() -> Result<()> {
 
 /// Writes the plot: PNG when `file` ends in `.png`, else SVG.
 pub fn plot(file: &Path, points: &[&Point], title: &str, link: Option<&Link>) -> Result<()> {
-    let size = (1400, 960);
+    let size = (1800, 1000);
     register_font()?;
     if file.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
         draw(BitMapBackend::new(file, size).into_drawing_area(), points, title, link)
@@ -237,6 +276,7 @@ pub fn run(a: Args) -> Result<std::process::ExitCode> {
         };
         let mut pt = crate::bench::point(api, kind, p["path"].as_str().unwrap_or_default(), &dir, size, moved, s);
         pt.verified = p["verified"].as_bool();
+        pt.sm = p["testcase"].as_str().is_some_and(|t| t.ends_with("_sm"));
         pt.variant = p["variant"].as_str().unwrap_or_default().to_string();
         points.push(pt);
     }
@@ -281,8 +321,19 @@ mod tests {
         assert_eq!(find("CUDA pinned").colour, find("pinned").colour);
         assert_eq!(find("CUDA pageable").colour, find("pageable").colour);
         assert_ne!(find("pinned").colour, find("pageable").colour);
-        assert!(find("CUDA pinned").dashed && !find("pinned").dashed);
+        assert!(find("CUDA pinned").style == Style::Dashed && find("pinned").style == Style::Solid);
         assert!(bandwidth(&refs, "d2h").is_empty());
+        // The copy kernel's line: the path's colour, dotted, apart from the copy engine's.
+        let mut k = point("vulkan", "copy", "pinned", "h2d", 1 << 20, 1 << 20, s);
+        k.sm = true;
+        let d2d =
+            [point("vulkan", "copy", "device", "d2d", 1 << 20, 1 << 20, s), point("cuda", "copy", "device", "d2d", 1 << 20, 1 << 20, s)];
+        let refs: Vec<&Point> = pts.iter().chain([&k]).chain(&d2d).collect();
+        let b = bandwidth(&refs, "h2d");
+        let sm = b.iter().find(|s| s.name == "pinned sm").expect("pinned sm");
+        assert_eq!((sm.colour, sm.style, sm.pts.len()), (find("pinned").colour, Style::Dotted, 1));
+        let names: Vec<String> = bandwidth(&refs, "d2d").into_iter().map(|s| s.name).collect();
+        assert_eq!(names, ["device ce", "CUDA device"]);
 
         let f = std::env::temp_dir().join(format!("vkhost-plot-{}.svg", std::process::id()));
         let link = Link { gt_s: 32.0, width: 16, generation: 5, gbps: link_gbps(32.0, 16) };
@@ -295,6 +346,7 @@ mod tests {
         assert!(svg.contains("PCIe Gen5 x16: 63.0 GB/s"), "the link line in h2d");
         // Panels without points say so (and draw no link line).
         assert!(svg.contains("device to host (d2h): no points") && !svg.contains("126.0 GB/s"));
+        assert!(svg.contains("pinned sm") && svg.contains("device to device (d2d)"));
         std::fs::remove_file(&f).unwrap();
     }
 }

@@ -245,7 +245,20 @@ fn plots_png_and_replots_the_json() {
     let o = vkhost(&["plot", q.json_path.to_str().unwrap(), s.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let svg = std::fs::read_to_string(&s).unwrap();
-    for want in ["<svg", "host to device (h2d)", "device to host (d2h)", "bidir", "latency", "registered", "pageable", "16M"] {
+    // "pinned sm": the replot knows the copy kernel's points from their testcase.
+    for want in [
+        "<svg",
+        "host to device (h2d)",
+        "device to host (d2h)",
+        "bidir",
+        "device to device (d2d)",
+        "latency",
+        "registered",
+        "pageable",
+        "pinned sm",
+        "device ce",
+        "16M",
+    ] {
         assert!(svg.contains(want), "missing {want}");
     }
     // The bare array of schema version 1 is refused with a reason.
@@ -273,6 +286,12 @@ fn list_prints_every_testcase_with_a_description() {
         "small_async",
         "small_async_scattered",
         "costs",
+        "host_to_device_sm",
+        "device_to_host_sm",
+        "host_to_device_registered_sm",
+        "device_to_host_registered_sm",
+        "device_to_device_ce",
+        "device_to_device_sm",
     ] {
         let line = out.lines().find(|l| l.split_whitespace().next() == Some(t)).unwrap_or_else(|| panic!("{t} not listed: {out}"));
         assert!(line.split_whitespace().count() > 3, "{t} has no description: {line}");
@@ -315,10 +334,17 @@ fn t_selects_exact_names_and_prefixes_and_flush_cache_is_recorded() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let got: std::collections::BTreeSet<String> = results_of(&j).iter().map(|r| r["testcase"].as_str().unwrap().to_string()).collect();
-    let want: std::collections::BTreeSet<String> =
-        ["host_to_device_ce", "host_to_device_registered_ce", "host_to_device_pageable_ce", "host_to_device_bar", "latency_device_to_host"]
-            .map(String::from)
-            .into();
+    let want: std::collections::BTreeSet<String> = [
+        "host_to_device_ce",
+        "host_to_device_registered_ce",
+        "host_to_device_pageable_ce",
+        "host_to_device_bar",
+        "host_to_device_sm",
+        "host_to_device_registered_sm",
+        "latency_device_to_host",
+    ]
+    .map(String::from)
+    .into();
     assert_eq!(got, want);
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
     assert!(v["run"]["flush_cache_bytes"].as_u64().unwrap() > 0);
@@ -328,6 +354,83 @@ fn t_selects_exact_names_and_prefixes_and_flush_cache_is_recorded() {
     let o = vkhost(&["bench", "-t", "host_to_device_ce", "--sizes", "4K", "--cpu", "4000"]);
     assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stdout));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--cpu 4000"));
+}
+
+/// The copy kernel's and the device-to-device testcases on lavapipe: `-t` by exact name and by
+/// prefix, every point verified, bytes counted once, no link share for d2d, and the JSON valid.
+#[test]
+fn sm_and_d2d_testcases_verify() {
+    let j = tmp("sm.json");
+    let o =
+        vkhost(&["bench", "-t", "host_to_device_sm", "-t", "device_to_device", "--quick", "--iters", "2", "--json", j.to_str().unwrap()]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("all points verified"), "{out}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+    let listed: Vec<&str> = v["run"]["testcases"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    assert_eq!(listed, ["host_to_device_sm", "device_to_device_ce", "device_to_device_sm"]);
+    let results = v["results"].as_array().unwrap();
+    let sizes = v["run"]["sizes"].as_array().unwrap().len();
+    for t in &listed {
+        let pts: Vec<&Value> = results.iter().filter(|r| r["testcase"] == *t).collect();
+        assert_eq!(pts.len(), sizes, "{t}: a point per size");
+        for r in pts {
+            assert_eq!(r["verified"], true, "{r}");
+            assert_eq!(r["kind"], "copy", "{r}");
+            assert_eq!(r["bytes_moved"], r["size"], "size counted once: {r}");
+            let (path, dir) = if *t == "host_to_device_sm" { ("pinned", "h2d") } else { ("device", "d2d") };
+            assert_eq!((r["path"].as_str().unwrap(), r["dir"].as_str().unwrap()), (path, dir), "{r}");
+            if dir == "d2d" {
+                assert!(r["link_pct"].is_null(), "{r}");
+            }
+            if t.ends_with("_sm") {
+                assert!(r["extra"]["kernel"].as_str().is_some_and(|k| k.starts_with("copy")), "{r}");
+            }
+        }
+    }
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/bench.schema.json")).unwrap())
+            .unwrap();
+    let mut errors = Vec::new();
+    validate(&schema, &v, "$", &mut errors);
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+    for l in ["host_to_device_sm ", "device_to_device_ce ", "device_to_device_sm "] {
+        assert!(out.lines().any(|x| x.starts_with(l) && x.contains(" ok")), "no {l} row: {out}");
+    }
+}
+
+/// `--dirs d2d` keeps the device-to-device testcases (and small_async, which --dirs leaves
+/// alone); `--paths pinned --dirs d2d` leaves nothing, an error. A planted mismatch in an sm
+/// point exits 2.
+#[test]
+fn dirs_and_paths_filter_the_new_testcases() {
+    let j = tmp("d2d-dirs.json");
+    let o = vkhost(&["bench", "--dirs", "d2d", "--no-costs", "--sizes", "4K", "--iters", "1", "--json", j.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+    let listed: Vec<&str> = v["run"]["testcases"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    assert_eq!(listed, ["device_to_device_ce", "device_to_device_sm", "small_async", "small_async_scattered"]);
+    let o = vkhost(&["bench", "-t", "device_to_device", "--paths", "pinned"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no testcase left"));
+    let o = vkhost(&["bench", "-t", "device_to_host_registered_sm", "--sizes", "4K", "--iters", "1", "--plant-mismatch"]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("FAIL device_to_host_registered_sm 4K"));
+}
+
+#[test]
+fn demo_pipeline_matches_the_cpu() {
+    let o = vkhost(&["demo", "pipeline"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
+    for v in ["serial", "pipelined", "zero-copy"] {
+        assert!(out.lines().any(|l| l.trim_start().starts_with(v) && l.ends_with("matches the CPU")), "{v}: {out}");
+    }
+    // A wrong result is a failure, with its exit code.
+    let o = vkhost(&["demo", "pipeline", "--mib", "4", "--chunks", "3", "--plant-mismatch"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert_eq!(out.matches("WRONG").count(), 3, "{out}");
 }
 
 #[test]

@@ -112,7 +112,7 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
                         Ok(())
                     },
                 )?,
-                DirKind::Bidir => {
+                DirKind::Bidir | DirKind::D2d => {
                     cx.pb.inc(1);
                     continue;
                 }

@@ -4,10 +4,15 @@
 //! - `pinned`: `host::alloc_pinned` memory (`PinnedBuffer`);
 //! - `registered`: the user's page-aligned allocation, registered;
 //! - `pageable`: a plain `Vec<u8>` through the default path (staged);
-//! - `bar`: memcpy into mapped DEVICE_LOCAL|HOST_VISIBLE memory, where such a type exists.
+//! - `bar`: memcpy into mapped DEVICE_LOCAL|HOST_VISIBLE memory, where such a type exists;
+//! - `device`: no host memory, a copy between two device buffers (direction `d2d`).
 //!
 //! Directions: `h2d`, `d2h`, `bidir` (both at once on two threads, so two copy contexts and,
-//! where the device has them, two copy-engine queues; reported as the sum).
+//! where the device has them, two copy-engine queues; reported as the sum), `d2d`.
+//!
+//! Engines: the copy engine (`_ce`: vkCmdCopyBuffer on a copy queue), or the built-in copy
+//! kernel (`_sm`: `Stream::copy_sm` on a compute stream, binding the pinned or registered
+//! memory directly).
 //! Every point first checks one round trip with a non-zero pattern; a mismatch prints FAIL and
 //! the exit code is 2.
 //!
@@ -20,6 +25,8 @@
 //! - `point`: one measured point, the timing loop and the check pattern;
 //! - `paths`: the pinned, registered and pageable paths' host memory and their h2d/d2h sweep;
 //! - `bidir`: both directions at once on two streams;
+//! - `sm`: the copy kernel's testcases (h2d and d2h over pinned and registered memory, d2d);
+//! - `d2d`: `device_to_device_ce`, a stream copy between two device buffers;
 //! - `bar`: memcpy through the mapped BAR window;
 //! - `latency`: single small synchronous copies;
 //! - `small_async`: 1000 small async copies against 1000 synchronous ones;
@@ -32,12 +39,14 @@ mod bar;
 mod bidir;
 mod compare;
 mod costs;
+mod d2d;
 mod latency;
 pub mod meta;
 mod multi;
 mod output;
 mod paths;
 mod point;
+mod sm;
 mod small_async;
 pub mod testcase;
 
@@ -65,6 +74,8 @@ pub enum PathKind {
     Registered,
     Pageable,
     Bar,
+    /// No host memory: between two device buffers (the `d2d` direction).
+    Device,
 }
 
 impl PathKind {
@@ -74,6 +85,7 @@ impl PathKind {
             PathKind::Registered => "registered",
             PathKind::Pageable => "pageable",
             PathKind::Bar => "bar",
+            PathKind::Device => "device",
         }
     }
 }
@@ -83,6 +95,8 @@ pub enum DirKind {
     H2d,
     D2h,
     Bidir,
+    /// Device buffer to device buffer (the `device` path).
+    D2d,
 }
 
 impl DirKind {
@@ -91,6 +105,7 @@ impl DirKind {
             DirKind::H2d => "h2d",
             DirKind::D2h => "d2h",
             DirKind::Bidir => "bidir",
+            DirKind::D2d => "d2d",
         }
     }
 }
@@ -130,7 +145,8 @@ pub struct Args {
     /// Time budget per point, in seconds: fewer iterations when it runs out (at least one).
     #[arg(long, default_value_t = 2.0)]
     budget: f64,
-    /// Only the copy and latency testcases on these paths (default: all; latency is pinned).
+    /// Only the copy (ce, sm, bar) and latency testcases on these paths (default: all; latency is
+    /// pinned; `device` is the device-to-device testcases).
     #[arg(long, value_enum, value_delimiter = ',')]
     paths: Option<Vec<PathKind>>,
     /// Only the copy and latency testcases in these directions (default: all).
@@ -221,7 +237,7 @@ fn chosen(a: &Args) -> Result<Vec<&'static Testcase>> {
     let v: Vec<&'static Testcase> = testcase::select(&a.testcases)?
         .into_iter()
         .filter(|t| match t.work {
-            Work::Copy(p, d) => path_ok(p) && dir_ok(d),
+            Work::Copy(p, d) | Work::Sm(p, d) => path_ok(p) && dir_ok(d),
             Work::Latency(d) => path_ok(PathKind::Pinned) && dir_ok(d),
             Work::SmallAsync { .. } => true,
             Work::Costs => !a.no_costs,
@@ -334,7 +350,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let npoints: usize = chosen
         .iter()
         .map(|t| match t.work {
-            Work::Copy(..) => sizes.len(),
+            Work::Copy(..) | Work::Sm(..) => sizes.len(),
             Work::Latency(_) => testcase::LATENCY_SIZES.len(),
             Work::SmallAsync { .. } => 2,
             Work::Costs => 0,
@@ -382,35 +398,48 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
 
     let mut notes = Vec::new();
-    let copies: Vec<(PathKind, DirKind)> =
-        chosen.iter().filter_map(|t| if let Work::Copy(p, d) = t.work { Some((p, d)) } else { None }).collect();
+    // (path, direction, by the copy kernel)
+    let copies: Vec<(PathKind, DirKind, bool)> = chosen
+        .iter()
+        .filter_map(|t| match t.work {
+            Work::Copy(p, d) => Some((p, d, false)),
+            Work::Sm(p, d) => Some((p, d, true)),
+            _ => None,
+        })
+        .collect();
     if !copies.is_empty() {
         let dbuf = [dev.alloc_buffer(max)?, dev.alloc_buffer(max)?];
-        // Every path's host memory first, then the measurements (see `paths::Host`).
+        // Every path's host memory first, then the measurements (see `paths::Host`); the sm
+        // testcases use the same memory as the path's ce ones.
         let mut work = Vec::new();
-        for path in [PathKind::Pinned, PathKind::Registered, PathKind::Pageable, PathKind::Bar] {
-            let dirs: Vec<DirKind> = copies.iter().filter(|c| c.0 == path).map(|c| c.1).collect();
-            if dirs.is_empty() {
+        for path in [PathKind::Pinned, PathKind::Registered, PathKind::Pageable, PathKind::Bar, PathKind::Device] {
+            let dirs = |sm: bool| -> Vec<DirKind> { copies.iter().filter(|c| c.0 == path && c.2 == sm).map(|c| c.1).collect() };
+            let (ce, sm) = (dirs(false), dirs(true));
+            if ce.is_empty() && sm.is_empty() {
                 continue;
             }
             match path {
-                PathKind::Bar => work.push((path, dirs, None)),
+                PathKind::Bar | PathKind::Device => work.push((path, ce, sm, None)),
                 _ => match paths::Host::new(&cx, path, max) {
-                    Ok(h) => work.push((path, dirs, Some(h))),
+                    Ok(h) => work.push((path, ce, sm, Some(h))),
                     Err(e) => notes.push(format!("{}: skipped ({e})", path.name())),
                 },
             }
         }
         cx.scratch = (vec![0u8; max], vec![0u8; max]);
-        for (path, dirs, host) in &mut work {
-            if interrupted() {
-                break;
+        for (path, ce, sm, host) in &mut work {
+            if !ce.is_empty() && !interrupted() {
+                if let Err(e) = bench_path(&mut cx, *path, ce, &sizes, &dbuf, host.as_mut(), bar_cap) {
+                    notes.push(format!("{}: skipped ({e})", path.name()));
+                }
             }
-            if let Err(e) = bench_path(&mut cx, *path, dirs, &sizes, &dbuf, host.as_mut(), bar_cap) {
-                notes.push(format!("{}: skipped ({e})", path.name()));
+            if !sm.is_empty() && !interrupted() {
+                if let Err(e) = sm::bench_sm(&mut cx, *path, sm, &sizes, &dbuf, host.as_mut(), &mut notes) {
+                    notes.push(format!("{} sm: skipped ({e})", path.name()));
+                }
             }
         }
-        for (path, _, host) in &work {
+        for (path, _, _, host) in &work {
             if let Some(Err(e)) = host.as_ref().map(|h| h.release(&dev)) {
                 notes.push(format!("{}: unregister failed ({e})", path.name()));
             }
@@ -441,8 +470,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
 
     let cuda = match a.baseline {
         Some(Baseline::Cuda) if !interrupted() => {
-            let dirs: Vec<DirKind> =
-                [DirKind::H2d, DirKind::D2h, DirKind::Bidir].into_iter().filter(|d| copies.iter().any(|c| c.1 == *d)).collect();
+            // CUDA's copies compare with the copy-engine testcases (no CUDA kernel copy here).
+            let dirs: Vec<DirKind> = [DirKind::H2d, DirKind::D2h, DirKind::Bidir, DirKind::D2d]
+                .into_iter()
+                .filter(|d| copies.iter().any(|c| c.1 == *d && !c.2 && c.0 != PathKind::Bar))
+                .collect();
             crate::cuda::run(&sizes, iters, budget, &dirs, &mut notes)
         }
         _ => Vec::new(),

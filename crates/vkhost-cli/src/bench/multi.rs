@@ -112,6 +112,14 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
                 .into(),
         );
     }
+    // The matrix is host memory to and from each device: --dirs d2d or --paths bar,device alone
+    // would print an empty table.
+    let paths = [PathKind::Pinned, PathKind::Registered, PathKind::Pageable];
+    if a.paths.as_ref().is_some_and(|v| !paths.iter().any(|p| v.contains(p)))
+        || a.dirs.as_ref().is_some_and(|v| !v.contains(&DirKind::H2d) && !v.contains(&DirKind::D2h))
+    {
+        return Err("--devices measures pinned, registered and pageable memory, h2d and d2h: --paths and --dirs leave nothing".into());
+    }
     let idx = indices(spec)?;
     if idx.is_empty() {
         return Err("--devices: no Vulkan device".into());
@@ -143,7 +151,7 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
     }
     println!(" {:>10} {:>8} check", "aggregate", "vs sum");
     let mut failures = 0;
-    for path in [PathKind::Pinned, PathKind::Registered, PathKind::Pageable] {
+    for path in paths {
         if a.paths.as_ref().is_some_and(|v| !v.contains(&path)) {
             continue;
         }

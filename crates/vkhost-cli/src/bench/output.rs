@@ -6,12 +6,13 @@ use super::Point;
 use crate::stats::{gbps, size_label};
 use serde_json::{json, Value};
 
-/// GB/s as a percentage of the link's theoretical rate (both directions' for bidir).
+/// GB/s as a percentage of the link's theoretical rate (both directions' for bidir); none for
+/// device-to-device copies, which do not cross the link.
 pub fn link_pct(p: &Point, link: Option<&Link>) -> Option<f64> {
     let l = link?;
     let g = p.gbps();
     let full = if p.dir == "bidir" { 2.0 * l.gbps } else { l.gbps };
-    (p.kind == "copy" && g.is_finite()).then(|| 100.0 * g / full)
+    (p.kind == "copy" && p.dir != "d2d" && g.is_finite()).then(|| 100.0 * g / full)
 }
 
 /// One result of the JSON's `results` (docs/BENCH.md says what each field means).
@@ -141,10 +142,13 @@ fn fmt_gbps(g: f64) -> String {
 }
 
 pub(super) fn print_table(points: &[Point], cuda: &[Point], link: Option<&Link>) {
+    // CUDA's figure for a copy-engine point (there is no CUDA kernel copy to set beside `_sm`).
     let cuda_of = |p: &Point| -> Option<&Point> {
         let path = match p.path.as_str() {
+            _ if p.sm => return None,
             "pinned" | "registered" => "pinned",
             "pageable" => "pageable",
+            "device" => "device",
             _ => return None,
         };
         cuda.iter().find(|c| c.kind == p.kind && c.path == path && c.dir == p.dir && c.size == p.size)

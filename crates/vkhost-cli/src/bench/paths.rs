@@ -68,7 +68,7 @@ impl Host {
         Ok(())
     }
 
-    fn both(&mut self) -> (&mut [u8], &mut [u8]) {
+    pub(super) fn both(&mut self) -> (&mut [u8], &mut [u8]) {
         match self {
             Host::Pinned(a, b) => (&mut a[..], &mut b[..]),
             Host::Registered(a, b) => (a.slice(), b.slice()),
@@ -77,7 +77,8 @@ impl Host {
     }
 }
 
-/// Measures `path` (with its memory from `Host::new`; `bar` maps its own) at every size.
+/// Measures `path`'s copy-engine testcases (with its memory from `Host::new`; `bar` maps its
+/// own, `device` has none) at every size.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn bench_path(
     cx: &mut Ctx,
@@ -91,6 +92,7 @@ pub(super) fn bench_path(
     let max = *sizes.iter().max().unwrap_or(&4096) as usize;
     match host {
         Some(h) => sweep_host(cx, path, dirs, sizes, dbuf, h),
+        None if path == PathKind::Device => super::d2d::bench_d2d_ce(cx, sizes, dbuf),
         None => bench_bar(cx, dirs, sizes, max, bar_cap),
     }
 }
@@ -194,6 +196,7 @@ fn check_and_measure(
             || Ok(unsafe { host::copy_to_device(&cx.dev, src.as_ptr(), n, &dbuf[0], 0) }.map(|_| ())?),
         )?,
         DirKind::D2h => measure_with(cx.iters, cx.budget, || flush_cache(flush), || Ok(dbuf[1].read(0, dst)?))?,
+        DirKind::D2d => return Err("d2d is the device path's direction".into()),
         DirKind::Bidir => {
             for (i, pair) in cx.bidir_queues.clone().iter().enumerate() {
                 let (s, extra) = bidir(cx, pair, &dbuf[0], src, &dbuf[1], dst, &mut || flush_cache(flush))?;

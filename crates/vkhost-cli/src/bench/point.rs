@@ -13,6 +13,8 @@ pub struct Point {
     pub kind: &'static str,
     pub path: String,
     pub dir: String,
+    /// Moved by the built-in copy kernel (an `_sm` testcase) rather than the copy engine.
+    pub sm: bool,
     pub size: u64,
     pub bytes_moved: u64,
     pub s: Summary,
@@ -33,7 +35,7 @@ impl Point {
 
     /// The testcase that measured this point.
     pub fn testcase(&self) -> &'static str {
-        super::testcase::testcase_of(self.kind, &self.path, &self.dir)
+        super::testcase::testcase_of(self.kind, &self.path, &self.dir, self.sm)
     }
 }
 
@@ -85,6 +87,7 @@ pub fn point(api: &'static str, kind: &'static str, path: &str, dir: &str, size:
         kind,
         path: path.into(),
         dir: dir.into(),
+        sm: false,
         size,
         bytes_moved: moved,
         s,

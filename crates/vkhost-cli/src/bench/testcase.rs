@@ -3,15 +3,22 @@
 //! A testcase names one measurement, whatever sizes it is swept over: `host_to_device_ce` is
 //! pinned memory copied by the device's copy queue (the copy engine, "ce", as nvbandwidth says),
 //! `_registered_ce` and `_pageable_ce` the other ways a user hands memory over, `_bar` a CPU
-//! memcpy through the mapped BAR window. Pure data and pure selection: no Vulkan here.
+//! memcpy through the mapped BAR window, `_sm` the built-in copy kernel (nvbandwidth's "sm": the
+//! shader cores do the copy) over the same memory, and `device_to_device_*` a copy between two
+//! device buffers. Pure data and pure selection: no Vulkan here.
 
 use super::{DirKind, PathKind};
 
 /// What a testcase runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Work {
-    /// Synchronous copies over the size sweep on one path and direction.
+    /// Copies over the size sweep on one path and direction by the copy engine
+    /// (vkCmdCopyBuffer; for `bar`, a CPU memcpy): synchronous host copies, or for `device`
+    /// (`d2d`) a stream copy and synchronize.
     Copy(PathKind, DirKind),
+    /// The same by the built-in copy kernel (`Stream::copy_sm`) on a compute stream, then
+    /// synchronize: host memory bound directly (pinned, registered), or two device buffers.
+    Sm(PathKind, DirKind),
     /// Synchronous pinned copies at `LATENCY_SIZES`, reported in µs.
     Latency(DirKind),
     /// 1000 async 4 KiB copies plus one synchronize, against 1000 synchronous ones.
@@ -30,8 +37,8 @@ pub struct Testcase {
 /// The sizes of the latency testcases: small enough that fixed costs dominate.
 pub const LATENCY_SIZES: [u64; 4] = [256, 4 << 10, 16 << 10, 64 << 10];
 
-use DirKind::{Bidir, D2h, H2d};
-use PathKind::{Bar, Pageable, Pinned, Registered};
+use DirKind::{Bidir, D2d, D2h, H2d};
+use PathKind::{Bar, Device, Pageable, Pinned, Registered};
 
 /// Every testcase, in the order a run measures them.
 pub const TESTCASES: &[Testcase] = &[
@@ -71,6 +78,36 @@ pub const TESTCASES: &[Testcase] = &[
         about: "CPU memcpy out of the BAR window (reads capped by --bar-read-cap)",
     },
     Testcase {
+        name: "host_to_device_sm",
+        work: Work::Sm(Pinned, H2d),
+        about: "pinned host memory to device, the copy kernel (shader cores) reading it directly",
+    },
+    Testcase {
+        name: "device_to_host_sm",
+        work: Work::Sm(Pinned, D2h),
+        about: "device to pinned host memory, the copy kernel writing it directly",
+    },
+    Testcase {
+        name: "host_to_device_registered_sm",
+        work: Work::Sm(Registered, H2d),
+        about: "the user's registered allocation to device, the copy kernel reading it directly",
+    },
+    Testcase {
+        name: "device_to_host_registered_sm",
+        work: Work::Sm(Registered, D2h),
+        about: "device to the user's registered allocation, the copy kernel writing it directly",
+    },
+    Testcase {
+        name: "device_to_device_ce",
+        work: Work::Copy(Device, D2d),
+        about: "between two device buffers, copy queue (stream copy + synchronize; size counted once)",
+    },
+    Testcase {
+        name: "device_to_device_sm",
+        work: Work::Sm(Device, D2d),
+        about: "between two device buffers, the copy kernel (size counted once)",
+    },
+    Testcase {
         name: "latency_host_to_device",
         work: Work::Latency(H2d),
         about: "one synchronous DeviceBuffer::write from pinned memory, 256 B to 64 KiB, in us (BAR stores where used)",
@@ -93,10 +130,10 @@ pub const TESTCASES: &[Testcase] = &[
     Testcase { name: "costs", work: Work::Costs, about: "register/unregister, alloc/free pinned per size; find at 1, 100, 10 000" },
 ];
 
-/// The testcase that measures a point, from the point's kind, path and direction. CUDA's
-/// points map to the testcase they compare with ("pinned" to `_ce`, "pageable" to
-/// `_pageable_ce`).
-pub fn testcase_of(kind: &str, path: &str, dir: &str) -> &'static str {
+/// The testcase that measures a point, from the point's kind, path and direction, and whether
+/// the copy kernel moved it (`sm`). CUDA's points map to the testcase they compare with
+/// ("pinned" to `_ce`, "pageable" to `_pageable_ce`, "device" to `device_to_device_ce`).
+pub fn testcase_of(kind: &str, path: &str, dir: &str, sm: bool) -> &'static str {
     match kind {
         "cost" | "find" => "costs",
         "small-async" if dir.ends_with("scattered") => "small_async_scattered",
@@ -105,7 +142,11 @@ pub fn testcase_of(kind: &str, path: &str, dir: &str) -> &'static str {
         "latency" => "latency_host_to_device",
         _ => TESTCASES
             .iter()
-            .find(|t| matches!(t.work, Work::Copy(p, d) if p.name() == path && d.name() == dir))
+            .find(|t| match t.work {
+                Work::Copy(p, d) if !sm => p.name() == path && d.name() == dir,
+                Work::Sm(p, d) if sm => p.name() == path && d.name() == dir,
+                _ => false,
+            })
             .map(|t| t.name)
             .unwrap_or("unknown"),
     }
@@ -157,8 +198,16 @@ mod tests {
         assert_eq!(names(&select(&["small".into()]).unwrap()), ["small_async", "small_async_scattered"]);
         assert_eq!(
             names(&select(&["host_to_device".into()]).unwrap()),
-            ["host_to_device_ce", "host_to_device_registered_ce", "host_to_device_pageable_ce", "host_to_device_bar"]
+            [
+                "host_to_device_ce",
+                "host_to_device_registered_ce",
+                "host_to_device_pageable_ce",
+                "host_to_device_bar",
+                "host_to_device_sm",
+                "host_to_device_registered_sm"
+            ]
         );
+        assert_eq!(names(&select(&["device_to_device".into()]).unwrap()), ["device_to_device_ce", "device_to_device_sm"]);
         // Order is the table's, duplicates collapse.
         assert_eq!(names(&select(&["costs".into(), "bidir_ce".into(), "bidir_ce".into()]).unwrap()), ["bidir_ce", "costs"]);
         let e = select(&["nope".into()]).unwrap_err();
@@ -169,13 +218,17 @@ mod tests {
     fn names_are_unique_and_points_map_back() {
         for (i, t) in TESTCASES.iter().enumerate() {
             assert!(TESTCASES[..i].iter().all(|u| u.name != t.name), "{}", t.name);
-            if let Work::Copy(p, d) = t.work {
-                assert_eq!(testcase_of("copy", p.name(), d.name()), t.name);
+            match t.work {
+                Work::Copy(p, d) => assert_eq!(testcase_of("copy", p.name(), d.name(), false), t.name),
+                Work::Sm(p, d) => assert_eq!(testcase_of("copy", p.name(), d.name(), true), t.name),
+                _ => {}
             }
         }
-        assert_eq!(testcase_of("small-async", "pinned", "sync-scattered"), "small_async_scattered");
-        assert_eq!(testcase_of("latency", "pinned", "d2h"), "latency_device_to_host");
-        assert_eq!(testcase_of("find", "registered", "find"), "costs");
+        assert_eq!(testcase_of("small-async", "pinned", "sync-scattered", false), "small_async_scattered");
+        assert_eq!(testcase_of("latency", "pinned", "d2h", false), "latency_device_to_host");
+        assert_eq!(testcase_of("find", "registered", "find", false), "costs");
+        // No sm testcase over pageable memory: a kernel binds only imported memory.
+        assert_eq!(testcase_of("copy", "pageable", "h2d", true), "unknown");
         assert!(list().lines().count() == TESTCASES.len() && list().contains("bidir_pageable_ce"));
     }
 }

@@ -7,14 +7,17 @@
 //! - **zero-copy**: no device buffers at all: the kernel reads the registered input and writes
 //!   the registered output directly, on two streams.
 //!
-//! Each variant's output is checked against the CPU. `cargo run --release --example pipeline
-//! [MiB] [chunks]` (default 64 MiB in 16 chunks). The async copies of the caller's memory use the
-//! raw API (`unsafe`): the safe API completes every copy of registered memory before returning,
-//! which would serialize the pipeline.
+//! Each variant's output is checked against the CPU. The async copies of the caller's memory use
+//! the raw API (`unsafe`): the safe API completes every copy of registered memory before
+//! returning, which would serialize the pipeline.
 //!
 //! On lavapipe (one queue, run by the CPU) nothing can overlap, so the three variants measure
 //! about the same; on a GPU the pipelined variant overlaps copies with the kernel and the
 //! zero-copy variant moves each byte across the bus once.
+//!
+//! This file is shared: `examples/pipeline/main.rs` (`cargo run --release --example pipeline`)
+//! and `vkhost demo pipeline` (the CLI includes it with `#[path]`) both call [`run`], so the
+//! example users read is the code the CLI runs.
 
 use std::time::Instant;
 use vkhost::kernel::{Binding, Kernel, Param};
@@ -135,49 +138,77 @@ impl Job<'_> {
     }
 }
 
-fn main() -> vkhost::Result<()> {
-    let mut args = std::env::args().skip(1);
-    let mib: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(64);
-    let chunks: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(16).max(1);
-    let dev = Device::open_default()?;
+/// What to run.
+pub struct Options {
+    /// The array's size in MiB (at least 1).
+    pub mib: usize,
+    /// How many chunks it is cut into (at least 1).
+    pub chunks: usize,
+    /// Test hook: compare against a CPU result with one word changed, so every variant must
+    /// report WRONG (the CLI's `--plant-mismatch`, to test its exit code).
+    pub plant_mismatch: bool,
+}
+
+/// Runs the three variants on `dev`, printing a line per variant, then destroys `dev`. Returns
+/// whether every output matched the CPU (and, when the validation layer is on, it reported no
+/// errors).
+pub fn run(dev: Device, o: &Options) -> vkhost::Result<bool> {
+    let (mib, chunks) = (o.mib.max(1), o.chunks.max(1));
     println!("{} ({}), {mib} MiB in {chunks} chunks", dev.info().name, dev.info().driver_name);
     let len = mib << 20;
     let input: Vec<u32> = (0..(len / 4) as u32).map(|i| i.wrapping_mul(0x9E37_79B9) ^ 0x5bd1_e995).collect();
-    let want: Vec<u32> = input.iter().map(|x| x.wrapping_mul(A).wrapping_add(B)).collect();
+    let mut want: Vec<u32> = input.iter().map(|x| x.wrapping_mul(A).wrapping_add(B)).collect();
+    if o.plant_mismatch {
+        want[len / 8] ^= 1;
+    }
     let mut output = vec![0u32; len / 4];
-    // SAFETY: both Vecs outlive the registrations (unregistered below, before they drop), and
-    // are only touched by the host after each variant synchronized.
-    unsafe {
-        host::register(&dev, input.as_ptr(), len)?;
-        host::register(&dev, output.as_mut_ptr(), len)?;
+    // SAFETY: both Vecs outlive the registrations: they are unregistered below before they drop,
+    // on every path (leaked if unregistering fails), and only touched by the host after each
+    // variant synchronized.
+    unsafe { host::register(&dev, input.as_ptr(), len)? };
+    // SAFETY: as above.
+    if let Err(e) = unsafe { host::register(&dev, output.as_mut_ptr(), len) } {
+        host::unregister(&dev, input.as_ptr())?;
+        return Err(e);
     }
     let job = Job { dev: &dev, kernel: affine_kernel(), src: input.as_ptr().cast(), dst: output.as_mut_ptr().cast(), len, chunks };
-    let two = [dev.stream_on(QueueKind::Compute)?, dev.stream_on(QueueKind::Compute)?];
-    // Warm up: pipeline creation, first-touch of the device buffers.
-    job.staged(&two[..1], true)?;
-    let gbs = |t: f64| len as f64 / t / 1e9;
-    let mut ok = true;
-    let mut run = |name: &str, r: vkhost::Result<f64>, out: &mut Vec<u32>| -> vkhost::Result<()> {
-        let t = r?;
-        let good = *out == want;
-        ok &= good;
-        println!("  {name:<11} {:8.2} ms  {:6.2} GB/s  {}", t * 1e3, gbs(t), if good { "matches the CPU" } else { "WRONG" });
-        out.fill(0);
-        Ok(())
-    };
-    run("serial", job.staged(&two[..1], true), &mut output)?;
-    run("pipelined", job.staged(&two, false), &mut output)?;
-    run("zero-copy", job.zero_copy(&two), &mut output)?;
-    drop(two);
-    host::unregister(&dev, input.as_ptr())?;
-    host::unregister(&dev, output.as_ptr())?;
+    let r = variants(&job, &mut output, &want);
+    drop(job);
+    // Unregistering waits for any work still naming the bytes (after an error, say).
+    let freed = host::unregister(&dev, input.as_ptr()).and(host::unregister(&dev, output.as_ptr()));
+    if freed.is_err() {
+        // Still registered: the device may still name the bytes, so they must never be freed.
+        std::mem::forget(input);
+        std::mem::forget(output);
+    }
+    let mut ok = r?;
+    freed?;
     dev.destroy()?;
     if dev.validation_enabled() {
         println!("  validation errors: {}", dev.validation_errors());
         ok &= dev.validation_errors() == 0;
     }
-    if !ok {
-        std::process::exit(1);
-    }
-    Ok(())
+    Ok(ok)
+}
+
+/// Warms up, then runs serial, pipelined and zero-copy, checking `output` against `want` after
+/// each.
+fn variants(job: &Job<'_>, output: &mut [u32], want: &[u32]) -> vkhost::Result<bool> {
+    let two = [job.dev.stream_on(QueueKind::Compute)?, job.dev.stream_on(QueueKind::Compute)?];
+    // Warm up: pipeline creation, first-touch of the device buffers.
+    job.staged(&two[..1], true)?;
+    let gbs = |t: f64| job.len as f64 / t / 1e9;
+    let mut ok = true;
+    let mut report = |name: &str, r: vkhost::Result<f64>, out: &mut [u32]| -> vkhost::Result<()> {
+        let t = r?;
+        let good = out == want;
+        ok &= good;
+        println!("  {name:<11} {:8.2} ms  {:6.2} GB/s  {}", t * 1e3, gbs(t), if good { "matches the CPU" } else { "WRONG" });
+        out.fill(0);
+        Ok(())
+    };
+    report("serial", job.staged(&two[..1], true), output)?;
+    report("pipelined", job.staged(&two, false), output)?;
+    report("zero-copy", job.zero_copy(&two), output)?;
+    Ok(ok)
 }
