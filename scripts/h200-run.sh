@@ -73,6 +73,8 @@ if [ "$what" = tune ]; then
   echo "== bench: latency, small ce copies, pageable"
   $v bench -t latency,host_to_device_ce,device_to_host_ce --sizes 4K,64K,256K,1M,4M --no-costs 2>&1 | tee -a "$OUT/tune.txt" | grep -E "_ce|latency|copies|measured"
   $v bench -t host_to_device_pageable,device_to_host_pageable --sizes 16M,256M,1G --no-costs --json "$OUT/pageable.json" 2>&1 | tee -a "$OUT/tune.txt" | grep -E "_ce"
+  echo "== sm and d2d"; $v bench -t host_to_device_sm,device_to_host_sm,device_to_device,bidir_ce --sizes 16M,256M,1G --no-costs 2>&1 | tee -a "$OUT/tune.txt" | grep -E "_sm|_ce"
+  echo "== demo pipeline"; $v demo pipeline 2>&1 | tail -n 8 | tee -a "$OUT/tune.txt"
 fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
