@@ -65,13 +65,17 @@ fn kind(k: vkhost::QueueKind) -> &'static str {
 /// The copy-queue choice as lines: which queue each class of synchronous copy uses, and the
 /// measurement behind it.
 pub fn copy_queue_lines(q: &vkhost::CopyQueues) -> Vec<String> {
+    let dir = |small, bulk, min: u64| {
+        if small == bulk {
+            format!("the {}", kind(small))
+        } else {
+            format!("the {} below {}, the {} from it", kind(small), fmt_bytes(min), kind(bulk))
+        }
+    };
     let mut v = vec![format!(
-        "synchronous copies: h2d on the {} below {} and the {} from it; d2h on the {} below, the {} from it",
-        kind(q.small_to_device),
-        fmt_bytes(vkhost::CopyQueues::BULK_MIN),
-        kind(q.bulk_to_device),
-        kind(q.small_to_host),
-        kind(q.bulk_to_host)
+        "synchronous copies: h2d on {}; d2h on {}",
+        dir(q.small_to_device, q.bulk_to_device, q.bulk_min_to_device),
+        dir(q.small_to_host, q.bulk_to_host, q.bulk_min_to_host)
     )];
     match &q.measured {
         Some((c, k)) => v.push(format!(
@@ -94,7 +98,8 @@ pub fn copy_queue_lines(q: &vkhost::CopyQueues) -> Vec<String> {
 pub fn queues_json(q: &vkhost::CopyQueues) -> Value {
     let fig = |f: &vkhost::QueueFigures| json!({"bulk_h2d_gbps": f.bulk_to_device_gbps, "bulk_d2h_gbps": f.bulk_to_host_gbps, "small_h2d_us": f.small_to_device_us, "small_d2h_us": f.small_to_host_us});
     json!({
-        "bulk_min_bytes": vkhost::CopyQueues::BULK_MIN,
+        "bulk_min_h2d_bytes": q.bulk_min_to_device,
+        "bulk_min_d2h_bytes": q.bulk_min_to_host,
         "small_h2d": kind(q.small_to_device),
         "small_d2h": kind(q.small_to_host),
         "bulk_h2d": kind(q.bulk_to_device),

@@ -320,7 +320,7 @@ fn default_and_boundary_options_open() {
     let info = default_info();
     assert!(OpenOptions::default().validate(&info).is_ok());
     let d = device_with(opts()).unwrap();
-    assert_eq!((d.options().staging_chunk, d.options().staging_slots), (16 << 20, 3));
+    assert_eq!((d.options().staging_chunk, d.options().staging_slots), (16 << 20, 4));
     drop(d);
     // The smallest staging (two 4 KiB slots): a 64 KiB staged copy goes through 16 chunks.
     let d = device_with(staging(4096, 2)).unwrap();
@@ -389,4 +389,30 @@ fn compute_copy_queue_option_fixes_every_class() {
     let mut got = vec![0u8; 8192];
     buf.read(0, &mut got).unwrap();
     assert!(got == want);
+}
+
+/// Synchronous copies resubmit a command buffer they recorded for the same copy, but never
+/// after a buffer was destroyed: a new buffer may then reuse the old one's handle, and the old
+/// command buffer would name a destroyed object (validation reports it; the copy would land in
+/// freed memory).
+#[test]
+fn recorded_copies_are_not_reused_across_a_buffer_destroy() {
+    let Some(d) = device() else { return };
+    let n = 4096;
+    let mut p = vkhost::PinnedBuffer::new(&d, n).unwrap();
+    let mut back = vkhost::PinnedBuffer::new(&d, n).unwrap();
+    for round in 0..40u8 {
+        let buf = d.alloc_buffer(n).unwrap();
+        for rep in 0..3u8 {
+            p.fill(round ^ rep.wrapping_mul(31) | 1);
+            // The same copy each time: the second and third reuse the recorded commands.
+            // SAFETY: the pinned blocks outlive the calls.
+            unsafe { vkhost::host::copy_to_device(&d, p.as_ptr(), n, &buf, 0) }.unwrap();
+            unsafe { vkhost::host::copy_to_host(&d, &buf, 0, back.as_mut_ptr(), n) }.unwrap();
+            assert!(back[..] == p[..], "round {round}, rep {rep}");
+        }
+        drop(buf);
+    }
+    drop((p, back));
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
 }

@@ -136,7 +136,7 @@ pub struct OpenOptions {
     /// workers, each part at least 1 MiB. Default: the machine's cores, at most 16
     /// (`VKHOST_STAGING_THREADS` overrides). In 1..=64.
     pub staging_threads: usize,
-    /// Staging chunks in flight per copy context and per stream (default 3). In
+    /// Staging chunks in flight per copy context and per stream (default 4). In
     /// [`STAGING_SLOTS`](Self::STAGING_SLOTS) (2..=16); `staging_chunk × staging_slots` (one
     /// staging buffer) must fit the device's maxMemoryAllocationSize.
     pub staging_slots: usize,
@@ -161,7 +161,7 @@ pub struct OpenOptions {
     /// larger than this becomes several imports behind one entry (see [`crate::host`]). `None`
     /// (the default): the device's maxMemoryAllocationSize. `Some(n)`: `n` must be a multiple of
     /// the page size (4 KiB), at least one page, and at most the device's limit; mainly for
-    /// testing large ranges with small memory.
+    /// testing large ranges with small memory. `VKHOST_IMPORT_PIECE=N` sets it.
     pub max_import_piece: Option<usize>,
 }
 
@@ -235,9 +235,9 @@ impl Default for OpenOptions {
             },
             validation: instance::validation_requested(),
             staging_chunk: env_usize("VKHOST_STAGING_CHUNK").unwrap_or(16 << 20),
-            staging_slots: env_usize("VKHOST_STAGING_SLOTS").unwrap_or(3),
+            staging_slots: env_usize("VKHOST_STAGING_SLOTS").unwrap_or(4),
             staging_threads: env_usize("VKHOST_STAGING_THREADS").unwrap_or_else(crate::par::default_threads),
-            max_import_piece: None,
+            max_import_piece: env_usize("VKHOST_IMPORT_PIECE"),
             copy_queue: match std::env::var("VKHOST_COPY_QUEUE").as_deref() {
                 Ok("compute") => QueueKind::Compute,
                 _ => QueueKind::Copy,
@@ -379,6 +379,9 @@ pub(crate) struct Shared {
     pub direct_bytes: AtomicU64,
     pub staged_bytes: AtomicU64,
     pub mapped_bytes: AtomicU64,
+    /// Bumped by every buffer destroy: a command buffer recorded at an earlier epoch may name a
+    /// handle that now means another buffer (`submit`'s reuse of recorded copies).
+    pub buffer_epoch: AtomicU64,
     /// Children to tear down at destroy (streams, buffers, imports), see `object`.
     pub children: Mutex<Vec<std::sync::Weak<dyn object::Child>>>,
     /// Buffers whose last owner dropped them while the device lock was taken.
@@ -488,6 +491,8 @@ impl Shared {
     /// `b` was created by `create_buffer` on this device, no pending work uses it, and it is
     /// destroyed once.
     pub(crate) unsafe fn destroy_buffer(&self, l: &Live, b: vk::Buffer) {
+        // Before the handle can be reused: copy contexts stop resubmitting what they recorded.
+        self.buffer_epoch.fetch_add(1, Ordering::AcqRel);
         // SAFETY: the caller's contract.
         unsafe { l.device.destroy_buffer(b, None) };
         self.objects.buffers.fetch_sub(1, Ordering::Relaxed);
@@ -938,6 +943,7 @@ impl Device {
                 direct_bytes: AtomicU64::new(0),
                 staged_bytes: AtomicU64::new(0),
                 mapped_bytes: AtomicU64::new(0),
+                buffer_epoch: AtomicU64::new(0),
                 children: Mutex::new(Vec::new()),
                 garbage: Mutex::new(Vec::new()),
                 has_garbage: AtomicBool::new(false),

@@ -5,7 +5,8 @@
 //! copy: on the H200 (2026-12-01, one call) the compute queue moved 256 MiB at 50.9 / 52.2 GB/s
 //! (h2d / d2h) against the copy engines' 49.3 / 51.0, while a 4 KiB copy took 17.1 / 18.5 µs
 //! there against 14.8 / 16.3 µs on a copy engine. So the choice is made per direction and per
-//! size class ([`BULK_MIN`]), from a measurement at open ([`measure`]): each queue copies
+//! size class, small or bulk, split where the two queues' measured times cross (at least
+//! [`BULK_MIN`]; about 3.5 MB with those figures), from a measurement at open ([`measure`]): each queue copies
 //! [`PROBE_BULK`] bytes and 4 KiB both ways between a pinned block and a device buffer, the
 //! kinds interleaved, best of several; the compute queue is chosen only where it is faster by
 //! more than [`MARGIN`], since the copy engines leave the compute queue to kernels and streams.
@@ -17,7 +18,7 @@ use crate::error::Result;
 use crate::memtype;
 use ash::vk;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -47,14 +48,20 @@ pub struct QueueFigures {
 /// The queues synchronous copies use ([`Device::copy_queues`](crate::Device::copy_queues)).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CopyQueues {
-    /// Host→device copies smaller than [`BULK_MIN`](Self::BULK_MIN).
+    /// Host→device copies smaller than `bulk_min_to_device`.
     pub small_to_device: QueueKind,
-    /// Device→host copies smaller than `BULK_MIN`.
+    /// Device→host copies smaller than `bulk_min_to_host`.
     pub small_to_host: QueueKind,
-    /// Host→device copies of at least `BULK_MIN` bytes.
+    /// Host→device copies of at least `bulk_min_to_device` bytes.
     pub bulk_to_device: QueueKind,
-    /// Device→host copies of at least `BULK_MIN` bytes.
+    /// Device→host copies of at least `bulk_min_to_host` bytes.
     pub bulk_to_host: QueueKind,
+    /// Host→device copies of at least this many bytes are "bulk" ([`BULK_MIN`](Self::BULK_MIN)
+    /// unless measured: then where the faster-bulk queue's time, latency included, drops below
+    /// the lower-latency queue's).
+    pub bulk_min_to_device: u64,
+    /// The same for device→host copies.
+    pub bulk_min_to_host: u64,
     /// The measurement behind the choice: (copy engines, compute queue). `None` when nothing
     /// was measured: the device has one kind of queue, the options fixed the queue
     /// (`OpenOptions::measure_copy_queues` false or `copy_queue` set to `Compute`), or the
@@ -68,30 +75,69 @@ impl CopyQueues {
 
     /// Every class on `kind`, measured by nothing.
     pub fn fixed(kind: QueueKind) -> CopyQueues {
-        CopyQueues { small_to_device: kind, small_to_host: kind, bulk_to_device: kind, bulk_to_host: kind, measured: None }
+        CopyQueues {
+            small_to_device: kind,
+            small_to_host: kind,
+            bulk_to_device: kind,
+            bulk_to_host: kind,
+            bulk_min_to_device: BULK_MIN,
+            bulk_min_to_host: BULK_MIN,
+            measured: None,
+        }
     }
 
     /// The choice the figures imply (pure): compute only where it beats the copy engines by
-    /// more than [`MARGIN`].
+    /// more than [`MARGIN`]; when one queue has the lower latency and the other the higher
+    /// bandwidth, the size where their times (latency + size / bandwidth) cross, at least
+    /// [`BULK_MIN`], splits small from bulk.
     pub fn from_figures(copy: QueueFigures, compute: QueueFigures) -> CopyQueues {
         let faster = |c: f64, k: f64| if k > c * (1.0 + MARGIN) { QueueKind::Compute } else { QueueKind::Copy };
         let quicker = |c: f64, k: f64| if k * (1.0 + MARGIN) < c { QueueKind::Compute } else { QueueKind::Copy };
+        // Bytes where lat_a + n/bw_a = lat_b + n/bw_b, for the slower-latency, faster-bulk b.
+        let cross = |small: QueueKind, bulk: QueueKind, (lc, bc): (f64, f64), (lk, bk): (f64, f64)| -> u64 {
+            let (la, ba, lb, bb) = match (small, bulk) {
+                (QueueKind::Copy, QueueKind::Compute) => (lc, bc, lk, bk),
+                (QueueKind::Compute, QueueKind::Copy) => (lk, bk, lc, bc),
+                _ => return BULK_MIN,
+            };
+            let per_byte = 1e6 / (ba * 1e9) - 1e6 / (bb * 1e9); // µs per byte saved in bulk
+            if per_byte <= 0.0 || lb <= la {
+                return BULK_MIN;
+            }
+            (((lb - la) / per_byte) as u64).clamp(BULK_MIN, 1 << 30)
+        };
+        let small_to_device = quicker(copy.small_to_device_us, compute.small_to_device_us);
+        let small_to_host = quicker(copy.small_to_host_us, compute.small_to_host_us);
+        let bulk_to_device = faster(copy.bulk_to_device_gbps, compute.bulk_to_device_gbps);
+        let bulk_to_host = faster(copy.bulk_to_host_gbps, compute.bulk_to_host_gbps);
         CopyQueues {
-            small_to_device: quicker(copy.small_to_device_us, compute.small_to_device_us),
-            small_to_host: quicker(copy.small_to_host_us, compute.small_to_host_us),
-            bulk_to_device: faster(copy.bulk_to_device_gbps, compute.bulk_to_device_gbps),
-            bulk_to_host: faster(copy.bulk_to_host_gbps, compute.bulk_to_host_gbps),
+            small_to_device,
+            small_to_host,
+            bulk_to_device,
+            bulk_to_host,
+            bulk_min_to_device: cross(
+                small_to_device,
+                bulk_to_device,
+                (copy.small_to_device_us, copy.bulk_to_device_gbps),
+                (compute.small_to_device_us, compute.bulk_to_device_gbps),
+            ),
+            bulk_min_to_host: cross(
+                small_to_host,
+                bulk_to_host,
+                (copy.small_to_host_us, copy.bulk_to_host_gbps),
+                (compute.small_to_host_us, compute.bulk_to_host_gbps),
+            ),
             measured: Some((copy, compute)),
         }
     }
 
     /// The queue for a synchronous copy of `bytes`, host→device when `to_device`.
     pub fn queue_for(&self, to_device: bool, bytes: u64) -> QueueKind {
-        match (to_device, bytes >= BULK_MIN) {
-            (true, false) => self.small_to_device,
-            (false, false) => self.small_to_host,
-            (true, true) => self.bulk_to_device,
-            (false, true) => self.bulk_to_host,
+        match to_device {
+            true if bytes >= self.bulk_min_to_device => self.bulk_to_device,
+            true => self.small_to_device,
+            false if bytes >= self.bulk_min_to_host => self.bulk_to_host,
+            false => self.small_to_host,
         }
     }
 
@@ -101,21 +147,31 @@ impl CopyQueues {
     }
 }
 
-/// The device's current choice: the kinds as bits (read on every copy), the whole record
-/// behind a lock (read by `Device::copy_queues`).
+/// The device's current choice: the kinds as bits and the thresholds (read on every copy),
+/// the whole record behind a lock (read by `Device::copy_queues`).
 #[derive(Debug)]
 pub(crate) struct Choice {
     bits: AtomicU8,
+    min_to_device: AtomicU64,
+    min_to_host: AtomicU64,
     record: Mutex<CopyQueues>,
 }
 
 impl Choice {
     pub(crate) fn new(c: CopyQueues) -> Choice {
-        Choice { bits: AtomicU8::new(c.bits()), record: Mutex::new(c) }
+        Choice {
+            bits: AtomicU8::new(c.bits()),
+            min_to_device: AtomicU64::new(c.bulk_min_to_device),
+            min_to_host: AtomicU64::new(c.bulk_min_to_host),
+            record: Mutex::new(c),
+        }
     }
 
     pub(crate) fn set(&self, c: CopyQueues) {
-        *super::lock(&self.record) = c;
+        let mut r = super::lock(&self.record);
+        *r = c;
+        self.min_to_device.store(c.bulk_min_to_device, Ordering::Relaxed);
+        self.min_to_host.store(c.bulk_min_to_host, Ordering::Relaxed);
         self.bits.store(c.bits(), Ordering::Relaxed);
     }
 
@@ -123,13 +179,14 @@ impl Choice {
         *super::lock(&self.record)
     }
 
-    /// The queue for a copy of `bytes` in `dir` (lock-free).
+    /// The queue for a copy of `bytes` in `dir` (lock-free; a copy racing `set` may use either
+    /// choice, both valid).
     pub(crate) fn pick(&self, dir: Dir, bytes: u64) -> QueueKind {
-        let bit = match (dir, bytes >= BULK_MIN) {
-            (Dir::ToDevice, false) => 0,
-            (Dir::ToHost, false) => 1,
-            (Dir::ToDevice, true) => 2,
-            (Dir::ToHost, true) => 3,
+        let bit = match dir {
+            Dir::ToDevice if bytes >= self.min_to_device.load(Ordering::Relaxed) => 2,
+            Dir::ToDevice => 0,
+            Dir::ToHost if bytes >= self.min_to_host.load(Ordering::Relaxed) => 3,
+            Dir::ToHost => 1,
         };
         if self.bits.load(Ordering::Relaxed) & (1 << bit) != 0 {
             QueueKind::Compute
@@ -248,10 +305,17 @@ mod tests {
         assert_eq!(c.bulk_to_host, QueueKind::Compute);
         assert_eq!(c.small_to_device, QueueKind::Copy);
         assert_eq!(c.small_to_host, QueueKind::Copy);
-        assert_eq!(c.queue_for(true, BULK_MIN), QueueKind::Compute);
-        assert_eq!(c.queue_for(true, BULK_MIN - 1), QueueKind::Copy);
+        // h2d: 2.3 µs more latency, 3% more bandwidth: the compute queue wins from about 3.6 MB;
+        // d2h: 2.2 µs and 2.4%: from about 4.9 MB.
+        assert!((3_500_000..3_700_000).contains(&c.bulk_min_to_device), "{}", c.bulk_min_to_device);
+        assert!((4_800_000..5_000_000).contains(&c.bulk_min_to_host), "{}", c.bulk_min_to_host);
+        assert_eq!(c.queue_for(true, 4 << 20), QueueKind::Compute);
+        assert_eq!(c.queue_for(true, 1 << 20), QueueKind::Copy);
+        assert_eq!(c.queue_for(false, 1 << 30), QueueKind::Compute);
         let ch = Choice::new(c);
-        for (dir, n) in [(Dir::ToDevice, 4096), (Dir::ToHost, 4096), (Dir::ToDevice, 1 << 30), (Dir::ToHost, 1 << 30)] {
+        for (dir, n) in
+            [(Dir::ToDevice, 4096), (Dir::ToHost, 4096), (Dir::ToDevice, 1 << 30), (Dir::ToHost, 1 << 30), (Dir::ToHost, 3 << 20)]
+        {
             assert_eq!(ch.pick(dir, n), c.queue_for(dir == Dir::ToDevice, n));
         }
     }
@@ -260,6 +324,9 @@ mod tests {
     fn within_the_margin_the_copy_engines_stay() {
         let c = CopyQueues::from_figures(f(50.0, 50.0, 10.0, 10.0), f(50.4, 50.4, 9.95, 9.95));
         assert_eq!(c, CopyQueues { measured: c.measured, ..CopyQueues::fixed(QueueKind::Copy) });
+        // Compute both quicker and faster: every class there, no crossover.
+        let c = CopyQueues::from_figures(f(50.0, 50.0, 10.0, 10.0), f(52.0, 52.0, 9.0, 9.0));
+        assert_eq!(c, CopyQueues { measured: c.measured, ..CopyQueues::fixed(QueueKind::Compute) });
         let c = CopyQueues::from_figures(f(50.0, 50.0, 10.0, 10.0), f(49.0, 51.0, 11.0, 9.0));
         assert_eq!((c.bulk_to_device, c.bulk_to_host), (QueueKind::Copy, QueueKind::Compute));
         assert_eq!((c.small_to_device, c.small_to_host), (QueueKind::Copy, QueueKind::Compute));

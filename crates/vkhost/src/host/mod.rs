@@ -300,29 +300,64 @@ fn import_pieces(
     backing: Option<crate::device::object::Backing>,
 ) -> Result<Arc<Imports>> {
     let part = s.import_piece(page_size());
-    let mut parts: Vec<Arc<Resource>> = Vec::with_capacity(covered.len().div_ceil(part));
-    let mut at = covered.start;
-    while at < covered.end {
-        let end = at.saturating_add(part).min(covered.end);
-        match import::import_range(s, l, &(at..end)) {
+    let ranges: Vec<std::ops::Range<usize>> =
+        (0..covered.len().div_ceil(part)).map(|i| covered.start + i * part..(covered.start + (i + 1) * part).min(covered.end)).collect();
+    // Several pieces import on several threads: each import pins its pages, and pinning is the
+    // cost (about 2.4 ms per 64 MiB on the H200).
+    let results = on_threads(&ranges, |r| import::import_range(s, l, r));
+    let mut parts: Vec<Arc<Resource>> = Vec::with_capacity(ranges.len());
+    let mut failed = None;
+    for (r, b) in ranges.iter().zip(results) {
+        match b {
             Ok(b) => {
-                let mut obj = BufferObj::new(s, b, (end - at) as u64);
+                let mut obj = BufferObj::new(s, b, r.len() as u64);
                 if let Some(k) = &backing {
                     obj = obj.with_backing(k.clone());
                 }
                 parts.push(Resource::new(s, obj));
             }
-            Err(e) => {
-                for p in &parts {
-                    // SAFETY: fresh imports of ours, never named by any work.
-                    unsafe { p.obj.release_now(s, l) };
-                }
-                return Err(e);
-            }
+            Err(e) => failed = failed.or(Some(e)),
         }
-        at = end;
+    }
+    if let Some(e) = failed {
+        for p in &parts {
+            // SAFETY: fresh imports of ours, never named by any work.
+            unsafe { p.obj.release_now(s, l) };
+        }
+        return Err(e);
     }
     Ok(Arc::new(Imports { parts, part }))
+}
+
+/// The most threads an import or release of several pieces uses.
+const PIECE_THREADS: usize = 8;
+
+/// `f` over `items`, in order, on up to [`PIECE_THREADS`] threads (this one included) when
+/// there are several.
+fn on_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let n = items.len().min(PIECE_THREADS);
+    if n <= 1 {
+        return items.iter().map(&f).collect();
+    }
+    let f = &f;
+    let mut out: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
+    std::thread::scope(|sc| {
+        let mut slots: Vec<&mut [Option<R>]> = out.chunks_mut(items.len().div_ceil(n)).collect();
+        let first = slots.remove(0);
+        let step = items.len().div_ceil(n);
+        for (k, chunk) in slots.into_iter().enumerate() {
+            let base = (k + 1) * step;
+            sc.spawn(move || {
+                for (j, slot) in chunk.iter_mut().enumerate() {
+                    *slot = Some(f(&items[base + j]));
+                }
+            });
+        }
+        for (j, slot) in first.iter_mut().enumerate() {
+            *slot = Some(f(&items[j]));
+        }
+    });
+    out.into_iter().flatten().collect()
 }
 
 /// Releases a pinned block: its buffer and memory, which unmaps it.
@@ -371,16 +406,21 @@ pub(crate) fn release_entry(dev: &Device, addr: usize, kind: Kind, by_guard: boo
     };
     let e = removed.ok_or(missing)?;
     if let (Some(l), Some(imports)) = (l.as_ref(), e.cell) {
-        for res in &imports.parts {
-            match kind {
-                Kind::Registered => {
-                    // The caller may unmap the bytes as soon as we return: close the import,
-                    // wait for every use, and destroy it now.
+        match kind {
+            Kind::Registered => {
+                // The caller may unmap the bytes as soon as we return: close every piece, wait
+                // for every use, and destroy them now (several on several threads: releasing
+                // unpins pages, about 1.5 ms per 64 MiB on the H200).
+                for res in &imports.parts {
                     res.close_and_wait(l);
-                    // SAFETY: closed and every use waited, so no work can name it any more.
-                    unsafe { res.obj.release_now(s, l) };
                 }
-                Kind::Pinned => {
+                on_threads(&imports.parts, |res| {
+                    // SAFETY: closed and every use waited, so no work can name it any more.
+                    unsafe { res.obj.release_now(s, l) }
+                });
+            }
+            Kind::Pinned => {
+                for res in &imports.parts {
                     // vkhost's own memory: it goes with the last owner, possibly a batch in
                     // flight.
                     res.tracker.close();
@@ -729,4 +769,17 @@ pub(crate) fn probe(dev: &Device) -> std::result::Result<usize, String> {
         Error::Unsupported { reason } => reason,
         e => e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::on_threads;
+
+    #[test]
+    fn on_threads_keeps_order() {
+        for n in [0usize, 1, 2, 7, 8, 9, 33] {
+            let v: Vec<usize> = (0..n).collect();
+            assert_eq!(on_threads(&v, |x| x * 3), v.iter().map(|x| x * 3).collect::<Vec<_>>());
+        }
+    }
 }
