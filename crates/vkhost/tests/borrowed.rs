@@ -525,3 +525,84 @@ fn fence_hook_is_observed_before_the_caller_resets_it() {
     dev.destroy().unwrap();
     c.destroy();
 }
+
+/// The raw `unregister` of bytes an unhooked ticket names answers `Busy` at once and changes
+/// nothing, so the ticket's owner can still destroy (`Busy`), hook or drop it. Before: the
+/// unregister blocked until a hook came, holding the device lock, so a destroy on the ticket's
+/// thread deadlocked (here: the unregister's thread never answered within 5 s).
+#[test]
+fn unregister_of_bytes_an_unhooked_ticket_names_is_busy() {
+    let Some(c) = Caller::new() else { return };
+    let dev = c.wrap();
+    let page = host::page_size();
+    let len = 2 * page;
+    let p = Pages::new(len);
+    // SAFETY: `p` stays mapped until after the unregister below.
+    unsafe { host::register(&dev, p.ptr, len) }.unwrap();
+    let cmd = c.begin();
+    // SAFETY: `cmd` is recording; the range fits the buffer; the command buffer is never
+    // submitted (freed with the pool), which dropping the ticket unhooked declares.
+    let t = unsafe { host::record_copy(&dev, cmd, Direction::DeviceToHost, p.ptr, len, c.buffer, 0) }.unwrap();
+    let addr = p.ptr as usize;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let other = {
+        let dev = dev.clone();
+        std::thread::spawn(move || tx.send(host::unregister(&dev, addr)).unwrap())
+    };
+    let r = rx.recv_timeout(Duration::from_secs(5));
+    let Ok(r) = r else {
+        // Unblock the unregister so the failing test ends instead of hanging.
+        drop(t);
+        other.join().unwrap();
+        panic!("unregister of bytes an unhooked ticket names did not answer within 5 s");
+    };
+    other.join().unwrap();
+    assert!(matches!(r, Err(Error::Busy { ref reason }) if reason.contains("RecordedCopy")), "{r:?}");
+    // Nothing changed: still registered, and new copies can name the bytes.
+    assert!(host::find(&dev, p.ptr, len).is_some(), "a Busy unregister removed the entry");
+    let cmd2 = c.begin();
+    // SAFETY: as above; this ticket is dropped unhooked too, its command buffer never submitted.
+    let t2 = unsafe { host::record_copy(&dev, cmd2, Direction::HostToDevice, p.ptr, len, c.buffer, 0) }.unwrap();
+    drop(t2);
+    assert!(matches!(dev.destroy(), Err(Error::Busy { .. })), "destroy with an unhooked ticket");
+    drop(t);
+    host::unregister(&dev, p.ptr).unwrap();
+    assert!(host::find(&dev, p.ptr, len).is_none());
+    dev.destroy().unwrap();
+    c.destroy();
+}
+
+/// A `Registration` dropped while an unhooked ticket names its bytes cannot refuse: it waits for
+/// the hook, but without the device lock, so a destroy on another thread answers `Busy` at once
+/// (the ticket is still open) instead of waiting behind the drop. Before: the drop waited
+/// holding the device lock and the destroy blocked (here: no answer within 5 s).
+#[test]
+fn guard_drop_waiting_for_a_hook_leaves_destroy_free_to_answer() {
+    let Some(c) = Caller::new() else { return };
+    let dev = c.wrap();
+    let page = host::page_size();
+    let mut v = pattern(3 * page, 6);
+    let reg = dev.register(&mut v).unwrap();
+    let cmd = c.begin();
+    // SAFETY: `cmd` is recording; the range fits the buffer; the command buffer is never
+    // submitted (freed with the pool), which dropping the ticket unhooked declares.
+    let t = unsafe { host::record_copy(&dev, cmd, Direction::HostToDevice, reg.as_ptr(), reg.len(), c.buffer, 0) }.unwrap();
+    std::thread::scope(|s| {
+        let dropper = s.spawn(move || drop(reg));
+        std::thread::sleep(Duration::from_millis(300)); // the drop is waiting for the hook now
+        let (tx, rx) = std::sync::mpsc::channel();
+        let destroyer = {
+            let dev = dev.clone();
+            s.spawn(move || tx.send(dev.destroy()).unwrap())
+        };
+        let r = rx.recv_timeout(Duration::from_secs(5));
+        drop(t); // declares the commands never run: the drop proceeds
+        dropper.join().unwrap();
+        destroyer.join().unwrap();
+        let r = r.expect("destroy did not answer within 5 s while a Registration's drop waited for a hook");
+        assert!(matches!(r, Err(Error::Busy { .. })), "{r:?}");
+    });
+    assert!(host::find(&dev, v.as_ptr(), v.len()).is_none());
+    dev.destroy().unwrap();
+    c.destroy();
+}
