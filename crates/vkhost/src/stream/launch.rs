@@ -221,7 +221,7 @@ impl Stream {
         if !now {
             return Ok(());
         }
-        let event = Event { inner: self.inner.clone(), value };
+        let event = Event { inner: self.inner.clone(), value, own: true };
         if let Err(e) = event.wait() {
             if let Ok(l) = self.inner.shared.live_any() {
                 self.inner.queue_idle(&l);
