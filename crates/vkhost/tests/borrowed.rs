@@ -172,6 +172,11 @@ impl Caller {
 
     /// Wraps the device in vkhost's borrowed mode.
     fn wrap(&self) -> Device {
+        self.wrap_with(&opts())
+    }
+
+    /// [`Caller::wrap`] with options.
+    fn wrap_with(&self, o: &vkhost::OpenOptions) -> Device {
         let raw = BorrowedDevice {
             entry: self.entry.clone(),
             instance: self.instance.clone(),
@@ -181,7 +186,7 @@ impl Caller {
         };
         // SAFETY: the handles are valid and outlive the vkhost device (each test destroys it
         // before `Caller::destroy`).
-        let d = unsafe { Device::from_raw_borrowed(raw, &opts()) }.expect("from_raw_borrowed");
+        let d = unsafe { Device::from_raw_borrowed(raw, o) }.expect("from_raw_borrowed");
         assert!(d.is_borrowed());
         assert!(d.host_registration().is_ok(), "registration: {:?}", d.host_registration());
         d
@@ -604,5 +609,39 @@ fn guard_drop_waiting_for_a_hook_leaves_destroy_free_to_answer() {
     });
     assert!(host::find(&dev, v.as_ptr(), v.len()).is_none());
     dev.destroy().unwrap();
+    c.destroy();
+}
+
+/// A pinned block whose last owner goes during the teardown of a device whose last handle was
+/// dropped (here: a recorded copy's pending state, after `free_pinned`, released by the
+/// teardown's `WORK` phase) has its objects freed in the `OBJECTS` phase, and its mapping (a
+/// block larger than one import piece is a mapping vkhost made) stays until then. Before: the
+/// block's objects could not reach their device any more (its last handle was going), so the
+/// buffers and imported memories leaked, reported by validation at the caller's
+/// vkDestroyDevice (VUID-vkDestroyDevice-device-00378), and the mapping was unmapped under them.
+#[test]
+fn pinned_block_whose_last_owner_goes_at_teardown_is_freed() {
+    let Some(mut c) = Caller::new() else { return };
+    let dev = c.wrap_with(&vkhost::OpenOptions { max_import_piece: Some(64 << 10), ..opts() });
+    let done = c.timeline();
+    let len = 256 << 10;
+    let raw = host::alloc_pinned(&dev, len).unwrap();
+    let cmd = c.begin();
+    // SAFETY: recording; the range is one pinned block (four import pieces) and fits the
+    // buffer; hooked before the submit; `done` outlives vkhost's device; the block is not
+    // touched by the host afterwards.
+    let regions = unsafe {
+        let mut t = host::record_copy(&dev, cmd, Direction::HostToDevice, raw, len, c.buffer, 0).unwrap();
+        t.completes_at(done, 1).unwrap();
+        t.regions()
+    };
+    assert_eq!(regions, 4, "one region per import piece");
+    // The recorded copy now holds the block's last owners.
+    host::free_pinned(&dev, raw).unwrap();
+    c.submit(cmd, None, done, 1);
+    // The last handle: teardown runs here; its WORK phase waits for `done` and lets the
+    // recorded copy's owners go.
+    drop(dev);
+    c.wait(done, 1);
     c.destroy();
 }
