@@ -22,6 +22,21 @@ pub(crate) trait Timeline: Send + Sync {
     /// The fallback when a wait fails and something must be released: waits for the queue to
     /// go idle (returns at once on a lost device, where nothing runs any more).
     fn queue_idle(&self, l: &Live);
+    /// Whether nobody can say yet when the work completes, and only the caller can change that
+    /// (a recorded copy whose ticket has no completion hook): `wait_for` would block until the
+    /// caller acts. Once `false`, it stays `false`.
+    fn completion_unknown(&self) -> bool {
+        false
+    }
+    /// Blocks until [`Timeline::completion_unknown`] is `false`. Takes no lock of the device, so
+    /// the caller may hook the work or destroy the device (`Busy`) meanwhile.
+    fn wait_known(&self) {}
+}
+
+/// The timelines among `uses` whose completion is unknown (see
+/// [`Timeline::completion_unknown`]).
+pub(crate) fn unknown_completions(uses: &[Use<TimelineRef>]) -> Vec<Arc<dyn Timeline>> {
+    uses.iter().filter_map(|u| u.timeline.upgrade()).filter(|t| t.completion_unknown()).collect()
 }
 
 /// A reference to a timeline, as uses record it.
@@ -91,8 +106,9 @@ impl Resource {
             return;
         }
         let Some(s) = self.shared() else { return };
-        let Ok(l) = s.live_any() else { return };
         let writes: Vec<_> = self.tracker.uses().into_iter().filter(|u| u.write).collect();
+        wait_known(&writes);
+        let Ok(l) = s.live_any() else { return };
         self.wait_uses(&l, writes);
     }
 
@@ -102,6 +118,7 @@ impl Resource {
             return;
         }
         let Some(s) = self.shared() else { return };
+        wait_known(&self.tracker.uses());
         let Ok(l) = s.live_any() else { return };
         self.settle(&l);
     }
@@ -110,6 +127,15 @@ impl Resource {
     pub(crate) fn close_and_wait(&self, l: &Live) {
         let uses = self.tracker.close();
         self.wait_uses(l, uses);
+    }
+}
+
+/// Waits, with no device lock held, until the completion of every use in `uses` is known: the
+/// wait for the work itself then happens under the device lock, and a destroy meanwhile answers
+/// `Busy` instead of waiting for this thread.
+fn wait_known(uses: &[Use<TimelineRef>]) {
+    for t in unknown_completions(uses) {
+        t.wait_known();
     }
 }
 

@@ -14,6 +14,9 @@
 //!    registry entry), then [`Tracker::close`]s it: close waits until nobody is entered, and
 //!    returns every use ever noted and not yet retired. Once each returned value completed, no
 //!    submitted work can access the resource: uses noted later are impossible (entering fails).
+//!    A close that may be called off ([`Tracker::begin_close`], then [`Tracker::end_close`])
+//!    keeps recorders out while it looks at the uses; called off, it leaves the resource as it
+//!    was (an unregister that answers `Busy` for a use nobody can wait for yet).
 //! 3. **Destroy with the last owner.** Vulkan objects go when the last `Arc` goes (the registry's,
 //!    a safe guard's, or a reaped batch's), never while a batch that names them can run.
 //!
@@ -56,6 +59,9 @@ pub(crate) struct Use<H> {
 #[derive(Debug)]
 struct State<H> {
     closed: bool,
+    /// Closes begun with [`Tracker::begin_close`] and not yet ended: recorders cannot enter
+    /// meanwhile.
+    closing: usize,
     /// Recorders entered and not yet left.
     entered: usize,
     /// The latest use per timeline (and access kind); earlier values on the same timeline
@@ -76,7 +82,7 @@ pub(crate) struct Tracker<H> {
 impl<H> Default for Tracker<H> {
     fn default() -> Self {
         Tracker {
-            state: Mutex::new(State { closed: false, entered: 0, uses: Vec::new() }),
+            state: Mutex::new(State { closed: false, closing: 0, entered: 0, uses: Vec::new() }),
             idle: Condvar::new(),
             writes: AtomicBool::new(false),
         }
@@ -91,10 +97,11 @@ fn lock<S>(m: &Mutex<S>) -> MutexGuard<'_, S> {
 }
 
 impl<H: TimelineRef> Tracker<H> {
-    /// Enters as a recorder: `false` once closed (the resource must not be named by new work).
+    /// Enters as a recorder: `false` once closed, or while a close is being decided (the
+    /// resource must not be named by new work).
     pub(crate) fn enter(&self) -> bool {
         let mut st = lock(&self.state);
-        if st.closed {
+        if st.closed || st.closing > 0 {
             return false;
         }
         st.entered += 1;
@@ -138,6 +145,31 @@ impl<H: TimelineRef> Tracker<H> {
             };
         }
         st.uses.clone()
+    }
+
+    /// Begins a close that may be called off (an unregister that refuses when a use can never
+    /// be waited for): like [`Tracker::close`], later `enter`s fail and it waits until no
+    /// recorder is entered, then returns every unretired use; but the tracker stays closed only
+    /// once [`Tracker::end_close`]`(true)` says so. Uses noted before it returns are all of them
+    /// until `end_close`: nobody can enter meanwhile. Each call needs one `end_close`.
+    pub(crate) fn begin_close(&self) -> Vec<Use<H>> {
+        let mut st = lock(&self.state);
+        st.closing += 1;
+        while st.entered > 0 {
+            st = match self.idle.wait(st) {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+        }
+        st.uses.clone()
+    }
+
+    /// Ends a [`Tracker::begin_close`]: closes the tracker for good when `close`, else lets
+    /// recorders enter again (unless another close is under way or done).
+    pub(crate) fn end_close(&self, close: bool) {
+        let mut st = lock(&self.state);
+        st.closing = st.closing.saturating_sub(1);
+        st.closed |= close;
     }
 
     /// Whether the tracker was closed.

@@ -172,6 +172,11 @@ impl Caller {
 
     /// Wraps the device in vkhost's borrowed mode.
     fn wrap(&self) -> Device {
+        self.wrap_with(&opts())
+    }
+
+    /// [`Caller::wrap`] with options.
+    fn wrap_with(&self, o: &vkhost::OpenOptions) -> Device {
         let raw = BorrowedDevice {
             entry: self.entry.clone(),
             instance: self.instance.clone(),
@@ -181,7 +186,7 @@ impl Caller {
         };
         // SAFETY: the handles are valid and outlive the vkhost device (each test destroys it
         // before `Caller::destroy`).
-        let d = unsafe { Device::from_raw_borrowed(raw, &opts()) }.expect("from_raw_borrowed");
+        let d = unsafe { Device::from_raw_borrowed(raw, o) }.expect("from_raw_borrowed");
         assert!(d.is_borrowed());
         assert!(d.host_registration().is_ok(), "registration: {:?}", d.host_registration());
         d
@@ -523,5 +528,120 @@ fn fence_hook_is_observed_before_the_caller_resets_it() {
     }
     host::unregister(&dev, p.ptr).unwrap();
     dev.destroy().unwrap();
+    c.destroy();
+}
+
+/// The raw `unregister` of bytes an unhooked ticket names answers `Busy` at once and changes
+/// nothing, so the ticket's owner can still destroy (`Busy`), hook or drop it. Before: the
+/// unregister blocked until a hook came, holding the device lock, so a destroy on the ticket's
+/// thread deadlocked (here: the unregister's thread never answered within 5 s).
+#[test]
+fn unregister_of_bytes_an_unhooked_ticket_names_is_busy() {
+    let Some(c) = Caller::new() else { return };
+    let dev = c.wrap();
+    let page = host::page_size();
+    let len = 2 * page;
+    let p = Pages::new(len);
+    // SAFETY: `p` stays mapped until after the unregister below.
+    unsafe { host::register(&dev, p.ptr, len) }.unwrap();
+    let cmd = c.begin();
+    // SAFETY: `cmd` is recording; the range fits the buffer; the command buffer is never
+    // submitted (freed with the pool), which dropping the ticket unhooked declares.
+    let t = unsafe { host::record_copy(&dev, cmd, Direction::DeviceToHost, p.ptr, len, c.buffer, 0) }.unwrap();
+    let addr = p.ptr as usize;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let other = {
+        let dev = dev.clone();
+        std::thread::spawn(move || tx.send(host::unregister(&dev, addr)).unwrap())
+    };
+    let r = rx.recv_timeout(Duration::from_secs(5));
+    let Ok(r) = r else {
+        // Unblock the unregister so the failing test ends instead of hanging.
+        drop(t);
+        other.join().unwrap();
+        panic!("unregister of bytes an unhooked ticket names did not answer within 5 s");
+    };
+    other.join().unwrap();
+    assert!(matches!(r, Err(Error::Busy { ref reason }) if reason.contains("RecordedCopy")), "{r:?}");
+    // Nothing changed: still registered, and new copies can name the bytes.
+    assert!(host::find(&dev, p.ptr, len).is_some(), "a Busy unregister removed the entry");
+    let cmd2 = c.begin();
+    // SAFETY: as above; this ticket is dropped unhooked too, its command buffer never submitted.
+    let t2 = unsafe { host::record_copy(&dev, cmd2, Direction::HostToDevice, p.ptr, len, c.buffer, 0) }.unwrap();
+    drop(t2);
+    assert!(matches!(dev.destroy(), Err(Error::Busy { .. })), "destroy with an unhooked ticket");
+    drop(t);
+    host::unregister(&dev, p.ptr).unwrap();
+    assert!(host::find(&dev, p.ptr, len).is_none());
+    dev.destroy().unwrap();
+    c.destroy();
+}
+
+/// A `Registration` dropped while an unhooked ticket names its bytes cannot refuse: it waits for
+/// the hook, but without the device lock, so a destroy on another thread answers `Busy` at once
+/// (the ticket is still open) instead of waiting behind the drop. Before: the drop waited
+/// holding the device lock and the destroy blocked (here: no answer within 5 s).
+#[test]
+fn guard_drop_waiting_for_a_hook_leaves_destroy_free_to_answer() {
+    let Some(c) = Caller::new() else { return };
+    let dev = c.wrap();
+    let page = host::page_size();
+    let mut v = pattern(3 * page, 6);
+    let reg = dev.register(&mut v).unwrap();
+    let cmd = c.begin();
+    // SAFETY: `cmd` is recording; the range fits the buffer; the command buffer is never
+    // submitted (freed with the pool), which dropping the ticket unhooked declares.
+    let t = unsafe { host::record_copy(&dev, cmd, Direction::HostToDevice, reg.as_ptr(), reg.len(), c.buffer, 0) }.unwrap();
+    std::thread::scope(|s| {
+        let dropper = s.spawn(move || drop(reg));
+        std::thread::sleep(Duration::from_millis(300)); // the drop is waiting for the hook now
+        let (tx, rx) = std::sync::mpsc::channel();
+        let destroyer = {
+            let dev = dev.clone();
+            s.spawn(move || tx.send(dev.destroy()).unwrap())
+        };
+        let r = rx.recv_timeout(Duration::from_secs(5));
+        drop(t); // declares the commands never run: the drop proceeds
+        dropper.join().unwrap();
+        destroyer.join().unwrap();
+        let r = r.expect("destroy did not answer within 5 s while a Registration's drop waited for a hook");
+        assert!(matches!(r, Err(Error::Busy { .. })), "{r:?}");
+    });
+    assert!(host::find(&dev, v.as_ptr(), v.len()).is_none());
+    dev.destroy().unwrap();
+    c.destroy();
+}
+
+/// A pinned block whose last owner goes during the teardown of a device whose last handle was
+/// dropped (here: a recorded copy's pending state, after `free_pinned`, released by the
+/// teardown's `WORK` phase) has its objects freed in the `OBJECTS` phase, and its mapping (a
+/// block larger than one import piece is a mapping vkhost made) stays until then. Before: the
+/// block's objects could not reach their device any more (its last handle was going), so the
+/// buffers and imported memories leaked, reported by validation at the caller's
+/// vkDestroyDevice (VUID-vkDestroyDevice-device-00378), and the mapping was unmapped under them.
+#[test]
+fn pinned_block_whose_last_owner_goes_at_teardown_is_freed() {
+    let Some(mut c) = Caller::new() else { return };
+    let dev = c.wrap_with(&vkhost::OpenOptions { max_import_piece: Some(64 << 10), ..opts() });
+    let done = c.timeline();
+    let len = 256 << 10;
+    let raw = host::alloc_pinned(&dev, len).unwrap();
+    let cmd = c.begin();
+    // SAFETY: recording; the range is one pinned block (four import pieces) and fits the
+    // buffer; hooked before the submit; `done` outlives vkhost's device; the block is not
+    // touched by the host afterwards.
+    let regions = unsafe {
+        let mut t = host::record_copy(&dev, cmd, Direction::HostToDevice, raw, len, c.buffer, 0).unwrap();
+        t.completes_at(done, 1).unwrap();
+        t.regions()
+    };
+    assert_eq!(regions, 4, "one region per import piece");
+    // The recorded copy now holds the block's last owners.
+    host::free_pinned(&dev, raw).unwrap();
+    c.submit(cmd, None, done, 1);
+    // The last handle: teardown runs here; its WORK phase waits for `done` and lets the
+    // recorded copy's owners go.
+    drop(dev);
+    c.wait(done, 1);
     c.destroy();
 }

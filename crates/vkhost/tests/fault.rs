@@ -327,3 +327,80 @@ fn failed_safe_download_leaves_nothing_queued() {
     d.destroy().unwrap();
     assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
 }
+
+/// A batch made only of direct copies (a pinned upload, a device copy: nothing to copy out)
+/// whose submission fails never runs. Its guard says so every time it is asked, an event
+/// recorded after it says so until `synchronize` reported it, and `synchronize` reports it once
+/// (sticky until then) even though `flush` returned it already; later work is clean. Before:
+/// the loss left no trace, so `Pending::is_done` stayed `Ok(false)`, `wait` and `synchronize`
+/// answered `Ok`.
+#[test]
+fn lost_batch_of_direct_copies_is_reported() {
+    init_log();
+    let d = Device::open_default_with(&fopts()).unwrap();
+    let n = 64 << 10;
+    let a = d.alloc_buffer(n).unwrap();
+    a.write(0, &pattern(n, 1)).unwrap();
+    let b = d.alloc_buffer(n).unwrap();
+    b.write(0, &vec![0u8; n]).unwrap();
+    let mut pinned = PinnedBuffer::new(&d, n).unwrap();
+    pinned.fill(7);
+    let s = d.stream().unwrap();
+    let up = s.upload(&pinned, &b, 0).unwrap();
+    s.copy_async(&a, 0, &b, 0, n / 2).unwrap();
+    inject(Point::QueueSubmit, 0, vk::Result::ERROR_OUT_OF_HOST_MEMORY);
+    let r = s.flush();
+    assert!(disarm(), "the submission was not reached");
+    assert_eq!(r, Err(Error::OutOfHostMemory));
+    assert_eq!(up.is_done(), Err(Error::OutOfHostMemory), "the lost copy's guard polled");
+    let ev = s.record().unwrap();
+    assert_eq!(ev.wait(), Err(Error::OutOfHostMemory), "an event after the lost batch");
+    assert_eq!(s.synchronize(), Err(Error::OutOfHostMemory), "synchronize after the loss");
+    assert_eq!(s.synchronize(), Ok(()), "reported once");
+    assert_eq!(ev.wait(), Ok(()), "the event after synchronize reported it");
+    assert_eq!(up.wait(), Err(Error::OutOfHostMemory), "the lost copy's guard, after synchronize");
+    // Nothing of the lost batch ran; later work runs and its guards are clean.
+    let mut out = vec![0u8; n];
+    b.read(0, &mut out).unwrap();
+    assert!(out.iter().all(|&x| x == 0), "lost copies ran");
+    s.copy_async(&a, 0, &b, 0, n).unwrap();
+    let up2 = s.upload(&pinned[..16], &b, 0).unwrap();
+    up2.wait().unwrap();
+    s.record().unwrap().wait().unwrap();
+    b.read(0, &mut out).unwrap();
+    assert!(out[..16].iter().all(|&x| x == 7) && out[16..] == pattern(n, 1)[16..]);
+    drop(s);
+    drop((a, b, pinned));
+    d.destroy().unwrap();
+    assert_eq!(d.live_objects(), vkhost::LiveObjects::default());
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
+}
+
+/// A lost batch with pageable copy-outs (cancelled, never written) stays reported to the next
+/// `synchronize` even when another wait on the stream comes first: here a synchronous write of
+/// the source buffer, which waits for the stream's uses of it. Before: that wait took the error
+/// and `synchronize` answered `Ok` with the destination never written.
+#[test]
+fn lost_copy_out_error_survives_other_waits() {
+    init_log();
+    let d = Device::open_default_with(&fopts()).unwrap();
+    let n = 64 << 10;
+    let a = d.alloc_buffer(n).unwrap();
+    a.write(0, &pattern(n, 2)).unwrap();
+    let s = d.stream().unwrap();
+    let mut out = vec![0xEEu8; n];
+    // SAFETY: `out` outlives the stream work and is not touched until synchronize returns.
+    unsafe { s.copy_to_host_async(&a, 0, out.as_mut_ptr(), n) }.unwrap();
+    inject(Point::QueueSubmit, 0, vk::Result::ERROR_OUT_OF_DEVICE_MEMORY);
+    let r = s.flush();
+    assert!(disarm(), "the submission was not reached");
+    assert_eq!(r, Err(Error::OutOfDeviceMemory));
+    a.write(0, &[1u8; 64]).unwrap(); // waits for the stream's uses of `a` (the lost batch's)
+    assert_eq!(s.synchronize(), Err(Error::OutOfDeviceMemory), "the loss was swallowed by another wait");
+    assert!(out.iter().all(|&x| x == 0xEE), "a cancelled copy-out wrote its destination");
+    assert_eq!(s.synchronize(), Ok(()));
+    drop(s);
+    drop(a);
+    d.destroy().unwrap();
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
+}

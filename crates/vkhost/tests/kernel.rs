@@ -414,3 +414,32 @@ fn public_kernel_types_are_send_and_sync() {
     check::<Param>();
     check::<Binding<'static>>();
 }
+
+/// The built-ins are reached through typed results (a built-in failing its own checks, which a
+/// correct build never does, is an error, not a panic): each is there, with its name and
+/// bindings, and launches through `Stream::launch` like a user kernel. Before: the accessors
+/// returned `&Kernel` after an `expect` (this test did not compile).
+#[test]
+fn builtins_are_typed_results_and_launch() {
+    use vkhost::kernel::builtin;
+    let want: [(vkhost::Result<&'static Kernel>, &str, usize); 4] = [
+        (builtin::fill(), "fill", 1),
+        (builtin::copy(), "copy", 2),
+        (builtin::copy_vec4(), "copy4", 2),
+        (builtin::checksum(), "checksum", 2),
+    ];
+    for (k, name, n) in want {
+        let k = k.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!((k.name(), k.params().len()), (name, n));
+    }
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    let buf = d.alloc_buffer(4096).unwrap();
+    let words = [1024u32, 0x0102_0304];
+    let push: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    s.launch(builtin::fill().unwrap(), [4, 1, 1], &[Binding::Device(&buf, 0, 4096)], &push).unwrap();
+    s.synchronize().unwrap();
+    let mut out = vec![0u8; 4096];
+    buf.read(0, &mut out).unwrap();
+    assert!(out.chunks_exact(4).all(|w| w == 0x0102_0304u32.to_ne_bytes()));
+}

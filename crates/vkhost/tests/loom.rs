@@ -13,9 +13,11 @@
 //!   batch names is destroyed or was already given back to the caller (the registered-memory
 //!   property: once `unregister` returns the caller may unmap the bytes), then completes the
 //!   batch's value and reaps it (drops its `Arc`s);
-//! - an unregister (`host::release_entry`): removes the slot under the registry lock, closes
-//!   the tracker, waits for each returned use, sets `returned`, then destroys (registered), or
-//!   closes and drops its `Arc` so the last owner destroys (pinned).
+//! - an unregister (`host::release_entry`): for a registration, closes the tracker (the close
+//!   that can be called off, committed; or called off, as a `Busy` unregister does), removes the
+//!   slot under the registry lock, waits for each returned use, sets `returned`, then destroys;
+//!   for a pinned block, removes the slot, closes and drops its `Arc` so the last owner
+//!   destroys.
 //!
 //! Run with `cargo test -p vkhost --release --test loom`. Each model is bounded by a number of
 //! preemptions (loom's `preemption_bound`): 2 by default, which the broken ordering below needs
@@ -275,16 +277,31 @@ fn record(reg: &Registry, s: &Stream, how: Recording) {
     }
 }
 
-/// `release_entry` of a registration: remove, close, wait every use, return, destroy.
+/// `host::release_registration`: look the entry up, close (a close that could be called off,
+/// here committed), remove, wait every use, return, destroy.
 fn unregister(reg: &Registry, s: &Stream) {
+    let found = reg.lock().unwrap().clone();
+    let Some(r) = found else { return };
+    r.tracker.begin_close();
+    r.tracker.end_close(true);
     let removed = reg.lock().unwrap().take();
-    let Some(r) = removed else { return };
+    let Some(r) = removed.filter(|x| Arc::ptr_eq(x, &r)) else { return };
     for u in r.tracker.close() {
         s.wait_for(u.value);
         r.tracker.retire(&u.timeline, u.value);
     }
     r.returned.store(true, SeqCst);
     r.destroy();
+}
+
+/// An unregister that answers `Busy` (a use whose completion nobody knows yet): the close is
+/// called off and the entry stays.
+fn called_off(reg: &Registry) {
+    let found = reg.lock().unwrap().clone();
+    if let Some(r) = found {
+        r.tracker.begin_close();
+        r.tracker.end_close(false);
+    }
 }
 
 /// `release_entry` of a pinned block: remove, close (no wait), drop the registry's owner.
@@ -354,6 +371,41 @@ fn registered_split_over_two_batches_second_open() {
 #[test]
 fn registered_split_over_two_batches_both_submitted() {
     registered(Recording::SplitSubmitted, PREEMPTIONS);
+}
+
+/// A `Busy` unregister (its close called off) and then a real one, racing a recorder: after
+/// the call-off the resource takes new work again, and the real unregister still waits for all
+/// of it.
+#[test]
+fn registered_after_a_called_off_close() {
+    model(PREEMPTIONS, || {
+        let probe = Arc::new(Probe::default());
+        let res = Res::new(false, &probe);
+        let reg: Registry = Arc::new(Mutex::new(Some(res.clone())));
+        drop(res);
+        let s = Stream::new();
+
+        let dev = {
+            let s = s.clone();
+            thread::spawn(move || s.device())
+        };
+        let rec = {
+            let (reg, s) = (reg.clone(), s.clone());
+            thread::spawn(move || record(&reg, &s, Recording::Split))
+        };
+        let unreg = {
+            let (reg, s) = (reg.clone(), s.clone());
+            thread::spawn(move || {
+                called_off(&reg);
+                unregister(&reg, &s);
+            })
+        };
+        rec.join().unwrap();
+        unreg.join().unwrap();
+        s.finish();
+        dev.join().unwrap();
+        assert_eq!(probe.destroys.load(SeqCst), 1);
+    });
 }
 
 /// The ordering the original bug had: a copy whose later piece goes into a later batch, with

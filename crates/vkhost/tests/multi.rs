@@ -213,3 +213,39 @@ fn teardown_orders_with_two_devices() {
         drop((sa, sb, da, db));
     }
 }
+
+/// A `HostRange`'s views wait for device work still pending on its bytes, as a
+/// `Registration`'s do: a raw async download into the range on one device is in place when the
+/// slice is read, and a raw async upload out of it on the other device has read the bytes
+/// before the slice is written. Before: the views handed the slice out at once (both copies sat
+/// unsubmitted in their streams' open batches, so the read saw the old bytes and the upload
+/// carried the later write).
+#[test]
+fn host_range_views_wait_for_pending_device_work() {
+    let Some(a) = device() else { return };
+    let b = second(&a);
+    let n = 64 << 10;
+    let mut v = vec![0u8; n];
+    let mut range = HostRange::register(&[&a, &b], &mut v).unwrap();
+    let (da, db) = (a.alloc_buffer(n).unwrap(), b.alloc_buffer(n).unwrap());
+    da.write(0, &pattern(n, 3)).unwrap();
+    let (sa, sb) = (a.stream().unwrap(), b.stream().unwrap());
+    let (rd, wr) = (device_stats(&a).direct_bytes, device_stats(&b).direct_bytes);
+    // SAFETY: the range's bytes stay registered and borrowed until both streams synchronized
+    // below; the host reaches them only through the range's views, which wait for this work.
+    unsafe { sa.copy_to_host_async(&da, 0, range.as_ptr() as *mut u8, n) }.unwrap();
+    assert!(range[..] == pattern(n, 3)[..], "Deref did not wait for the pending download");
+    // SAFETY: as above.
+    unsafe { sb.copy_to_device_async(range.as_ptr(), n, &db, 0) }.unwrap();
+    range.fill(9);
+    sa.synchronize().unwrap();
+    sb.synchronize().unwrap();
+    assert_eq!(device_stats(&a).direct_bytes - rd, n as u64, "the download went through a's import");
+    assert_eq!(device_stats(&b).direct_bytes - wr, n as u64, "the upload went through b's import");
+    let mut out = vec![0u8; n];
+    db.read(0, &mut out).unwrap();
+    assert!(out == pattern(n, 3), "DerefMut did not wait for the pending upload");
+    assert!(range.iter().all(|&x| x == 9));
+    drop((sa, sb, da, db));
+    range.unregister().unwrap();
+}

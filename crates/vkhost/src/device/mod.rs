@@ -634,10 +634,12 @@ impl Shared {
             std::mem::forget(live);
             return;
         }
+        // Every child, held until its last phase ran (see `live_children`).
+        let kids = self.live_children();
         // Work first: streams submit what they recorded, wait, reap (dropping the owners their
         // batches held), complete pageable d2h copies; on a borrowed device, the caller's
         // recorded copies are waited for through their completion hooks.
-        self.teardown_children(&live, object::phase::WORK);
+        self.teardown_children(&kids, &live, object::phase::WORK);
         if live.compute.is_some() {
             // SAFETY: the device is valid; waiting idle is always allowed (a lost device returns
             // an error, which changes nothing here).
@@ -650,9 +652,12 @@ impl Shared {
         // and the WORK phase waited for every use of its objects the caller announced.
         // Then objects: imports, pinned blocks, device buffers. Owners that outlive the device
         // (registry tombstones, handles) keep inert shells.
-        self.teardown_children(&live, object::phase::OBJECTS);
+        self.teardown_children(&kids, &live, object::phase::OBJECTS);
         self.drain_garbage(&live);
-        self.teardown_children(&live, object::phase::SYNC);
+        self.teardown_children(&kids, &live, object::phase::SYNC);
+        // Released: their drops find nothing left to release (streams' semaphores are marked
+        // destroyed, buffers' memory taken).
+        drop(kids);
         self.destroy_deferred(&live);
         for ctx in &live.copy_ctxs {
             if let Some(c) = lock(ctx).take() {

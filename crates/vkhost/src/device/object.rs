@@ -126,8 +126,16 @@ impl Drop for BufferObj {
         // The last owner went: no submitted work holds it (batches keep an owner until they are
         // reaped), so it may go now, or as soon as the device lock is free. If the device is
         // gone, its teardown released everything (and `memory` was already taken).
-        if let (Some(m), Some(s)) = (m, self.shared.upgrade()) {
-            s.release_or_defer(self.buffer, m, self.backing.take());
+        let Some(m) = m else { return };
+        match self.shared.upgrade() {
+            Some(s) => s.release_or_defer(self.buffer, m, self.backing.take()),
+            None => {
+                // Unreachable by construction (teardown holds every child until its objects
+                // are released), so a leak: keep the mapping too, never unmap pages an import
+                // that still exists was made from.
+                log::error!("{}: a buffer outlived its device's teardown with its memory: leaked", self.device);
+                std::mem::forget(self.backing.take());
+            }
         }
     }
 }
@@ -171,10 +179,18 @@ impl Shared {
         g.push(c);
     }
 
-    /// Runs teardown `phase` on every child still alive.
-    pub(crate) fn teardown_children(&self, l: &Live, phase: u8) {
-        let kids: Vec<Arc<dyn Child>> = lock(&self.children).iter().filter_map(|w| w.upgrade()).collect();
-        for k in &kids {
+    /// Every child still alive, held: teardown keeps them across its phases, so a child whose
+    /// other owners go during one phase (a pinned block whose last batch or recorded copy is
+    /// reaped in `WORK`) still gets the later ones (its objects released in `OBJECTS`). When
+    /// the last handle of the device drops, its children cannot reach it any more (the `Weak`
+    /// does not upgrade), so nothing else could release them.
+    pub(crate) fn live_children(&self) -> Vec<Arc<dyn Child>> {
+        lock(&self.children).iter().filter_map(|w| w.upgrade()).collect()
+    }
+
+    /// Runs teardown `phase` on `kids` (see [`Shared::live_children`]).
+    pub(crate) fn teardown_children(&self, kids: &[Arc<dyn Child>], l: &Live, phase: u8) {
+        for k in kids {
             k.teardown(self, l, phase);
         }
     }

@@ -377,6 +377,11 @@ pub fn free_pinned(dev: &Device, ptr: impl HostPtr) -> Result<()> {
 /// block; `OwnedByGuard` for a range a [`Registration`](crate::Registration) owns. After the
 /// device was destroyed the entry is a tombstone: `Ok`, once. Returns once no submitted work can
 /// read or write the registered bytes (it waits for copies in flight that name them).
+///
+/// `Busy`, at once and changing nothing (the range stays registered), while a
+/// [`RecordedCopy`] that names the bytes has no completion hook and was not dropped: nobody
+/// could say when its work ends, so waiting could last forever (and would keep the device from
+/// being destroyed). Hook or drop the ticket, then unregister again.
 pub fn unregister(dev: &Device, ptr: impl HostPtr) -> Result<()> {
     release_entry(dev, ptr.addr(), Kind::Registered, false)
 }
@@ -384,11 +389,10 @@ pub fn unregister(dev: &Device, ptr: impl HostPtr) -> Result<()> {
 /// Removes the entry keyed `addr` and releases what it owns. `by_guard` is the safe owner's
 /// own release; raw calls refuse guarded entries.
 pub(crate) fn release_entry(dev: &Device, addr: usize, kind: Kind, by_guard: bool) -> Result<()> {
+    if kind == Kind::Registered {
+        return release_registration(dev, addr, by_guard);
+    }
     let s = &*dev.shared;
-    let missing = match kind {
-        Kind::Pinned => Error::NotPinned,
-        Kind::Registered => Error::NotRegistered,
-    };
     // Hold the device (if alive) across the release so destroy cannot interleave.
     let l = s.live_any().ok();
     let removed = {
@@ -397,36 +401,80 @@ pub(crate) fn release_entry(dev: &Device, addr: usize, kind: Kind, by_guard: boo
             // A reservation (register in progress) is not live and not ours to remove.
             Some(e) if e.kind == kind && e.live => {
                 if e.guarded && !by_guard {
-                    return Err(Error::OwnedByGuard { what: if kind == Kind::Pinned { "PinnedBuffer" } else { "Registration" } });
+                    return Err(Error::OwnedByGuard { what: "PinnedBuffer" });
                 }
                 reg.remove_if(s.id, addr, |_| true)
             }
             _ => None,
         }
     };
-    let e = removed.ok_or(missing)?;
-    if let (Some(l), Some(imports)) = (l.as_ref(), e.cell) {
-        match kind {
-            Kind::Registered => {
-                // The caller may unmap the bytes as soon as we return: close every piece, wait
-                // for every use, and destroy them now (several on several threads: releasing
-                // unpins pages, about 1.5 ms per 64 MiB on the H200).
-                for res in &imports.parts {
-                    res.close_and_wait(l);
-                }
-                on_threads(&imports.parts, |res| {
-                    // SAFETY: closed and every use waited, so no work can name it any more.
-                    unsafe { res.obj.release_now(s, l) }
-                });
-            }
-            Kind::Pinned => {
-                for res in &imports.parts {
-                    // vkhost's own memory: it goes with the last owner, possibly a batch in
-                    // flight.
-                    res.tracker.close();
-                }
-            }
+    let e = removed.ok_or(Error::NotPinned)?;
+    if let (Some(_), Some(imports)) = (l.as_ref(), e.cell) {
+        for res in &imports.parts {
+            // vkhost's own memory: it goes with the last owner, possibly a batch in flight.
+            res.tracker.close();
         }
+    }
+    Ok(())
+}
+
+/// [`release_entry`] of a registration: the caller may unmap the bytes as soon as it returns,
+/// so it closes the imports, waits for every use and destroys them.
+///
+/// The uses are looked at before anything changes, under a close that can be called off
+/// (`Tracker::begin_close`): one whose completion nobody knows yet (a [`RecordedCopy`]
+/// without a hook) makes the raw `unregister` `Busy`, leaving the registration as it was. A
+/// guard's release cannot refuse (its borrow ends): it waits for the hook, holding no device
+/// lock, so the ticket's owner can still hook it, drop it, or get `Busy` from a destroy.
+fn release_registration(dev: &Device, addr: usize, by_guard: bool) -> Result<()> {
+    let s = &*dev.shared;
+    let cell = {
+        let reg = registry();
+        match reg.get(s.id, addr) {
+            // A reservation (register in progress) is not live and not ours to remove.
+            Some(e) if e.kind == Kind::Registered && e.live => {
+                if e.guarded && !by_guard {
+                    return Err(Error::OwnedByGuard { what: "Registration" });
+                }
+                e.cell.clone()
+            }
+            _ => return Err(Error::NotRegistered),
+        }
+    };
+    let parts: &[Arc<Resource>] = cell.as_deref().map_or(&[], |c| &c.parts[..]);
+    // From here no new work can name the bytes, and work being recorded has noted its use.
+    let uses: Vec<_> = parts.iter().flat_map(|r| r.tracker.begin_close()).collect();
+    let unknown = crate::resource::unknown_completions(&uses);
+    if !unknown.is_empty() {
+        if !by_guard {
+            parts.iter().for_each(|r| r.tracker.end_close(false));
+            return Err(Error::Busy {
+                reason: "a host::RecordedCopy ticket that names these bytes has no completion hook yet (nor was dropped)".into(),
+            });
+        }
+        unknown.iter().for_each(|t| t.wait_known());
+    }
+    parts.iter().for_each(|r| r.tracker.end_close(true));
+    // Hold the device (if alive) across the removal and the release, so destroy cannot
+    // interleave; a destroy that ran first left a tombstone, removed here.
+    let l = s.live_any().ok();
+    let same = |e: &Entry<Option<Arc<Imports>>>| match (&e.cell, &cell) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (a, b) => a.is_none() && b.is_none(),
+    };
+    // A concurrent unregister of the same entry may have removed it first: that one releases.
+    registry().remove_if(s.id, addr, |e| e.kind == Kind::Registered && e.live && same(e)).ok_or(Error::NotRegistered)?;
+    if let Some(l) = l.as_ref() {
+        for res in parts {
+            // Closed: the uses left are all there will be.
+            res.close_and_wait(l);
+        }
+        // Several pieces release on several threads: releasing unpins pages, about 1.5 ms per
+        // 64 MiB on the H200.
+        on_threads(parts, |res| {
+            // SAFETY: closed and every use waited, so no work can name it any more.
+            unsafe { res.obj.release_now(s, l) }
+        });
     }
     Ok(())
 }
@@ -448,7 +496,7 @@ pub(crate) fn release_entry(dev: &Device, addr: usize, kind: Kind, by_guard: boo
 /// first touched (docs/PERFORMANCE.md). vkhost does not change the advice on your memory.
 ///
 /// # Safety
-/// Until [`unregister`] returns (or the device is destroyed), the pages covering the range must
+/// Until [`unregister`] returns `Ok` (or the device is destroyed), the pages covering the range must
 /// stay mapped and writable and must not be freed or remapped: the device may read or write them
 /// at any time a copy names them. The rounded range includes the partial pages at both ends; the
 /// caller must own them too (they are only read or written by copies that name those bytes).

@@ -4,22 +4,31 @@
 //! The seed keys imports by (device, address), so the same bytes can be imported on every
 //! device. A `HostRange` registers them everywhere or nowhere, answers `find` per device, and
 //! unregisters everywhere at once. Tombstones stay per device, as the seed has them: destroying
-//! one device leaves the range registered and working on the others.
+//! one device leaves the range registered and working on the others. Like a `Registration`, it
+//! keeps what each device's entry owns and settles it before handing the bytes out: the views
+//! wait for device writes (`Deref`) or any device access (`DerefMut`) still pending on any
+//! device.
 
 use super::registry::Kind;
+use super::Imports;
 use crate::buffer::DeviceBuffer;
 use crate::device::{Device, SendPtr};
 use crate::error::{Error, Result};
 use ash::vk;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 /// A borrowed slice registered on a set of devices; unregistered everywhere on drop.
 ///
 /// Like [`Registration`](crate::Registration), it borrows the slice mutably for `'a`, its
-/// entries are refused by the raw `unregister` (`OwnedByGuard`), and a forgotten `HostRange`
-/// leaves its ranges registered (memory-safe, see `Registration`).
+/// entries are refused by the raw `unregister` (`OwnedByGuard`), a forgotten `HostRange`
+/// leaves its ranges registered (memory-safe, see `Registration`), and reading the bytes
+/// (`Deref`) waits for device writes to them still pending on any device, writing them
+/// (`DerefMut`) for any device access.
 pub struct HostRange<'a> {
     devices: Vec<Device>,
+    /// What each device's entry owns (`owners[i]` is `devices[i]`'s): the views settle it.
+    owners: Vec<Arc<Imports>>,
     ptr: SendPtr,
     len: usize,
     _borrow: PhantomData<&'a mut [u8]>,
@@ -51,12 +60,16 @@ impl<'a> HostRange<'a> {
         }
         let addr = ptr.as_ptr() as usize;
         let mut done: Vec<Device> = Vec::with_capacity(devices.len());
+        let mut owners = Vec::with_capacity(devices.len());
         for d in devices {
             // SAFETY: the slice is borrowed mutably for 'a, so its pages stay mapped, writable
             // and untouched by anyone else until this HostRange (which unregisters everywhere
             // on drop) ends.
             match unsafe { super::register_entry(d, addr, buf.len(), true) } {
-                Ok(_) => done.push((*d).clone()),
+                Ok(o) => {
+                    done.push((*d).clone());
+                    owners.push(o);
+                }
                 Err(e) => {
                     for d in &done {
                         if let Err(u) = super::release_entry(d, addr, Kind::Registered, true) {
@@ -67,7 +80,7 @@ impl<'a> HostRange<'a> {
                 }
             }
         }
-        Ok(HostRange { devices: done, ptr: SendPtr(ptr), len: buf.len(), _borrow: PhantomData })
+        Ok(HostRange { devices: done, owners, ptr: SendPtr(ptr), len: buf.len(), _borrow: PhantomData })
     }
 
     /// The devices it is registered on.
@@ -109,6 +122,7 @@ impl<'a> HostRange<'a> {
     }
 
     fn release(&mut self) -> Result<()> {
+        self.owners.clear();
         let mut first = Ok(());
         for d in std::mem::take(&mut self.devices) {
             if d.shared.forked() {
@@ -126,15 +140,18 @@ impl<'a> HostRange<'a> {
 impl std::ops::Deref for HostRange<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: the slice is borrowed for 'a by this guard; safe code leaves no device work
-        // on registered bytes in flight past a call; shared access follows `&self`.
+        self.owners.iter().for_each(|o| o.settle_writes());
+        // SAFETY: the slice is borrowed for 'a by this guard; no device write to it is pending
+        // on any device (settled above; raw async copies are the caller's to order); shared
+        // access follows `&self`.
         unsafe { std::slice::from_raw_parts(self.ptr.0.as_ptr(), self.len) }
     }
 }
 
 impl std::ops::DerefMut for HostRange<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as above, exclusive through `&mut self`.
+        self.owners.iter().for_each(|o| o.settle_all());
+        // SAFETY: as above, with no device access pending at all, exclusive through `&mut self`.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.0.as_ptr(), self.len) }
     }
 }

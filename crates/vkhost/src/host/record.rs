@@ -13,11 +13,14 @@
 //! ([`reap_recorded`], an `unregister` or `free_pinned` that waits, device teardown), so the use
 //! stays visible to `unregister` however the ticket itself is dropped or leaked.
 //!
-//! A ticket without a hook is a use whose completion is unknown: waiting for it (unregister of
-//! the bytes) blocks until the hook is given, and `Device::destroy` is `Busy`. Dropping a ticket
-//! without a hook declares the commands will never run ([`record_copy`]'s contract); forgetting
-//! it (`mem::forget`) leaves unregister of those bytes blocked and the device `Busy`: a leak
-//! becomes a hang, never a use of freed memory.
+//! A ticket without a hook is a use whose completion is unknown: the raw `unregister` of the
+//! bytes answers `Busy` at once and changes nothing (waiting could last forever, and would hold
+//! the device lock against a destroy on the ticket's thread), the drop of a safe guard over
+//! them (`Registration`, `HostRange`, which cannot refuse) waits for the hook with no device
+//! lock held, and `Device::destroy` is `Busy`. Dropping a ticket without a hook declares the
+//! commands will never run ([`record_copy`]'s contract); forgetting it (`mem::forget`) leaves
+//! the bytes registered (`unregister` stays `Busy`), a guard's drop over them blocked, and the
+//! device `Busy`: a leak becomes a refusal or a hang, never a use of freed memory.
 
 use super::{check_host_range, plan, HostPtr};
 use crate::device::object::{phase, Child};
@@ -91,25 +94,27 @@ impl Recorded {
         done
     }
 
+    /// Blocks until the ticket was given a hook or dropped; returns the hook.
+    fn wait_hook(&self) -> Hook {
+        let mut g = lock(&self.hook);
+        while *g == Hook::Unset {
+            let (g2, t) = self.changed.wait_timeout(g, Duration::from_secs(10)).unwrap_or_else(std::sync::PoisonError::into_inner);
+            g = g2;
+            if t.timed_out() && *g == Hook::Unset {
+                log::warn!(
+                    "{}: waiting for a host::RecordedCopy ticket that has no completion hook (completes_at / \
+                     completes_with_fence) and was not dropped",
+                    self.device
+                );
+            }
+        }
+        *g
+    }
+
     /// Blocks until the work completed: first until a hook is given, then on the caller's
     /// semaphore or fence.
     fn wait(&self, l: &Live) -> Result<()> {
-        let h = {
-            let mut g = lock(&self.hook);
-            while *g == Hook::Unset {
-                let (g2, t) = self.changed.wait_timeout(g, Duration::from_secs(10)).unwrap_or_else(std::sync::PoisonError::into_inner);
-                g = g2;
-                if t.timed_out() && *g == Hook::Unset {
-                    log::warn!(
-                        "{}: waiting for a host::RecordedCopy ticket that has no completion hook (completes_at / \
-                         completes_with_fence) and was not dropped",
-                        self.device
-                    );
-                }
-            }
-            *g
-        };
-        match h {
+        match self.wait_hook() {
             Hook::Unset | Hook::Abandoned | Hook::Done => return Ok(()),
             Hook::Semaphore(sem, v) => {
                 let sems = [sem];
@@ -148,6 +153,15 @@ impl Timeline for Recorded {
             }
         }
     }
+
+    /// No hook yet: only the caller can say when the commands complete (or that they never run).
+    fn completion_unknown(&self) -> bool {
+        *lock(&self.hook) == Hook::Unset
+    }
+
+    fn wait_known(&self) {
+        self.wait_hook();
+    }
 }
 
 impl Child for Recorded {
@@ -169,10 +183,11 @@ impl Child for Recorded {
 /// The ticket can be dropped once hooked; vkhost keeps what the commands name until it observes
 /// the hook complete. Dropping it without a hook declares that the command buffer will never be
 /// submitted (see [`record_copy`]'s Safety); while an unhooked ticket lives, `Device::destroy`
-/// is `Busy` and an `unregister` of the bytes blocks until the hook is given. Forgetting an
-/// unhooked ticket (`mem::forget`) leaves both so for good: a leak becomes a hang, never a use of
-/// freed memory. The uses and the resources' `Arc`s are vkhost's from [`record_copy`] on, so
-/// soundness never rests on the ticket's `Drop`.
+/// and an [`unregister`](super::unregister) of the bytes are `Busy` (changing nothing), and the
+/// drop of a `Registration` or `HostRange` over them blocks until the hook is given. Forgetting
+/// an unhooked ticket (`mem::forget`) leaves all three so for good: a leak becomes a refusal or
+/// a hang, never a use of freed memory. The uses and the resources' `Arc`s are vkhost's from
+/// [`record_copy`] on, so soundness never rests on the ticket's `Drop`.
 #[must_use = "give the ticket a completion hook before submitting the command buffer"]
 pub struct RecordedCopy {
     rec: Arc<Recorded>,

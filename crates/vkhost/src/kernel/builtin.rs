@@ -21,6 +21,7 @@
 //! high) u32 halves with carries; [`checksum_cpu`] computes the same value on the host.
 
 use super::{Kernel, Param};
+use crate::error::Result;
 use std::sync::LazyLock;
 
 use super::builtin_spirv as spv;
@@ -28,40 +29,51 @@ use super::builtin_spirv as spv;
 /// Threads per workgroup of every built-in (their `@workgroup_size`).
 pub(crate) const WORKGROUP: u32 = 256;
 
-fn make(name: &str, words: &[u32], params: &[Param], push: usize) -> Kernel {
-    // The words are naga's validated output, built into the crate: the checks in `build`
-    // (magic, decorations) cannot fail for them.
-    Kernel::build(name, words, "main", params, push).expect("a built-in kernel failed its own checks")
+/// A built-in from its words. They are naga's validated output, built into the crate, so the
+/// checks in `build` (magic, decorations) pass for them; were one to fail (a broken build),
+/// every use of that kernel answers the typed error instead of panicking.
+fn make(name: &str, words: &[u32], params: &[Param], push: usize) -> Result<Kernel> {
+    Kernel::build(name, words, "main", params, push)
+        .map_err(|e| crate::Error::unsupported(format!("the built-in kernel `{name}` failed its own checks: {e}")))
 }
 
-static FILL: LazyLock<Kernel> = LazyLock::new(|| make("fill", spv::FILL, &[Param::ReadWrite], 8));
-static COPY: LazyLock<Kernel> = LazyLock::new(|| make("copy", spv::COPY, &[Param::ReadOnly, Param::ReadWrite], 4));
-static COPY4: LazyLock<Kernel> = LazyLock::new(|| make("copy4", spv::COPY4, &[Param::ReadOnly, Param::ReadWrite], 4));
-static CHECKSUM: LazyLock<Kernel> = LazyLock::new(|| make("checksum", spv::CHECKSUM, &[Param::ReadOnly, Param::ReadWrite], 8));
+type Builtin = LazyLock<Result<Kernel>>;
+
+static FILL: Builtin = LazyLock::new(|| make("fill", spv::FILL, &[Param::ReadWrite], 8));
+static COPY: Builtin = LazyLock::new(|| make("copy", spv::COPY, &[Param::ReadOnly, Param::ReadWrite], 4));
+static COPY4: Builtin = LazyLock::new(|| make("copy4", spv::COPY4, &[Param::ReadOnly, Param::ReadWrite], 4));
+static CHECKSUM: Builtin = LazyLock::new(|| make("checksum", spv::CHECKSUM, &[Param::ReadOnly, Param::ReadWrite], 8));
+
+fn get(k: &'static Builtin) -> Result<&'static Kernel> {
+    k.as_ref().map_err(Clone::clone)
+}
 
 /// `fill`: binding 0 (read-write); own push constants `words: u32, pattern: u32`: `words` u32
 /// words from the delta set to `pattern`.
-pub fn fill() -> &'static Kernel {
-    &FILL
+///
+/// `Err` (`Unsupported`) only if the built-in failed its own checks, which a correct build
+/// never does; the same for every built-in below.
+pub fn fill() -> Result<&'static Kernel> {
+    get(&FILL)
 }
 
 /// `copy` by u32 words: binding 0 (read) to binding 1 (read-write); own push constant
 /// `words: u32`.
-pub fn copy() -> &'static Kernel {
-    &COPY
+pub fn copy() -> Result<&'static Kernel> {
+    get(&COPY)
 }
 
 /// `copy` by 16-byte vectors, for deltas and lengths that are multiples of 16: own push
 /// constant `vecs: u32` (the count of 16-byte vectors).
-pub fn copy_vec4() -> &'static Kernel {
-    &COPY4
+pub fn copy_vec4() -> Result<&'static Kernel> {
+    get(&COPY4)
 }
 
 /// `checksum`: adds the checksum (module docs) of binding 0 (read) into the u64 at binding 1
 /// (read-write, 8 bytes: low u32, high u32; zero it first); own push constants `words: u32,
 /// first: u32` (the index of the first word, for a range split over several launches).
-pub fn checksum() -> &'static Kernel {
-    &CHECKSUM
+pub fn checksum() -> Result<&'static Kernel> {
+    get(&CHECKSUM)
 }
 
 /// MurmurHash3's 32-bit finalizer.
@@ -106,7 +118,15 @@ mod tests {
     #[test]
     fn builtins_pass_their_checks() {
         for k in [fill(), copy(), copy_vec4(), checksum()] {
+            let k = k.unwrap();
             assert!(k.inner.desc.words.len() > 5, "{}", k.name());
         }
+    }
+
+    /// A built-in whose words fail the checks is a typed error, not a panic.
+    #[test]
+    fn a_builtin_failing_its_checks_is_an_error() {
+        let e = make("broken", &[0xdead_beef; 8], &[Param::ReadWrite], 8).unwrap_err();
+        assert!(matches!(e, crate::Error::Unsupported { ref reason } if reason.contains("broken")), "{e:?}");
     }
 }

@@ -39,7 +39,8 @@ impl StreamInner {
         let mut st = relock(&self.state);
         self.check(&st)?;
         if len == 0 {
-            return Ok(Enqueued { value: st.submitted + u64::from(st.open.is_some()), registered: false, staged: false });
+            // Nothing to guard: value 0 is complete from the start.
+            return Ok(Enqueued { value: 0, registered: false, staged: false });
         }
         // Holds every resource a direct piece names until this call has noted all its uses.
         let plan = host::plan(s, addr, len, off as u64);

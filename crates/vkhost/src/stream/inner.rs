@@ -40,9 +40,12 @@ pub(super) struct State {
     pub(super) completions: VecDeque<Completion>,
     /// Numbers enqueue calls, for `Completion::call`.
     pub(super) calls: u64,
-    /// Set when queued pageable d2h completions were cancelled after an error; the next wait
-    /// on this stream reports it, so no caller mistakes an unwritten destination for data.
-    pub(super) cancelled: Option<Error>,
+    /// Batches whose submission failed, by value (ascending), with the error: their work never
+    /// ran and their values are never signalled. Kept for the stream's life (one entry per
+    /// failed submission), so every guard of such a batch can still tell (see [`lost_error`]).
+    pub(super) lost: Vec<(u64, Error)>,
+    /// Lost batches up to this value were reported by `Stream::synchronize`.
+    pub(super) reported: u64,
     pub(super) dead: bool,
     /// Whether a kernel was launched on this stream: barriers then include compute accesses.
     pub(super) launched: bool,
@@ -105,6 +108,36 @@ pub(super) fn pick_queue(l: &Live, kind: QueueKind, i: usize) -> Result<&Queue> 
         QueueKind::Copy if !l.copy_queues.is_empty() => Ok(&l.copy_queues[i % l.copy_queues.len()]),
         _ => l.compute_queue(),
     }
+}
+
+/// The last value at or before `value` that a submitted batch signals: what waiting for
+/// `value` means (values of lost batches are never signalled; nothing past `submitted` was).
+pub(super) fn signalled(st: &State, value: u64) -> u64 {
+    let mut t = value.min(st.submitted);
+    for &(u, _) in st.lost.iter().rev() {
+        if u == t {
+            t -= 1;
+        } else if u < t {
+            break;
+        }
+    }
+    t
+}
+
+/// The error a guard at `value` reports, if work it guards was lost: a copy's or a launch's
+/// guard (`own`: the work is in batch `value`) reports its own batch's loss, always; an event
+/// (the end of the stream when recorded) reports the first loss at or before it that
+/// `synchronize` has not reported yet.
+pub(super) fn lost_error(st: &State, value: u64, own: bool) -> Option<Error> {
+    let hit = |u: u64| if own { u == value } else { u <= value && u > st.reported };
+    st.lost.iter().find(|(u, _)| hit(*u)).map(|(_, e)| e.clone())
+}
+
+/// The first lost batch `synchronize` has not reported yet; marks every loss so far reported.
+pub(super) fn take_unreported(st: &mut State) -> Option<Error> {
+    let e = st.lost.iter().find(|(u, _)| *u > st.reported).map(|(_, e)| e.clone());
+    st.reported = st.submitted;
+    e
 }
 
 pub(super) fn relock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -176,14 +209,14 @@ impl StreamInner {
                 Ok(())
             }
             Err(e) => {
-                // The batch is lost: its copies did not run. Completions that depended on it
-                // would copy stale bytes, so drop them, and free its ring chunks.
+                // The batch is lost: its copies did not run. Its value is used up (the next batch
+                // signals the one after), so its guards can tell it from later work, and the
+                // error stays until reported (`lost_error`, `take_unreported`). Completions that
+                // depended on it would copy stale bytes, so drop them, and free its ring chunks.
                 st.free_cmds.push(b.cmd);
-                let before = st.completions.len();
+                st.submitted = value;
+                st.lost.push((value, e.clone()));
                 st.completions.retain(|c| c.value != value);
-                if st.completions.len() != before {
-                    st.cancelled = Some(e.clone());
-                }
                 if let Some(r) = st.ring.as_mut() {
                     for v in r.last.iter_mut() {
                         if *v == value {
@@ -259,7 +292,10 @@ impl StreamInner {
         Ok(())
     }
 
-    /// Flushes if needed, waits for `value`, reaps. Takes and releases the stream lock.
+    /// Flushes if needed, waits for `value` (for the last batch at or before it that was
+    /// submitted: see [`signalled`]), reaps. Takes and releases the stream lock. Lost batches
+    /// are not its to report: the guards and `synchronize` do (`lost_error`,
+    /// `take_unreported`), so a wait for another reason (an unregister, a settle) loses nothing.
     ///
     /// On failure, every queued pageable d2h completion is cancelled: the caller sees an error
     /// and may free those destinations, so the library must never write them later.
@@ -271,14 +307,13 @@ impl StreamInner {
                 log::warn!("{}: stream wait failed ({e}); {} pageable d2h copies cancelled", self.shared.id, st.completions.len());
                 st.completions.clear();
             }
-            st.cancelled = None;
-            return r;
         }
-        let mut st = relock(&self.state);
-        match st.cancelled.take() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        r
+    }
+
+    /// [`lost_error`] under the stream lock.
+    pub(super) fn lost(&self, value: u64, own: bool) -> Option<Error> {
+        lost_error(&relock(&self.state), value, own)
     }
 
     fn wait_value_inner(&self, l: &Live, value: u64) -> Result<()> {
@@ -290,9 +325,8 @@ impl StreamInner {
             if value > st.submitted {
                 self.flush(l, &mut st)?;
             }
-            // A value past the last submission belonged to a batch whose submission failed:
-            // that work never ran, so there is nothing to wait for.
-            value.min(st.submitted)
+            // A lost batch's work never ran: wait for what was submitted before it.
+            signalled(&st, value)
         };
         self.wait_sem(l, value)?;
         let mut st = relock(&self.state);
@@ -322,7 +356,7 @@ impl StreamInner {
         if st.dead {
             return;
         }
-        let r = self.flush(l, &mut st).and_then(|()| self.wait_sem(l, st.submitted));
+        let r = self.flush(l, &mut st).and_then(|()| self.wait_sem(l, signalled(&st, st.submitted)));
         match r {
             Ok(()) => {
                 let _ = self.reap(l, &mut st);

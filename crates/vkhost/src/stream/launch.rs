@@ -221,7 +221,7 @@ impl Stream {
         if !now {
             return Ok(());
         }
-        let event = Event { inner: self.inner.clone(), value };
+        let event = Event { inner: self.inner.clone(), value, own: true };
         if let Err(e) = event.wait() {
             if let Ok(l) = self.inner.shared.live_any() {
                 self.inner.queue_idle(&l);
@@ -238,7 +238,7 @@ impl Stream {
         check4(&dst, "fill")?;
         for d in dst.split(piece_bytes(&self.inner.shared)) {
             let n = d.len() / 4;
-            self.launch(builtin::fill(), groups_for(n, 4096), &[d], &words(&[n as u32, pattern]))?;
+            self.launch(builtin::fill()?, groups_for(n, 4096), &[d], &words(&[n as u32, pattern]))?;
         }
         Ok(())
     }
@@ -262,10 +262,10 @@ impl Stream {
         for (s, d) in src.split(size).into_iter().zip(dst.split(size)) {
             if vec4 {
                 let n = s.len() / 16;
-                self.launch(builtin::copy_vec4(), groups_for(n, 4096), &[s, d], &words(&[n as u32]))?;
+                self.launch(builtin::copy_vec4()?, groups_for(n, 4096), &[s, d], &words(&[n as u32]))?;
             } else {
                 let n = s.len() / 4;
-                self.launch(builtin::copy(), groups_for(n, 4096), &[s, d], &words(&[n as u32]))?;
+                self.launch(builtin::copy()?, groups_for(n, 4096), &[s, d], &words(&[n as u32]))?;
             }
         }
         Ok(())
@@ -282,7 +282,7 @@ impl Stream {
             return Err(Error::invalid(format!("the checksum result is 8 bytes, not {}", out.len())));
         }
         let zero = words(&[2, 0]);
-        let (zv, znow) = self.inner.launch(builtin::fill(), [1, 1, 1], std::slice::from_mut(&mut out), &zero)?;
+        let (zv, znow) = self.inner.launch(builtin::fill()?, [1, 1, 1], std::slice::from_mut(&mut out), &zero)?;
         let mut first = 0usize;
         let r = (|| {
             for s in src.split(piece_bytes(&self.inner.shared)) {
@@ -294,7 +294,7 @@ impl Stream {
                     Binding::Device(b, off, len) => Binding::Device(b, *off, *len),
                     Binding::Raw(h) => Binding::Raw(*h),
                 };
-                self.launch(builtin::checksum(), groups_for(n, 256), &[s, o], &words(&[n as u32, first as u32]))?;
+                self.launch(builtin::checksum()?, groups_for(n, 256), &[s, o], &words(&[n as u32, first as u32]))?;
                 first += n;
             }
             Ok(())

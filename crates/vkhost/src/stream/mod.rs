@@ -17,6 +17,11 @@
 //! - a pageable d2h destination is filled from the ring by the library once the device is done,
 //!   during `synchronize`, `Event::wait`, a `Pending` drop, or when the ring wraps.
 //!
+//! Errors of work that never ran stick: a batch whose submission fails is lost (its copies never
+//! run). The call that submitted it returns the error; besides, the guards of its copies
+//! ([`Pending`]) report it whenever asked, an [`Event`] recorded after it reports it, and so does
+//! the next [`Stream::synchronize`], until a `synchronize` has reported it.
+//!
 //! Streams default to the transfer-only family (the copy engines) and alternate between its
 //! queues, so an h2d stream and a d2h stream created one after the other run on different
 //! engines where the device has two.
@@ -35,7 +40,7 @@ use crate::error::{Error, Result};
 use crate::fault::{self, Point};
 use ash::vk;
 use batch::Access;
-use inner::{create_timeline, pick_queue, relock, State, StreamInner};
+use inner::{create_timeline, lost_error, pick_queue, relock, signalled, take_unreported, State, StreamInner};
 use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,6 +63,9 @@ impl std::fmt::Debug for Stream {
 pub struct Event {
     inner: Arc<StreamInner>,
     value: u64,
+    /// A copy's or a launch's own guard (its work is in batch `value`), not a recorded event:
+    /// see `inner::lost_error`.
+    own: bool,
 }
 
 impl std::fmt::Debug for Event {
@@ -140,7 +148,8 @@ impl Device {
                 ring: None,
                 completions: VecDeque::new(),
                 calls: 0,
-                cancelled: None,
+                lost: Vec::new(),
+                reported: 0,
                 dead: false,
                 launched: false,
             }),
@@ -255,7 +264,7 @@ impl Stream {
     /// may reuse once we return). A wait that fails waits for the queue to go idle before
     /// returning the error, so the device no longer touches the bytes either way.
     fn finish<'a>(&self, value: u64, now: bool) -> Result<Pending<'a>> {
-        let event = Event { inner: self.inner.clone(), value };
+        let event = Event { inner: self.inner.clone(), value, own: true };
         if !now {
             return Ok(Pending { event: Some(event), _borrow: PhantomData });
         }
@@ -333,38 +342,63 @@ impl Stream {
         let mut st = relock(&self.inner.state);
         self.inner.check(&st)?;
         self.inner.flush(&l, &mut st)?;
-        Ok(Event { inner: self.inner.clone(), value: st.submitted })
+        Ok(Event { inner: self.inner.clone(), value: st.submitted, own: false })
     }
 
     /// Makes later work on this stream wait, on the device, for `event` (any stream of the same
     /// device, any queue), through its timeline semaphore.
+    ///
+    /// An event whose work was lost (a failed submission its [`Event::wait`] would report) is
+    /// that error here too, and nothing is made to wait: the lost work will never signal.
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         if !Arc::ptr_eq(&event.inner.shared, &self.inner.shared) {
             return Err(Error::invalid("event of another device"));
         }
         let l = self.inner.shared.live()?;
-        if Arc::ptr_eq(&event.inner, &self.inner) || event.value == 0 || event.inner.completed.load(Ordering::Relaxed) >= event.value {
+        if Arc::ptr_eq(&event.inner, &self.inner) || event.value == 0 {
+            return Ok(());
+        }
+        // The event's stream lock, released before ours is taken.
+        let (target, lost) = {
+            let est = relock(&event.inner.state);
+            (signalled(&est, event.value), lost_error(&est, event.value, event.own))
+        };
+        if let Some(e) = lost {
+            return Err(e);
+        }
+        if target == 0 || event.inner.completed.load(Ordering::Relaxed) >= target {
             return Ok(());
         }
         let mut st = relock(&self.inner.state);
         self.inner.check(&st)?;
         // Work recorded before the wait must not wait: submit it first.
         self.inner.flush(&l, &mut st)?;
-        st.waits.push((event.inner.sem, event.value));
+        st.waits.push((event.inner.sem, target));
         st.wait_on.push(event.inner.clone());
         Ok(())
     }
 
     /// Waits until all work enqueued so far is done, and completes pageable d2h copies.
+    ///
+    /// A failed submission is sticky: its work never ran, and the first such error that no
+    /// `synchronize` reported yet is this call's error, even if the call that submitted (an
+    /// enqueue, [`Stream::flush`], [`Stream::record`]) returned it already; then it is reported.
+    /// The guards of lost work report it too ([`Pending::wait`], [`Event::wait`]).
     pub fn synchronize(&self) -> Result<()> {
         let l = self.inner.shared.live()?;
         let v = {
             let mut st = relock(&self.inner.state);
             self.inner.check(&st)?;
-            self.inner.flush(&l, &mut st)?;
+            if let Err(e) = self.inner.flush(&l, &mut st) {
+                return Err(take_unreported(&mut st).unwrap_or(e));
+            }
             st.submitted
         };
-        self.inner.wait_value(&l, v)
+        let r = self.inner.wait_value(&l, v);
+        match take_unreported(&mut relock(&self.inner.state)) {
+            Some(e) => Err(e),
+            None => r,
+        }
     }
 }
 
@@ -386,6 +420,9 @@ impl Drop for Stream {
 impl Event {
     /// Waits on the host until the work before this event is done, and completes pageable d2h
     /// copies up to it. After the device or stream is gone, its work is done: `Ok`.
+    ///
+    /// Work before the event that was lost (its submission failed, so it never ran) is an
+    /// error: the first such failure that [`Stream::synchronize`] has not reported yet.
     pub fn wait(&self) -> Result<()> {
         let Ok(l) = self.inner.shared.live_any() else { return Ok(()) };
         if self.inner.shared.lost.load(Ordering::Relaxed) {
@@ -394,10 +431,15 @@ impl Event {
             self.inner.cancel_completions(self.value);
             return Err(Error::DeviceLost);
         }
-        self.inner.wait_value(&l, self.value)
+        let r = self.inner.wait_value(&l, self.value);
+        match self.inner.lost(self.value, self.own) {
+            Some(e) => Err(e),
+            None => r,
+        }
     }
 
-    /// Whether the work before this event is done (never blocks).
+    /// Whether the work before this event is done (never blocks). Lost work is an error, as
+    /// for [`Event::wait`].
     pub fn is_done(&self) -> Result<bool> {
         let Ok(l) = self.inner.shared.live_any() else { return Ok(true) };
         let mut st = relock(&self.inner.state);
@@ -408,7 +450,10 @@ impl Event {
             // The work is still in the open batch: submit it, or polling never sees it finish.
             self.inner.flush(&l, &mut st)?;
         }
-        if self.inner.completed_value(&l)? >= self.value {
+        if let Some(e) = lost_error(&st, self.value, self.own) {
+            return Err(e);
+        }
+        if self.inner.completed_value(&l)? >= signalled(&st, self.value) {
             self.inner.reap(&l, &mut st)?;
             return Ok(true);
         }
@@ -417,7 +462,9 @@ impl Event {
 }
 
 impl Pending<'_> {
-    /// Waits for the copy (and completes a pageable destination).
+    /// Waits for the copy (and completes a pageable destination). If the copy's batch could
+    /// not be submitted, the copy never ran: that error, however often asked (the stream's
+    /// [`Stream::synchronize`] reports it too).
     pub fn wait(mut self) -> Result<()> {
         match self.event.take() {
             Some(e) => e.wait(),
@@ -425,7 +472,8 @@ impl Pending<'_> {
         }
     }
 
-    /// Whether the copy is done (never blocks).
+    /// Whether the copy is done (never blocks); a lost copy is an error, as for
+    /// [`Pending::wait`].
     pub fn is_done(&self) -> Result<bool> {
         self.event.as_ref().map_or(Ok(true), |e| e.is_done())
     }

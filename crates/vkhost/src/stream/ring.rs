@@ -1,7 +1,7 @@
 //! The pageable staging ring (chunks reused once the device is past them) and the pageable
 //! d2h completions copied out of it once their batch is done.
 
-use super::inner::{relock, State, StreamInner};
+use super::inner::{relock, signalled, State, StreamInner};
 use crate::device::{Bound, Live};
 use crate::error::{Error, Result};
 use crate::memtype;
@@ -56,7 +56,7 @@ impl StreamInner {
                 }
                 // Move to the next chunk only once its previous use is done: after a failed wait
                 // the ring stays where it was, and the next call waits again.
-                self.wait_sem(l, need.min(st.submitted))?;
+                self.wait_sem(l, signalled(st, need))?;
                 self.reap(l, st)?;
             }
             if let Some(r) = st.ring.as_mut() {
@@ -80,7 +80,7 @@ impl StreamInner {
             if v > st.submitted {
                 self.flush(l, st)?;
             }
-            self.wait_sem(l, v.min(st.submitted))?;
+            self.wait_sem(l, signalled(st, v))?;
             self.reap(l, st)?;
         }
         Ok(())
