@@ -76,6 +76,17 @@ if [ "$what" = tune ]; then
   echo "== sm and d2d"; $v bench -t host_to_device_sm,device_to_host_sm,device_to_device,bidir_ce --sizes 16M,256M,1G --no-costs 2>&1 | tee -a "$OUT/tune.txt" | grep -E "_sm|_ce"
   echo "== demo pipeline"; $v demo pipeline 2>&1 | tail -n 8 | tee -a "$OUT/tune.txt"
 fi
+if [ "$what" = tune2 ]; then
+  $v devices 2>&1 | grep -A1 "synchronous copies" | tee -a "$OUT/tune2.txt"
+  $v bench -t latency,host_to_device_ce,device_to_host_ce --sizes 4K,64K,1M,4M,16M --no-costs 2>&1 | tee -a "$OUT/tune2.txt" | grep -E "_ce|latency_"
+  for k in 3 4 6; do echo "== staging slots $k"; $v bench -t host_to_device_pageable,device_to_host_pageable --sizes 64M,256M,1G --staging-slots $k --no-costs 2>&1 | tee -a "$OUT/tune2.txt" | grep -E "_ce"; done
+  for piece in 0 268435456 67108864; do
+    echo "== costs, import piece $piece"
+    if [ $piece = 0 ]; then $v bench -t costs --sizes 256M,1G 2>&1 | tee -a "$OUT/tune2.txt" | grep -vE "^$"
+    else VKHOST_IMPORT_PIECE=$piece $v bench -t costs --sizes 256M,1G 2>&1 | tee -a "$OUT/tune2.txt" | grep -E "register|find"; fi
+  done
+  echo "== 8 GiB registration"; ./.h200/big_register 8 2>&1 | tee -a "$OUT/tune2.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi
