@@ -320,7 +320,7 @@ fn default_and_boundary_options_open() {
     let info = default_info();
     assert!(OpenOptions::default().validate(&info).is_ok());
     let d = device_with(opts()).unwrap();
-    assert_eq!((d.options().staging_chunk, d.options().staging_slots), (16 << 20, 4));
+    assert_eq!((d.options().staging_chunk, d.options().staging_slots), (16 << 20, 3));
     drop(d);
     // The smallest staging (two 4 KiB slots): a 64 KiB staged copy goes through 16 chunks.
     let d = device_with(staging(4096, 2)).unwrap();

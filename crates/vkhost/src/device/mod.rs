@@ -136,7 +136,7 @@ pub struct OpenOptions {
     /// workers, each part at least 1 MiB. Default: the machine's cores, at most 16
     /// (`VKHOST_STAGING_THREADS` overrides). In 1..=64.
     pub staging_threads: usize,
-    /// Staging chunks in flight per copy context and per stream (default 4). In
+    /// Staging chunks in flight per copy context and per stream (default 3). In
     /// [`STAGING_SLOTS`](Self::STAGING_SLOTS) (2..=16); `staging_chunk × staging_slots` (one
     /// staging buffer) must fit the device's maxMemoryAllocationSize.
     pub staging_slots: usize,
@@ -235,7 +235,7 @@ impl Default for OpenOptions {
             },
             validation: instance::validation_requested(),
             staging_chunk: env_usize("VKHOST_STAGING_CHUNK").unwrap_or(16 << 20),
-            staging_slots: env_usize("VKHOST_STAGING_SLOTS").unwrap_or(4),
+            staging_slots: env_usize("VKHOST_STAGING_SLOTS").unwrap_or(3),
             staging_threads: env_usize("VKHOST_STAGING_THREADS").unwrap_or_else(crate::par::default_threads),
             max_import_piece: env_usize("VKHOST_IMPORT_PIECE"),
             copy_queue: match std::env::var("VKHOST_COPY_QUEUE").as_deref() {
@@ -379,6 +379,8 @@ pub(crate) struct Shared {
     pub direct_bytes: AtomicU64,
     pub staged_bytes: AtomicU64,
     pub mapped_bytes: AtomicU64,
+    /// Set when teardown begins: the device's objects are going (read lock-free by `find`).
+    pub gone: AtomicBool,
     /// Bumped by every buffer destroy: a command buffer recorded at an earlier epoch may name a
     /// handle that now means another buffer (`submit`'s reuse of recorded copies).
     pub buffer_epoch: AtomicU64,
@@ -630,6 +632,8 @@ impl Shared {
     /// it only forgets `live`: no Vulkan call, no drop of the loader or the handles, no logging
     /// (another thread of the parent may have held the logger's lock at the fork).
     fn teardown(&self, live: Live) {
+        // Before anything is released: `host::find` answers None from here on.
+        self.gone.store(true, Ordering::Release);
         if self.forked() {
             std::mem::forget(live);
             return;
@@ -949,6 +953,7 @@ impl Device {
                 staged_bytes: AtomicU64::new(0),
                 mapped_bytes: AtomicU64::new(0),
                 buffer_epoch: AtomicU64::new(0),
+                gone: AtomicBool::new(false),
                 children: Mutex::new(Vec::new()),
                 garbage: Mutex::new(Vec::new()),
                 has_garbage: AtomicBool::new(false),

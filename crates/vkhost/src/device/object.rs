@@ -44,6 +44,9 @@ pub(crate) struct BufferObj {
     pub size: u64,
     /// `Some` while the objects exist.
     memory: Mutex<Option<vk::DeviceMemory>>,
+    /// `memory.is_some()`, readable without the lock (`find` asks on every lookup). Cleared
+    /// under the lock before the objects are destroyed.
+    present: std::sync::atomic::AtomicBool,
     /// What must outlive the memory (the host mapping an import was made from, when vkhost
     /// made it): dropped only after the memory is freed.
     backing: Option<Backing>,
@@ -71,6 +74,7 @@ impl BufferObj {
             buffer: b.buffer,
             size,
             memory: Mutex::new(Some(b.memory)),
+            present: std::sync::atomic::AtomicBool::new(true),
             backing: None,
             map: b.ptr,
         }
@@ -96,7 +100,7 @@ impl BufferObj {
 
     /// Whether the Vulkan objects still exist.
     pub(crate) fn alive(&self) -> bool {
-        lock(&self.memory).is_some()
+        self.present.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Destroys the objects now (no-op if already gone).
@@ -104,7 +108,11 @@ impl BufferObj {
     /// # Safety
     /// No pending or future device work may use the buffer, and `s`, `l` are its device's.
     pub(crate) unsafe fn release_now(&self, s: &Shared, l: &Live) {
-        let m = lock(&self.memory).take();
+        let m = {
+            let mut g = lock(&self.memory);
+            self.present.store(false, std::sync::atomic::Ordering::Release);
+            g.take()
+        };
         if let Some(m) = m {
             // SAFETY: the caller's contract; `take` makes this the only release.
             unsafe { s.release_bound(l, self.buffer, m) };
@@ -123,6 +131,7 @@ impl Drop for BufferObj {
             Ok(m) => m.take(),
             Err(p) => p.into_inner().take(),
         };
+        *self.present.get_mut() = false;
         // The last owner went: no submitted work holds it (batches keep an owner until they are
         // reaped), so it may go now, or as soon as the device lock is free. If the device is
         // gone, its teardown released everything (and `memory` was already taken).

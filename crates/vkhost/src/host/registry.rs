@@ -13,7 +13,7 @@
 //! Entries hold a cell `T` (in the crate: the import's handles behind a lock). A cell of `None`
 //! state is a tombstone (the device was destroyed); `find` skips those.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::Range;
 
 /// The kind of an entry.
@@ -45,10 +45,43 @@ pub enum Refusal {
     Overlap,
 }
 
+/// A map from the few devices a process has to their tables: a vector searched in order, which
+/// beats hashing for a handful of keys (`find` runs it on every lookup).
+#[derive(Debug)]
+struct DevMap<D, V>(Vec<(D, V)>);
+
+impl<D: Eq + Copy, V: Default> DevMap<D, V> {
+    fn get(&self, d: &D) -> Option<&V> {
+        self.0.iter().find(|(k, _)| k == d).map(|(_, v)| v)
+    }
+    fn get_mut(&mut self, d: &D) -> Option<&mut V> {
+        self.0.iter_mut().find(|(k, _)| k == d).map(|(_, v)| v)
+    }
+    fn or_default(&mut self, d: D) -> &mut V {
+        let i = match self.0.iter().position(|(k, _)| *k == d) {
+            Some(i) => i,
+            None => {
+                self.0.push((d, V::default()));
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[i].1
+    }
+    fn remove(&mut self, d: &D) {
+        self.0.retain(|(k, _)| k != d);
+    }
+    fn values(&self) -> impl Iterator<Item = &V> {
+        self.0.iter().map(|(_, v)| v)
+    }
+    fn keys(&self) -> impl Iterator<Item = &D> {
+        self.0.iter().map(|(k, _)| k)
+    }
+}
+
 /// The per-process table, generic over the cell so tests can model it with plain values.
 #[derive(Debug)]
 pub struct Registry<D, T> {
-    devices: HashMap<D, BTreeMap<usize, Entry<T>>>,
+    devices: DevMap<D, BTreeMap<usize, Entry<T>>>,
     /// The widest distance between an entry's covered range and its user range, per side:
     /// bounds how far from a query a covering entry's key can be.
     slack: usize,
@@ -56,7 +89,7 @@ pub struct Registry<D, T> {
 
 impl<D, T> Default for Registry<D, T> {
     fn default() -> Self {
-        Registry { devices: HashMap::new(), slack: 0 }
+        Registry { devices: DevMap(Vec::new()), slack: 0 }
     }
 }
 
@@ -82,7 +115,7 @@ impl<D: std::hash::Hash + Eq + Copy, T> Registry<D, T> {
         }
         let slack = (entry.user.start - entry.covered.start).max(entry.covered.end - entry.user.end);
         self.slack = self.slack.max(slack);
-        self.devices.entry(dev).or_default().insert(entry.user.start, entry);
+        self.devices.or_default(dev).insert(entry.user.start, entry);
         Ok(())
     }
 
