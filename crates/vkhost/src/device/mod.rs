@@ -13,7 +13,8 @@
 //! - lavapipe accepts any host pointer for import and crashes later, so `host::register`
 //!   validates ranges against /proc/self/maps before anything reaches the driver.
 //! - Waiting with vkWaitForFences sleeps (about 31 µs for an empty submit on the H200);
-//!   [`submit::wait_fence`] polls the fence briefly first (about 9 µs), then blocks.
+//!   [`submit::wait_timeline`] polls the context's timeline semaphore first (for about the
+//!   transfer's time), then blocks; devices without timeline semaphores wait on fences.
 
 pub(crate) mod info;
 pub(crate) mod instance;

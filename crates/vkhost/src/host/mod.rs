@@ -734,6 +734,11 @@ unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer
     }
     // Stream work already enqueued on the buffer comes first (see `DeviceBuffer`).
     buf.res.settle(&l);
+    // A wait in the settle that found the device lost (it waited the queue idle instead):
+    // this copy answers as every later call does.
+    if s.lost.load(Ordering::Relaxed) {
+        return Err(Error::DeviceLost);
+    }
     if stores && dir == Dir::ToDevice && len <= s.options.bar_write_max {
         if let Some(map) = buf.res.obj.mapped().filter(|_| buf.res.obj.alive()) {
             // SAFETY: the source is readable for `len` (the caller's contract); the destination

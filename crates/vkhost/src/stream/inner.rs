@@ -92,15 +92,7 @@ impl StreamInner {
     }
 }
 
-pub(super) fn create_timeline(s: &Shared, l: &Live) -> Result<vk::Semaphore> {
-    fault::check(Point::CreateSemaphore).map_err(|c| s.fail("vkCreateSemaphore", c))?;
-    let mut ti = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(0);
-    let si = vk::SemaphoreCreateInfo::default().push_next(&mut ti);
-    // SAFETY: valid create info; the timeline feature was enabled at device creation.
-    let sem = unsafe { l.device.create_semaphore(&si, None) }.map_err(|c| s.fail("vkCreateSemaphore", c))?;
-    s.count_semaphore(1);
-    Ok(sem)
-}
+pub(super) use crate::device::submit::create_timeline;
 
 /// The queue a stream of `kind` submits to; `Unsupported` on a borrowed device without queues.
 pub(super) fn pick_queue(l: &Live, kind: QueueKind, i: usize) -> Result<&Queue> {
