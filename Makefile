@@ -50,6 +50,7 @@ test: setup fmt clippy
 	$(CARGO) test -p vkhost --release --features fault-injection --test fault -- --test-threads=1
 	bash scripts/memcheck full
 	bash scripts/capi-test
+	bash scripts/crate-check
 
 # Every device test binary under valgrind memcheck (0 errors, 0 definite leaks); about 4 minutes
 # on 2 cores, so `make test` (and CI) runs it too. `bash scripts/memcheck quick` is a 3-minute

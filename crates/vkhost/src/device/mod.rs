@@ -996,7 +996,7 @@ impl Device {
         }
     }
 
-    /// Measures the copy engines against the compute queue now ([`queues`]) and uses the result
+    /// Measures the copy engines against the compute queue now ([`CopyQueues`]) and uses the result
     /// for synchronous copies from here on; returns it. Open does this by itself on devices with
     /// both kinds of queue (`OpenOptions::measure_copy_queues`); this call measures on any device
     /// with queues, one kind or two (on a device with only a compute queue both kinds are that

@@ -70,8 +70,10 @@ pub struct CopyQueues {
 }
 
 impl CopyQueues {
-    /// Copies of at least this many bytes count as bulk.
+    /// Copies of at least this many bytes count as bulk, unless measured otherwise.
     pub const BULK_MIN: u64 = BULK_MIN;
+    /// The compute queue must beat the copy engines by this fraction to be chosen.
+    pub const MARGIN: f64 = MARGIN;
 
     /// Every class on `kind`, measured by nothing.
     pub fn fixed(kind: QueueKind) -> CopyQueues {
@@ -87,9 +89,9 @@ impl CopyQueues {
     }
 
     /// The choice the figures imply (pure): compute only where it beats the copy engines by
-    /// more than [`MARGIN`]; when one queue has the lower latency and the other the higher
-    /// bandwidth, the size where their times (latency + size / bandwidth) cross, at least
-    /// [`BULK_MIN`], splits small from bulk.
+    /// more than [`MARGIN`](Self::MARGIN); when one queue has the lower latency and the other
+    /// the higher bandwidth, the size where their times (latency + size / bandwidth) cross, at
+    /// least [`BULK_MIN`](Self::BULK_MIN), splits small from bulk.
     pub fn from_figures(copy: QueueFigures, compute: QueueFigures) -> CopyQueues {
         let faster = |c: f64, k: f64| if k > c * (1.0 + MARGIN) { QueueKind::Compute } else { QueueKind::Copy };
         let quicker = |c: f64, k: f64| if k * (1.0 + MARGIN) < c { QueueKind::Compute } else { QueueKind::Copy };
