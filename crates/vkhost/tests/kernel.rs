@@ -376,7 +376,7 @@ fn builtins_split_ranges_longer_than_max_storage_buffer_range() {
     let len = max + (1 << 20) + 12;
     let g = d.alloc_buffer(len + 8).unwrap();
     s.fill_u32(Binding::Device(&g, 4, len), 0x0123_4567).unwrap();
-    let want: Vec<u8> = std::iter::repeat(0x0123_4567u32.to_ne_bytes()).take(len / 4).flatten().collect();
+    let want: Vec<u8> = std::iter::repeat_n(0x0123_4567u32.to_ne_bytes(), len / 4).flatten().collect();
     assert_eq!(s.checksum(Binding::Device(&g, 4, len)).unwrap(), checksum_cpu(&want), "checksum over chunks");
     let mut p = PinnedBuffer::new(&d, len + 8).unwrap();
     p.fill(0xEE);

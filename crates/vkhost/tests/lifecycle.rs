@@ -468,7 +468,7 @@ fn known_layer_race(status: std::process::ExitStatus, err: &str, layer: Option<u
     use std::os::unix::process::ExitStatusExt;
     const LAYER: &str = "libVkLayer_khronos_validation.so";
     let fixed = vkhost::vk::make_api_version(0, 1, 4, 304);
-    if !layer.is_some_and(|v| (v & !(0x7 << 29)) < fixed) {
+    if layer.is_none_or(|v| (v & !(0x7 << 29)) >= fixed) {
         return false;
     }
     if status.code() == Some(101) {

@@ -232,8 +232,8 @@ fn catch_sigint() {
 
 /// The testcases to run: `-t` (or all), narrowed by --paths, --dirs and --no-costs.
 fn chosen(a: &Args) -> Result<Vec<&'static Testcase>> {
-    let path_ok = |p: PathKind| a.paths.as_ref().map_or(true, |v| v.contains(&p));
-    let dir_ok = |d: DirKind| a.dirs.as_ref().map_or(true, |v| v.contains(&d));
+    let path_ok = |p: PathKind| a.paths.as_ref().is_none_or(|v| v.contains(&p));
+    let dir_ok = |d: DirKind| a.dirs.as_ref().is_none_or(|v| v.contains(&d));
     let v: Vec<&'static Testcase> = testcase::select(&a.testcases)?
         .into_iter()
         .filter(|t| match t.work {

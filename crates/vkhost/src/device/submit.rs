@@ -348,7 +348,7 @@ fn ramp(total: u64, chunk: u64) -> Vec<u64> {
     let up: Vec<u64> = [16, 8, 4, 2].iter().map(|d| chunk / d).filter(|&c| c >= RAMP_MIN).collect();
     let mid = total - 2 * up.iter().sum::<u64>();
     let mut v = up.clone();
-    v.extend(std::iter::repeat(chunk).take((mid / chunk) as usize));
+    v.extend(std::iter::repeat_n(chunk, (mid / chunk) as usize));
     if mid % chunk != 0 {
         v.push(mid % chunk);
     }

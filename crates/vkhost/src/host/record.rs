@@ -294,7 +294,7 @@ pub fn reap_recorded(dev: &Device) -> usize {
     let mut done = Vec::new();
     for r in &mine {
         // A destroyed device's teardown waited for every hook.
-        if l.as_ref().map_or(true, |l| r.poll(l)) {
+        if l.as_ref().is_none_or(|l| r.poll(l)) {
             done.push(r.clone());
         }
     }
