@@ -87,6 +87,11 @@ if [ "$what" = tune2 ]; then
   done
   echo "== 8 GiB registration"; ./.h200/big_register 8 2>&1 | tee -a "$OUT/tune2.txt"
 fi
+if [ "$what" = tune3 ]; then
+  $v bench -t latency,host_to_device_ce,device_to_host_ce,small_async --sizes 4K,1M,4M --no-costs 2>&1 | tee -a "$OUT/tune3.txt" | grep -E "_ce|latency_|small|measured|synchronous"
+  $v bench -t host_to_device_pageable,device_to_host_pageable --sizes 256M,1G --no-costs 2>&1 | tee -a "$OUT/tune3.txt" | grep -E "_ce"
+  $v bench -t costs --sizes 1G 2>&1 | tee -a "$OUT/tune3.txt" | grep -E "register|find"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi
