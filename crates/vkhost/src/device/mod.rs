@@ -1205,6 +1205,11 @@ impl Device {
 
     /// Vulkan objects this device's vkhost code has alive now.
     pub fn live_objects(&self) -> LiveObjects {
+        // Objects queued for the background releaser (an unregister's import) count as gone:
+        // release them now, so the counts are exact.
+        if let Ok(l) = self.shared.live_any() {
+            self.shared.drain_garbage(&l);
+        }
         self.shared.objects.snapshot()
     }
 
