@@ -79,7 +79,7 @@ fn indices(spec: &str) -> Result<Vec<usize>> {
         .collect()
 }
 
-/// Verifies one round trip through `side` for `dir`.
+/// Verifies one round trip of `n` bytes through `side` for `dir`.
 fn verify(side: &mut Side, dir: DirKind, n: usize, seed: u64) -> Result<bool> {
     let mut want = vec![0u8; n];
     pattern(&mut want, seed);
@@ -87,16 +87,16 @@ fn verify(side: &mut Side, dir: DirKind, n: usize, seed: u64) -> Result<bool> {
     match dir {
         DirKind::H2d => {
             side.with_host(|buf, host| {
-                host.copy_from_slice(&want);
-                Side::copy(buf, host, dir)
+                host[..n].copy_from_slice(&want);
+                Side::copy(buf, &mut host[..n], dir)
             })?;
             side.buf.read(0, &mut got)?;
         }
         _ => {
             side.buf.write(0, &want)?;
             side.with_host(|buf, host| {
-                Side::copy(buf, host, dir)?;
-                got.copy_from_slice(host);
+                Side::copy(buf, &mut host[..n], dir)?;
+                got.copy_from_slice(&host[..n]);
                 Ok(())
             })?;
         }
@@ -159,6 +159,11 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
             println!("{:<11} skipped: registration is unavailable on a device", "registered");
             continue;
         }
+        // Each device's memory for this path, allocated once at the largest size and reused for
+        // every size (as the single-device sweep does): memory allocated after gigabytes of
+        // per-point allocations gets scattered physical pages, which the GPU reads slower.
+        let max = *sizes.iter().max().unwrap_or(&(1 << 20)) as usize;
+        let mut sides: Vec<Side> = devs.iter().map(|d| Side::new(d, path, max)).collect::<Result<_>>()?;
         for dir in [DirKind::H2d, DirKind::D2h] {
             if a.dirs.as_ref().is_some_and(|v| !v.contains(&dir)) {
                 continue;
@@ -168,14 +173,13 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
                     break;
                 }
                 let n = size as usize;
-                let mut sides: Vec<Side> = devs.iter().map(|d| Side::new(d, path, n)).collect::<Result<_>>()?;
                 let mut ok = true;
                 for (k, s) in sides.iter_mut().enumerate() {
                     ok &= verify(s, dir, n, size ^ k as u64)?;
                 }
                 let mut alone = Vec::new();
                 for s in sides.iter_mut() {
-                    let t = s.with_host(|buf, host| measure(iters, budget, || Side::copy(buf, host, dir)))?;
+                    let t = s.with_host(|buf, host| measure(iters, budget, || Side::copy(buf, &mut host[..n], dir)))?;
                     alone.push(gbps(size, t.median));
                 }
                 // All at once: one thread per device, each with its own memory; the time of an
@@ -189,7 +193,7 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
                                 .map(|c| {
                                     sc.spawn(move || {
                                         let mut g = c.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                                        g.with_host(|buf, host| Side::copy(buf, host, dir))
+                                        g.with_host(|buf, host| Side::copy(buf, &mut host[..n], dir))
                                     })
                                 })
                                 .collect();
