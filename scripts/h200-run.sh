@@ -92,6 +92,22 @@ if [ "$what" = tune3 ]; then
   $v bench -t host_to_device_pageable,device_to_host_pageable --sizes 256M,1G --no-costs 2>&1 | tee -a "$OUT/tune3.txt" | grep -E "_ce"
   $v bench -t costs --sizes 1G 2>&1 | tee -a "$OUT/tune3.txt" | grep -E "register|find"
 fi
+if [ "$what" = final ]; then
+  # The record of docs/PERFORMANCE.md: the full sweep with the CUDA baseline, cuda_baseline.py
+  # in the same call, the minimal program against the sweep, the host x GPU matrix, one 8 GiB
+  # registration, the pipeline demo.
+  echo "== vkhost bench --baseline cuda"
+  $v bench --baseline cuda --json "$OUT/bench.json" --plot "$OUT/bench.svg" 2>&1 | tee "$OUT/bench.txt" | grep -vE "^ +[0-9]+/[0-9]+"
+  echo "== cuda_baseline.py"
+  PYTHONUNBUFFERED=1 python3 .gl/cuda_baseline.py --sizes 4K,64K,1M,16M,256M,1G > "$OUT/cuda_baseline.txt" 2>&1; tail -n 25 "$OUT/cuda_baseline.txt"
+  {
+    echo "== plain_copy (the minimal program)"
+    for a in "pinned 1024 10" "pinned 256 10" "registered 256 10" "registered 1024 10" "pageable 1024 5" "pageable 256 5"; do ./.h200/plain_copy $a; done
+    echo "== vkhost bench --devices all"; $v bench --devices all
+    echo "== 8 GiB registration"; ./.h200/big_register 8
+    echo "== vkhost demo pipeline"; $v demo pipeline
+  } 2>&1 | tee "$OUT/extras.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi

@@ -27,6 +27,10 @@ pub struct DeviceBuffer {
     pub(crate) shared: Arc<Shared>,
     pub(crate) res: Arc<Resource>,
     len: usize,
+    /// Held while the CPU stores into the buffer's mapping (`BarWrites`): `write` takes `&self`,
+    /// and two threads storing into the same bytes at once would be a data race (undefined
+    /// behaviour), where two submitted copies are only the device's business.
+    pub(crate) stores: std::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for DeviceBuffer {
@@ -56,7 +60,7 @@ impl DeviceBuffer {
             None => s.alloc_bound(&l, len as u64, USAGE, memtype::device_local, false)?,
         };
         let res = Resource::new(s, BufferObj::new(s, b, len as u64));
-        Ok(DeviceBuffer { shared: s.clone(), res, len })
+        Ok(DeviceBuffer { shared: s.clone(), res, len, stores: std::sync::Mutex::new(()) })
     }
 
     /// Size in bytes.

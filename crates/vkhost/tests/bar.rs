@@ -100,3 +100,36 @@ fn auto_is_off_on_cpu_devices() {
         assert_eq!(mapped(&d), 4096, "Auto did not store on a full-BAR discrete GPU");
     }
 }
+
+/// Threads storing into one buffer at once: the shared range ends as one thread's write, and
+/// every disjoint write lands. (Whether concurrent stores could race is an argument, not a
+/// test: `DeviceBuffer::stores` serializes them; a race detector would be the test.)
+#[test]
+fn concurrent_stores_into_one_buffer() {
+    let Some(d) = device_with(bar_on()) else { return };
+    let n = 64 << 10;
+    let buf = d.alloc_buffer(8 * n).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8u8 {
+            let buf = &buf;
+            s.spawn(move || {
+                let same = vec![t + 1; n];
+                let own = pattern(n, t);
+                for _ in 0..50 {
+                    buf.write(0, &same).unwrap();
+                    if t < 7 {
+                        buf.write((t as usize + 1) * n, &own).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    let mut got = vec![0u8; 8 * n];
+    buf.read(0, &mut got).unwrap();
+    let first = got[0];
+    assert!(got[..n].iter().all(|&b| b == first), "one write of the shared range landed whole, not a mix");
+    for t in 0..7u8 {
+        let at = (t as usize + 1) * n;
+        assert!(got[at..at + n] == pattern(n, t)[..], "thread {t}'s own range");
+    }
+}

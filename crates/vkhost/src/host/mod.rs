@@ -775,14 +775,17 @@ unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer
     }
     if stores && dir == Dir::ToDevice && len <= s.options.bar_write_max {
         if let Some(map) = buf.res.obj.mapped().filter(|_| buf.res.obj.alive()) {
+            // One CPU writer per buffer at a time (see `DeviceBuffer::stores`).
+            let _g = buf.stores.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             // SAFETY: the source is readable for `len` (the caller's contract); the destination
             // is the buffer's mapping at `off`, in range (checked above), alive while we hold
             // `l` (teardown takes it exclusively) and `buf` (its owner); every device access to
             // the buffer enqueued before this call completed (`settle`), and work submitted
             // after it sees the stores (HOST_COHERENT memory; a submission makes earlier host
-            // writes visible). Host memory that is itself mapped device memory is fine: they
-            // are different bytes unless the caller passed the buffer's own mapping, which it
-            // cannot get.
+            // writes visible). No other CPU access to the mapping runs meanwhile: vkhost's only
+            // CPU accesses to it are these stores, under `stores`. Host memory that is itself
+            // mapped device memory is fine: they are different bytes unless the caller passed
+            // the buffer's own mapping, which it cannot get.
             unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, map.as_ptr().add(off), len) };
             record_mapped(s, len as u64);
             return Ok(CopyPath::Mapped);
