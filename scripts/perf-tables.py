@@ -26,8 +26,10 @@ def main():
     path = sys.argv[1]
     min_size = parse(sys.argv[sys.argv.index("--min-size") + 1]) if "--min-size" in sys.argv else 0
     d = json.load(open(path))
-    v = {(p["path"], p["dir"], p["size"]): p for p in d if p["api"] == "vulkan" and p["kind"] == "copy"}
-    c = {(p["path"], p["dir"], p["size"]): p for p in d if p["api"] == "cuda" and p["kind"] == "copy"}
+    # Copy-engine points only: an `_sm` point has the path, direction and size of its `_ce` twin.
+    ce = [p for p in d if p["kind"] == "copy" and not p.get("testcase", "").endswith("_sm")]
+    v = {(p["path"], p["dir"], p["size"]): p for p in ce if p["api"] == "vulkan"}
+    c = {(p["path"], p["dir"], p["size"]): p for p in ce if p["api"] == "cuda"}
     print("| size | path | h2d GB/s | CUDA | ratio | d2h GB/s | CUDA | ratio | bidir GB/s | CUDA | ratio |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for s in sorted({k[2] for k in v}):
