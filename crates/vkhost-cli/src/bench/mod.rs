@@ -51,6 +51,9 @@ mod small_async;
 pub mod testcase;
 
 pub use point::{measure, measure_with, point, Point};
+// The CUDA baseline checks its SM copy with the same pattern.
+#[cfg(feature = "cuda")]
+pub use point::pattern;
 
 use crate::devices::anyhow_free::Result;
 use crate::stats::{parse_size, sweep};
@@ -470,12 +473,22 @@ pub fn run(a: Args) -> Result<ExitCode> {
 
     let cuda = match a.baseline {
         Some(Baseline::Cuda) if !interrupted() => {
-            // CUDA's copies compare with the copy-engine testcases (no CUDA kernel copy here).
-            let dirs: Vec<DirKind> = [DirKind::H2d, DirKind::D2h, DirKind::Bidir, DirKind::D2d]
-                .into_iter()
-                .filter(|d| copies.iter().any(|c| c.1 == *d && !c.2 && c.0 != PathKind::Bar))
-                .collect();
-            crate::cuda::run(&sizes, iters, budget, &dirs, &mut notes)
+            // cudaMemcpy compares with the copy-engine testcases; CUDA's SM copy over mapped
+            // pinned memory with the `_sm` ones over host memory (pinned, and registered as
+            // `_registered_ce` is compared: against CUDA's pinned figure).
+            let host = |p: PathKind| matches!(p, PathKind::Pinned | PathKind::Registered);
+            let plan = crate::cuda::Plan {
+                sizes: &sizes,
+                iters,
+                budget,
+                dirs: [DirKind::H2d, DirKind::D2h, DirKind::Bidir, DirKind::D2d]
+                    .into_iter()
+                    .filter(|d| copies.iter().any(|c| c.1 == *d && !c.2 && c.0 != PathKind::Bar))
+                    .collect(),
+                sm: [DirKind::H2d, DirKind::D2h].into_iter().filter(|d| copies.iter().any(|c| c.1 == *d && c.2 && host(c.0))).collect(),
+                small_async: chosen.iter().any(|t| matches!(t.work, Work::SmallAsync { .. })),
+            };
+            crate::cuda::run(&plan, &mut notes)
         }
         _ => Vec::new(),
     };

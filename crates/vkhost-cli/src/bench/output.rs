@@ -141,18 +141,20 @@ fn fmt_gbps(g: f64) -> String {
     }
 }
 
-pub(super) fn print_table(points: &[Point], cuda: &[Point], link: Option<&Link>) {
-    // CUDA's figure for a copy-engine point (there is no CUDA kernel copy to set beside `_sm`).
-    let cuda_of = |p: &Point| -> Option<&Point> {
-        let path = match p.path.as_str() {
-            _ if p.sm => return None,
-            "pinned" | "registered" => "pinned",
-            "pageable" => "pageable",
-            "device" => "device",
-            _ => return None,
-        };
-        cuda.iter().find(|c| c.kind == p.kind && c.path == path && c.dir == p.dir && c.size == p.size)
+/// CUDA's figure beside a Vulkan point: cudaMemcpy for the copy-engine testcases (pinned and
+/// registered against pinned memory, pageable, device to device), CUDA's SM copy over mapped
+/// pinned memory for the copy kernel's testcases over host memory; none for the rest
+/// (`device_to_device_sm`, bar).
+fn cuda_of<'a>(p: &Point, cuda: &'a [Point]) -> Option<&'a Point> {
+    let path = match p.path.as_str() {
+        "pinned" | "registered" => "pinned",
+        "pageable" | "device" if !p.sm => p.path.as_str(),
+        _ => return None,
     };
+    cuda.iter().find(|c| c.kind == p.kind && c.sm == p.sm && c.path == path && c.dir == p.dir && c.size == p.size)
+}
+
+pub(super) fn print_table(points: &[Point], cuda: &[Point], link: Option<&Link>) {
     println!();
     println!(
         "{:<33} {:>6} {:>9} {:>9} {:>9} {:>6} {:>6} {:>10} {:>5} {:>5} {:1} {:>9} {:>7}",
@@ -161,7 +163,7 @@ pub(super) fn print_table(points: &[Point], cuda: &[Point], link: Option<&Link>)
     for p in points.iter().filter(|p| p.kind == "copy").chain(cuda.iter().filter(|p| p.kind == "copy")) {
         let g = p.gbps();
         let lat = if p.size <= 64 << 10 { format!("{:.1} us", p.s.median * 1e6) } else { String::new() };
-        let (cg, ratio) = match (p.api, cuda_of(p)) {
+        let (cg, ratio) = match (p.api, cuda_of(p, cuda)) {
             ("vulkan", Some(c)) => (fmt_gbps(c.gbps()), format!("{:.2}x", g / c.gbps())),
             _ => (String::new(), String::new()),
         };
@@ -239,5 +241,38 @@ fn dur(s: f64) -> String {
         format!("{:.2} ms", s * 1e3)
     } else {
         format!("{:.1} us", s * 1e6)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::point;
+    use crate::stats::summarize;
+
+    fn pt(api: &'static str, path: &str, dir: &str, sm: bool, secs: f64) -> Point {
+        let mut p = point(api, "copy", path, dir, 1 << 20, 1 << 20, summarize(&[secs]).unwrap());
+        p.sm = sm;
+        p
+    }
+
+    #[test]
+    fn cuda_figures_pair_copy_engine_with_memcpy_and_sm_with_the_sm_copy() {
+        // CUDA's SM point first, so a lookup that ignored `sm` would find it for the ce rows.
+        let cuda =
+            [pt("cuda", "pinned", "h2d", true, 2.0), pt("cuda", "pinned", "h2d", false, 1.0), pt("cuda", "device", "d2d", false, 3.0)];
+        let of = |p: Point| cuda_of(&p, &cuda).map(|c| (c.sm, c.s.median));
+        assert_eq!(of(pt("vulkan", "pinned", "h2d", false, 1.0)), Some((false, 1.0)));
+        assert_eq!(of(pt("vulkan", "registered", "h2d", false, 1.0)), Some((false, 1.0)));
+        assert_eq!(of(pt("vulkan", "pinned", "h2d", true, 1.0)), Some((true, 2.0)));
+        assert_eq!(of(pt("vulkan", "registered", "h2d", true, 1.0)), Some((true, 2.0)));
+        assert_eq!(of(pt("vulkan", "device", "d2d", false, 1.0)), Some((false, 3.0)));
+        // No CUDA kernel copy between device buffers, none over pageable memory, none for bar.
+        assert_eq!(of(pt("vulkan", "device", "d2d", true, 1.0)), None);
+        assert_eq!(of(pt("vulkan", "pinned", "d2h", true, 1.0)), None);
+        assert_eq!(of(pt("vulkan", "bar", "h2d", false, 1.0)), None);
+        // A CUDA SM point carries the testcase it compares with.
+        assert_eq!(cuda[0].testcase(), "host_to_device_sm");
+        assert_eq!(cuda[1].testcase(), "host_to_device_ce");
     }
 }

@@ -70,7 +70,8 @@ pub fn cpu_seconds() -> f64 {
     t(r.ru_utime) + t(r.ru_stime)
 }
 
-pub(super) fn pattern(buf: &mut [u8], seed: u64) {
+/// Fills `buf` with a non-zero xorshift pattern of `seed`: what every round-trip check writes.
+pub fn pattern(buf: &mut [u8], seed: u64) {
     let mut x = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
     for c in buf.chunks_mut(8) {
         x ^= x << 13;

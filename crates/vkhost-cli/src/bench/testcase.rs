@@ -132,7 +132,8 @@ pub const TESTCASES: &[Testcase] = &[
 
 /// The testcase that measures a point, from the point's kind, path and direction, and whether
 /// the copy kernel moved it (`sm`). CUDA's points map to the testcase they compare with
-/// ("pinned" to `_ce`, "pageable" to `_pageable_ce`, "device" to `device_to_device_ce`).
+/// ("pinned" to `_ce`, "pageable" to `_pageable_ce`, "device" to `device_to_device_ce`, and
+/// CUDA's SM copy, "pinned" with `sm`, to `host_to_device_sm`/`device_to_host_sm`).
 pub fn testcase_of(kind: &str, path: &str, dir: &str, sm: bool) -> &'static str {
     match kind {
         "cost" | "find" => "costs",
