@@ -106,6 +106,8 @@ if [ "$what" = final ]; then
     echo "== vkhost bench --devices all"; $v bench --devices all
     echo "== 8 GiB registration"; ./.h200/big_register 8
     echo "== vkhost demo pipeline"; $v demo pipeline
+    echo "== device buffers in mapped VRAM (BarWrites) or not: device-side cost, alternated"
+    for m in off auto off auto; do echo "-- VKHOST_BAR_WRITES=$m"; VKHOST_BAR_WRITES=$m ./.h200/bar_cost | grep -E "mapped|d2d|fill|DMA|4 KiB"; done
   } 2>&1 | tee "$OUT/extras.txt"
 fi
 if [ "$what" = quick ]; then

@@ -51,6 +51,14 @@ fn main() -> vkhost::Result<()> {
         s.synchronize()
     })?;
     println!("fill 256 MiB: {:.1} GB/s", gb(big, t));
+    // The same on the shader cores (the copy kernel reads and writes device memory at HBM
+    // speed, where a cost of the mapped type would show most).
+    let ks = dev.stream_on(vkhost::QueueKind::Compute)?;
+    let t = time(10, || {
+        ks.copy_sm(vkhost::Binding::Device(&a, 0, big), vkhost::Binding::Device(&b, 0, big))?;
+        ks.synchronize()
+    })?;
+    println!("d2d copy kernel 256 MiB: {:.1} GB/s", gb(big, t));
     let mut p = PinnedBuffer::new(&dev, big)?;
     p.fill(3);
     // SAFETY: the pinned block outlives every copy.
@@ -71,6 +79,6 @@ fn main() -> vkhost::Result<()> {
         eprintln!("FAIL: a 4 KiB write did not read back");
         std::process::exit(2);
     }
-    drop((a, b, p, s));
+    drop((a, b, p, s, ks));
     dev.destroy()
 }
