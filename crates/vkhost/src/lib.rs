@@ -127,8 +127,8 @@ pub use buffer::DeviceBuffer;
 pub use device::info::{fmt_bytes, ApiVersion, DeviceInfo, DeviceType, MemoryHeap, MemoryType, QueueFamily};
 pub use device::queues::{CopyQueues, QueueFigures};
 pub use device::{
-    devices, BarWrites, BorrowedDevice, Device, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership, QueueKind,
-    RawDevice,
+    devices, BarWrites, BorrowedDevice, Device, DeviceHold, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership,
+    QueueKind, RawDevice,
 };
 pub use error::{Error, Result};
 pub use host::range::{broadcast, gather, HostRange};

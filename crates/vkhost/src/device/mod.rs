@@ -377,6 +377,10 @@ pub(crate) struct Shared {
     /// `host::RecordedCopy` tickets not yet given a completion hook (nor dropped): while any
     /// lives, `destroy` is `Busy` (their work cannot be waited for yet).
     pub open_tickets: AtomicUsize,
+    /// Live [`DeviceHold`]s: while any lives, `destroy` is `Busy`.
+    pub holds: AtomicUsize,
+    /// What [`Device::keep_alive`] was given: dropped after teardown, with the last handle.
+    pub owners: Mutex<Vec<Box<dyn std::any::Any + Send + Sync>>>,
     pub direct_bytes: AtomicU64,
     pub staged_bytes: AtomicU64,
     pub mapped_bytes: AtomicU64,
@@ -693,12 +697,15 @@ impl Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         if self.forked() {
+            // The owners (a wgpu device, say) would destroy the parent's driver objects.
+            std::mem::forget(std::mem::take(self.owners.get_mut().unwrap_or_else(PoisonError::into_inner)));
             return;
         }
         let live = self.live.get_mut().unwrap_or_else(PoisonError::into_inner).take();
         if let Some(live) = live {
             self.teardown(live);
         }
+        // The owners go last (field drop order), after every vkhost object of the device.
     }
 }
 
@@ -950,6 +957,8 @@ impl Device {
                 objects: ObjectCounters::default(),
                 safe_pinned: AtomicUsize::new(0),
                 open_tickets: AtomicUsize::new(0),
+                holds: AtomicUsize::new(0),
+                owners: Mutex::new(Vec::new()),
                 direct_bytes: AtomicU64::new(0),
                 staged_bytes: AtomicU64::new(0),
                 mapped_bytes: AtomicU64::new(0),
@@ -1221,8 +1230,8 @@ impl Device {
     /// Waits idle and destroys everything the device owns: imports and pinned blocks (raw
     /// registrations stay as tombstones, raw pinned blocks stay listed until `free_pinned`),
     /// device buffers (their handles become inert), copy contexts, the device, the instance.
-    /// Idempotent. `Error::Busy` while a `PinnedBuffer` of this device lives, or a
-    /// [`crate::host::RecordedCopy`] ticket without a completion hook. On a borrowed device it
+    /// Idempotent. `Error::Busy` while a `PinnedBuffer` of this device lives, a
+    /// [`crate::host::RecordedCopy`] ticket without a completion hook, or a [`DeviceHold`]. On a borrowed device it
     /// waits for every recorded copy's hook (the caller's semaphore or fence) instead of
     /// vkDeviceWaitIdle.
     ///
@@ -1254,10 +1263,40 @@ impl Device {
                 reason: format!("{t} host::RecordedCopy ticket(s) of this device have no completion hook yet (nor were dropped)"),
             });
         }
+        let h = self.shared.holds.load(Ordering::Acquire);
+        if g.is_some() && h > 0 {
+            return Err(Error::Busy { reason: format!("{h} DeviceHold(s) of this device still live") });
+        }
         if let Some(live) = g.take() {
             self.shared.teardown(live);
         }
         Ok(())
+    }
+
+    /// Makes [`Device::destroy`] answer `Busy` until the returned hold is dropped.
+    ///
+    /// For a caller whose own device work names vkhost's memory outside vkhost's tracking (on a
+    /// borrowed device: a runtime's shader reading an import it bound its own VkBuffer to, as
+    /// `vkhost-wgpu` does) and that must finish that work before the imports can go. The hold
+    /// keeps a handle of the device, so a forgotten hold leaks the device (`destroy` stays
+    /// `Busy`), never frees memory in use. `DeviceDestroyed` after destroy.
+    pub fn hold(&self) -> Result<DeviceHold> {
+        // Counted under the device lock, as `PinnedBuffer::new` is: a concurrent destroy either
+        // ran fully before (DeviceDestroyed) or sees the hold.
+        let _l = self.shared.live_any()?;
+        self.shared.holds.fetch_add(1, Ordering::AcqRel);
+        Ok(DeviceHold { dev: self.clone() })
+    }
+
+    /// Keeps `owner` alive until the last handle of this device is gone, and drops it after
+    /// vkhost's teardown (after every import, pinned block and buffer of the device is
+    /// released). For the object that owns a borrowed device's VkDevice
+    /// ([`Device::from_raw_borrowed`]): `vkhost-wgpu` keeps the `wgpu::Device` here, so the
+    /// VkDevice outlives every vkhost handle, including pinned buffers and registrations that
+    /// outlive the caller's wrapper. Several owners drop in the order given. In a forked child
+    /// they are leaked, never dropped (see [`Device::destroy`]).
+    pub fn keep_alive(&self, owner: Box<dyn std::any::Any + Send + Sync>) {
+        lock(&self.shared.owners).push(owner);
     }
 
     /// Allocates a device-local buffer of `len` bytes (see [`crate::DeviceBuffer`]).
@@ -1298,6 +1337,25 @@ impl Device {
         let l = self.shared.live().map_err(|e| e.to_string())?;
         let page = crate::host::page_size();
         crate::host::maps::with_probe_page(page, |p| crate::host::import::host_pointer_bits(&self.shared, &l, p)).map_err(|e| e.to_string())
+    }
+}
+
+/// From [`Device::hold`]: while it lives, [`Device::destroy`] answers `Busy`.
+#[derive(Debug)]
+pub struct DeviceHold {
+    dev: Device,
+}
+
+impl DeviceHold {
+    /// The device held.
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+}
+
+impl Drop for DeviceHold {
+    fn drop(&mut self) {
+        self.dev.shared.holds.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
