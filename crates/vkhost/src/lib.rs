@@ -132,7 +132,7 @@ pub use device::{
 };
 pub use error::{Error, Result};
 pub use host::range::{broadcast, gather, HostRange};
-pub use host::safe::{PinnedBuffer, Registration};
+pub use host::safe::{PinnedBuffer, RawMemory, Registration};
 pub use host::{CopyPath, HostStats};
 pub use kernel::{Binding, Kernel, Param};
 pub use stream::{Event, Pending, Stream};

@@ -645,3 +645,52 @@ fn pinned_block_whose_last_owner_goes_at_teardown_is_freed() {
     c.wait(done, 1);
     c.destroy();
 }
+
+/// What an interop layer (vkhost-wgpu) builds on: `raw_memory` names the allocation and the
+/// guard's offset in it, `hold` keeps `destroy` Busy, and `keep_alive` owners go with the last
+/// handle, after teardown.
+#[test]
+fn interop_accessors_hold_and_owners() {
+    let Some(c) = Caller::new() else { return };
+    let dev = c.wrap();
+    let page = host::page_size();
+    let mut pages = Pages::new(2 * page);
+    let reg = dev.register(&mut pages.slice()[100..100 + page]).unwrap();
+    let raw = reg.raw_memory().expect("a registration has one import");
+    assert_eq!(raw.offset, 100, "the first registered byte, from the page the import starts at");
+    assert_eq!(raw.size, 2 * page as u64, "the import covers the rounded range");
+    assert_eq!(raw.handle_types, vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT);
+    assert_ne!(raw.memory, vk::DeviceMemory::null());
+    assert_eq!(Some((raw.buffer, raw.offset)), host::find(&dev, reg.as_ptr(), reg.len()));
+    let pinned = vkhost::PinnedBuffer::new(&dev, 3 * page).unwrap();
+    let praw = pinned.raw_memory().expect("a pinned block is one allocation");
+    assert_eq!((praw.offset, praw.size), (0, 3 * page as u64));
+    assert!(praw.handle_types.is_empty(), "a driver allocation, not an import");
+    assert_eq!(praw.usage, raw.usage);
+    drop(pinned);
+
+    // A hold makes destroy Busy until it goes.
+    let hold = dev.hold().unwrap();
+    assert!(matches!(dev.destroy(), Err(Error::Busy { .. })));
+    drop(hold);
+
+    // Owners stay until the last handle is gone, after destroy.
+    struct Owner(Arc<AtomicU8>);
+    impl Drop for Owner {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let dropped = Arc::new(AtomicU8::new(0));
+    dev.keep_alive(Box::new(Owner(dropped.clone())));
+    let handle = dev.clone();
+    dev.destroy().unwrap();
+    assert_eq!(reg.raw_memory(), None, "no memory after destroy");
+    assert!(matches!(dev.hold(), Err(Error::DeviceDestroyed)));
+    drop(reg);
+    drop(dev);
+    assert_eq!(dropped.load(Ordering::SeqCst), 0, "a handle is left");
+    drop(handle);
+    assert_eq!(dropped.load(Ordering::SeqCst), 1);
+    c.destroy();
+}

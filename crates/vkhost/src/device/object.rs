@@ -120,6 +120,17 @@ impl BufferObj {
         }
     }
 
+    /// The memory the buffer is bound to (at offset 0), while the objects exist.
+    pub(crate) fn memory(&self) -> Option<vk::DeviceMemory> {
+        *lock(&self.memory)
+    }
+
+    /// Whether the memory was imported from a host mapping vkhost made (a pinned block larger
+    /// than one allocation, see `host::alloc_pinned`): only such imports carry a backing.
+    pub(crate) fn has_backing(&self) -> bool {
+        self.backing.is_some()
+    }
+
     /// Destroys the objects now (no-op if already gone).
     ///
     /// # Safety

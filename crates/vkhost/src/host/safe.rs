@@ -4,9 +4,59 @@ use super::registry::Kind;
 use super::Imports;
 use crate::device::{Device, SendPtr};
 use crate::error::{Error, Result};
+use ash::vk;
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+/// The Vulkan memory behind a guard's bytes, from [`PinnedBuffer::raw_memory`] and
+/// [`Registration::raw_memory`]: for interop that binds its own VkBuffer to the same memory
+/// (`vkhost-wgpu` hands such a buffer to wgpu, which destroys the VkBuffers it is given and so
+/// cannot be given vkhost's own).
+///
+/// The handles are valid while the guard lives and its device is not destroyed; binding and
+/// using a buffer on them is the caller's `unsafe` business, and every use must complete before
+/// the guard goes (or the device is destroyed: see [`crate::DeviceHold`]). A buffer created with
+/// `usage` and `handle_types` (and no create flags) has the same memoryTypeBits and alignment as
+/// vkhost's own buffer over this memory (Vulkan guarantees both for equal usage, flags and
+/// handle types), so it can be bound at `offset` if `offset` is a multiple of that alignment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawMemory {
+    /// vkhost's buffer over the allocation, bound at its offset 0 (what [`super::find`] answers).
+    pub buffer: vk::Buffer,
+    /// The allocation (an import, or a driver allocation for a pinned block).
+    pub memory: vk::DeviceMemory,
+    /// The guard's first byte, in bytes from the start of `memory` (and of `buffer`).
+    pub offset: u64,
+    /// Bytes of `memory` (and of `buffer`) usable from its start: `offset + len` fits.
+    pub size: u64,
+    /// The usage vkhost created `buffer` with: TRANSFER_SRC | TRANSFER_DST | STORAGE_BUFFER.
+    pub usage: vk::BufferUsageFlags,
+    /// The external handle types `memory` was imported with: HOST_ALLOCATION_EXT for
+    /// registrations and pinned blocks larger than one allocation, empty for driver allocations.
+    /// A buffer bound to it must be created with the same `VkExternalMemoryBufferCreateInfo`
+    /// (VUID-vkBindBufferMemory-memory-02985).
+    pub handle_types: vk::ExternalMemoryHandleTypeFlags,
+}
+
+/// [`RawMemory`] for `len` bytes at `offset` into an entry's imports, when one piece holds them
+/// all and the objects exist.
+fn raw_memory(
+    res: &super::Imports,
+    offset: usize,
+    len: usize,
+    imported: impl Fn(&crate::device::object::BufferObj) -> bool,
+) -> Option<RawMemory> {
+    let (piece, at) = res.at(offset);
+    let obj = &piece.obj;
+    let memory = obj.memory()?;
+    if at as u64 + len as u64 > obj.size {
+        return None; // the bytes cross into the next piece
+    }
+    let handle_types =
+        if imported(obj) { vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT } else { vk::ExternalMemoryHandleTypeFlags::empty() };
+    Some(RawMemory { buffer: obj.buffer, memory, offset: at as u64, size: obj.size, usage: crate::buffer::USAGE, handle_types })
+}
 
 /// Driver-allocated, mapped host memory that DMA copies address directly; frees on drop.
 ///
@@ -74,6 +124,15 @@ impl PinnedBuffer {
     /// The device the block belongs to.
     pub fn device(&self) -> &Device {
         &self.dev
+    }
+
+    /// The memory behind the block, for binding an interop buffer to it (see [`RawMemory`]).
+    /// `None` after the device was destroyed, or for a block larger than one allocation (made
+    /// of several imports, so no single memory holds it).
+    pub fn raw_memory(&self) -> Option<RawMemory> {
+        // Only the pieces of a block larger than one allocation are imports (of vkhost's own
+        // anonymous mapping, their backing).
+        raw_memory(&self.res, 0, self.len, |o| o.has_backing())
     }
 
     /// The block as a slice of `T` (any [`bytemuck::Pod`] type), waiting for pending device
@@ -193,6 +252,22 @@ impl Registration<'_> {
     /// The device it is registered on.
     pub fn device(&self) -> &Device {
         &self.dev
+    }
+
+    /// The memory behind the registered bytes, for binding an interop buffer to it (see
+    /// [`RawMemory`]): `offset` is where the first registered byte lies in the import (which
+    /// starts at the page, or import granule, below it). `None` after the device was destroyed,
+    /// or when the bytes span two import pieces (a registration larger than one allocation).
+    pub fn raw_memory(&self) -> Option<RawMemory> {
+        let addr = self.ptr.0.as_ptr() as usize;
+        let covered = {
+            let reg = super::registry();
+            let e = reg.find(self.dev.id(), addr, self.len)?;
+            // Our own entry (a registration's bytes overlap no other entry of the device).
+            e.cell.as_ref().filter(|c| Arc::ptr_eq(c, &self.res))?;
+            e.covered.start
+        };
+        raw_memory(&self.res, addr - covered, self.len, |_| true)
     }
 }
 
