@@ -1,0 +1,326 @@
+//! Registered and pinned memory as wgpu buffers, inside a scope that finishes their device work.
+//!
+//! **The buffer wgpu gets.** wgpu-hal takes ownership of a VkBuffer given to
+//! `vulkan::Device::buffer_from_raw`: its `destroy_buffer` calls vkDestroyBuffer (it frees no
+//! memory: the buffer has no allocator block). So wgpu never gets vkhost's own buffer. Each wrap
+//! creates a new VkBuffer with the usage and external-memory handle types of vkhost's buffer over
+//! the same allocation (so Vulkan guarantees the same memoryTypeBits and alignment), binds it to
+//! vkhost's VkDeviceMemory at the guard's first byte, exactly as long as the guard, and hands it
+//! to `wgpu::Device::create_buffer_from_hal` with COPY_SRC | COPY_DST | STORAGE (vkhost's
+//! TRANSFER_SRC | TRANSFER_DST | STORAGE_BUFFER). wgpu-core marks such buffers initialized (its
+//! init tracker has length 0), so it never clears the caller's bytes. wgpu destroys the VkBuffer;
+//! vkhost frees the memory.
+//!
+//! **Why a scope, not a guard.** A `wgpu::Buffer` is `Clone`, and bind groups, encoders and
+//! command buffers keep it alive (wgpu-core holds `Arc`s), so no borrow can stop wgpu from using
+//! it after the vkhost guard is gone; and a guard whose `Drop` waits for the device would be
+//! unsound under `mem::forget` (STYLE.md, habit 16). [`Interop::scope`] is shaped like
+//! `std::thread::scope`: wrapping borrows the [`Registration`] or [`PinnedBuffer`] mutably for the
+//! whole scope, and when the closure returns or unwinds, before the borrow ends, the scope
+//!
+//! 1. destroys every buffer it handed out (`wgpu::Buffer::destroy`): wgpu then refuses any later
+//!    submission that names one of them, a clone or a bind group over it included (a validation
+//!    error, never a use), and keeps the VkBuffer until the submissions that used it complete;
+//! 2. submits a command buffer with one global barrier, all commands' writes → host reads and
+//!    writes, which also flushes wgpu's pending `write_buffer` copies (they go first in that
+//!    submission): device writes to the caller's pages are visible to the host afterwards;
+//! 3. polls the device until that submission, and so every earlier one, has completed.
+//!
+//! Meanwhile the scope holds a [`vkhost::DeviceHold`], so `vkhost::Device::destroy` answers
+//! `Busy` instead of freeing imports wgpu may be using; the raw `host::unregister` and
+//! `host::free_pinned` already refuse guarded entries. Nothing the caller can leak stands between
+//! the device and the memory: the `Scope` lives in [`Interop::scope`]'s frame.
+//!
+//! If wgpu reports the device lost while the scope waits (its `poll` panics), the scope logs it and
+//! returns: a lost device has no pending work in Vulkan's sense (Dawn frees in-flight objects on
+//! loss for the same reason), the stance vkhost's own waits take.
+
+use crate::{Error, Interop, Result};
+use std::marker::PhantomData;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use vkhost::ash::{self, vk};
+use vkhost::{PinnedBuffer, RawMemory, Registration};
+use wgpu::hal::api::Vulkan;
+
+/// The wgpu usages of every [`HostBuffer`]: what vkhost's TRANSFER_SRC | TRANSFER_DST |
+/// STORAGE_BUFFER allow. No MAP usage: wgpu cannot map a buffer it did not allocate (the bytes
+/// are host memory already: read them through the guard after the scope).
+pub const USAGES: wgpu::BufferUsages = wgpu::BufferUsages::COPY_SRC.union(wgpu::BufferUsages::COPY_DST).union(wgpu::BufferUsages::STORAGE);
+
+/// The Vulkan usage of every VkBuffer handed to wgpu: vkhost's own (`RawMemory::usage`), so
+/// that memoryTypeBits and alignment match its buffers over the same memory.
+pub(crate) const VK_USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
+    vk::BufferUsageFlags::TRANSFER_SRC.as_raw()
+        | vk::BufferUsageFlags::TRANSFER_DST.as_raw()
+        | vk::BufferUsageFlags::STORAGE_BUFFER.as_raw(),
+);
+
+impl Interop {
+    /// Runs `f` with a [`Scope`] that hands out registered and pinned memory as wgpu buffers
+    /// ([`Scope::registration`], [`Scope::pinned`]), then, before returning (also when `f`
+    /// panics), destroys those buffers and waits until all device work submitted so far has
+    /// completed (see the module docs for the exact steps). Returns what `f` returns.
+    ///
+    /// The guards stay borrowed until then, so the host reads the results after the scope:
+    ///
+    /// ```no_run
+    /// # fn main() -> vkhost_wgpu::Result<()> {
+    /// let interop = vkhost_wgpu::Interop::open(&Default::default())?;
+    /// let mut pinned = vkhost_wgpu::vkhost::PinnedBuffer::new(interop.vkhost(), 1 << 16)?;
+    /// pinned.fill(1);
+    /// interop.scope(|s| -> vkhost_wgpu::Result<()> {
+    ///     let buf = s.pinned(&mut pinned)?;
+    ///     let mut enc = interop.device().create_command_encoder(&Default::default());
+    ///     enc.clear_buffer(&buf, 0, Some(64)); // zeroes the first 64 bytes in place
+    ///     interop.queue().submit([enc.finish()]);
+    ///     Ok(())
+    /// })?;
+    /// assert_eq!((pinned[0], pinned[63], pinned[64]), (0, 0, 1));
+    /// # Ok(()) }
+    /// ```
+    pub fn scope<'env, F, T>(&self, f: F) -> T
+    where
+        F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> T,
+    {
+        let scope = Scope {
+            inner: Inner {
+                device: self.device.clone(),
+                queue: self.queue.clone(),
+                raw: self.raw.clone(),
+                vkhost: self.vkhost.clone(),
+                // Err only after destroy: then nothing can be wrapped (`Scope::wrap` checks).
+                hold: self.vkhost.hold().ok(),
+                buffers: Mutex::new(Vec::new()),
+            },
+            _scope: PhantomData,
+            _env: PhantomData,
+        };
+        // `scope.inner`'s drop (on return or unwind) finishes the work; see `Drop for Inner`.
+        f(&scope)
+    }
+}
+
+/// What [`Interop::scope`]'s closure gets: hands out wgpu buffers over vkhost memory, valid
+/// until the scope ends (see the module docs).
+///
+/// `'scope` is the scope's lifetime, `'env` what it may borrow from outside (as in
+/// `std::thread::Scope`): a guard wrapped here stays borrowed until [`Interop::scope`] returns.
+pub struct Scope<'scope, 'env: 'scope> {
+    inner: Inner,
+    _scope: PhantomData<&'scope mut &'scope ()>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+/// A scope's state. It carries the `Drop` (a `Drop` on `Scope` itself would make the borrow
+/// checker require `'scope` to outlive the scope value).
+struct Inner {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    raw: ash::Device,
+    vkhost: vkhost::Device,
+    /// Keeps `vkhost::Device::destroy` `Busy` while wgpu may use vkhost's memory.
+    hold: Option<vkhost::DeviceHold>,
+    /// Every buffer handed out, destroyed when the scope ends.
+    buffers: Mutex<Vec<wgpu::Buffer>>,
+}
+
+impl std::fmt::Debug for Scope<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.inner.buffers.lock().unwrap_or_else(PoisonError::into_inner).len();
+        f.debug_struct("Scope").field("vkhost", &self.inner.vkhost.id()).field("buffers", &n).finish()
+    }
+}
+
+/// A wgpu buffer over a [`Registration`]'s or [`PinnedBuffer`]'s bytes, from a [`Scope`].
+///
+/// It derefs to the `wgpu::Buffer`: bind it as a storage buffer (offset 0 is the guard's first
+/// byte; its size is the guard's length), or copy to and from it with wgpu. Its usages are
+/// [`USAGES`]. Clones of the `wgpu::Buffer` may escape the scope, but the scope destroys the
+/// buffer when it ends: any later use is a wgpu validation error.
+#[derive(Debug)]
+pub struct HostBuffer<'scope> {
+    buffer: wgpu::Buffer,
+    _scope: PhantomData<&'scope ()>,
+}
+
+impl HostBuffer<'_> {
+    /// The wgpu buffer.
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        &self.buffer
+    }
+}
+
+impl std::ops::Deref for HostBuffer<'_> {
+    type Target = wgpu::Buffer;
+    fn deref(&self) -> &wgpu::Buffer {
+        &self.buffer
+    }
+}
+
+impl<'scope, 'env> Scope<'scope, 'env> {
+    /// `reg`'s bytes as a wgpu storage buffer, with no staging: shaders and copies read and
+    /// write the caller's pages. `reg` stays borrowed until the scope ends.
+    ///
+    /// Errors (`InvalidArgument`): a registration of another vkhost device; a length that is
+    /// not a multiple of 4 (`wgpu::COPY_BUFFER_ALIGNMENT`); a first byte whose address is not a
+    /// multiple of [`Interop::host_buffer_alignment`] (64 on lavapipe), since a VkBuffer over
+    /// exactly these bytes must start there. (A larger buffer starting lower would let a shader
+    /// write bytes outside the registration.) `Unsupported`: a registration larger
+    /// than one allocation whose bytes span two imports. `Vkhost(DeviceDestroyed)` after destroy.
+    pub fn registration<'a: 'scope>(&self, reg: &'scope mut Registration<'a>) -> Result<HostBuffer<'scope>> {
+        self.inner.same_device(reg.device())?;
+        // Device access vkhost tracks (a recorded copy) finishes first, as for a host write.
+        std::ops::DerefMut::deref_mut(reg);
+        let raw = reg.raw_memory().ok_or_else(|| self.inner.no_memory("the registration"))?;
+        let buffer = self.inner.wrap(raw, reg.len(), "vkhost registration")?;
+        Ok(HostBuffer { buffer, _scope: PhantomData })
+    }
+
+    /// `pinned`'s bytes as a wgpu storage buffer. `pinned` stays borrowed until the scope ends.
+    /// Errors as for [`Scope::registration`] (a pinned block starts at a page, so alignment
+    /// holds; its length must be a multiple of 4 and of the buffer alignment).
+    pub fn pinned(&self, pinned: &'scope mut PinnedBuffer) -> Result<HostBuffer<'scope>> {
+        self.inner.same_device(pinned.device())?;
+        // Pending device access vkhost tracks finishes first (as for `DerefMut`).
+        std::ops::DerefMut::deref_mut(pinned);
+        let raw = pinned.raw_memory().ok_or_else(|| self.inner.no_memory("the pinned block"))?;
+        let buffer = self.inner.wrap(raw, pinned.len(), "vkhost pinned block")?;
+        Ok(HostBuffer { buffer, _scope: PhantomData })
+    }
+}
+
+impl Inner {
+    fn same_device(&self, dev: &vkhost::Device) -> Result<()> {
+        if dev.id() != self.vkhost.id() {
+            return Err(Error::invalid(format!("the memory belongs to {}, not to this Interop's {}", dev.id(), self.vkhost.id())));
+        }
+        Ok(())
+    }
+
+    fn no_memory(&self, what: &str) -> Error {
+        if self.vkhost.is_destroyed() {
+            return vkhost::Error::DeviceDestroyed.into();
+        }
+        Error::unsupported(format!("{what} spans two imports (it is larger than one allocation): no single VkBuffer covers it"))
+    }
+
+    /// Creates a VkBuffer over exactly `len` bytes at `raw.offset` of `raw.memory` and gives it
+    /// to wgpu.
+    fn wrap(&self, raw: RawMemory, len: usize, label: &str) -> Result<wgpu::Buffer> {
+        if self.hold.is_none() {
+            return Err(vkhost::Error::DeviceDestroyed.into());
+        }
+        let size = len as u64;
+        if size % wgpu::COPY_BUFFER_ALIGNMENT != 0 {
+            return Err(Error::invalid(format!(
+                "{len} bytes: a wgpu buffer's length must be a multiple of {}",
+                wgpu::COPY_BUFFER_ALIGNMENT
+            )));
+        }
+        let mut ext = vk::ExternalMemoryBufferCreateInfo::default().handle_types(raw.handle_types);
+        if raw.usage != VK_USAGE {
+            // vkhost changed its buffers' usage: the USAGES promise would not hold.
+            return Err(Error::unsupported(format!("vkhost's buffers have usage {:?}, not {VK_USAGE:?}", raw.usage)));
+        }
+        let mut info = vk::BufferCreateInfo::default().size(size).usage(raw.usage).sharing_mode(vk::SharingMode::EXCLUSIVE);
+        if !raw.handle_types.is_empty() {
+            // VUID-vkBindBufferMemory-memory-02985: imported memory binds only to buffers
+            // created with its handle type.
+            info = info.push_next(&mut ext);
+        }
+        // SAFETY: a valid create info; the device is alive (the Interop holds it).
+        let buffer = unsafe { self.raw.create_buffer(&info, None) }.map_err(|code| Error::Vulkan { call: "vkCreateBuffer", code })?;
+        let bound = (|| {
+            // SAFETY: `buffer` is a live buffer of this device.
+            let req = unsafe { self.raw.get_buffer_memory_requirements(buffer) };
+            if raw.offset % req.alignment != 0 {
+                return Err(Error::invalid(format!(
+                    "the bytes start {} bytes into their allocation, and a VkBuffer over them must start at a multiple of {} \
+                     bytes (VkMemoryRequirements::alignment): register a slice whose address is a multiple of {}",
+                    raw.offset, req.alignment, req.alignment
+                )));
+            }
+            if raw.offset + req.size > raw.size {
+                return Err(Error::invalid(format!(
+                    "a VkBuffer of {size} bytes needs {} bytes of memory at offset {}, and the allocation has {}: use a length that \
+                     is a multiple of {}",
+                    req.size, raw.offset, raw.size, req.alignment
+                )));
+            }
+            // SAFETY: the memory is vkhost's live allocation (the guard is borrowed for the scope
+            // and the device held), of a type in `req.memory_type_bits` (same usage, flags and
+            // handle types as vkhost's buffer bound to it), and offset and size were checked.
+            unsafe { self.raw.bind_buffer_memory(buffer, raw.memory, raw.offset) }
+                .map_err(|code| Error::Vulkan { call: "vkBindBufferMemory", code })
+        })();
+        if let Err(e) = bound {
+            // SAFETY: our fresh buffer, never used, destroyed once.
+            unsafe { self.raw.destroy_buffer(buffer, None) };
+            return Err(e);
+        }
+        // SAFETY: the memory is vkhost's, not wgpu's to manage (wgpu destroys only the
+        // VkBuffer), and wgpu never maps it (no MAP usage).
+        let hal = unsafe { wgpu::hal::vulkan::Device::buffer_from_raw(buffer) };
+        let desc = wgpu::BufferDescriptor { label: Some(label), size, usage: USAGES, mapped_at_creation: false };
+        // SAFETY: `hal` is a buffer of this device's VkDevice, `size` bytes, with the Vulkan
+        // usages `USAGES` needs, not mapped.
+        let buffer = unsafe { self.device.create_buffer_from_hal::<Vulkan>(hal, &desc) };
+        self.buffers.lock().unwrap_or_else(PoisonError::into_inner).push(buffer.clone());
+        Ok(buffer)
+    }
+
+    /// Steps 2 and 3 of the module docs: the host-visibility barrier, and the wait.
+    fn flush_and_wait(&self) {
+        let mut enc = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("vkhost-wgpu scope end") });
+        // SAFETY: records one pipeline barrier into the open command buffer; destroys nothing.
+        unsafe {
+            enc.as_hal_mut::<Vulkan, _, _>(|e| {
+                if let Some(e) = e {
+                    let barrier = [vk::MemoryBarrier::default()
+                        .src_access_mask(vk::AccessFlags::MEMORY_WRITE)
+                        .dst_access_mask(vk::AccessFlags::HOST_READ | vk::AccessFlags::HOST_WRITE)];
+                    self.raw.cmd_pipeline_barrier(
+                        e.raw_handle(),
+                        vk::PipelineStageFlags::ALL_COMMANDS,
+                        vk::PipelineStageFlags::HOST,
+                        vk::DependencyFlags::empty(),
+                        &barrier,
+                        &[],
+                        &[],
+                    );
+                }
+            })
+        };
+        self.queue.submit([enc.finish()]);
+        // Attached to the latest submission (ours, or a later one of another thread): it runs
+        // once every submission up to there has completed.
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        self.queue.on_submitted_work_done(move || d.store(true, Ordering::Release));
+        // One `Maintain::Wait` waits at most 60 s (wgpu-core's CLEANUP_WAIT_MS): loop.
+        while !done.load(Ordering::Acquire) {
+            self.device.poll(wgpu::Maintain::Wait);
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let buffers = std::mem::take(self.buffers.get_mut().unwrap_or_else(PoisonError::into_inner));
+        if buffers.is_empty() {
+            return;
+        }
+        for b in &buffers {
+            b.destroy();
+        }
+        drop(buffers);
+        // Never unwind out of here (this may run while `f` unwinds): wgpu panics on a lost
+        // device, from its default error handler too.
+        if std::panic::catch_unwind(AssertUnwindSafe(|| self.flush_and_wait())).is_err() {
+            log::error!("{}: wgpu failed while a scope waited for its work (device lost?); the scope ends", self.vkhost.id());
+        }
+        // `hold` drops after this: destroy may proceed.
+    }
+}
