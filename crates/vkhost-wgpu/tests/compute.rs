@@ -1,0 +1,270 @@
+//! wgpu compute shaders and copies over registered and pinned host memory, with the Khronos
+//! validation layer on (synchronization validation included: wgpu-hal enables it with the
+//! layer) and zero errors asserted when each test's pair is dropped (`common::Checked`).
+
+mod common;
+use common::*;
+
+use vkhost_wgpu::vkhost::{self, PinnedBuffer};
+use vkhost_wgpu::{wgpu, Error, Interop, Options};
+
+const SHADER: &str = "
+@group(0) @binding(0) var<storage, read> src: array<f32>;
+@group(0) @binding(1) var<storage, read_write> dst: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    let i = id.x;
+    if (i < arrayLength(&src)) {
+        dst[i] = src[i] * 2.0 + 1.0;
+    }
+}
+";
+
+/// Records `dst[i] = 2 src[i] + 1` over `n` values and submits it.
+fn run_kernel(interop: &Interop, src: &wgpu::Buffer, dst: &wgpu::Buffer, n: usize) {
+    let dev = interop.device();
+    let module =
+        dev.create_shader_module(wgpu::ShaderModuleDescriptor { label: Some("axpb"), source: wgpu::ShaderSource::Wgsl(SHADER.into()) });
+    let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("axpb"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let group = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry { binding: 0, resource: src.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 1, resource: dst.as_entire_binding() },
+        ],
+    });
+    let mut enc = dev.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups((n as u32).div_ceil(64), 1, 1);
+    }
+    interop.queue().submit([enc.finish()]);
+}
+
+#[test]
+fn compute_shader_reads_and_writes_registered_vecs() {
+    let Some(interop) = open() else { return };
+    let n = (1 << 20) + 3 * 64; // not a power of two: the last workgroup is partial
+    let align = interop.host_buffer_alignment();
+    let (mut input, i) = aligned_vec(n, align, |k| k as f32 * 0.25 - 1000.0);
+    let (mut output, o) = aligned_vec(n, align, |_| -7.0);
+    let want: Vec<f32> = input[i..i + n].iter().map(|x| x * 2.0 + 1.0).collect();
+    let before = vkhost::host::device_stats(interop.vkhost());
+    {
+        let mut reg_in = interop.vkhost().register(bytemuck::cast_slice_mut(&mut input[i..i + n])).expect("register input");
+        let mut reg_out = interop.vkhost().register(bytemuck::cast_slice_mut(&mut output[o..o + n])).expect("register output");
+        interop
+            .scope(|s| -> vkhost_wgpu::Result<()> {
+                let a = s.registration(&mut reg_in)?;
+                let b = s.registration(&mut reg_out)?;
+                assert_eq!((a.size(), b.size()), (4 * n as u64, 4 * n as u64));
+                assert_eq!(a.usage(), vkhost_wgpu::USAGES);
+                run_kernel(&interop, &a, &b, n);
+                Ok(())
+            })
+            .expect("scope");
+    }
+    // No staging: vkhost copied nothing, the shader read and wrote the registered pages.
+    assert_eq!(vkhost::host::device_stats(interop.vkhost()).staged_bytes, before.staged_bytes);
+    let bad = output[o..o + n].iter().zip(&want).position(|(g, w)| g != w);
+    assert_eq!(bad, None, "first wrong value at {bad:?}");
+    assert!(output[..o].iter().chain(&output[o + n..]).all(|&x| x == -7.0), "bytes outside the registration changed");
+}
+
+#[test]
+fn pinned_blocks_and_wgpu_copies() {
+    let Some(interop) = open() else { return };
+    let len = 64 << 10;
+    let mut pinned = PinnedBuffer::new(interop.vkhost(), len).expect("pinned");
+    for (k, b) in pinned.iter_mut().enumerate() {
+        *b = (k % 251) as u8;
+    }
+    let align = interop.host_buffer_alignment();
+    let (mut out, o) = aligned_vec(len / 4, align, |_| 0.0);
+    {
+        let mut reg = interop.vkhost().register(bytemuck::cast_slice_mut(&mut out[o..o + len / 4])).expect("register");
+        interop
+            .scope(|s| -> vkhost_wgpu::Result<()> {
+                let p = s.pinned(&mut pinned)?;
+                let r = s.registration(&mut reg)?;
+                // A pending write (flushed ahead of the next submission), then a copy.
+                interop.queue().write_buffer(&p, 0, &[0xEE; 256]);
+                let mut enc = interop.device().create_command_encoder(&Default::default());
+                enc.copy_buffer_to_buffer(&p, 0, &r, 0, len as u64);
+                interop.queue().submit([enc.finish()]);
+                Ok(())
+            })
+            .expect("scope");
+        // A write_buffer left pending (no submit in the scope): the scope's end flushes it.
+        interop
+            .scope(|s| -> vkhost_wgpu::Result<()> {
+                let r = s.registration(&mut reg)?;
+                interop.queue().write_buffer(&r, 1024, &[0x11; 64]);
+                Ok(())
+            })
+            .expect("scope");
+    }
+    let got: &[u8] = bytemuck::cast_slice(&out[o..o + len / 4]);
+    for (k, &b) in got.iter().enumerate() {
+        let want = match k {
+            0..256 => 0xEE,
+            1024..1088 => 0x11,
+            _ => (k % 251) as u8,
+        };
+        assert_eq!(b, want, "byte {k}");
+    }
+    assert!(pinned[..256].iter().all(|&b| b == 0xEE), "the pinned block holds wgpu's write");
+}
+
+#[test]
+fn refusals() {
+    let Some(interop) = open() else { return };
+    let align = interop.host_buffer_alignment();
+    let (mut v, k) = aligned_vec(4096, align, |_| 1.0);
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut v[k..k + 4096]);
+    // Misaligned start (4 bytes past the alignment), and a length wgpu cannot use.
+    if align > 4 {
+        let mut reg = interop.vkhost().register(&mut bytes[4..4 + 4096]).expect("register");
+        let r = interop.scope(|s| s.registration(&mut reg).map(|_| ()));
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+    }
+    {
+        let mut reg = interop.vkhost().register(&mut bytes[..4094]).expect("register");
+        let r = interop.scope(|s| s.registration(&mut reg).map(|_| ()));
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+    }
+    // Memory of another pair's vkhost device.
+    {
+        let other = open().expect("a second pair");
+        let mut reg = other.vkhost().register(&mut bytes[..4096]).expect("register");
+        let r = interop.scope(|s| s.registration(&mut reg).map(|_| ()));
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+    }
+}
+
+#[test]
+fn pinned_block_of_several_imports_is_unsupported() {
+    let Some(_validated) = open() else { return };
+    // The same pair with imports limited to 4 pages: a 16-page pinned block is 4 imports.
+    let opts = Options {
+        instance_flags: wgpu::InstanceFlags::VALIDATION | wgpu::InstanceFlags::DEBUG,
+        vkhost: vkhost::OpenOptions { max_import_piece: Some(4 * 4096), ..Default::default() },
+        ..Options::default()
+    };
+    let interop = Checked(Interop::open(&opts).expect("open"));
+    let mut big = PinnedBuffer::new(interop.vkhost(), 16 * 4096).expect("pinned");
+    let r = interop.scope(|s| s.pinned(&mut big).map(|_| ()));
+    assert!(matches!(r, Err(Error::Unsupported { .. })), "{r:?}");
+    let mut small = PinnedBuffer::new(interop.vkhost(), 4 * 4096).expect("pinned");
+    interop.scope(|s| s.pinned(&mut small).map(|_| ())).expect("one import is fine");
+}
+
+#[test]
+fn destroy_is_busy_during_a_scope() {
+    let Some(interop) = open() else { return };
+    let p = PinnedBuffer::new(interop.vkhost(), 4096).expect("pinned");
+    let align = interop.host_buffer_alignment();
+    let (mut v, k) = aligned_vec(1024, align, |_| 1.0);
+    let mut reg = interop.vkhost().register(bytemuck::cast_slice_mut(&mut v[k..k + 1024])).expect("register");
+    interop
+        .scope(|s| -> vkhost_wgpu::Result<()> {
+            let _b = s.registration(&mut reg)?;
+            let r = interop.vkhost().destroy();
+            assert!(matches!(r, Err(vkhost::Error::Busy { .. })), "{r:?}");
+            Ok(())
+        })
+        .expect("scope");
+    // After the scope only the block keeps destroy Busy.
+    assert!(matches!(interop.vkhost().destroy(), Err(vkhost::Error::Busy { .. })));
+    drop(p);
+    interop.vkhost().destroy().expect("destroy");
+    let r = interop.scope(|s| s.registration(&mut reg).map(|_| ()));
+    assert!(matches!(r, Err(Error::Vkhost(vkhost::Error::DeviceDestroyed))), "{r:?}");
+    assert!(matches!(PinnedBuffer::new(interop.vkhost(), 4096), Err(vkhost::Error::DeviceDestroyed)));
+}
+
+#[test]
+fn an_escaped_buffer_is_destroyed_when_the_scope_ends() {
+    let Some(interop) = open() else { return };
+    let align = interop.host_buffer_alignment();
+    let (mut v, k) = aligned_vec(1024, align, |_| 5.0);
+    let mut escaped = None;
+    {
+        let mut reg = interop.vkhost().register(bytemuck::cast_slice_mut(&mut v[k..k + 1024])).expect("register");
+        interop
+            .scope(|s| -> vkhost_wgpu::Result<()> {
+                let b = s.registration(&mut reg)?;
+                escaped = Some(wgpu::Buffer::clone(&b));
+                Ok(())
+            })
+            .expect("scope");
+    }
+    // The registration is gone; wgpu must refuse the clone rather than clear freed pages.
+    let b = escaped.expect("a clone");
+    interop.device().push_error_scope(wgpu::ErrorFilter::Validation);
+    let mut enc = interop.device().create_command_encoder(&Default::default());
+    enc.clear_buffer(&b, 0, None);
+    interop.queue().submit([enc.finish()]);
+    let err = block_on(interop.device().pop_error_scope());
+    assert!(err.is_some(), "wgpu accepted work on a destroyed host buffer");
+    interop.device().poll(wgpu::Maintain::Wait);
+    assert!(v[k..k + 1024].iter().all(|&x| x == 5.0), "the bytes changed");
+}
+
+#[test]
+fn a_panicking_scope_still_waits_for_its_work() {
+    let Some(interop) = open() else { return };
+    let n = 1 << 18;
+    let align = interop.host_buffer_alignment();
+    let (mut input, i) = aligned_vec(n, align, |k| k as f32);
+    let (mut output, o) = aligned_vec(n, align, |_| 0.0);
+    {
+        let mut reg_in = interop.vkhost().register(bytemuck::cast_slice_mut(&mut input[i..i + n])).expect("register");
+        let mut reg_out = interop.vkhost().register(bytemuck::cast_slice_mut(&mut output[o..o + n])).expect("register");
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            interop.scope(|s| {
+                let a = s.registration(&mut reg_in).expect("wrap");
+                let b = s.registration(&mut reg_out).expect("wrap");
+                run_kernel(&interop, &a, &b, n);
+                panic!("after submitting");
+            })
+        }));
+        assert!(r.is_err());
+    }
+    // The unwinding scope waited for the kernel before the registrations could go.
+    assert!(output[o..o + n].iter().zip(&input[i..i + n]).all(|(&y, &x)| y == x * 2.0 + 1.0));
+}
+
+#[test]
+fn vkhost_memory_outlives_the_interop() {
+    let Some(interop) = open() else { return };
+    let mut p = PinnedBuffer::new(interop.vkhost(), 8192).expect("pinned");
+    interop.scope(|s| s.pinned(&mut p).map(|_| ())).expect("scope");
+    drop(interop);
+    // The vkhost device (held by the block) keeps wgpu's VkDevice alive until it is gone.
+    p.fill(3);
+    assert!(p.iter().all(|&b| b == 3));
+    drop(p);
+    let (n, last) = take_validation_errors();
+    assert_eq!(n, 0, "validation errors; last: {last:?}");
+}
+
+#[test]
+fn public_types_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Interop>();
+    check::<vkhost_wgpu::Scope<'static, 'static>>();
+    check::<vkhost_wgpu::HostBuffer<'static>>();
+    check::<Error>();
+}
