@@ -40,11 +40,14 @@ clippy:
 # and its synchronization validation, and assert zero errors and hazards. One test at a time
 # per binary: the Debian 12 layer (1.3.239) races when devices are created or destroyed on one
 # thread while another calls into the layer (KhronosGroup/Vulkan-ValidationLayers#4391, fixed
-# in 1.4.304; docs/RELIABILITY.md), which parallel tests, each opening its own device, hit. Then the self-test,
-# the fault-injection sweep, valgrind over every device test, and the C ABI and Python package.
+# in 1.4.304; docs/RELIABILITY.md), which parallel tests, each opening its own device, hit. Then the wgpu
+# interop example (crates/vkhost-wgpu: a WGSL shader over two registered Vec<f32>s, checked, with
+# validation; `cargo test` already built it), the self-test, the fault-injection sweep, valgrind over
+# every device test, and the C ABI and Python package.
 test: export VK_LAYER_ENABLES = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
 test: setup fmt clippy
 	$(CARGO) test --workspace --release -- --test-threads=1
+	VKHOST_VALIDATION=1 $(CARGO) run --release -p vkhost-wgpu --example wgpu_compute
 	$(CARGO) build --release
 	./target/release/vkhost check --all
 	$(CARGO) test -p vkhost --release --features fault-injection --test fault -- --test-threads=1
