@@ -41,8 +41,9 @@
 //! - **Device work on the memory ends with the scope.** `wgpu::Buffer` is `Clone` and bind
 //!   groups keep it, so no lifetime can bound wgpu's use of it. Instead the guard stays borrowed
 //!   for the whole [`Interop::scope`] call, which destroys every buffer it handed out and waits
-//!   for all submitted work before returning (or unwinding); a later use of an escaped clone is a
-//!   wgpu validation error. Like `std::thread::scope`, nothing the caller holds can skip this.
+//!   for all submitted work before returning (or unwinding); wgpu refuses to submit any later
+//!   use of an escaped clone or bind group. Like `std::thread::scope`, nothing the caller holds
+//!   can skip this.
 //! - **No destroy under wgpu's feet.** A scope holds a [`vkhost::DeviceHold`], so
 //!   `vkhost::Device::destroy` answers `Busy` while wgpu may use vkhost's imports.
 //! - **Exactly the guard's bytes.** A [`HostBuffer`] starts at the guard's first byte and is

@@ -19,8 +19,13 @@
 //! whole scope, and when the closure returns or unwinds, before the borrow ends, the scope
 //!
 //! 1. destroys every buffer it handed out (`wgpu::Buffer::destroy`): wgpu then refuses any later
-//!    submission that names one of them, a clone or a bind group over it included (a validation
-//!    error, never a use), and keeps the VkBuffer until the submissions that used it complete;
+//!    submission that names one of them, through a clone, a bind group or a command buffer
+//!    encoded earlier (`Queue::submit` checks every buffer a command buffer uses: a validation
+//!    error, never a use), and keeps the VkBuffer until the submissions that used it complete.
+//!    (wgpu 24 still *records* a dispatch through an escaped bind group before it refuses the
+//!    submission: its bind groups do not list buffers that are already initialized, as a
+//!    `HostBuffer` always is, so destroying the buffer does not invalidate them. The validation
+//!    layer flags that recording, VUID-vkCmdDispatch-None-02699; the device never runs it.);
 //! 2. submits a command buffer with one global barrier, all commands' writes → host reads and
 //!    writes, which also flushes wgpu's pending `write_buffer` copies (they go first in that
 //!    submission): device writes to the caller's pages are visible to the host afterwards;
@@ -137,8 +142,9 @@ impl std::fmt::Debug for Scope<'_, '_> {
 ///
 /// It derefs to the `wgpu::Buffer`: bind it as a storage buffer (offset 0 is the guard's first
 /// byte; its size is the guard's length), or copy to and from it with wgpu. Its usages are
-/// [`USAGES`]. Clones of the `wgpu::Buffer` may escape the scope, but the scope destroys the
-/// buffer when it ends: any later use is a wgpu validation error.
+/// [`USAGES`]. Clones of the `wgpu::Buffer` (and bind groups over it) may escape the scope, but
+/// the scope destroys the buffer when it ends: wgpu refuses to submit any later use (a
+/// validation error; see the module docs for what wgpu 24 still records).
 #[derive(Debug)]
 pub struct HostBuffer<'scope> {
     buffer: wgpu::Buffer,
