@@ -1,12 +1,13 @@
 //! Kernels that name host memory: built-ins over every binding kind at aligned and unaligned
 //! offsets with guard bytes, the checksum against the CPU, a user kernel over a Registration,
-//! unregister during a launch, teardown with launches in flight. Validation on (run with
+//! unregister during a launch, teardown with launches in flight. The bounded pipeline cache:
+//! eviction, and a pipeline evicted while its launch runs. Validation on (run with
 //! VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT); zero errors.
 
 mod common;
 use common::*;
 use vkhost::kernel::{checksum_cpu, Binding, Kernel, Param};
-use vkhost::{host, DeviceBuffer, Error, PinnedBuffer, QueueKind, Registration, Stream};
+use vkhost::{host, Device, DeviceBuffer, Error, OpenOptions, PinnedBuffer, QueueKind, Registration, Stream};
 
 /// SPIR-V from WGSL, as a user would make it.
 fn spirv(src: &str) -> Vec<u32> {
@@ -442,4 +443,108 @@ fn builtins_are_typed_results_and_launch() {
     let mut out = vec![0u8; 4096];
     buf.read(0, &mut out).unwrap();
     assert!(out.chunks_exact(4).all(|w| w == 0x0102_0304u32.to_ne_bytes()));
+}
+const ADD_WGSL: &str = r#"
+struct Push { delta0: u32, n: u32 }
+var<push_constant> pc: Push;
+@group(0) @binding(0) var<storage, read_write> data: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if id.x < pc.n {
+        let i = pc.delta0 / 4u + id.x;
+        data[i] = data[i] + ADDENDu;
+    }
+}
+"#;
+
+/// A distinct kernel per `addend`: adds it to each of the `n` words of binding 0.
+fn add_kernel(addend: u32) -> Kernel {
+    let src = ADD_WGSL.replace("ADDEND", &addend.to_string());
+    // SAFETY: the kernel touches binding 0 only in [delta, delta + 4n), declared read-write.
+    unsafe { Kernel::from_spirv(&spirv(&src), "main", &[Param::ReadWrite], 4) }.unwrap()
+}
+
+fn words_of(b: &DeviceBuffer, off: usize, n: usize) -> Vec<u32> {
+    let mut v = vec![0u8; 4 * n];
+    b.read(off, &mut v).unwrap();
+    v.chunks(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect()
+}
+
+/// Three times more distinct kernels than the cache holds, twice over: the cache evicts, the
+/// batch that launched them keeps every one alive until it is reaped, and then only the cached
+/// ones are left.
+fn pipeline_cache_is_bounded(d: &Device) {
+    let cap = d.options().max_pipelines;
+    assert_eq!(cap, 4);
+    let s = compute_stream(d);
+    let kernels: Vec<Kernel> = (1..=3 * cap as u32).map(add_kernel).collect();
+    let n = 64usize;
+    let g = d.alloc_buffer(4 * n + 16).unwrap();
+    g.write(0, &vec![0; 4 * n + 16]).unwrap();
+    let mut want = 0u32;
+    for round in 0..2 {
+        for (k, c) in kernels.iter().zip(1u32..) {
+            s.launch(k, [1, 1, 1], &[Binding::Device(&g, 16, 4 * n)], &push(&[n as u32])).unwrap();
+            want += c;
+        }
+        // Not submitted yet: the open batch holds all of them, evicted or not.
+        assert_eq!(d.live_objects().pipelines, 3 * cap as i64, "round {round}: held by the open batch");
+        s.synchronize().unwrap();
+        assert_eq!(d.live_objects().pipelines, cap as i64, "round {round}: reaped, only the cached ones are left");
+        let w = words_of(&g, 0, n + 4);
+        assert!(w[..4] == [0; 4] && w[4..].iter().all(|&x| x == want), "round {round}: {w:?}");
+    }
+    // A cache hit creates nothing: the last `cap` kernels are the cached ones.
+    for k in &kernels[2 * cap..] {
+        s.launch(k, [1, 1, 1], &[Binding::Device(&g, 16, 4 * n)], &push(&[n as u32])).unwrap();
+        assert_eq!(d.live_objects().pipelines, cap as i64, "a cached kernel");
+    }
+    s.synchronize().unwrap();
+}
+
+/// With room for one pipeline: a long kernel runs on one stream while another stream launches
+/// a second kernel, which evicts the first one's pipeline. The running batch still owns it (the
+/// validation layer would report a pipeline destroyed under its command buffer), the kernel
+/// completes with the right words, and the pipeline goes when the batch is reaped.
+fn a_pipeline_evicted_while_its_launch_runs_stays_until_it_completes(d: &Device) {
+    assert_eq!(d.options().max_pipelines, 1);
+    let (s1, s2) = (compute_stream(d), compute_stream(d));
+    let (spin, other) = (spin_kernel(), add_kernel(5));
+    let n = 64usize;
+    let g = d.alloc_buffer(4 * SPIN_N as usize + 64).unwrap();
+    let h = d.alloc_buffer(4 * n).unwrap();
+    h.write(0, &vec![0; 4 * n]).unwrap();
+    s1.launch(&spin, [SPIN_N / 64, 1, 1], &[Binding::Device(&g, 20, 4 * SPIN_N as usize)], &push(&[SPIN_N, SPIN_ITERS])).unwrap();
+    let ev = s1.record().unwrap();
+    s1.flush().unwrap();
+    // The eviction happens here, when `other` is looked up (not when s2's work runs: on a
+    // driver with one queue it runs after the long kernel).
+    s2.launch(&other, [1, 1, 1], &[Binding::Device(&h, 0, 4 * n)], &push(&[n as u32])).unwrap();
+    s2.flush().unwrap();
+    assert!(!ev.is_done().unwrap(), "the long kernel finished before the eviction: make it longer");
+    assert_eq!(d.live_objects().pipelines, 2, "evicted from the cache, still owned by the running batch");
+    s1.synchronize().unwrap();
+    assert_eq!(d.live_objects().pipelines, 1, "destroyed once its batch was reaped");
+    s2.synchronize().unwrap();
+    let got = words_of(&g, 20, SPIN_N as usize);
+    for (i, &w) in got.iter().enumerate() {
+        assert_eq!(w, spin_cpu(i as u32, SPIN_ITERS), "word {i}");
+    }
+    assert!(words_of(&h, 0, n).iter().all(|&w| w == 5));
+    // Launched again, the evicted kernel gets a new pipeline (evicting the other one).
+    s1.launch(&spin, [1, 1, 1], &[Binding::Device(&g, 20, 4 * 64)], &push(&[64, 10])).unwrap();
+    s1.synchronize().unwrap();
+    assert_eq!(d.live_objects().pipelines, 1);
+    let got = words_of(&g, 20, 64);
+    assert!(got.iter().enumerate().all(|(i, &w)| w == spin_cpu(i as u32, 10)));
+}
+
+#[test]
+fn pipeline_cache_is_bounded_to_max_pipelines() {
+    pipeline_cache_is_bounded(&device_with(OpenOptions { max_pipelines: 4, ..opts() }).unwrap());
+}
+
+#[test]
+fn a_pipeline_evicted_while_its_launch_runs_is_kept_by_its_batch() {
+    a_pipeline_evicted_while_its_launch_runs_stays_until_it_completes(&device_with(OpenOptions { max_pipelines: 1, ..opts() }).unwrap());
 }

@@ -164,6 +164,11 @@ pub struct OpenOptions {
     /// the page size (4 KiB), at least one page, and at most the device's limit; mainly for
     /// testing large ranges with small memory. `VKHOST_IMPORT_PIECE=N` sets it.
     pub max_import_piece: Option<usize>,
+    /// The most compute pipelines a device caches (default 256, at least 1): a launch of a
+    /// kernel not in the cache creates its pipeline and evicts the least recently launched one.
+    /// Eviction never destroys a pipeline that submitted work still uses (see
+    /// [`crate::kernel`]). `VKHOST_MAX_PIPELINES=N` sets it.
+    pub max_pipelines: usize,
 }
 
 impl OpenOptions {
@@ -176,7 +181,7 @@ impl OpenOptions {
     pub const STAGING_SLOTS: std::ops::RangeInclusive<usize> = 2..=16;
 
     /// Checks the options against a device's facts: `staging_chunk` at least 4 KiB and a
-    /// multiple of 4 KiB, `staging_slots` in 2..=16, and `staging_chunk × staging_slots` (the size
+    /// multiple of 4 KiB, `staging_slots` in 2..=16, `max_pipelines` at least 1, and `staging_chunk × staging_slots` (the size
     /// of one staging buffer) no more than `info.max_memory_allocation_size`. Any failure is
     /// `Error::InvalidArgument` naming the field. Called by [`Device::open_with`] and
     /// [`Device::from_raw`] before they create anything.
@@ -194,6 +199,9 @@ impl OpenOptions {
                 self.staging_threads,
                 crate::par::MAX_THREADS
             )));
+        }
+        if self.max_pipelines == 0 {
+            return Err(Error::invalid("OpenOptions::max_pipelines = 0: the pipeline cache holds at least one pipeline"));
         }
         if !Self::STAGING_SLOTS.contains(&slots) {
             return Err(Error::invalid(format!(
@@ -250,6 +258,7 @@ impl Default for OpenOptions {
                 _ => BarWrites::Auto,
             },
             bar_write_max: env_usize("VKHOST_BAR_WRITE_MAX").unwrap_or(256 << 10),
+            max_pipelines: env_usize("VKHOST_MAX_PIPELINES").unwrap_or(256),
         }
     }
 }
@@ -267,7 +276,8 @@ pub struct LiveObjects {
     pub fences: i64,
     /// VkSemaphores.
     pub semaphores: i64,
-    /// Compute pipelines of kernels (each with its pipeline layout and descriptor-set layout).
+    /// Compute pipelines of kernels (each with its pipeline layout and descriptor-set layout):
+    /// the cached ones and evicted ones that submitted work still holds.
     pub pipelines: i64,
 }
 
@@ -393,6 +403,9 @@ pub(crate) struct Shared {
     pub children: Mutex<Vec<std::sync::Weak<dyn object::Child>>>,
     /// Buffers whose last owner dropped them while the device lock was taken.
     pub garbage: Mutex<Vec<(vk::Buffer, vk::DeviceMemory, Option<object::Backing>)>>,
+    /// Pipelines whose last owner dropped them while the device lock was taken.
+    pub pipeline_garbage: Mutex<Vec<pipeline::Handles>>,
+    /// Set when either garbage list may hold something.
     pub has_garbage: AtomicBool,
     /// Timeline semaphores of streams whose last reference went; destroyed at the next
     /// stream creation or at destroy.
@@ -401,8 +414,9 @@ pub(crate) struct Shared {
     pub probe: std::sync::OnceLock<std::result::Result<usize, String>>,
     /// True while the probe runs at open: its copies are not the user's traffic.
     pub probing: AtomicBool,
-    /// Compute pipelines of kernels launched on this device (a device child: destroyed at
-    /// teardown, phase OBJECTS).
+    /// Compute pipelines of kernels launched on this device, at most
+    /// `OpenOptions::max_pipelines` (a device child: dropped at teardown, phase OBJECTS; each
+    /// pipeline is a child too).
     pub pipelines: Arc<pipeline::PipelineCache>,
     /// The queue each class of synchronous copy uses (`queues`).
     pub copy_choice: queues::Choice,
@@ -937,6 +951,7 @@ impl Device {
     }
 
     fn wrap(live: Live, info: DeviceInfo, options: OpenOptions, counts: Arc<ValidationCounts>) -> Device {
+        let max_pipelines = options.max_pipelines;
         let mapped_buffers = match options.bar_writes {
             BarWrites::Off => false,
             BarWrites::On => memtype::device_mapped(&live.types, u32::MAX).is_some(),
@@ -966,11 +981,12 @@ impl Device {
                 gone: AtomicBool::new(false),
                 children: Mutex::new(Vec::new()),
                 garbage: Mutex::new(Vec::new()),
+                pipeline_garbage: Mutex::new(Vec::new()),
                 has_garbage: AtomicBool::new(false),
                 deferred_semaphores: Mutex::new(Vec::new()),
                 probe: std::sync::OnceLock::new(),
                 probing: AtomicBool::new(false),
-                pipelines: Arc::new(pipeline::PipelineCache::default()),
+                pipelines: Arc::new(pipeline::PipelineCache::new(max_pipelines)),
                 copy_choice: queues::Choice::new(queues::CopyQueues::fixed(QueueKind::Copy)),
                 mapped_buffers,
             }),

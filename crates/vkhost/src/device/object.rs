@@ -206,11 +206,12 @@ impl Shared {
         releaser().send(Arc::downgrade(self));
     }
 
-    /// Releases queued garbage (called with the device lock held).
+    /// Releases queued garbage, buffers and pipelines (called with the device lock held).
     pub(crate) fn drain_garbage(&self, l: &Live) {
         if !self.has_garbage.swap(false, Ordering::AcqRel) {
             return;
         }
+        self.drain_pipeline_garbage(l);
         let g = std::mem::take(&mut *lock(&self.garbage));
         for (b, m, backing) in g {
             // SAFETY: queued by a drop of the last owner: nothing uses them; released once.

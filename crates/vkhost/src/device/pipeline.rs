@@ -1,14 +1,24 @@
-//! Compute pipelines, cached per device and destroyed at its teardown.
+//! Compute pipelines: a bounded cache per device, and pipelines owned by the work that uses them.
 //!
 //! A pipeline is made from SPIR-V words, an entry point, a count of storage-buffer bindings
-//! (set 0, bindings 0..n, bound with push descriptors: VK_KHR_push_descriptor) and a push-constant
-//! size. The cache is keyed by a hash of all four and compares them in full on a hit, so two
-//! kernels with the same words share one pipeline. Entries live until the device is destroyed
-//! (teardown phase `OBJECTS`, after every stream finished its work): a recorded launch names
-//! the handles without owning them, and nothing destroys them earlier.
+//! (set 0, bindings 0..n, bound with push descriptors: VK_KHR_push_descriptor) and a
+//! push-constant size. The cache is keyed by a hash of all four and compares them in full on a
+//! hit, so two kernels with the same words share one pipeline.
 //!
-//! The cache's lock is held while a missing pipeline is created (so each is created once); lock
-//! order: device `live` → the cache.
+//! **Ownership and eviction.** The cache holds at most `OpenOptions::max_pipelines` pipelines
+//! (default 256) and evicts the least recently launched one to make room. A [`Pipeline`] is an
+//! `Arc` with several owners: the cache, a launch while it records, and the stream batch that
+//! launched it until the batch is reaped (its completion observed). Eviction only drops the
+//! cache's `Arc`: the Vulkan objects (pipeline, pipeline layout, set layout) are destroyed when
+//! the last owner goes, so never under work that still uses them (VUID-vkDestroyPipeline-
+//! pipeline-00765). A last owner that goes while the device lock cannot be taken without
+//! blocking (a destroy is waiting, or teardown runs) queues the handles on
+//! `Shared::pipeline_garbage`, released by the next cache miss, allocation or teardown, as
+//! buffers are (`object.rs`). Every pipeline is also a device child: teardown (phase `OBJECTS`,
+//! after every stream finished its work) destroys those still alive, evicted or not.
+//!
+//! The cache's lock is held while a missing pipeline is created (so each is created once) but
+//! not while an evicted one is dropped; lock order: device `live` → the cache.
 
 use super::object::{phase, Child};
 use super::{lock, Live, Shared};
@@ -16,7 +26,8 @@ use crate::error::{Error, Result};
 use ash::vk;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 /// What a pipeline is made from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,71 +42,218 @@ pub(crate) struct PipelineDesc {
     pub hash: u64,
 }
 
-/// The Vulkan objects of one kernel on one device. The handles stay valid until teardown.
-#[derive(Debug)]
+/// The Vulkan objects of one kernel on one device. Destroyed once: by the drop of its last
+/// owner, or by teardown, whichever comes first (see the module docs). The handles are valid
+/// while a reference is held and the device's `live` lock is held (teardown needs the write
+/// lock to destroy them).
 pub(crate) struct Pipeline {
+    /// Weak: the cache is owned by the device.
+    shared: Weak<Shared>,
+    /// The fork generation it was created in: in a forked child, drops do nothing.
+    fork_gen: u64,
     pub set_layout: vk::DescriptorSetLayout,
     pub layout: vk::PipelineLayout,
     pub pipeline: vk::Pipeline,
+    /// Whether the objects exist; cleared by the one release.
+    present: AtomicBool,
 }
 
-/// Pipelines by hash; a bucket holds every description with that hash.
-type Buckets = HashMap<u64, Vec<(PipelineDesc, Arc<Pipeline>)>>;
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline").field("pipeline", &self.pipeline).field("present", &self.present).finish()
+    }
+}
+
+/// The handles of one pipeline, for release.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Handles {
+    set_layout: vk::DescriptorSetLayout,
+    layout: vk::PipelineLayout,
+    pipeline: vk::Pipeline,
+}
+
+impl Pipeline {
+    fn handles(&self) -> Handles {
+        Handles { set_layout: self.set_layout, layout: self.layout, pipeline: self.pipeline }
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        if super::fork_generation() != self.fork_gen {
+            return;
+        }
+        // The last owner went: no submitted work holds it (batches keep an owner until they
+        // are reaped), so its objects may go now, or as soon as the device lock is free.
+        if !self.present.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        match self.shared.upgrade() {
+            Some(s) => s.release_pipeline_or_defer(self.handles()),
+            // Unreachable by construction: teardown holds every child (each pipeline is one)
+            // until it released its objects.
+            None => log::error!("a pipeline outlived its device's teardown: leaked"),
+        }
+    }
+}
+
+impl Child for Pipeline {
+    fn teardown(&self, s: &Shared, l: &Live, p: u8) {
+        if p == phase::OBJECTS && self.present.swap(false, Ordering::AcqRel) {
+            // SAFETY: this phase runs with the device idle and every stream shut down: no
+            // command buffer that names the pipeline can run; `present` makes this the only
+            // release.
+            unsafe { s.destroy_pipeline(l, self.handles()) };
+        }
+    }
+}
+
+impl Shared {
+    /// Destroys a pipeline's objects if the device lock is free now; queues them otherwise.
+    fn release_pipeline_or_defer(&self, h: Handles) {
+        if let Ok(g) = self.live.try_read() {
+            if let Some(l) = g.as_ref() {
+                // SAFETY: the last owner went, so no pending work uses the objects, and they
+                // are released once (`present` was cleared by the caller).
+                unsafe { self.destroy_pipeline(l, h) };
+            }
+            // A destroyed device already released everything it had (every pipeline is a
+            // child of its teardown).
+            return;
+        }
+        lock(&self.pipeline_garbage).push(h);
+        self.has_garbage.store(true, Ordering::Release);
+    }
+
+    /// Destroys queued pipelines (called by `drain_garbage`, with the device lock held).
+    pub(crate) fn drain_pipeline_garbage(&self, l: &Live) {
+        let g = std::mem::take(&mut *lock(&self.pipeline_garbage));
+        for h in g {
+            // SAFETY: queued by the drop of the last owner: nothing uses them; released once.
+            unsafe { self.destroy_pipeline(l, h) };
+        }
+    }
+
+    /// # Safety
+    /// No pending work uses `h`'s objects, and they are destroyed once.
+    unsafe fn destroy_pipeline(&self, l: &Live, h: Handles) {
+        // SAFETY: the caller's contract.
+        unsafe { destroy(l, h) };
+        self.count_pipeline(-1);
+    }
+}
+
+/// One cached pipeline.
+struct Entry {
+    desc: PipelineDesc,
+    pipe: Arc<Pipeline>,
+    /// The cache's clock when it was last handed out (LRU order).
+    used: u64,
+}
+
+/// Pipelines by hash (a bucket holds every description with that hash), with the LRU clock.
+#[derive(Default)]
+struct Map {
+    buckets: HashMap<u64, Vec<Entry>>,
+    len: usize,
+    clock: u64,
+}
+
+impl Map {
+    /// Removes the least recently used entry.
+    fn evict_lru(&mut self) -> Option<Entry> {
+        let (&hash, i, _) = self
+            .buckets
+            .iter()
+            .flat_map(|(h, v)| v.iter().enumerate().map(move |(i, e)| (h, i, e.used)))
+            .min_by_key(|&(_, _, used)| used)?;
+        let bucket = self.buckets.get_mut(&hash)?;
+        let e = bucket.swap_remove(i);
+        if bucket.is_empty() {
+            self.buckets.remove(&hash);
+        }
+        self.len -= 1;
+        Some(e)
+    }
+}
 
 /// The device's pipelines (see the module docs).
-#[derive(Default)]
 pub(crate) struct PipelineCache {
-    map: Mutex<Buckets>,
+    map: Mutex<Map>,
+    /// At most this many entries (`OpenOptions::max_pipelines`, at least 1).
+    cap: usize,
 }
 
 impl std::fmt::Debug for PipelineCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PipelineCache").field("pipelines", &lock(&self.map).values().map(Vec::len).sum::<usize>()).finish()
+        f.debug_struct("PipelineCache").field("pipelines", &lock(&self.map).len).field("cap", &self.cap).finish()
     }
 }
 
 impl PipelineCache {
-    /// The pipeline for `desc`, created on first use.
-    pub(crate) fn get(&self, s: &Shared, l: &Live, desc: &PipelineDesc) -> Result<Arc<Pipeline>> {
-        let mut map = lock(&self.map);
-        let bucket = map.entry(desc.hash).or_default();
-        if let Some((_, p)) = bucket.iter().find(|(d, _)| d == desc) {
-            return Ok(p.clone());
-        }
-        let p = Arc::new(create(s, l, desc)?);
-        s.count_pipeline(1);
-        bucket.push((desc.clone(), p.clone()));
+    pub(crate) fn new(cap: usize) -> PipelineCache {
+        PipelineCache { map: Mutex::new(Map::default()), cap: cap.max(1) }
+    }
+
+    /// The pipeline for `desc`, created on first use (evicting the least recently used one when
+    /// the cache is full). The caller holds the returned `Arc` while it records and moves it
+    /// into the batch that uses it.
+    pub(crate) fn get(&self, s: &Arc<Shared>, l: &Live, desc: &PipelineDesc) -> Result<Arc<Pipeline>> {
+        let evicted;
+        let p = {
+            let mut map = lock(&self.map);
+            map.clock += 1;
+            let now = map.clock;
+            if let Some(e) = map.buckets.get_mut(&desc.hash).and_then(|b| b.iter_mut().find(|e| e.desc == *desc)) {
+                e.used = now;
+                return Ok(e.pipe.clone());
+            }
+            let p = Arc::new(create(s, l, desc)?);
+            s.count_pipeline(1);
+            let child: Weak<dyn Child> = Arc::downgrade(&p) as Weak<Pipeline>;
+            s.add_child(child);
+            evicted = if map.len >= self.cap { map.evict_lru() } else { None };
+            map.buckets.entry(desc.hash).or_default().push(Entry { desc: desc.clone(), pipe: p.clone(), used: now });
+            map.len += 1;
+            p
+        };
+        // Outside the cache's lock: if no batch holds it, the evicted pipeline goes now.
+        drop(evicted);
+        s.drain_garbage(l);
         Ok(p)
+    }
+
+    /// How many pipelines the cache holds now (evicted ones still in use are not counted).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        lock(&self.map).len
     }
 }
 
 impl Child for PipelineCache {
-    fn teardown(&self, s: &Shared, l: &Live, p: u8) {
+    fn teardown(&self, _s: &Shared, _l: &Live, p: u8) {
         if p != phase::OBJECTS {
             return;
         }
+        // Only the cache's references: each pipeline is a child and releases its own objects
+        // in this phase (whichever runs first, the objects go once).
         let all = std::mem::take(&mut *lock(&self.map));
-        for (_, p) in all.into_values().flatten() {
-            // SAFETY: this phase runs with the device idle and every stream shut down: no
-            // command buffer that names the pipeline can run; each is destroyed once (taken).
-            unsafe { destroy(l, &p) };
-            s.count_pipeline(-1);
-        }
+        drop(all);
     }
 }
 
 /// # Safety
-/// No pending work uses `p`'s objects; each is destroyed once.
-unsafe fn destroy(l: &Live, p: &Pipeline) {
+/// No pending work uses `h`'s objects; each is destroyed once.
+unsafe fn destroy(l: &Live, h: Handles) {
     // SAFETY: the caller's contract; null handles are ignored by vkDestroy*.
     unsafe {
-        l.device.destroy_pipeline(p.pipeline, None);
-        l.device.destroy_pipeline_layout(p.layout, None);
-        l.device.destroy_descriptor_set_layout(p.set_layout, None);
+        l.device.destroy_pipeline(h.pipeline, None);
+        l.device.destroy_pipeline_layout(h.layout, None);
+        l.device.destroy_descriptor_set_layout(h.set_layout, None);
     }
 }
 
-fn create(s: &Shared, l: &Live, desc: &PipelineDesc) -> Result<Pipeline> {
+fn create(s: &Arc<Shared>, l: &Live, desc: &PipelineDesc) -> Result<Pipeline> {
     let d = &l.device;
     let binds: Vec<vk::DescriptorSetLayoutBinding> = (0..desc.bindings)
         .map(|i| {
@@ -107,33 +265,32 @@ fn create(s: &Shared, l: &Live, desc: &PipelineDesc) -> Result<Pipeline> {
         })
         .collect();
     let si = vk::DescriptorSetLayoutCreateInfo::default().flags(vk::DescriptorSetLayoutCreateFlags::PUSH_DESCRIPTOR_KHR).bindings(&binds);
-    let mut p =
-        Pipeline { set_layout: vk::DescriptorSetLayout::null(), layout: vk::PipelineLayout::null(), pipeline: vk::Pipeline::null() };
+    let mut h = Handles { set_layout: vk::DescriptorSetLayout::null(), layout: vk::PipelineLayout::null(), pipeline: vk::Pipeline::null() };
     let r = (|| {
         // SAFETY: valid create info; VK_KHR_push_descriptor is enabled (the caller checked).
-        p.set_layout = unsafe { d.create_descriptor_set_layout(&si, None) }.map_err(|c| s.fail("vkCreateDescriptorSetLayout", c))?;
+        h.set_layout = unsafe { d.create_descriptor_set_layout(&si, None) }.map_err(|c| s.fail("vkCreateDescriptorSetLayout", c))?;
         let ranges = [vk::PushConstantRange::default().stage_flags(vk::ShaderStageFlags::COMPUTE).offset(0).size(desc.push_bytes)];
-        let sets = [p.set_layout];
+        let sets = [h.set_layout];
         let li = vk::PipelineLayoutCreateInfo::default().set_layouts(&sets).push_constant_ranges(if desc.push_bytes > 0 {
             &ranges
         } else {
             &[]
         });
         // SAFETY: valid create info over a live set layout.
-        p.layout = unsafe { d.create_pipeline_layout(&li, None) }.map_err(|c| s.fail("vkCreatePipelineLayout", c))?;
+        h.layout = unsafe { d.create_pipeline_layout(&li, None) }.map_err(|c| s.fail("vkCreatePipelineLayout", c))?;
         let mi = vk::ShaderModuleCreateInfo::default().code(&desc.words);
         // SAFETY: the words are SPIR-V (magic checked by the kernel); validity beyond that is the
         // contract of `Kernel::from_spirv` (built-ins are naga's validated output).
         let module = unsafe { d.create_shader_module(&mi, None) }.map_err(|c| s.fail("vkCreateShaderModule", c))?;
         let entry: &CStr = &desc.entry;
         let stage = vk::PipelineShaderStageCreateInfo::default().stage(vk::ShaderStageFlags::COMPUTE).module(module).name(entry);
-        let ci = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(p.layout)];
+        let ci = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(h.layout)];
         // SAFETY: valid create info; the module and layout are live.
         let r = unsafe { d.create_compute_pipelines(vk::PipelineCache::null(), &ci, None) };
         // SAFETY: the module is only needed while the pipeline is created.
         unsafe { d.destroy_shader_module(module, None) };
         match r {
-            Ok(v) => p.pipeline = v[0],
+            Ok(v) => h.pipeline = v[0],
             Err((v, c)) => {
                 for x in v {
                     // SAFETY: a failed call's partial results are unused, destroyed once.
@@ -145,11 +302,53 @@ fn create(s: &Shared, l: &Live, desc: &PipelineDesc) -> Result<Pipeline> {
         Ok::<(), Error>(())
     })();
     match r {
-        Ok(()) => Ok(p),
+        Ok(()) => Ok(Pipeline {
+            shared: Arc::downgrade(s),
+            fork_gen: s.fork_gen,
+            set_layout: h.set_layout,
+            layout: h.layout,
+            pipeline: h.pipeline,
+            present: AtomicBool::new(true),
+        }),
         Err(e) => {
             // SAFETY: fresh objects of ours, unused; null ones are ignored.
-            unsafe { destroy(l, &p) };
+            unsafe { destroy(l, h) };
             Err(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(used: u64) -> Entry {
+        let p = Pipeline {
+            shared: Weak::new(),
+            fork_gen: 0,
+            set_layout: vk::DescriptorSetLayout::null(),
+            layout: vk::PipelineLayout::null(),
+            pipeline: vk::Pipeline::null(),
+            // Not present: its drop releases nothing (there is no device here).
+            present: AtomicBool::new(false),
+        };
+        let desc = PipelineDesc { words: Arc::new([]), entry: CString::default(), bindings: 0, push_bytes: 0, hash: used };
+        Entry { desc, pipe: Arc::new(p), used }
+    }
+
+    #[test]
+    fn eviction_takes_the_least_recently_used() {
+        let c = PipelineCache::new(8);
+        let mut m = lock(&c.map);
+        for (hash, used) in [(1u64, 5u64), (2, 3), (3, 9)] {
+            m.buckets.entry(hash % 2).or_default().push(entry(used));
+            m.len += 1;
+        }
+        let order: Vec<u64> = std::iter::from_fn(|| m.evict_lru().map(|e| e.used)).collect();
+        assert_eq!(order, [3, 5, 9]);
+        assert_eq!(m.len, 0);
+        assert!(m.buckets.is_empty());
+        drop(m);
+        assert_eq!(c.len(), 0);
     }
 }

@@ -3,8 +3,8 @@
 //!
 //! A [`Kernel`] is SPIR-V words with an entry point, its storage-buffer bindings (set 0,
 //! bindings `0..n`, each [`Param::ReadOnly`] or [`Param::ReadWrite`]) and the size of its own
-//! push constants. It is not tied to a device: each device keeps a pipeline cache keyed by a
-//! hash of the kernel, created on a kernel's first launch there and destroyed at device teardown.
+//! push constants. It is not tied to a device: each device keeps a bounded pipeline cache keyed
+//! by a hash of the kernel, filled on a kernel's first launch there (see **Pipelines** below).
 //! [`Stream::launch`](crate::Stream::launch) records a dispatch on a stream; a [`Binding`] names
 //! the memory of each binding.
 //!
@@ -78,8 +78,14 @@
 //! Devices without the extension, and devices wrapped by
 //! [`Device::from_raw`](crate::Device::from_raw), refuse launches with `Unsupported`.
 //!
-//! **Pipelines** are created on a kernel's first launch on a device and kept until the device
-//! is destroyed (a launch names them without owning them); there is no eviction.
+//! **Pipelines** are created on a kernel's first launch on a device and cached per device, at
+//! most [`OpenOptions::max_pipelines`](crate::OpenOptions::max_pipelines) of them (default 256):
+//! a launch of a kernel not in a full cache evicts the least recently launched pipeline. A launch
+//! and the batch that records it own the pipeline they use until the batch is reaped, so an
+//! eviction only drops the cache's reference: a pipeline (with its layouts) is destroyed when
+//! its last owner goes, never under work in flight. Launching an evicted kernel again creates
+//! its pipeline again. [`LiveObjects::pipelines`](crate::LiveObjects::pipelines) counts the
+//! cached pipelines and the evicted ones still in use.
 //!
 //! Driver notes:
 //! - llvmpipe (lavapipe) ends a shader's loops after about 65535 iterations in all

@@ -2,6 +2,7 @@
 //! the conflict tracking that puts a barrier only between commands that touch the same bytes.
 
 use super::inner::{State, StreamInner};
+use crate::device::pipeline::Pipeline;
 use crate::device::submit::{compute_barrier, transfer_barrier};
 use crate::device::Live;
 use crate::error::{Error, Result};
@@ -26,6 +27,9 @@ pub(super) struct Batch {
     touched: Vec<Access>,
     /// Owners of what the batch names, kept until it is reaped.
     pub(super) keep: Vec<Arc<Resource>>,
+    /// Pipelines its launches use, kept until it is reaped (the device's cache may evict them
+    /// meanwhile: see `device::pipeline`).
+    pub(super) pipes: Vec<Arc<Pipeline>>,
     /// Copies between one pair of buffers not yet recorded: consecutive copies between the same
     /// buffers become one vkCmdCopyBuffer with several regions, and contiguous ones one region.
     merged: Option<Merged>,
@@ -157,7 +161,17 @@ impl StreamInner {
             st.free_cmds.push(cmd);
             return Err(s.fail("vkBeginCommandBuffer", c));
         }
-        let b = Batch { cmd, cmds: 0, bytes: 0, d2h: false, compute: st.launched, touched: Vec::new(), keep: Vec::new(), merged: None };
+        let b = Batch {
+            cmd,
+            cmds: 0,
+            bytes: 0,
+            d2h: false,
+            compute: st.launched,
+            touched: Vec::new(),
+            keep: Vec::new(),
+            pipes: Vec::new(),
+            merged: None,
+        };
         // SAFETY: `cmd` was just begun and is ours, under the stream lock.
         unsafe { b.barrier(&l.device) };
         st.open = Some(b);
@@ -258,14 +272,16 @@ impl StreamInner {
         Ok(())
     }
 
-    /// [`StreamInner::push`] for a dispatch: the first launch of the stream switches its
-    /// barriers to include compute-shader accesses, with one such barrier before it (ordering
-    /// it after every earlier command, of this batch and of the batches before).
+    /// [`StreamInner::push`] for a dispatch of `pipe`, which the batch keeps until it is
+    /// reaped: the first launch of the stream switches its barriers to include compute-shader
+    /// accesses, with one such barrier before it (ordering it after every earlier command, of
+    /// this batch and of the batches before).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn push_launch(
         &self,
         l: &Live,
         st: &mut State,
+        pipe: &Arc<Pipeline>,
         bytes: u64,
         host_write: bool,
         acc: &[Access],
@@ -274,6 +290,11 @@ impl StreamInner {
     ) -> Result<()> {
         self.begin(l, st)?;
         st.launched = true;
+        if let Some(b) = st.open.as_mut() {
+            if !b.pipes.iter().rev().take(8).any(|p| Arc::ptr_eq(p, pipe)) {
+                b.pipes.push(pipe.clone());
+            }
+        }
         if let Some(b) = st.open.as_mut().filter(|b| !b.compute) {
             b.compute = true;
             // SAFETY: the open command buffer is recording, under the stream lock; the caller

@@ -4,6 +4,7 @@
 use super::batch::Batch;
 use super::ring::{Completion, Ring};
 use crate::device::object::{phase, Child};
+use crate::device::pipeline::Pipeline;
 use crate::device::submit::{compute_host_read_barrier, host_read_barrier, par_copy};
 use crate::device::QueueKind;
 use crate::device::{lock, Live, Queue, Shared};
@@ -24,6 +25,7 @@ pub(super) struct Done {
     cmd: vk::CommandBuffer,
     _wait_on: Vec<Arc<StreamInner>>,
     _owners: Vec<Arc<Resource>>,
+    _pipes: Vec<Arc<Pipeline>>,
 }
 
 pub(super) struct State {
@@ -197,7 +199,7 @@ impl StreamInner {
                 st.submitted = value;
                 st.waits.clear();
                 let wait_on = std::mem::take(&mut st.wait_on);
-                st.inflight.push_back(Done { value, cmd: b.cmd, _wait_on: wait_on, _owners: b.keep });
+                st.inflight.push_back(Done { value, cmd: b.cmd, _wait_on: wait_on, _owners: b.keep, _pipes: b.pipes });
                 Ok(())
             }
             Err(e) => {
@@ -261,6 +263,7 @@ impl StreamInner {
         while st.inflight.front().is_some_and(|b| b.value <= done) {
             if let Some(b) = st.inflight.pop_front() {
                 st.free_cmds.push(b.cmd);
+                // Its owners, pipelines included, go here (`b` drops).
             }
         }
         while st.completions.front().is_some_and(|c| c.value <= done) {

@@ -114,7 +114,8 @@ impl StreamInner {
                 "kernel launches need VK_KHR_push_descriptor, which is not enabled on this device (never on a device from from_raw)",
             ));
         };
-        let pipe = s.pipelines.get(s, &l, &kd.desc)?;
+        // Held until the batch that launches it is reaped, even if the cache evicts it sooner.
+        let pipe = s.pipelines.get(&self.shared, &l, &kd.desc)?;
         let mut st = relock(&self.state);
         self.check(&st)?;
         let bound: Vec<Bound> =
@@ -148,10 +149,10 @@ impl StreamInner {
                 })
                 .collect();
             // SAFETY: recording into the stream's open command buffer, under its lock, on a
-            // compute-capable queue (checked); the pipeline lives until device teardown, after
-            // this work; every buffer bound is owned by the batch (`push_launch` notes and keeps
-            // them) and was range-checked against maxStorageBufferRange; the push constants fill
-            // the layout's range exactly.
+            // compute-capable queue (checked); the pipeline and its layouts are held by the batch
+            // (`push_launch`) until it is reaped, as is every buffer bound (noted and kept), each
+            // range-checked against maxStorageBufferRange; the push constants fill the layout's
+            // range exactly.
             unsafe {
                 d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, pipe.pipeline);
                 if !writes.is_empty() {
@@ -163,7 +164,7 @@ impl StreamInner {
                 d.cmd_dispatch(cmd, groups[0], groups[1], groups[2]);
             }
         };
-        self.push_launch(&l, &mut st, bytes, host_write, &acc, &owners, rec)?;
+        self.push_launch(&l, &mut st, &pipe, bytes, host_write, &acc, &owners, rec)?;
         let value = if st.open.is_some() { st.submitted + 1 } else { st.submitted };
         let safe_registered = bound.iter().zip(bindings).any(|(b, x)| b.registered && !matches!(x, Binding::Raw(_)));
         Ok((value, safe_registered))
