@@ -5,16 +5,17 @@
 //! every copied range on the host and on the device; the refusals (unmapped, read-only,
 //! overlapping, double operations); teardown with live entries; the built-in kernels (fill,
 //! SM copy, checksum against the CPU) over device buffers, pinned blocks and registrations at
-//! aligned and unaligned offsets, with guard bytes; the multi-device paths on two VkDevices of
-//! the device (HostRange, broadcast, gather, import pieces, one destroyed first). The validation
-//! layer is on where installed, and any validation error is a failure. Exit code 1 on any
-//! failure.
+//! aligned and unaligned offsets, with guard bytes, in the device's descriptor mode and again
+//! with descriptor sets (the path of drivers without VK_KHR_push_descriptor); the multi-device
+//! paths on two VkDevices of the device (HostRange, broadcast, gather, import pieces, one
+//! destroyed first). The validation layer is on where installed, and any validation error is a
+//! failure. Exit code 1 on any failure.
 
 use crate::devices::anyhow_free::Result;
 use crate::pages::{Pages, RW};
 use std::process::ExitCode;
 use vkhost::host::{self, entries_of};
-use vkhost::kernel::{checksum_cpu, Binding};
+use vkhost::kernel::{checksum_cpu, Binding, DescriptorMode};
 use vkhost::{CopyPath, Device, DeviceBuffer, Error, OpenOptions, PinnedBuffer, QueueKind, Stream};
 
 #[derive(clap::Args)]
@@ -282,7 +283,8 @@ fn kernel_case(dev: &Device, s: &Stream, kind: Kind, off: usize, len: usize, can
     }
 }
 
-/// The built-in kernels over every binding kind (see [`kernel_case`]).
+/// The built-in kernels over every binding kind (see [`kernel_case`]), in the device's
+/// descriptor mode.
 fn kernels(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
     let can_register = dev.host_registration().is_ok();
     let s = dev.stream_on(QueueKind::Compute)?;
@@ -308,8 +310,24 @@ fn kernels(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
     if passed < total && failed.len() == 1 {
         failed.push(format!("{} failed in all", total - passed));
     }
-    rows.push(Row { name: "kernels: fill, SM copy, checksum".into(), passed, total, detail: failed.join("; ") });
+    let mode = match dev.descriptor_mode() {
+        DescriptorMode::Push => "push descriptors",
+        DescriptorMode::Sets => "descriptor sets",
+    };
+    rows.push(Row { name: format!("kernels, {mode}"), passed, total, detail: failed.join("; ") });
     Ok(())
+}
+
+/// [`kernels`] on a device opened with `push_descriptors: false`: launches write descriptor sets
+/// from stream pools, as on drivers without VK_KHR_push_descriptor and on `Device::from_raw`
+/// devices. Skipped where the first pass already used them. Returns the validation errors.
+fn kernels_with_sets(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
+    let dev = Device::open_with(index, &OpenOptions { push_descriptors: false, ..opts.clone() })?;
+    if dev.info().push_descriptor {
+        kernels(&dev, rows)?;
+    }
+    dev.destroy()?;
+    Ok(dev.validation_errors())
 }
 
 fn refusals(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
@@ -536,7 +554,8 @@ fn check_device(index: usize) -> Result<bool> {
     let errors = dev.validation_errors()
         + teardown(index, &opts, &mut rows)?
         + multi_device(index, &opts, &mut rows)?
-        + bar_writes(index, &opts, &mut rows)?;
+        + bar_writes(index, &opts, &mut rows)?
+        + kernels_with_sets(index, &opts, &mut rows)?;
     rows.push(Row {
         name: "registry empty at the end".into(),
         passed: usize::from(left == 0),

@@ -2,7 +2,9 @@
 //! buffer and semaphores (ash, validation layer on, errors counted by its own messenger);
 //! vkhost wraps the device without queues, registers host memory, and records copies into the
 //! test's command buffer with `host::record_copy`. Destroy order: vkhost, then the test's
-//! objects.
+//! objects. Also `Device::from_raw` over the same kind of device (made without
+//! VK_KHR_push_descriptor), where vkhost submits to the caller's queue and launches kernels
+//! with descriptor sets.
 
 mod common;
 use common::*;
@@ -58,6 +60,8 @@ struct Caller {
     counts: Box<Counts>,
     pd: vk::PhysicalDevice,
     device: ash::Device,
+    /// The compute family of `queue`.
+    family: u32,
     queue: vk::Queue,
     pool: vk::CommandPool,
     buffer: vk::Buffer,
@@ -167,7 +171,7 @@ impl Caller {
         let memory = unsafe { device.allocate_memory(&mai, None) }.expect("memory");
         // SAFETY: as above.
         unsafe { device.bind_buffer_memory(buffer, memory, 0) }.expect("bind");
-        Some(Caller { entry, instance, debug, messenger, counts, pd, device, queue, pool, buffer, memory, sems: Vec::new() })
+        Some(Caller { entry, instance, debug, messenger, counts, pd, device, family, queue, pool, buffer, memory, sems: Vec::new() })
     }
 
     /// Wraps the device in vkhost's borrowed mode.
@@ -694,5 +698,91 @@ fn interop_accessors_hold_and_owners() {
     assert_eq!(dropped.load(Ordering::SeqCst), 0, "a handle is left");
     drop(handle);
     assert_eq!(dropped.load(Ordering::SeqCst), 1);
+    c.destroy();
+}
+
+/// `Device::from_raw` over the caller's device, which was created without
+/// VK_KHR_push_descriptor: vkhost submits to the caller's compute queue, and kernel launches
+/// bind descriptor sets from its streams' pools. The built-ins (SM copy, checksum, fill) over a
+/// device buffer, a pinned block and registered memory, at offsets aligned and not aligned to
+/// minStorageBufferOffsetAlignment, with guard bytes on both sides; the caller's messenger
+/// counts validation errors (zero, synchronization validation included when
+/// VK_LAYER_ENABLES asks for it). Before: launches on a `from_raw` device were `Unsupported`.
+#[test]
+fn from_raw_without_push_descriptors_launches_with_descriptor_sets() {
+    use vkhost::kernel::{checksum_cpu, Binding, DescriptorMode};
+    let Some(c) = Caller::new() else { return };
+    let raw = vkhost::RawDevice {
+        entry: c.entry.clone(),
+        instance: c.instance.clone(),
+        physical_device: c.pd,
+        device: c.device.clone(),
+        compute_family: c.family,
+        compute_queue_index: 0,
+        copy_family: None,
+        copy_queue_indices: Vec::new(),
+    };
+    // SAFETY: the handles are valid and outlive the vkhost device (destroyed before
+    // `c.destroy`); vkhost submits to the caller's one queue, which this test leaves to it
+    // meanwhile; VK_EXT_external_memory_host is enabled.
+    let dev = unsafe { Device::from_raw(raw, vkhost::Ownership::Borrowed, true, &opts()) }.unwrap();
+    assert_eq!(dev.descriptor_mode(), DescriptorMode::Sets);
+    assert!(dev.host_registration().is_ok(), "registration: {:?}", dev.host_registration());
+    let s = dev.stream_on(vkhost::QueueKind::Compute).unwrap();
+    let a = dev.info().min_storage_buffer_offset_alignment.max(16) as usize;
+    let len = 4096 + 48;
+    let pat = 0xC0FF_EE11u32;
+    for off in [a, a + 4, 2 * a + 12] {
+        let total = off + len + 96;
+        let want = pattern(len, off as u8);
+        let src = dev.alloc_buffer(len).unwrap();
+        src.write(0, &want).unwrap();
+        let init = pattern(total, 7);
+        let sum = checksum_cpu(&want);
+        let check = |got: &[u8], what: &str, filled: bool| {
+            assert_eq!(got[..off], init[..off], "{what} +{off}: guard before");
+            assert_eq!(got[off + len..], init[off + len..], "{what} +{off}: guard after");
+            if filled {
+                assert!(got[off..off + len].chunks(4).all(|w| w == pat.to_ne_bytes()), "{what} +{off}: filled");
+            } else {
+                assert!(got[off..off + len] == want[..], "{what} +{off}: copied");
+            }
+        };
+
+        let g = dev.alloc_buffer(total).unwrap();
+        g.write(0, &init).unwrap();
+        s.copy_sm(Binding::Device(&src, 0, len), Binding::Device(&g, off, len)).unwrap();
+        assert_eq!(s.checksum(Binding::Device(&g, off, len)).unwrap(), sum, "device +{off}: checksum");
+        let mut got = vec![0u8; total];
+        g.read(0, &mut got).unwrap();
+        check(&got, "device", false);
+        s.fill_u32(Binding::Device(&g, off, len), pat).unwrap();
+        s.synchronize().unwrap();
+        g.read(0, &mut got).unwrap();
+        check(&got, "device", true);
+
+        let mut p = vkhost::PinnedBuffer::new(&dev, total).unwrap();
+        p.copy_from_slice(&init);
+        s.copy_sm(Binding::Device(&src, 0, len), Binding::HostMut(&mut p[off..off + len])).unwrap();
+        assert_eq!(s.checksum(Binding::Host(&p[off..off + len])).unwrap(), sum, "pinned +{off}: checksum");
+        check(&p, "pinned", false);
+        s.fill_u32(Binding::HostMut(&mut p[off..off + len]), pat).unwrap();
+        check(&p, "pinned", true);
+        drop(p);
+
+        let mut v = init.clone();
+        {
+            let mut reg = dev.register(&mut v).unwrap();
+            s.copy_sm(Binding::Device(&src, 0, len), Binding::HostMut(&mut reg[off..off + len])).unwrap();
+            assert_eq!(s.checksum(Binding::Host(&reg[off..off + len])).unwrap(), sum, "registered +{off}: checksum");
+            check(&reg, "registered", false);
+            s.fill_u32(Binding::HostMut(&mut reg[off..off + len]), pat).unwrap();
+        }
+        check(&v, "registered", true);
+    }
+    assert!(dev.live_objects().descriptor_pools > 0, "launches used descriptor pools");
+    drop(s);
+    dev.destroy().unwrap();
+    assert_eq!(dev.live_objects(), vkhost::LiveObjects::default(), "everything destroyed");
     c.destroy();
 }

@@ -1,13 +1,60 @@
 //! Kernels that name host memory: built-ins over every binding kind at aligned and unaligned
 //! offsets with guard bytes, the checksum against the CPU, a user kernel over a Registration,
-//! unregister during a launch, teardown with launches in flight. The bounded pipeline cache:
-//! eviction, and a pipeline evicted while its launch runs. Validation on (run with
+//! unregister during a launch, teardown with launches in flight; each in both descriptor modes
+//! (modules `push` and `sets`: VK_KHR_push_descriptor, and descriptor sets from stream pools
+//! with `OpenOptions::push_descriptors: false`). The bounded pipeline cache: eviction, and a
+//! pipeline evicted while its launch runs. Validation on (run with
 //! VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT); zero errors.
 
 mod common;
 use common::*;
-use vkhost::kernel::{checksum_cpu, Binding, Kernel, Param};
+use vkhost::kernel::{checksum_cpu, Binding, DescriptorMode, Kernel, Param};
 use vkhost::{host, Device, DeviceBuffer, Error, OpenOptions, PinnedBuffer, QueueKind, Registration, Stream};
+
+/// A device whose launches use `mode`, with `max_pipelines` cached pipelines.
+fn device_in(mode: DescriptorMode, max_pipelines: usize) -> Checked {
+    let o = OpenOptions { push_descriptors: mode == DescriptorMode::Push, max_pipelines, ..opts() };
+    let d = device_with(o).unwrap();
+    if mode == DescriptorMode::Push && !d.info().push_descriptor {
+        eprintln!("note: the driver does not offer VK_KHR_push_descriptor: this run uses descriptor sets");
+        assert_eq!(d.descriptor_mode(), DescriptorMode::Sets);
+    } else {
+        assert_eq!(d.descriptor_mode(), mode);
+    }
+    d
+}
+
+/// Runs each body as a test in both descriptor modes (`push::name`, `sets::name`), on a device
+/// that caches `max_pipelines` pipelines.
+macro_rules! both_modes {
+    ($($name:ident: $max_pipelines:expr),* $(,)?) => {
+        mod push {
+            $(#[test]
+            fn $name() {
+                super::$name(&super::device_in(vkhost::kernel::DescriptorMode::Push, $max_pipelines));
+            })*
+        }
+        mod sets {
+            $(#[test]
+            fn $name() {
+                super::$name(&super::device_in(vkhost::kernel::DescriptorMode::Sets, $max_pipelines));
+            })*
+        }
+    };
+}
+
+both_modes!(
+    fill_every_kind_aligned_and_not_with_guards: 256,
+    copy_between_every_pair_of_kinds_with_guards: 256,
+    checksum_on_the_device_equals_the_cpu_for_every_kind: 256,
+    launches_order_against_copies_on_one_stream: 256,
+    user_kernel_writes_the_users_vec_in_place: 256,
+    unregister_during_a_launch_that_binds_the_range_waits: 256,
+    destroying_the_device_with_launches_in_flight_is_clean: 256,
+    many_launches_in_a_batch_and_across_batches: 256,
+    pipeline_cache_is_bounded: 4,
+    a_pipeline_evicted_while_its_launch_runs_stays_until_it_completes: 1,
+);
 
 /// SPIR-V from WGSL, as a user would make it.
 fn spirv(src: &str) -> Vec<u32> {
@@ -118,15 +165,13 @@ fn offsets(d: &vkhost::Device) -> [usize; 3] {
 const LEN: usize = 4000 + 16 * 7; // a multiple of 16 and of 4
 const GUARD: usize = 96;
 
-#[test]
-fn fill_every_kind_aligned_and_not_with_guards() {
-    let d = device().unwrap();
-    let s = compute_stream(&d);
+fn fill_every_kind_aligned_and_not_with_guards(d: &Device) {
+    let s = compute_stream(d);
     for kind in KINDS {
-        for off in offsets(&d) {
+        for off in offsets(d) {
             for len in [LEN, LEN - 4] {
                 let total = off + len + GUARD;
-                let mut r = Region::new(&d, kind, total);
+                let mut r = Region::new(d, kind, total);
                 let init = pattern(total, 9);
                 r.write(&init);
                 s.fill_u32(r.bind(off, len, true), 0xA1B2_C3D4).unwrap();
@@ -135,24 +180,22 @@ fn fill_every_kind_aligned_and_not_with_guards() {
                 assert_eq!(got[..off], init[..off], "{kind} off {off}: guard before");
                 assert_eq!(got[off + len..], init[off + len..], "{kind} off {off}: guard after");
                 assert!(got[off..off + len].chunks(4).all(|c| c == 0xA1B2_C3D4u32.to_ne_bytes()), "{kind} off {off}: filled");
-                r.release(&d);
+                r.release(d);
             }
         }
     }
 }
 
-#[test]
-fn copy_between_every_pair_of_kinds_with_guards() {
-    let d = device().unwrap();
-    let s = compute_stream(&d);
-    let [a0, a1, a2] = offsets(&d);
+fn copy_between_every_pair_of_kinds_with_guards(d: &Device) {
+    let s = compute_stream(d);
+    let [a0, a1, a2] = offsets(d);
     for src_kind in KINDS {
         for dst_kind in KINDS {
             // (src offset, dst offset, len): the vec4 path, and u32 paths with unaligned deltas.
             for (so, dof, len) in [(a0, a0, LEN), (a1, a2, LEN), (a2, a0, LEN - 4)] {
                 let total = a2 + LEN + GUARD;
-                let mut src = Region::new(&d, src_kind, total);
-                let mut dst = Region::new(&d, dst_kind, total);
+                let mut src = Region::new(d, src_kind, total);
+                let mut dst = Region::new(d, dst_kind, total);
                 let (sp, dp) = (pattern(total, 1), pattern(total, 2));
                 src.write(&sp);
                 dst.write(&dp);
@@ -164,29 +207,27 @@ fn copy_between_every_pair_of_kinds_with_guards() {
                 assert_eq!(got[dof + len..], dp[dof + len..], "{what}: guard after");
                 assert!(got[dof..dof + len] == sp[so..so + len], "{what}: copied bytes");
                 assert_eq!(src.read(), sp, "{what}: the source changed");
-                src.release(&d);
-                dst.release(&d);
+                src.release(d);
+                dst.release(d);
             }
         }
     }
 }
 
-#[test]
-fn checksum_on_the_device_equals_the_cpu_for_every_kind() {
-    let d = device().unwrap();
-    let s = compute_stream(&d);
+fn checksum_on_the_device_equals_the_cpu_for_every_kind(d: &Device) {
+    let s = compute_stream(d);
     for kind in KINDS {
-        for off in offsets(&d) {
+        for off in offsets(d) {
             // 1 MiB: enough terms that the low half carries many times.
             let len = (1 << 20) - 4 * (off % 3);
             let total = off + len + GUARD;
-            let mut r = Region::new(&d, kind, total);
+            let mut r = Region::new(d, kind, total);
             let data = pattern(total, 5);
             r.write(&data);
             let gpu = s.checksum(r.bind(off, len, false)).unwrap();
             assert_eq!(gpu, checksum_cpu(&data[off..off + len]), "{kind} off {off}");
             // Into host memory of each kind, at an unaligned offset, with guards.
-            let mut out = Region::new(&d, kind, 64);
+            let mut out = Region::new(d, kind, 64);
             let oinit = pattern(64, 6);
             out.write(&oinit);
             s.checksum_into(r.bind(off, len, false), out.bind(20, 8, true)).unwrap();
@@ -194,8 +235,8 @@ fn checksum_on_the_device_equals_the_cpu_for_every_kind() {
             let o = out.read();
             assert_eq!(u64::from_le_bytes(o[20..28].try_into().unwrap()), gpu, "{kind}: checksum_into");
             assert_eq!((&o[..20], &o[28..]), (&oinit[..20], &oinit[28..]), "{kind}: checksum_into guards");
-            r.release(&d);
-            out.release(&d);
+            r.release(d);
+            out.release(d);
         }
     }
     let z = d.alloc_buffer(16).unwrap();
@@ -203,13 +244,11 @@ fn checksum_on_the_device_equals_the_cpu_for_every_kind() {
     assert_eq!(s.checksum(Binding::Device(&z, 0, 16)).unwrap(), checksum_cpu(&[0u8; 16]));
 }
 
-#[test]
-fn launches_order_against_copies_on_one_stream() {
-    let d = device().unwrap();
-    let s = compute_stream(&d);
+fn launches_order_against_copies_on_one_stream(d: &Device) {
+    let s = compute_stream(d);
     let n = 1 << 18;
     let (g1, g2) = (d.alloc_buffer(n).unwrap(), d.alloc_buffer(n).unwrap());
-    let mut p = PinnedBuffer::new(&d, n).unwrap();
+    let mut p = PinnedBuffer::new(d, n).unwrap();
     let want = pattern(n, 3);
     p.copy_from_slice(&want);
     for _ in 0..3 {
@@ -239,10 +278,8 @@ fn push(v: &[u32]) -> Vec<u8> {
     v.iter().flat_map(|w| w.to_ne_bytes()).collect()
 }
 
-#[test]
-fn user_kernel_writes_the_users_vec_in_place() {
-    let d = device().unwrap();
-    let s = compute_stream(&d);
+fn user_kernel_writes_the_users_vec_in_place(d: &Device) {
+    let s = compute_stream(d);
     // SAFETY: the kernel touches binding 0 only in [delta, delta + 4n), declared read-write.
     let k = unsafe { Kernel::from_spirv(&spirv(SCALE_WGSL), "main", &[Param::ReadWrite], 12) }.unwrap();
     let n = 10_001usize;
@@ -318,22 +355,20 @@ fn spin_kernel() -> Kernel {
 const SPIN_N: u32 = 4096;
 const SPIN_ITERS: u32 = 50_000;
 
-#[test]
-fn unregister_during_a_launch_that_binds_the_range_waits() {
-    let d = device().unwrap();
-    let s = compute_stream(&d);
+fn unregister_during_a_launch_that_binds_the_range_waits(d: &Device) {
+    let s = compute_stream(d);
     let k = spin_kernel();
     let mut m = Pages::new(5 * 4096);
     m.slice().fill(0);
     // SAFETY: the pages outlive the registration; the launch is waited for by unregister,
     // which is what this test checks.
     unsafe {
-        host::register(&d, m.ptr, m.len).unwrap();
+        host::register(d, m.ptr, m.len).unwrap();
         s.launch(&k, [SPIN_N / 64, 1, 1], &[Binding::host(m.ptr.add(12), 4 * SPIN_N as usize)], &push(&[SPIN_N, SPIN_ITERS])).unwrap();
     }
     let ev = s.record().unwrap();
     assert!(!ev.is_done().unwrap(), "the kernel finished before unregister: make it longer");
-    host::unregister(&d, m.ptr).unwrap();
+    host::unregister(d, m.ptr).unwrap();
     // Unregister returned: the kernel must be done, its writes in place. Without the wait the
     // bytes would still be zero here (and the import destroyed under the running kernel).
     assert!(ev.is_done().unwrap(), "unregister returned while the launch ran");
@@ -343,13 +378,11 @@ fn unregister_during_a_launch_that_binds_the_range_waits() {
     }
 }
 
-#[test]
-fn destroying_the_device_with_launches_in_flight_is_clean() {
-    let d = device().unwrap();
-    let s = compute_stream(&d);
+fn destroying_the_device_with_launches_in_flight_is_clean(d: &Device) {
+    let s = compute_stream(d);
     let k = spin_kernel();
     let g = d.alloc_buffer(1 << 15).unwrap();
-    let block = host::alloc_pinned(&d, 1 << 15).unwrap();
+    let block = host::alloc_pinned(d, 1 << 15).unwrap();
     for i in 0..4usize {
         s.launch(&k, [SPIN_N / 64, 1, 1], &[Binding::Device(&g, i * 4096 + 4, 4 * SPIN_N as usize)], &push(&[SPIN_N, SPIN_ITERS / 4]))
             .unwrap();
@@ -362,7 +395,7 @@ fn destroying_the_device_with_launches_in_flight_is_clean() {
     d.destroy().unwrap();
     assert_eq!(d.live_objects(), vkhost::LiveObjects::default(), "everything destroyed");
     assert!(matches!(s.flush(), Err(Error::DeviceDestroyed)));
-    host::free_pinned(&d, block).unwrap();
+    host::free_pinned(d, block).unwrap();
     drop(s);
 }
 #[test]
@@ -444,6 +477,7 @@ fn builtins_are_typed_results_and_launch() {
     buf.read(0, &mut out).unwrap();
     assert!(out.chunks_exact(4).all(|w| w == 0x0102_0304u32.to_ne_bytes()));
 }
+
 const ADD_WGSL: &str = r#"
 struct Push { delta0: u32, n: u32 }
 var<push_constant> pc: Push;
@@ -468,6 +502,39 @@ fn words_of(b: &DeviceBuffer, off: usize, n: usize) -> Vec<u32> {
     let mut v = vec![0u8; 4 * n];
     b.read(off, &mut v).unwrap();
     v.chunks(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect()
+}
+
+/// More launches than one batch holds (512 commands) and than one descriptor pool serves (64
+/// sets), on two buffers, with several batches in flight before one wait: every launch's set
+/// (or pushed descriptors) names its own buffer, and pools are recycled, not accumulated.
+fn many_launches_in_a_batch_and_across_batches(d: &Device) {
+    let s = compute_stream(d);
+    let (k1, k3) = (add_kernel(1), add_kernel(3));
+    let n = 64usize;
+    let (a, b) = (d.alloc_buffer(4 * n + 16).unwrap(), d.alloc_buffer(4 * n + 16).unwrap());
+    a.write(0, &vec![0; 4 * n + 16]).unwrap();
+    b.write(0, &vec![0; 4 * n + 16]).unwrap();
+    for round in 0..2 {
+        for i in 0..700 {
+            s.launch(&k1, [1, 1, 1], &[Binding::Device(&a, 4, 4 * n)], &push(&[n as u32])).unwrap();
+            if i % 7 == 0 {
+                s.launch(&k3, [1, 1, 1], &[Binding::Device(&b, 8, 4 * n)], &push(&[n as u32])).unwrap();
+            }
+        }
+        s.synchronize().unwrap();
+        let r = round as u32 + 1;
+        let (wa, wb) = (words_of(&a, 0, n + 4), words_of(&b, 0, n + 4));
+        assert!(wa[0] == 0 && wa[1..=n].iter().all(|&w| w == 700 * r) && wa[n + 1..].iter().all(|&w| w == 0), "{wa:?}");
+        assert!(wb[..2] == [0, 0] && wb[2..n + 2].iter().all(|&w| w == 300 * r) && wb[n + 2..].iter().all(|&w| w == 0), "{wb:?}");
+        let pools = d.live_objects().descriptor_pools;
+        match d.descriptor_mode() {
+            DescriptorMode::Push => assert_eq!(pools, 0, "push descriptors need no pool"),
+            // The free pools a stream keeps, once its batches are reaped.
+            DescriptorMode::Sets => assert!((1..=8).contains(&pools), "{pools} descriptor pools"),
+        }
+    }
+    drop(s);
+    assert_eq!(d.live_objects().descriptor_pools, 0, "a stream's pools go with it");
 }
 
 /// Three times more distinct kernels than the cache holds, twice over: the cache evicts, the
@@ -537,14 +604,4 @@ fn a_pipeline_evicted_while_its_launch_runs_stays_until_it_completes(d: &Device)
     assert_eq!(d.live_objects().pipelines, 1);
     let got = words_of(&g, 20, 64);
     assert!(got.iter().enumerate().all(|(i, &w)| w == spin_cpu(i as u32, 10)));
-}
-
-#[test]
-fn pipeline_cache_is_bounded_to_max_pipelines() {
-    pipeline_cache_is_bounded(&device_with(OpenOptions { max_pipelines: 4, ..opts() }).unwrap());
-}
-
-#[test]
-fn a_pipeline_evicted_while_its_launch_runs_is_kept_by_its_batch() {
-    a_pipeline_evicted_while_its_launch_runs_stays_until_it_completes(&device_with(OpenOptions { max_pipelines: 1, ..opts() }).unwrap());
 }

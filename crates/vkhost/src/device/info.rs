@@ -153,7 +153,8 @@ pub struct DeviceInfo {
     pub max_push_constants_size: u32,
     /// VkPhysicalDeviceLimits::maxComputeWorkGroupCount.
     pub max_compute_work_group_count: [u32; 3],
-    /// Whether VK_KHR_push_descriptor is offered; kernel launches use it.
+    /// Whether the driver offers VK_KHR_push_descriptor (whether kernel launches use it:
+    /// [`Device::descriptor_mode`](crate::Device::descriptor_mode)).
     pub push_descriptor: bool,
 }
 

@@ -29,6 +29,7 @@ use crate::memtype::{self, Choice};
 use ash::vk;
 use info::DeviceInfo;
 use instance::{InstanceParts, ValidationCounts};
+pub use pipeline::DescriptorMode;
 use queues::CopyQueues;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -164,6 +165,12 @@ pub struct OpenOptions {
     /// the page size (4 KiB), at least one page, and at most the device's limit; mainly for
     /// testing large ranges with small memory. `VKHOST_IMPORT_PIECE=N` sets it.
     pub max_import_piece: Option<usize>,
+    /// Use VK_KHR_push_descriptor for kernel launches where the driver offers it (default
+    /// true). `false` opens the device without the extension, so launches write descriptor sets
+    /// from per-stream pools instead ([`DescriptorMode::Sets`](crate::kernel::DescriptorMode),
+    /// the mode of drivers without the extension and of [`Device::from_raw`]): for testing
+    /// that path, or to leave the extension off. `VKHOST_PUSH_DESCRIPTORS=0` sets false.
+    pub push_descriptors: bool,
     /// The most compute pipelines a device caches (default 256, at least 1): a launch of a
     /// kernel not in the cache creates its pipeline and evicts the least recently launched one.
     /// Eviction never destroys a pipeline that submitted work still uses (see
@@ -258,6 +265,7 @@ impl Default for OpenOptions {
                 _ => BarWrites::Auto,
             },
             bar_write_max: env_usize("VKHOST_BAR_WRITE_MAX").unwrap_or(256 << 10),
+            push_descriptors: !matches!(std::env::var("VKHOST_PUSH_DESCRIPTORS").as_deref(), Ok("0") | Ok("off") | Ok("never")),
             max_pipelines: env_usize("VKHOST_MAX_PIPELINES").unwrap_or(256),
         }
     }
@@ -279,6 +287,8 @@ pub struct LiveObjects {
     /// Compute pipelines of kernels (each with its pipeline layout and descriptor-set layout):
     /// the cached ones and evicted ones that submitted work still holds.
     pub pipelines: i64,
+    /// VkDescriptorPools of streams (launches in [`DescriptorMode::Sets`](crate::kernel::DescriptorMode)).
+    pub descriptor_pools: i64,
 }
 
 #[derive(Default)]
@@ -289,6 +299,7 @@ pub(crate) struct ObjectCounters {
     fences: AtomicI64,
     semaphores: AtomicI64,
     pipelines: AtomicI64,
+    descriptor_pools: AtomicI64,
 }
 
 impl ObjectCounters {
@@ -300,6 +311,7 @@ impl ObjectCounters {
             fences: self.fences.load(Ordering::Relaxed),
             semaphores: self.semaphores.load(Ordering::Relaxed),
             pipelines: self.pipelines.load(Ordering::Relaxed),
+            descriptor_pools: self.descriptor_pools.load(Ordering::Relaxed),
         }
     }
 }
@@ -337,8 +349,9 @@ pub(crate) struct Live {
     pub physical: vk::PhysicalDevice,
     pub device: ash::Device,
     pub ext_host: Option<ash::ext::external_memory_host::Device>,
-    /// VK_KHR_push_descriptor, where vkhost enabled it (devices it created and that offer it):
-    /// kernel launches need it.
+    /// VK_KHR_push_descriptor, where vkhost enabled it (devices it created, that offer it, with
+    /// `OpenOptions::push_descriptors`): kernel launches push their descriptors
+    /// ([`DescriptorMode::Push`]); without it they use descriptor sets.
     pub push_desc: Option<ash::khr::push_descriptor::Device>,
     /// The compute-capable queue vkhost submits to; `None` on a borrowed device without queues
     /// ([`Device::from_raw_borrowed`]), where vkhost never submits.
@@ -415,8 +428,8 @@ pub(crate) struct Shared {
     /// True while the probe runs at open: its copies are not the user's traffic.
     pub probing: AtomicBool,
     /// Compute pipelines of kernels launched on this device, at most
-    /// `OpenOptions::max_pipelines` (a device child: dropped at teardown, phase OBJECTS; each
-    /// pipeline is a child too).
+    /// `OpenOptions::max_pipelines`, made for the device's descriptor mode (a device child:
+    /// dropped at teardown, phase OBJECTS; each pipeline is a child too).
     pub pipelines: Arc<pipeline::PipelineCache>,
     /// The queue each class of synchronous copy uses (`queues`).
     pub copy_choice: queues::Choice,
@@ -582,6 +595,10 @@ impl Shared {
 
     pub(crate) fn count_pipeline(&self, delta: i64) {
         self.objects.pipelines.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_descriptor_pool(&self, delta: i64) {
+        self.objects.descriptor_pools.fetch_add(delta, Ordering::Relaxed);
     }
 
     pub(crate) fn count_fence(&self, delta: i64) {
@@ -849,7 +866,8 @@ impl Device {
         let parts = instance::create(opts.validation, &counts)?;
         match Self::create_on(&parts, index, opts) {
             Ok((pd, info, device, cfam, tfam)) => {
-                let live = Self::assemble(Some(parts), true, pd, &info, device, Some((cfam, 0)), tfam)?;
+                let push = info.push_descriptor && opts.push_descriptors;
+                let live = Self::assemble(Some(parts), true, pd, &info, device, Some((cfam, 0)), tfam, push)?;
                 Ok(Self::wrap(live, info, opts.clone(), counts))
             }
             Err(e) => {
@@ -889,7 +907,7 @@ impl Device {
                 exts.push(ash::khr::external_memory::NAME.as_ptr());
             }
         }
-        if info.push_descriptor {
+        if info.push_descriptor && opts.push_descriptors {
             exts.push(ash::khr::push_descriptor::NAME.as_ptr());
         }
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(info.timeline_semaphore);
@@ -903,6 +921,8 @@ impl Device {
         Ok((pd, info, device, cfam, tfam))
     }
 
+    /// The device's `Live` state; `push`: VK_KHR_push_descriptor is enabled on `device`.
+    #[allow(clippy::too_many_arguments)]
     fn assemble(
         parts: Option<InstanceParts>,
         owns_device: bool,
@@ -911,6 +931,7 @@ impl Device {
         device: ash::Device,
         compute: Option<(u32, u32)>,
         tfam: Option<(u32, Vec<u32>)>,
+        push: bool,
     ) -> Result<Live> {
         let (entry, instance) = match &parts {
             Some(p) => (p.entry.clone(), p.instance.clone()),
@@ -925,7 +946,7 @@ impl Device {
         let compute_q = compute.map(|(f, i)| get(f, i));
         let copy_queues: Vec<Queue> = tfam.map(|(f, idx)| idx.into_iter().map(|i| get(f, i)).collect()).unwrap_or_default();
         let ext_host = info.host_import_alignment.map(|_| ash::ext::external_memory_host::Device::new(&instance, &device));
-        let push_desc = info.push_descriptor.then(|| ash::khr::push_descriptor::Device::new(&instance, &device));
+        let push_desc = push.then(|| ash::khr::push_descriptor::Device::new(&instance, &device));
         // Without queues (a borrowed device) there are no copy contexts and no families: buffers
         // are EXCLUSIVE, owned by whichever family of the caller's first uses them.
         // Two contexts per copy-engine queue, then two on the compute queue (submit::queue_of).
@@ -951,6 +972,7 @@ impl Device {
     }
 
     fn wrap(live: Live, info: DeviceInfo, options: OpenOptions, counts: Arc<ValidationCounts>) -> Device {
+        let mode = if live.push_desc.is_some() { DescriptorMode::Push } else { DescriptorMode::Sets };
         let max_pipelines = options.max_pipelines;
         let mapped_buffers = match options.bar_writes {
             BarWrites::Off => false,
@@ -986,7 +1008,7 @@ impl Device {
                 deferred_semaphores: Mutex::new(Vec::new()),
                 probe: std::sync::OnceLock::new(),
                 probing: AtomicBool::new(false),
-                pipelines: Arc::new(pipeline::PipelineCache::new(max_pipelines)),
+                pipelines: Arc::new(pipeline::PipelineCache::new(max_pipelines, mode)),
                 copy_choice: queues::Choice::new(queues::CopyQueues::fixed(QueueKind::Copy)),
                 mapped_buffers,
             }),
@@ -1073,8 +1095,9 @@ impl Device {
     ///   `Unsupported` and copies stage);
     /// - for streams, the timelineSemaphore feature enabled.
     ///
-    /// Kernel launches ([`crate::kernel`]) are `Unsupported` on a wrapped device: they need
-    /// VK_KHR_push_descriptor, which vkhost cannot know the caller enabled.
+    /// Kernel launches ([`crate::kernel`]) on a wrapped device use descriptor sets from
+    /// per-stream pools ([`DescriptorMode::Sets`]): vkhost cannot know whether the caller enabled
+    /// VK_KHR_push_descriptor, and needs no extension for them.
     ///
     /// # Safety
     /// The handles must be valid and stay valid until vkhost's `destroy` or last drop returns.
@@ -1090,9 +1113,8 @@ impl Device {
         if !external_memory_host {
             info.host_import_alignment = None;
         }
-        // vkhost cannot tell whether the caller enabled VK_KHR_push_descriptor: kernel launches
-        // (which need it) are `Unsupported` on wrapped devices.
-        info.push_descriptor = false;
+        // vkhost cannot tell whether the caller enabled VK_KHR_push_descriptor: launches on
+        // wrapped devices use descriptor sets (`push` false below); `info` keeps the fact.
         opts.validate(&info)?;
         let parts = InstanceParts { entry: raw.entry.clone(), instance: raw.instance.clone(), debug: None };
         let tfam = raw.copy_family.map(|f| (f, raw.copy_queue_indices.clone()));
@@ -1105,6 +1127,7 @@ impl Device {
             raw.device,
             Some((raw.compute_family, raw.compute_queue_index)),
             tfam,
+            false,
         )?;
         if !owned {
             live.instance_parts = None;
@@ -1161,10 +1184,9 @@ impl Device {
         if !raw.external_memory_host {
             info.host_import_alignment = None;
         }
-        info.push_descriptor = false;
         opts.validate(&info)?;
         let parts = InstanceParts { entry: raw.entry.clone(), instance: raw.instance.clone(), debug: None };
-        let mut live = Self::assemble(Some(parts), false, raw.physical_device, &info, raw.device, None, None)?;
+        let mut live = Self::assemble(Some(parts), false, raw.physical_device, &info, raw.device, None, None, false)?;
         live.instance_parts = None;
         Ok(Self::wrap(live, info, opts.clone(), Arc::new(ValidationCounts::default())))
     }
@@ -1236,6 +1258,13 @@ impl Device {
             self.shared.drain_garbage(&l);
         }
         self.shared.objects.snapshot()
+    }
+
+    /// How kernel launches on this device bind their buffers: pushed descriptors where vkhost
+    /// enabled VK_KHR_push_descriptor, descriptor sets otherwise (see [`DescriptorMode`] and
+    /// [`crate::kernel`]). Fixed at open.
+    pub fn descriptor_mode(&self) -> DescriptorMode {
+        self.shared.pipelines.mode()
     }
 
     /// Whether `destroy` has run.

@@ -1,9 +1,14 @@
 //! Compute pipelines: a bounded cache per device, and pipelines owned by the work that uses them.
 //!
 //! A pipeline is made from SPIR-V words, an entry point, a count of storage-buffer bindings
-//! (set 0, bindings 0..n, bound with push descriptors: VK_KHR_push_descriptor) and a
-//! push-constant size. The cache is keyed by a hash of all four and compares them in full on a
-//! hit, so two kernels with the same words share one pipeline.
+//! (set 0, bindings 0..n) and a push-constant size. The cache is keyed by a hash of all four
+//! and compares them in full on a hit, so two kernels with the same words share one pipeline.
+//!
+//! **Descriptor modes.** A device binds kernel buffers one way for its whole life
+//! ([`DescriptorMode`]): pushed into the command buffer (VK_KHR_push_descriptor, where vkhost
+//! enabled it), or written into descriptor sets from a stream's pools (everywhere else). The set
+//! layout differs (PUSH_DESCRIPTOR_KHR or not) and a pipeline layout is compatible with one mode
+//! only, so the cache creates every layout for the device's mode.
 //!
 //! **Ownership and eviction.** The cache holds at most `OpenOptions::max_pipelines` pipelines
 //! (default 256) and evicts the least recently launched one to make room. A [`Pipeline`] is an
@@ -28,6 +33,22 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+
+/// How kernel launches on a device bind their storage buffers
+/// ([`Device::descriptor_mode`](crate::Device::descriptor_mode)). Fixed when the device is
+/// opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DescriptorMode {
+    /// Pushed into the command buffer with vkCmdPushDescriptorSetKHR (VK_KHR_push_descriptor):
+    /// no descriptor pool. Devices vkhost opens, where the driver offers the extension and
+    /// [`OpenOptions::push_descriptors`](crate::OpenOptions::push_descriptors) is true.
+    Push,
+    /// Written into a descriptor set (vkUpdateDescriptorSets, vkCmdBindDescriptorSets) allocated
+    /// from the stream's descriptor pools; the batch owns the set until it is reaped. Devices
+    /// without the extension, devices wrapped by [`Device::from_raw`](crate::Device::from_raw),
+    /// and `push_descriptors: false`.
+    Sets,
+}
 
 /// What a pipeline is made from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,17 +203,23 @@ pub(crate) struct PipelineCache {
     map: Mutex<Map>,
     /// At most this many entries (`OpenOptions::max_pipelines`, at least 1).
     cap: usize,
+    mode: DescriptorMode,
 }
 
 impl std::fmt::Debug for PipelineCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PipelineCache").field("pipelines", &lock(&self.map).len).field("cap", &self.cap).finish()
+        f.debug_struct("PipelineCache").field("pipelines", &lock(&self.map).len).field("cap", &self.cap).field("mode", &self.mode).finish()
     }
 }
 
 impl PipelineCache {
-    pub(crate) fn new(cap: usize) -> PipelineCache {
-        PipelineCache { map: Mutex::new(Map::default()), cap: cap.max(1) }
+    pub(crate) fn new(cap: usize, mode: DescriptorMode) -> PipelineCache {
+        PipelineCache { map: Mutex::new(Map::default()), cap: cap.max(1), mode }
+    }
+
+    /// The descriptor mode every layout of this cache is made for.
+    pub(crate) fn mode(&self) -> DescriptorMode {
+        self.mode
     }
 
     /// The pipeline for `desc`, created on first use (evicting the least recently used one when
@@ -208,7 +235,7 @@ impl PipelineCache {
                 e.used = now;
                 return Ok(e.pipe.clone());
             }
-            let p = Arc::new(create(s, l, desc)?);
+            let p = Arc::new(create(s, l, desc, self.mode)?);
             s.count_pipeline(1);
             let child: Weak<dyn Child> = Arc::downgrade(&p) as Weak<Pipeline>;
             s.add_child(child);
@@ -253,7 +280,7 @@ unsafe fn destroy(l: &Live, h: Handles) {
     }
 }
 
-fn create(s: &Arc<Shared>, l: &Live, desc: &PipelineDesc) -> Result<Pipeline> {
+fn create(s: &Arc<Shared>, l: &Live, desc: &PipelineDesc, mode: DescriptorMode) -> Result<Pipeline> {
     let d = &l.device;
     let binds: Vec<vk::DescriptorSetLayoutBinding> = (0..desc.bindings)
         .map(|i| {
@@ -264,10 +291,15 @@ fn create(s: &Arc<Shared>, l: &Live, desc: &PipelineDesc) -> Result<Pipeline> {
                 .stage_flags(vk::ShaderStageFlags::COMPUTE)
         })
         .collect();
-    let si = vk::DescriptorSetLayoutCreateInfo::default().flags(vk::DescriptorSetLayoutCreateFlags::PUSH_DESCRIPTOR_KHR).bindings(&binds);
+    let flags = match mode {
+        DescriptorMode::Push => vk::DescriptorSetLayoutCreateFlags::PUSH_DESCRIPTOR_KHR,
+        DescriptorMode::Sets => vk::DescriptorSetLayoutCreateFlags::empty(),
+    };
+    let si = vk::DescriptorSetLayoutCreateInfo::default().flags(flags).bindings(&binds);
     let mut h = Handles { set_layout: vk::DescriptorSetLayout::null(), layout: vk::PipelineLayout::null(), pipeline: vk::Pipeline::null() };
     let r = (|| {
-        // SAFETY: valid create info; VK_KHR_push_descriptor is enabled (the caller checked).
+        // SAFETY: valid create info; with PUSH_DESCRIPTOR_KHR only in `Push` mode, where
+        // VK_KHR_push_descriptor is enabled (the mode is chosen from `Live::push_desc`).
         h.set_layout = unsafe { d.create_descriptor_set_layout(&si, None) }.map_err(|c| s.fail("vkCreateDescriptorSetLayout", c))?;
         let ranges = [vk::PushConstantRange::default().stage_flags(vk::ShaderStageFlags::COMPUTE).offset(0).size(desc.push_bytes)];
         let sets = [h.set_layout];
@@ -338,7 +370,7 @@ mod tests {
 
     #[test]
     fn eviction_takes_the_least_recently_used() {
-        let c = PipelineCache::new(8);
+        let c = PipelineCache::new(8, DescriptorMode::Sets);
         let mut m = lock(&c.map);
         for (hash, used) in [(1u64, 5u64), (2, 3), (3, 9)] {
             m.buckets.entry(hash % 2).or_default().push(entry(used));

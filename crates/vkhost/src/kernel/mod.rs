@@ -73,10 +73,18 @@
 //! **Queues.** Launches need a compute-capable queue family. A stream on a transfer-only family
 //! (the copy engines, [`QueueKind::Copy`](crate::QueueKind::Copy) on a device that has them)
 //! refuses them with `Unsupported`: make kernel streams with
-//! [`Device::stream_on`](crate::Device::stream_on)`(QueueKind::Compute)`. Descriptors are pushed
-//! into the command buffer (VK_KHR_push_descriptor): no descriptor pool lives past a launch.
-//! Devices without the extension, and devices wrapped by
-//! [`Device::from_raw`](crate::Device::from_raw), refuse launches with `Unsupported`.
+//! [`Device::stream_on`](crate::Device::stream_on)`(QueueKind::Compute)`.
+//!
+//! **Descriptors** ([`DescriptorMode`], fixed per device, see
+//! [`Device::descriptor_mode`](crate::Device::descriptor_mode)). Where vkhost enabled
+//! VK_KHR_push_descriptor (devices it opens whose driver offers it, unless
+//! [`OpenOptions::push_descriptors`](crate::OpenOptions::push_descriptors) is false), they are
+//! pushed into the command buffer: no descriptor pool. Elsewhere (drivers without the extension,
+//! devices wrapped by [`Device::from_raw`](crate::Device::from_raw)) each launch writes a
+//! descriptor set allocated from a pool of its stream and binds it: the batch that records the
+//! launch owns the pool until the batch is reaped, then the pool is reset and reused, so a set is
+//! never freed or rewritten while the device may read it. Both modes behave the same for the
+//! caller.
 //!
 //! **Pipelines** are created on a kernel's first launch on a device and cached per device, at
 //! most [`OpenOptions::max_pipelines`](crate::OpenOptions::max_pipelines) of them (default 256):
@@ -107,6 +115,7 @@ use std::ffi::CString;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+pub use crate::device::DescriptorMode;
 pub use builtin::checksum_cpu;
 
 /// How a kernel uses one storage binding. Conflict tracking and the uses noted on the bound

@@ -1,6 +1,7 @@
 //! Command recording: the open batch (one command buffer), merging consecutive copies, and
 //! the conflict tracking that puts a barrier only between commands that touch the same bytes.
 
+use super::descriptors::DescPool;
 use super::inner::{State, StreamInner};
 use crate::device::pipeline::Pipeline;
 use crate::device::submit::{compute_barrier, transfer_barrier};
@@ -30,6 +31,9 @@ pub(super) struct Batch {
     /// Pipelines its launches use, kept until it is reaped (the device's cache may evict them
     /// meanwhile: see `device::pipeline`).
     pub(super) pipes: Vec<Arc<Pipeline>>,
+    /// Descriptor pools its launches' sets come from (`DescriptorMode::Sets`), reset once it is
+    /// reaped (`descriptors`).
+    pub(super) pools: Vec<DescPool>,
     /// Copies between one pair of buffers not yet recorded: consecutive copies between the same
     /// buffers become one vkCmdCopyBuffer with several regions, and contiguous ones one region.
     merged: Option<Merged>,
@@ -170,6 +174,7 @@ impl StreamInner {
             touched: Vec::new(),
             keep: Vec::new(),
             pipes: Vec::new(),
+            pools: Vec::new(),
             merged: None,
         };
         // SAFETY: `cmd` was just begun and is ours, under the stream lock.

@@ -2,6 +2,7 @@
 //! completed batches (running pageable d2h copy-outs), shutdown, and the semaphore's life.
 
 use super::batch::Batch;
+use super::descriptors::DescPool;
 use super::ring::{Completion, Ring};
 use crate::device::object::{phase, Child};
 use crate::device::pipeline::Pipeline;
@@ -26,6 +27,8 @@ pub(super) struct Done {
     _wait_on: Vec<Arc<StreamInner>>,
     _owners: Vec<Arc<Resource>>,
     _pipes: Vec<Arc<Pipeline>>,
+    /// Reset (recycled) when the batch is reaped.
+    pools: Vec<DescPool>,
 }
 
 pub(super) struct State {
@@ -51,6 +54,8 @@ pub(super) struct State {
     pub(super) dead: bool,
     /// Whether a kernel was launched on this stream: barriers then include compute accesses.
     pub(super) launched: bool,
+    /// Reset descriptor pools, ready for the next batch's launches (`descriptors`).
+    pub(super) desc_free: Vec<DescPool>,
 }
 
 impl std::fmt::Debug for StreamInner {
@@ -161,17 +166,20 @@ impl StreamInner {
         let Some(mut b) = st.open.take() else { return Ok(()) };
         let d = &l.device;
         // SAFETY: `b.cmd` is in the recording state, owned by this stream.
-        unsafe {
+        let ended = unsafe {
             b.emit(d);
             if b.d2h && b.compute {
                 compute_host_read_barrier(d, b.cmd);
             } else if b.d2h {
                 host_read_barrier(d, b.cmd);
             }
-            if let Err(c) = d.end_command_buffer(b.cmd) {
-                st.free_cmds.push(b.cmd);
-                return Err(s.fail("vkEndCommandBuffer", c));
-            }
+            d.end_command_buffer(b.cmd)
+        };
+        if let Err(c) = ended {
+            st.free_cmds.push(b.cmd);
+            // SAFETY: never submitted: no work names the batch's descriptor sets.
+            unsafe { self.recycle_pools(l, st, b.pools) };
+            return Err(s.fail("vkEndCommandBuffer", c));
         }
         let value = st.submitted + 1;
         let wait_sems: Vec<vk::Semaphore> = st.waits.iter().map(|w| w.0).collect();
@@ -199,7 +207,7 @@ impl StreamInner {
                 st.submitted = value;
                 st.waits.clear();
                 let wait_on = std::mem::take(&mut st.wait_on);
-                st.inflight.push_back(Done { value, cmd: b.cmd, _wait_on: wait_on, _owners: b.keep, _pipes: b.pipes });
+                st.inflight.push_back(Done { value, cmd: b.cmd, _wait_on: wait_on, _owners: b.keep, _pipes: b.pipes, pools: b.pools });
                 Ok(())
             }
             Err(e) => {
@@ -208,6 +216,9 @@ impl StreamInner {
                 // error stays until reported (`lost_error`, `take_unreported`). Completions that
                 // depended on it would copy stale bytes, so drop them, and free its ring chunks.
                 st.free_cmds.push(b.cmd);
+                // SAFETY: the submission failed, so its commands never run (a failed
+                // vkQueueSubmit leaves what it names unaffected): nothing uses these sets.
+                unsafe { self.recycle_pools(l, st, b.pools) };
                 st.submitted = value;
                 st.lost.push((value, e.clone()));
                 st.completions.retain(|c| c.value != value);
@@ -263,6 +274,8 @@ impl StreamInner {
         while st.inflight.front().is_some_and(|b| b.value <= done) {
             if let Some(b) = st.inflight.pop_front() {
                 st.free_cmds.push(b.cmd);
+                // SAFETY: the batch's value completed: no command of it runs any more.
+                unsafe { self.recycle_pools(l, st, b.pools) };
                 // Its owners, pipelines included, go here (`b` drops).
             }
         }
@@ -370,6 +383,10 @@ impl StreamInner {
             if let Some(r) = st.ring.take() {
                 s.release_bound(l, r.bound.buffer, r.bound.memory);
             }
+            let mut pools = std::mem::take(&mut st.desc_free);
+            pools.extend(st.inflight.iter_mut().flat_map(|d| std::mem::take(&mut d.pools)));
+            pools.extend(st.open.as_mut().map(|b| std::mem::take(&mut b.pools)).unwrap_or_default());
+            self.destroy_pools(l, pools);
         }
         st.inflight.clear();
         st.free_cmds.clear();

@@ -1,10 +1,11 @@
 //! Kernel launches on a stream: bindings resolved to buffers and held as copies hold them,
-//! descriptors pushed into the command buffer, and the built-in kernels' entry points.
+//! descriptors pushed into the command buffer or written into a set from the stream's pools
+//! (`descriptors`, by the device's [`DescriptorMode`]), and the built-in kernels' entry points.
 
 use super::batch::Access;
 use super::inner::{pick_queue, relock, StreamInner};
 use super::{Event, Stream};
-use crate::device::Shared;
+use crate::device::{DescriptorMode, Shared};
 use crate::error::{Error, Result};
 use crate::host;
 use crate::kernel::{builtin, Binding, Kernel, Param};
@@ -109,10 +110,13 @@ impl StreamInner {
                  Device::stream_on(QueueKind::Compute)",
             ));
         }
-        let Some(pd) = l.push_desc.as_ref() else {
-            return Err(Error::unsupported(
-                "kernel launches need VK_KHR_push_descriptor, which is not enabled on this device (never on a device from from_raw)",
-            ));
+        let push_desc = match s.pipelines.mode() {
+            DescriptorMode::Push => match l.push_desc.as_ref() {
+                Some(pd) => Some(pd),
+                // The mode is chosen from `push_desc` at open: unreachable.
+                None => return Err(Error::unsupported("push-descriptor mode without VK_KHR_push_descriptor")),
+            },
+            DescriptorMode::Sets => None,
         };
         // Held until the batch that launches it is reaped, even if the cache evicts it sooner.
         let pipe = s.pipelines.get(&self.shared, &l, &kd.desc)?;
@@ -137,26 +141,47 @@ impl StreamInner {
         let infos: Vec<vk::DescriptorBufferInfo> =
             bound.iter().map(|b| vk::DescriptorBufferInfo { buffer: b.buffer, offset: b.offset, range: b.range }).collect();
         let d = &l.device;
-        let rec = |cmd| {
-            let writes: Vec<vk::WriteDescriptorSet> = infos
+        let writes = |set: vk::DescriptorSet| -> Vec<vk::WriteDescriptorSet<'_>> {
+            infos
                 .iter()
                 .enumerate()
                 .map(|(i, info)| {
                     vk::WriteDescriptorSet::default()
+                        .dst_set(set)
                         .dst_binding(i as u32)
                         .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
                         .buffer_info(std::slice::from_ref(info))
                 })
-                .collect();
+                .collect()
+        };
+        // Descriptor-set mode: a set the open batch owns until it is reaped, written now (before
+        // any command names it; it is never written again). A kernel without bindings needs none.
+        let set = match push_desc {
+            None if !infos.is_empty() => {
+                let set = self.alloc_set(&l, &mut st, pipe.set_layout, kd.desc.bindings)?;
+                // SAFETY: a fresh set of this stream's pool, under its lock, not yet named by any
+                // command; its layout is live (`pipe` is held); the buffers are live (each is
+                // held by `bound`, and the batch keeps them from `push_launch` on).
+                unsafe { d.update_descriptor_sets(&writes(set), &[]) };
+                Some(set)
+            }
+            _ => None,
+        };
+        let rec = |cmd| {
             // SAFETY: recording into the stream's open command buffer, under its lock, on a
             // compute-capable queue (checked); the pipeline and its layouts are held by the batch
-            // (`push_launch`) until it is reaped, as is every buffer bound (noted and kept), each
-            // range-checked against maxStorageBufferRange; the push constants fill the layout's
-            // range exactly.
+            // (`push_launch`) until it is reaped, as are the descriptor set (from a pool of the
+            // batch) and every buffer bound (noted and kept), each range-checked against
+            // maxStorageBufferRange; push descriptors only where the extension is enabled
+            // (`push_desc`); the push constants fill the layout's range exactly.
             unsafe {
                 d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, pipe.pipeline);
-                if !writes.is_empty() {
-                    pd.cmd_push_descriptor_set(cmd, vk::PipelineBindPoint::COMPUTE, pipe.layout, 0, &writes);
+                match (push_desc, set) {
+                    (Some(pd), _) if !infos.is_empty() => {
+                        pd.cmd_push_descriptor_set(cmd, vk::PipelineBindPoint::COMPUTE, pipe.layout, 0, &writes(vk::DescriptorSet::null()))
+                    }
+                    (None, Some(set)) => d.cmd_bind_descriptor_sets(cmd, vk::PipelineBindPoint::COMPUTE, pipe.layout, 0, &[set], &[]),
+                    _ => {}
                 }
                 if !push.is_empty() {
                     d.cmd_push_constants(cmd, pipe.layout, vk::ShaderStageFlags::COMPUTE, 0, &push);
@@ -209,8 +234,8 @@ impl Stream {
     /// completes before the call returns. Errors: a binding or push size that does not match the
     /// kernel, two bindings that overlap with a write, a zero-length binding, a shared
     /// [`Binding::Host`] for a binding the kernel writes → `InvalidArgument`; a host range no
-    /// registration or pinned block covers → `NotRegistered`; a stream on a copy-only family, or
-    /// a device without VK_KHR_push_descriptor → `Unsupported`.
+    /// registration or pinned block covers → `NotRegistered`; a stream on a copy-only family →
+    /// `Unsupported`.
     pub fn launch(&self, kernel: &Kernel, groups: [u32; 3], bindings: &[Binding<'_>], push_constants: &[u8]) -> Result<()> {
         let (value, now) = self.inner.launch(kernel, groups, bindings, push_constants)?;
         self.settle_launch(value, now)

@@ -28,6 +28,7 @@
 
 mod batch;
 mod copy;
+mod descriptors;
 mod inner;
 mod launch;
 mod ring;
@@ -152,6 +153,7 @@ impl Device {
                 reported: 0,
                 dead: false,
                 launched: false,
+                desc_free: Vec::new(),
             }),
             completed: AtomicU64::new(0),
         });
