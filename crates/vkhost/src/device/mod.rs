@@ -420,6 +420,8 @@ pub(crate) struct Shared {
     pub pipeline_garbage: Mutex<Vec<pipeline::Handles>>,
     /// Set when either garbage list may hold something.
     pub has_garbage: AtomicBool,
+    /// Held while a thread drains the garbage lists (`drain_garbage`), always under `live`.
+    pub draining: Mutex<()>,
     /// Timeline semaphores of streams whose last reference went; destroyed at the next
     /// stream creation or at destroy.
     pub deferred_semaphores: Mutex<Vec<vk::Semaphore>>,
@@ -1005,6 +1007,7 @@ impl Device {
                 garbage: Mutex::new(Vec::new()),
                 pipeline_garbage: Mutex::new(Vec::new()),
                 has_garbage: AtomicBool::new(false),
+                draining: Mutex::new(()),
                 deferred_semaphores: Mutex::new(Vec::new()),
                 probe: std::sync::OnceLock::new(),
                 probing: AtomicBool::new(false),
@@ -1255,7 +1258,7 @@ impl Device {
         // Objects queued for the background releaser (an unregister's import) count as gone:
         // release them now, so the counts are exact.
         if let Ok(l) = self.shared.live_any() {
-            self.shared.drain_garbage(&l);
+            self.shared.drain_all_garbage(&l);
         }
         self.shared.objects.snapshot()
     }

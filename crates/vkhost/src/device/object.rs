@@ -206,8 +206,31 @@ impl Shared {
         releaser().send(Arc::downgrade(self));
     }
 
-    /// Releases queued garbage, buffers and pipelines (called with the device lock held).
+    /// Releases queued garbage, buffers and pipelines (called with the device lock held). While
+    /// another thread drains (the background releaser freeing an import), returns at once: that
+    /// thread releases what it took, and anything queued after waits for the next drain.
     pub(crate) fn drain_garbage(&self, l: &Live) {
+        let g = match self.draining.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        self.drain_locked(l);
+        drop(g);
+    }
+
+    /// [`Shared::drain_garbage`] that waits for a drain in progress on another thread: when it
+    /// returns, everything queued before the call is released, so object counts are exact
+    /// (`Device::live_objects`). A drain that only skipped the flag would count a buffer the
+    /// releaser destroyed while its memory is not freed yet.
+    pub(crate) fn drain_all_garbage(&self, l: &Live) {
+        let g = lock(&self.draining);
+        self.drain_locked(l);
+        drop(g);
+    }
+
+    /// The drain itself, with `draining` held.
+    fn drain_locked(&self, l: &Live) {
         if !self.has_garbage.swap(false, Ordering::AcqRel) {
             return;
         }
