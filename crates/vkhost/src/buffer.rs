@@ -52,12 +52,13 @@ impl DeviceBuffer {
             return Err(Error::invalid("device buffer of zero bytes"));
         }
         let l = s.live()?;
-        // Mapped VRAM where small writes are CPU stores (`OpenOptions::bar_writes`); if that type
-        // cannot hold this buffer (its bits, or its memory is full), ordinary VRAM.
-        let mapped = if s.mapped_buffers { s.alloc_bound(&l, len as u64, USAGE, memtype::device_mapped, true).ok() } else { None };
-        let b = match mapped {
-            Some(b) => b,
-            None => s.alloc_bound(&l, len as u64, USAGE, memtype::device_local, false)?,
+        // Mapped VRAM where small writes are CPU stores (`OpenOptions::bar_writes`); if no mapped
+        // type can hold this buffer (its memory-type bits), ordinary VRAM. A failed allocation is
+        // the caller's error either way: on a full BAR both types share one heap.
+        let b = match s.mapped_buffers.then(|| s.alloc_bound(&l, len as u64, USAGE, memtype::device_mapped, true)) {
+            Some(Ok(b)) => b,
+            Some(Err(Error::Unsupported { .. })) | None => s.alloc_bound(&l, len as u64, USAGE, memtype::device_local, false)?,
+            Some(Err(e)) => return Err(e),
         };
         let res = Resource::new(s, BufferObj::new(s, b, len as u64));
         Ok(DeviceBuffer { shared: s.clone(), res, len, stores: std::sync::Mutex::new(()) })

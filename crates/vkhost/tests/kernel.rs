@@ -342,8 +342,30 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 }
 "#;
 
+/// The spin kernel's word `i` after `iters` steps of its LCG, by squaring the affine map (so a
+/// long GPU run is checked in O(log iters)).
 fn spin_cpu(i: u32, iters: u32) -> u32 {
-    (0..iters).fold(i, |x, _| x.wrapping_mul(1664525).wrapping_add(1013904223))
+    let (mut a, mut c) = (1664525u32, 1013904223u32);
+    let (mut ra, mut rc) = (1u32, 0u32);
+    let mut n = iters;
+    while n > 0 {
+        if n & 1 == 1 {
+            ra = a.wrapping_mul(ra);
+            rc = a.wrapping_mul(rc).wrapping_add(c);
+        }
+        c = a.wrapping_mul(c).wrapping_add(c);
+        a = a.wrapping_mul(a);
+        n >>= 1;
+    }
+    ra.wrapping_mul(i).wrapping_add(rc)
+}
+
+#[test]
+fn spin_cpu_is_the_lcg() {
+    for (i, n) in [(0u32, 0u32), (7, 1), (12345, 1000), (4095, 50_000)] {
+        let slow = (0..n).fold(i, |x, _| x.wrapping_mul(1664525).wrapping_add(1013904223));
+        assert_eq!(spin_cpu(i, n), slow, "{i} after {n}");
+    }
 }
 
 /// A kernel that runs long enough (tens of ms on lavapipe) to still run when the test acts.
@@ -580,24 +602,41 @@ fn a_pipeline_evicted_while_its_launch_runs_stays_until_it_completes(d: &Device)
     let n = 64usize;
     let g = d.alloc_buffer(4 * SPIN_N as usize + 64).unwrap();
     let h = d.alloc_buffer(4 * n).unwrap();
-    h.write(0, &vec![0; 4 * n]).unwrap();
-    s1.launch(&spin, [SPIN_N / 64, 1, 1], &[Binding::Device(&g, 20, 4 * SPIN_N as usize)], &push(&[SPIN_N, SPIN_ITERS])).unwrap();
-    let ev = s1.record().unwrap();
-    s1.flush().unwrap();
-    // The eviction happens here, when `other` is looked up (not when s2's work runs: on a
-    // driver with one queue it runs after the long kernel).
-    s2.launch(&other, [1, 1, 1], &[Binding::Device(&h, 0, 4 * n)], &push(&[n as u32])).unwrap();
-    s2.flush().unwrap();
-    assert!(!ev.is_done().unwrap(), "the long kernel finished before the eviction: make it longer");
+    // A GPU runs the spin kernel's SPIN_ITERS steps faster than the second launch builds its
+    // pipeline: run longer (x8 each time) until the kernel is still running at the eviction.
+    // llvmpipe ends loops after about 65535 iterations, so a CPU device gets one try (where
+    // SPIN_ITERS runs for tens of ms).
+    let mut iters = SPIN_ITERS;
+    let ev = loop {
+        h.write(0, &vec![0; 4 * n]).unwrap();
+        s1.launch(&spin, [SPIN_N / 64, 1, 1], &[Binding::Device(&g, 20, 4 * SPIN_N as usize)], &push(&[SPIN_N, iters])).unwrap();
+        let ev = s1.record().unwrap();
+        s1.flush().unwrap();
+        // The eviction happens here, when `other` is looked up (not when s2's work runs: on a
+        // driver with one queue it runs after the long kernel).
+        s2.launch(&other, [1, 1, 1], &[Binding::Device(&h, 0, 4 * n)], &push(&[n as u32])).unwrap();
+        s2.flush().unwrap();
+        if !ev.is_done().unwrap() {
+            break ev;
+        }
+        assert!(
+            d.info().device_type != vkhost::DeviceType::Cpu && iters < SPIN_ITERS * 4096,
+            "the long kernel ({iters} steps) finished before the eviction"
+        );
+        s1.synchronize().unwrap();
+        s2.synchronize().unwrap();
+        iters *= 8;
+    };
     assert_eq!(d.live_objects().pipelines, 2, "evicted from the cache, still owned by the running batch");
     s1.synchronize().unwrap();
     assert_eq!(d.live_objects().pipelines, 1, "destroyed once its batch was reaped");
     s2.synchronize().unwrap();
     let got = words_of(&g, 20, SPIN_N as usize);
     for (i, &w) in got.iter().enumerate() {
-        assert_eq!(w, spin_cpu(i as u32, SPIN_ITERS), "word {i}");
+        assert_eq!(w, spin_cpu(i as u32, iters), "word {i}");
     }
     assert!(words_of(&h, 0, n).iter().all(|&w| w == 5));
+    drop(ev);
     // Launched again, the evicted kernel gets a new pipeline (evicting the other one).
     s1.launch(&spin, [1, 1, 1], &[Binding::Device(&g, 20, 4 * 64)], &push(&[64, 10])).unwrap();
     s1.synchronize().unwrap();

@@ -773,6 +773,9 @@ unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer
     if s.lost.load(Ordering::Relaxed) {
         return Err(Error::DeviceLost);
     }
+    // A borrowed device without queues refuses vkhost's own copies, CPU stores included (they
+    // are the same operation to the caller).
+    l.compute_queue()?;
     if stores && dir == Dir::ToDevice && len <= s.options.bar_write_max {
         if let Some(map) = buf.res.obj.mapped().filter(|_| buf.res.obj.alive()) {
             // One CPU writer per buffer at a time (see `DeviceBuffer::stores`).

@@ -11,8 +11,11 @@ pub fn init_log() {
     let _ = env_logger::builder().is_test(true).try_init();
 }
 
+/// Validation on. BAR writes off: these tests count which path each copy took (direct and
+/// staged bytes); on a full-BAR GPU (the H200) `Auto` would turn their small writes into CPU
+/// stores. tests/bar.rs and `vkhost check` test the stores (`BarWrites::On`).
 pub fn opts() -> OpenOptions {
-    OpenOptions { validation: true, ..OpenOptions::default() }
+    OpenOptions { validation: true, bar_writes: vkhost::BarWrites::Off, ..OpenOptions::default() }
 }
 
 /// Opens the default device with validation, or explains why not.
