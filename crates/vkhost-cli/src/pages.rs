@@ -8,6 +8,11 @@ pub struct Pages {
     pub len: usize,
 }
 
+// SAFETY: a `Pages` owns its mapping exclusively, as a `Box<[u8]>` owns its heap block: moving
+// it to another thread moves that ownership, and its bytes are reached only through `&mut self`
+// (`slice`) or by the owner's raw pointer uses, whose own contracts hold on any thread.
+unsafe impl Send for Pages {}
+
 /// Read-write protection.
 pub const RW: i32 = libc::PROT_READ | libc::PROT_WRITE;
 

@@ -7,6 +7,7 @@
 use super::point::{measure, pattern};
 use super::{Args, DirKind, PathKind};
 use crate::devices::anyhow_free::Result;
+use crate::pages::Pages;
 use crate::stats::{gbps, parse_size, size_label};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -17,25 +18,35 @@ struct Side {
     dev: Device,
     buf: DeviceBuffer,
     pinned: Option<PinnedBuffer>,
+    /// The registered path's memory: page-aligned and touched before it is registered, as the
+    /// single-device sweep's (`paths::touched_pages`). A `vec![0; n]` registered untouched
+    /// had its pages faulted in by the driver's pinning, and the H200 then wrote it at 36-39
+    /// GB/s against 52 for touched pages (2026-12-01).
+    pages: Option<Pages>,
     plain: Vec<u8>,
-    /// Whether `plain` is registered on `dev` (the registered path), for the Side's life.
+    /// Whether `pages` is registered on `dev` (the registered path), for the Side's life.
     registered: bool,
 }
 
 impl Side {
     fn new(dev: &Device, path: PathKind, n: usize) -> Result<Side> {
         let buf = dev.alloc_buffer(n)?;
-        let (pinned, plain) = match path {
-            PathKind::Pinned => (Some(PinnedBuffer::new(dev, n)?), Vec::new()),
-            _ => (None, vec![0u8; n]),
+        let (pinned, pages, plain) = match path {
+            PathKind::Pinned => (Some(PinnedBuffer::new(dev, n)?), None, Vec::new()),
+            PathKind::Registered => (None, Some(super::paths::touched_pages(n, false)?), Vec::new()),
+            _ => {
+                let mut v = vec![0u8; n];
+                v.fill(1);
+                (None, None, v)
+            }
         };
-        let mut side = Side { dev: dev.clone(), buf, pinned, plain, registered: false };
-        if path == PathKind::Registered {
-            // SAFETY: `plain` is owned by the Side and never resized, so it stays mapped as long
-            // as the Side does; its Drop unregisters before freeing it, and a Side that never
-            // drops leaks the Vec with the registration, so the pages are never freed under it.
+        let mut side = Side { dev: dev.clone(), buf, pinned, pages, plain, registered: false };
+        if let Some(p) = &side.pages {
+            // SAFETY: the mapping is owned by the Side, so it stays mapped as long as the Side
+            // does; its Drop unregisters before the mapping goes, and a Side that never drops
+            // leaks the mapping with the registration, so the pages are never unmapped under it.
             // Only this Side's synchronous copies touch it.
-            unsafe { vkhost::host::register(dev, side.plain.as_mut_ptr(), n) }?;
+            unsafe { vkhost::host::register(dev, p.ptr, p.len) }?;
             side.registered = true;
         }
         Ok(side)
@@ -52,8 +63,11 @@ impl Side {
 
     /// Runs `f` with this side's host bytes: the pinned block, or the (registered or plain) Vec.
     fn with_host<T>(&mut self, f: impl FnOnce(&DeviceBuffer, &mut [u8]) -> Result<T>) -> Result<T> {
-        match self.pinned.as_mut() {
-            Some(p) => f(&self.buf, p),
+        if let Some(p) = self.pinned.as_mut() {
+            return f(&self.buf, p);
+        }
+        match self.pages.as_mut() {
+            Some(p) => f(&self.buf, p.slice()),
             None => f(&self.buf, &mut self.plain),
         }
     }
@@ -61,8 +75,8 @@ impl Side {
 
 impl Drop for Side {
     fn drop(&mut self) {
-        if self.registered {
-            if let Err(e) = vkhost::host::unregister(&self.dev, self.plain.as_mut_ptr()) {
+        if let (true, Some(p)) = (self.registered, &self.pages) {
+            if let Err(e) = vkhost::host::unregister(&self.dev, p.ptr) {
                 eprintln!("bench --devices: unregister failed: {e}");
             }
         }
