@@ -42,7 +42,8 @@ fn main() -> vkhost::Result<()> {
             &mut pinned[..]
         }
         "registered" => {
-            plain = vec![1u8; n];
+            // PLAIN_UNTOUCHED=1: a zeroed Vec whose pages nothing touched before registering.
+            plain = if std::env::var("PLAIN_UNTOUCHED").as_deref() == Ok("1") { vec![0u8; n] } else { vec![1u8; n] };
             reg = dev.register(&mut plain)?;
             &mut reg[..]
         }
