@@ -1,6 +1,6 @@
 # vkhost: the two commands are `make run` (the main job: `vkhost bench` on the default device)
 # and `make test` (fmt, clippy, the whole test suite with the validation layer on, the
-# fault-injection sweep, `vkhost check --all`, valgrind over the device tests (the quick set; `make memcheck` runs all).
+# fault-injection sweep, `vkhost check --all`, valgrind over the soundness tests (`make memcheck` runs every device test).
 # Both first run scripts/setup, which installs a Vulkan loader, lavapipe and the validation
 # layer where they are missing, and changes nothing where Vulkan already works.
 
@@ -43,7 +43,7 @@ clippy:
 # in 1.4.304; docs/RELIABILITY.md), which parallel tests, each opening its own device, hit. Then the wgpu
 # interop example (crates/vkhost-wgpu: a WGSL shader over two registered Vec<f32>s, checked, with
 # validation; `cargo test` already built it), the self-test, the fault-injection sweep, valgrind over
-# the device tests (quick set), the C ABI and Python package, and the crate checks (rustdoc, package).
+# the soundness tests, the C ABI and Python package, and the crate checks (rustdoc, package).
 test: export VK_LAYER_ENABLES = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
 test: setup fmt clippy
 	$(CARGO) test --workspace --release -- --test-threads=1
@@ -51,14 +51,14 @@ test: setup fmt clippy
 	$(CARGO) build --release
 	./target/release/vkhost check --all
 	$(CARGO) test -p vkhost --release --features fault-injection --test fault -- --test-threads=1
-	bash scripts/memcheck quick
+	bash scripts/memcheck ci
 	bash scripts/capi-test
 	bash scripts/crate-check
 
 # Every device test binary under valgrind memcheck (0 errors, 0 definite leaks); about 4 minutes
-# on 2 cores. `make test` (and CI) runs `bash scripts/memcheck quick`, the subset without the
-# large copies, stress, multi and model tests, to stay inside its 20-minute budget with the
-# wgpu crate's build.
+# on 2 cores. `make test` (and CI) runs `bash scripts/memcheck ci` (the soundness and fork
+# tests under valgrind, about a minute) to stay inside its 20-minute budget with the wgpu
+# crate's build; `bash scripts/memcheck quick` is the middle set.
 memcheck: setup
 	bash scripts/memcheck full
 
