@@ -16,9 +16,6 @@ use ash::vk;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::Instant;
-
-const WAIT_TIMEOUT_NS: u64 = 120_000_000_000;
 
 /// A submitted batch: it owns what it names until it is reaped.
 pub(super) struct Done {
@@ -244,26 +241,12 @@ impl StreamInner {
 
     /// Waits until `value` completed (value ≤ submitted).
     pub(super) fn wait_sem(&self, l: &Live, value: u64) -> Result<()> {
-        let sem = self.sem;
         if self.completed.load(Ordering::Relaxed) >= value {
             return Ok(());
         }
         let s = &*self.shared;
-        fault::check(Point::WaitSemaphores).map_err(|c| s.fail("vkWaitSemaphores", c))?;
         // Poll as a 20 MB transfer would (2 ms on GPUs, 200 us on CPU drivers), then sleep.
-        let spin = crate::device::submit::spin_for(s, 20 << 20);
-        let t = Instant::now();
-        while t.elapsed() < spin {
-            if self.completed_value(l)? >= value {
-                return Ok(());
-            }
-            std::hint::spin_loop();
-        }
-        let sems = [sem];
-        let vals = [value];
-        let wi = vk::SemaphoreWaitInfo::default().semaphores(&sems).values(&vals);
-        // SAFETY: valid wait info on a live semaphore whose value will be signalled (submitted).
-        unsafe { l.device.wait_semaphores(&wi, WAIT_TIMEOUT_NS) }.map_err(|c| s.fail("vkWaitSemaphores", c))?;
+        crate::device::submit::wait_timeline(s, l, self.sem, value, crate::device::submit::spin_for(s, 20 << 20))?;
         self.completed.fetch_max(value, Ordering::Relaxed);
         Ok(())
     }
