@@ -14,11 +14,7 @@ fn git(args: &[&str]) -> Option<String> {
 fn main() {
     let commit = git(&["rev-parse", "HEAD"]).map(|c| {
         let dirty = Command::new("git").args(["diff", "--quiet", "HEAD", "--"]).status().map(|s| s.code() == Some(1)).unwrap_or(false);
-        if dirty {
-            format!("{c}-dirty")
-        } else {
-            c
-        }
+        if dirty { format!("{c}-dirty") } else { c }
     });
     println!("cargo:rustc-env=VKHOST_GIT_COMMIT={}", commit.as_deref().unwrap_or("unknown"));
     // Rebuild when HEAD moves: HEAD itself (a worktree has its own) and the branch it names.

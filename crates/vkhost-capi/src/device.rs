@@ -1,10 +1,10 @@
 //! Devices: enumeration, opening (by index, by default, over a caller's Vulkan handles),
 //! destroy (tombstones) and release (the handle), facts, validation counts.
 
-use crate::{arg, ffi, out, vkhost_status, Fail, Res};
+use crate::{Fail, Res, arg, ffi, out, vkhost_status};
 use std::ffi::{c_char, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use vkhost::ash::vk::{self, Handle};
 use vkhost::{Device, DeviceInfo, DeviceType, ImportPolicy, OpenOptions, Ownership, QueueKind, RawDevice};
 
@@ -233,7 +233,7 @@ fn hand_out(dev: Device, o: crate::Out<*mut vkhost_device>) {
 ///
 /// # Safety
 /// `count` must be NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_count(count: *mut usize) -> vkhost_status {
     ffi(|| {
         let o = out(count, "count")?;
@@ -248,7 +248,7 @@ pub unsafe extern "C" fn vkhost_device_count(count: *mut usize) -> vkhost_status
 ///
 /// # Safety
 /// `info` must be NULL or valid for a write of `vkhost_device_info`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_enumerate(index: usize, info: *mut vkhost_device_info) -> vkhost_status {
     ffi(|| {
         let o = out(info, "info")?;
@@ -265,7 +265,7 @@ pub unsafe extern "C" fn vkhost_device_enumerate(index: usize, info: *mut vkhost
 ///
 /// # Safety
 /// `options` must be NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_open_options_default(options: *mut vkhost_open_options) -> vkhost_status {
     ffi(|| {
         let o = out(options, "options")?;
@@ -279,7 +279,7 @@ pub unsafe extern "C" fn vkhost_open_options_default(options: *mut vkhost_open_o
 ///
 /// # Safety
 /// `device` must be NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_open(index: usize, device: *mut *mut vkhost_device) -> vkhost_status {
     ffi(|| {
         let o = out(device, "device")?;
@@ -293,7 +293,7 @@ pub unsafe extern "C" fn vkhost_device_open(index: usize, device: *mut *mut vkho
 ///
 /// # Safety
 /// `device` must be NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_open_default(device: *mut *mut vkhost_device) -> vkhost_status {
     ffi(|| {
         let o = out(device, "device")?;
@@ -314,7 +314,7 @@ pub const VKHOST_DEFAULT_DEVICE: usize = usize::MAX;
 /// # Safety
 /// `options` must be NULL or point to a `vkhost_open_options`; `device` NULL or valid for a
 /// write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_open_with(
     index: usize,
     options: *const vkhost_open_options,
@@ -339,7 +339,7 @@ pub unsafe extern "C" fn vkhost_device_open_with(
 /// `raw` must point to a `vkhost_raw_device` whose handles are valid and stay valid until
 /// vkhost's destroy returns; the caller must not submit to the named queues while vkhost may.
 /// `options` NULL or valid; `device` NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_from_vulkan(
     raw: *const vkhost_raw_device,
     owned: u32,
@@ -406,7 +406,7 @@ pub unsafe extern "C" fn vkhost_device_from_vulkan(
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `raw` NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_raw(device: *const vkhost_device, raw: *mut vkhost_raw_device) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -438,7 +438,7 @@ pub unsafe extern "C" fn vkhost_device_raw(device: *const vkhost_device, raw: *m
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `info` NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_get_info(device: *const vkhost_device, info: *mut vkhost_device_info) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -456,7 +456,7 @@ pub unsafe extern "C" fn vkhost_device_get_info(device: *const vkhost_device, in
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `granule` NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_registration(device: *const vkhost_device, granule: *mut usize) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -480,7 +480,7 @@ pub unsafe extern "C" fn vkhost_device_registration(device: *const vkhost_device
 ///
 /// # Safety
 /// `device` must be NULL or a live handle.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_destroy(device: *const vkhost_device) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -496,7 +496,7 @@ pub unsafe extern "C" fn vkhost_device_destroy(device: *const vkhost_device) -> 
 ///
 /// # Safety
 /// `device` must be NULL or a live handle not used by another thread; it is dangling after.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_release(device: *mut vkhost_device) -> vkhost_status {
     ffi(|| {
         if device.is_null() {
@@ -519,7 +519,7 @@ pub unsafe extern "C" fn vkhost_device_release(device: *mut vkhost_device) -> vk
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `destroyed` NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_is_destroyed(device: *const vkhost_device, destroyed: *mut bool) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -536,7 +536,7 @@ pub unsafe extern "C" fn vkhost_device_is_destroyed(device: *const vkhost_device
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `errors` NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_validation_errors(device: *const vkhost_device, errors: *mut u64) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -551,7 +551,7 @@ pub unsafe extern "C" fn vkhost_device_validation_errors(device: *const vkhost_d
 /// Validation-layer errors reported so far by every device opened through this ABI, released
 /// or not (a released device's count is taken at its release). For tests: with validation on,
 /// a clean run ends with 0.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn vkhost_validation_errors() -> u64 {
     let mut n = 0;
     let _ = ffi(|| {

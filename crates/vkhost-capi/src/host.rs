@@ -1,10 +1,10 @@
 //! The seed's host-memory calls (pinned blocks, registrations, find, synchronous copies,
 //! stats) and device buffers.
 
-use crate::{arg, ffi, out, vkhost_device, vkhost_status, Fail};
+use crate::{Fail, arg, ffi, out, vkhost_device, vkhost_status};
 use std::ffi::c_void;
 use vkhost::ash::vk::Handle;
-use vkhost::{host, CopyPath, DeviceBuffer, HostStats};
+use vkhost::{CopyPath, DeviceBuffer, HostStats, host};
 
 /// A device-local buffer (opaque): `vkhost_buffer_alloc`, freed by `vkhost_buffer_free`.
 pub struct vkhost_buffer {
@@ -68,7 +68,7 @@ impl From<HostStats> for vkhost_host_stats {
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `ptr` NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_alloc_pinned(device: *const vkhost_device, len: usize, ptr: *mut *mut c_void) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -88,7 +88,7 @@ pub unsafe extern "C" fn vkhost_alloc_pinned(device: *const vkhost_device, len: 
 ///
 /// # Safety
 /// `device` must be NULL or a live handle. `ptr` is only compared, never dereferenced.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_free_pinned(device: *const vkhost_device, ptr: *mut c_void) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -109,7 +109,7 @@ pub unsafe extern "C" fn vkhost_free_pinned(device: *const vkhost_device, ptr: *
 /// `device` must be NULL or a live handle. Until `vkhost_unregister` returns (or the device is
 /// destroyed), the pages covering the rounded range must stay mapped and writable, and must not
 /// be freed or remapped: the device may read or write them whenever a copy names them.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_register(device: *const vkhost_device, ptr: *mut c_void, len: usize) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -126,7 +126,7 @@ pub unsafe extern "C" fn vkhost_register(device: *const vkhost_device, ptr: *mut
 ///
 /// # Safety
 /// `device` must be NULL or a live handle. `ptr` is only compared, never dereferenced.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_unregister(device: *const vkhost_device, ptr: *mut c_void) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -143,7 +143,7 @@ pub unsafe extern "C" fn vkhost_unregister(device: *const vkhost_device, ptr: *m
 /// # Safety
 /// `device` must be NULL or a live handle; `buffer` and `offset` NULL or valid for writes.
 /// `ptr` is only compared.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_find(
     device: *const vkhost_device,
     ptr: *const c_void,
@@ -182,7 +182,7 @@ fn same_device(d: &vkhost_device, b: &vkhost_buffer) -> Result<(), Fail> {
 /// # Safety
 /// `device`, `dst` must be NULL or live handles; `src` readable for `len` bytes during the call;
 /// `path` NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_copy_to_device(
     device: *const vkhost_device,
     src: *const c_void,
@@ -211,7 +211,7 @@ pub unsafe extern "C" fn vkhost_copy_to_device(
 /// # Safety
 /// `device`, `src` must be NULL or live handles; `dst` writable for `len` bytes and not
 /// otherwise accessed during the call; `path` NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_copy_to_host(
     device: *const vkhost_device,
     src: *const vkhost_buffer,
@@ -238,7 +238,7 @@ pub unsafe extern "C" fn vkhost_copy_to_host(
 ///
 /// # Safety
 /// `stats` must be NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stats(stats: *mut vkhost_host_stats) -> vkhost_status {
     ffi(|| {
         let o = out(stats, "stats")?;
@@ -252,7 +252,7 @@ pub unsafe extern "C" fn vkhost_stats(stats: *mut vkhost_host_stats) -> vkhost_s
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `stats` NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_stats(device: *const vkhost_device, stats: *mut vkhost_host_stats) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -269,7 +269,7 @@ pub unsafe extern "C" fn vkhost_device_stats(device: *const vkhost_device, stats
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `buffer` NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_buffer_alloc(device: *const vkhost_device, len: usize, buffer: *mut *mut vkhost_buffer) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -287,7 +287,7 @@ pub unsafe extern "C" fn vkhost_buffer_alloc(device: *const vkhost_device, len: 
 ///
 /// # Safety
 /// `buffer` must be NULL or a live handle not used by another thread; it is dangling after.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_buffer_free(buffer: *mut vkhost_buffer) -> vkhost_status {
     ffi(|| {
         if buffer.is_null() {
@@ -303,7 +303,7 @@ pub unsafe extern "C" fn vkhost_buffer_free(buffer: *mut vkhost_buffer) -> vkhos
 ///
 /// # Safety
 /// `buffer` must be NULL or a live handle; `len` NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_buffer_len(buffer: *const vkhost_buffer, len: *mut usize) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -320,7 +320,7 @@ pub unsafe extern "C" fn vkhost_buffer_len(buffer: *const vkhost_buffer, len: *m
 ///
 /// # Safety
 /// `buffer` must be NULL or a live handle; `vk_buffer` NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_buffer_handle(buffer: *const vkhost_buffer, vk_buffer: *mut u64) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.

@@ -40,8 +40,8 @@ pub use host::*;
 pub use stream::*;
 
 use std::cell::RefCell;
-use std::ffi::{c_char, CString};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ffi::{CString, c_char};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use vkhost::Error;
 
 /// The result of every vkhost call. One code per kind of `vkhost::Error`, plus the ABI's own.
@@ -216,11 +216,7 @@ pub(crate) unsafe fn arg<'a, T>(p: *const T, what: &'static str) -> Res<&'a T> {
 
 /// An out-pointer argument, checked before any work so a NULL leaves no partial state.
 pub(crate) fn out<T>(p: *mut T, what: &'static str) -> Res<Out<T>> {
-    if p.is_null() {
-        Err(Fail::Null(what))
-    } else {
-        Ok(Out(p))
-    }
+    if p.is_null() { Err(Fail::Null(what)) } else { Ok(Out(p)) }
 }
 
 /// A checked, non-NULL out-pointer.
@@ -241,7 +237,7 @@ impl<T> Out<T> {
 /// The message of the last vkhost call made on the calling thread: why it failed, or `""` after
 /// a success. Never NULL. The string belongs to vkhost and stays valid until the next vkhost call
 /// on the same thread (calls to this function and `vkhost_status_name` do not count).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn vkhost_last_error_message() -> *const c_char {
     // Never unwinds: the slot is only borrowed mutably inside `set_last`, which does not call
     // out; if the thread is being torn down the static empty string is returned.
@@ -250,7 +246,7 @@ pub extern "C" fn vkhost_last_error_message() -> *const c_char {
 
 /// The name of a status code as a static string (`"VKHOST_NOT_REGISTERED"`), or
 /// `"VKHOST_UNKNOWN_STATUS"` for a value that is not a `vkhost_status`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn vkhost_status_name(status: i32) -> *const c_char {
     vkhost_status::ALL.iter().find(|s| **s as i32 == status).map_or(c"VKHOST_UNKNOWN_STATUS".as_ptr(), |s| s.name().as_ptr())
 }

@@ -1,7 +1,7 @@
 //! Streams (ordered async work on one queue) and events (points in a stream's work).
 
 use crate::device::queue_kind;
-use crate::{arg, ffi, out, vkhost_buffer, vkhost_device, vkhost_status, Fail};
+use crate::{Fail, arg, ffi, out, vkhost_buffer, vkhost_device, vkhost_status};
 use std::ffi::c_void;
 use vkhost::{Event, Stream};
 
@@ -20,7 +20,7 @@ pub struct vkhost_event {
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `stream` NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_create(
     device: *const vkhost_device,
     queue_kind: u32,
@@ -43,7 +43,7 @@ pub unsafe extern "C" fn vkhost_stream_create(
 ///
 /// # Safety
 /// `stream` must be NULL or a live handle not used by another thread; it is dangling after.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_destroy(stream: *mut vkhost_stream) -> vkhost_status {
     ffi(|| {
         if stream.is_null() {
@@ -63,7 +63,7 @@ pub unsafe extern "C" fn vkhost_stream_destroy(stream: *mut vkhost_stream) -> vk
 /// `stream`, `dst` must be NULL or live handles; `src` readable for `len` bytes during the call.
 /// Where a registration or pinned block covers `src`, those bytes must stay valid and unchanged
 /// until the copy is done (`vkhost_stream_synchronize`, or an event recorded after it).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_copy_to_device_async(
     stream: *const vkhost_stream,
     src: *const c_void,
@@ -87,7 +87,7 @@ pub unsafe extern "C" fn vkhost_stream_copy_to_device_async(
 /// # Safety
 /// `stream`, `src` must be NULL or live handles; `dst` must stay valid, writable and otherwise
 /// untouched for `len` bytes until then.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_copy_to_host_async(
     stream: *const vkhost_stream,
     src: *const vkhost_buffer,
@@ -109,7 +109,7 @@ pub unsafe extern "C" fn vkhost_stream_copy_to_host_async(
 ///
 /// # Safety
 /// `stream`, `src`, `dst` must be NULL or live handles.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_copy_buffer_async(
     stream: *const vkhost_stream,
     src: *const vkhost_buffer,
@@ -131,7 +131,7 @@ pub unsafe extern "C" fn vkhost_stream_copy_buffer_async(
 ///
 /// # Safety
 /// `stream`, `dst` must be NULL or live handles.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_fill_async(
     stream: *const vkhost_stream,
     dst: *const vkhost_buffer,
@@ -151,7 +151,7 @@ pub unsafe extern "C" fn vkhost_stream_fill_async(
 ///
 /// # Safety
 /// `stream` must be NULL or a live handle.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_flush(stream: *const vkhost_stream) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -164,7 +164,7 @@ pub unsafe extern "C" fn vkhost_stream_flush(stream: *const vkhost_stream) -> vk
 ///
 /// # Safety
 /// `stream` must be NULL or a live handle; `event` NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_record(stream: *const vkhost_stream, event: *mut *mut vkhost_event) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -182,7 +182,7 @@ pub unsafe extern "C" fn vkhost_stream_record(stream: *const vkhost_stream, even
 ///
 /// # Safety
 /// `stream`, `event` must be NULL or live handles.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_wait_event(stream: *const vkhost_stream, event: *const vkhost_event) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -196,7 +196,7 @@ pub unsafe extern "C" fn vkhost_stream_wait_event(stream: *const vkhost_stream, 
 ///
 /// # Safety
 /// `stream` must be NULL or a live handle.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_synchronize(stream: *const vkhost_stream) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -210,7 +210,7 @@ pub unsafe extern "C" fn vkhost_stream_synchronize(stream: *const vkhost_stream)
 ///
 /// # Safety
 /// `event` must be NULL or a live handle.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_event_wait(event: *const vkhost_event) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -223,7 +223,7 @@ pub unsafe extern "C" fn vkhost_event_wait(event: *const vkhost_event) -> vkhost
 ///
 /// # Safety
 /// `event` must be NULL or a live handle; `done` NULL or valid for a write.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_event_query(event: *const vkhost_event, done: *mut bool) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
@@ -240,7 +240,7 @@ pub unsafe extern "C" fn vkhost_event_query(event: *const vkhost_event, done: *m
 ///
 /// # Safety
 /// `event` must be NULL or a live handle not used by another thread; it is dangling after.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_event_release(event: *mut vkhost_event) -> vkhost_status {
     ffi(|| {
         if event.is_null() {

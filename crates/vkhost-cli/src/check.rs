@@ -15,7 +15,7 @@ use crate::devices::anyhow_free::Result;
 use crate::pages::{Pages, RW};
 use std::process::ExitCode;
 use vkhost::host::{self, entries_of};
-use vkhost::kernel::{checksum_cpu, Binding, DescriptorMode};
+use vkhost::kernel::{Binding, DescriptorMode, checksum_cpu};
 use vkhost::{CopyPath, Device, DeviceBuffer, Error, OpenOptions, PinnedBuffer, QueueKind, Stream};
 
 #[derive(clap::Args)]

@@ -140,7 +140,7 @@ pub fn run(plan: &Plan, notes: &mut Vec<String>) -> Vec<Point> {
 
 #[cfg(feature = "cuda")]
 pub fn run(plan: &Plan, notes: &mut Vec<String>) -> Vec<Point> {
-    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::panic::{AssertUnwindSafe, catch_unwind};
     if plan.is_empty() {
         notes.push("CUDA baseline: none of the selected testcases has a CUDA counterpart".into());
         return Vec::new();
@@ -315,7 +315,7 @@ mod sm {
     use crate::bench::{interrupted, measure, pattern, point};
     use crate::devices::anyhow_free::Result;
     use crate::stats::size_label;
-    use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+    use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DevicePtr, LaunchConfig, PushKernelArg, result, sys};
     use cudarc::nvrtc::Ptx;
     use serde_json::json;
     use std::ffi::c_void;
@@ -407,11 +407,7 @@ mod sm {
         }
         let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
         let text = String::from_utf8_lossy(&log[..end]).trim().replace('\n', "; ");
-        if text.is_empty() {
-            String::new()
-        } else {
-            format!("; JIT log: {text}")
-        }
+        if text.is_empty() { String::new() } else { format!("; JIT log: {text}") }
     }
 
     /// One launch of the copy kernel: `n` bytes from device address `src` to `dst`.

@@ -1,8 +1,8 @@
 //! `vkhost devices`: each device's facts, and what vkhost would do on it.
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::process::ExitCode;
-use vkhost::{fmt_bytes, Device, DeviceInfo, OpenOptions};
+use vkhost::{Device, DeviceInfo, OpenOptions, fmt_bytes};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -13,11 +13,7 @@ pub struct Args {
 
 pub fn flags<T: std::fmt::Debug>(f: T) -> String {
     let s = format!("{f:?}").replace(" | ", "|");
-    if s.is_empty() || s == "(empty)" || s == "0x0" {
-        "none".into()
-    } else {
-        s
-    }
+    if s.is_empty() || s == "(empty)" || s == "0x0" { "none".into() } else { s }
 }
 
 /// What opening the device tells beyond its facts.

@@ -10,8 +10,8 @@
 //! both formats' layout (plotters' ab_glyph measures text with it): `VKHOST_PLOT_FONT`, the
 //! first of `FONTS` that exists, or what `fc-match sans-serif` names.
 
-use crate::bench::meta::{link_gbps, Link};
 use crate::bench::Point;
+use crate::bench::meta::{Link, link_gbps};
 use crate::devices::anyhow_free::Result;
 use crate::stats::size_label;
 use plotters::coord::Shift;
@@ -137,11 +137,7 @@ where
         .y_desc(y_desc)
         .x_label_formatter(&|x| {
             let r = x.round();
-            if (x - r).abs() < 1e-6 && r >= 0.0 && (r as i64) % 2 == 0 {
-                size_label(1u64 << (r as u32).min(62))
-            } else {
-                String::new()
-            }
+            if (x - r).abs() < 1e-6 && r >= 0.0 && (r as i64) % 2 == 0 { size_label(1u64 << (r as u32).min(62)) } else { String::new() }
         })
         .draw()?;
     if let Some((y, label)) = link {

@@ -44,11 +44,7 @@ pub fn summarize(samples: &[f64]) -> Option<Summary> {
 
 /// GB/s (1e9 bytes per second) for `bytes` moved in `secs`.
 pub fn gbps(bytes: u64, secs: f64) -> f64 {
-    if secs > 0.0 {
-        bytes as f64 / secs / 1e9
-    } else {
-        f64::INFINITY
-    }
+    if secs > 0.0 { bytes as f64 / secs / 1e9 } else { f64::INFINITY }
 }
 
 /// "4K" → 4096, "1M", "1G", "512" → bytes (binary units; "4KiB" and "4KB" too).

@@ -12,7 +12,7 @@
 
 use std::process::ExitCode;
 use std::time::Instant;
-use vkhost_wgpu::{wgpu, Interop, Options};
+use vkhost_wgpu::{Interop, Options, wgpu};
 
 const SHADER: &str = "
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -141,8 +141,8 @@ fn run(validation: bool) -> Result<(), Box<dyn std::error::Error>> {
 /// Counts the validation layer's errors, which wgpu-hal logs at `Error` level (target
 /// `wgpu_hal::vulkan::instance`), and prints warnings and errors.
 mod validation {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
     static ERRORS: AtomicU64 = AtomicU64::new(0);
     static LAST: Mutex<Option<String>> = Mutex::new(None);

@@ -20,7 +20,7 @@
 //! outlives the [`Interop`]; the wgpu device outlives nothing of vkhost's that it needs.
 
 use crate::{Error, Result};
-use std::ffi::{c_char, CStr};
+use std::ffi::{CStr, c_char};
 use vkhost::ash::{self, vk};
 use wgpu::hal::api::Vulkan;
 

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 
 use vkhost_wgpu::vkhost::{self, PinnedBuffer};
-use vkhost_wgpu::{wgpu, Error, Interop, Options};
+use vkhost_wgpu::{Error, Interop, Options, wgpu};
 
 const SHADER: &str = "
 @group(0) @binding(0) var<storage, read> src: array<f32>;

@@ -10,7 +10,7 @@
 //! a submitted copy (`host::copy_to_device`) at 4 KiB to 1 MiB.
 
 use std::time::Instant;
-use vkhost::{host, Device, PinnedBuffer};
+use vkhost::{Device, PinnedBuffer, host};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);

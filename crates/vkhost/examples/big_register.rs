@@ -11,7 +11,7 @@
 //! copy goes through one device buffer of 1 GiB.
 
 use std::time::Instant;
-use vkhost::{host, Device};
+use vkhost::{Device, host};
 
 fn main() -> vkhost::Result<()> {
     let gib: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(8);

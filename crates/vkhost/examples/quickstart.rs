@@ -1,6 +1,6 @@
 //! The README's library example, compiled (and run by `cargo run --example quickstart`).
 
-use vkhost::{host, Device, PinnedBuffer};
+use vkhost::{Device, PinnedBuffer, host};
 
 fn main() -> vkhost::Result<()> {
     let dev = Device::open_default()?; // discrete > integrated > virtual > cpu
@@ -26,7 +26,7 @@ fn main() -> vkhost::Result<()> {
     // Async: copies overlap with the host; the guard waits on drop.
     let stream = dev.stream()?; // on a copy engine
     let up = stream.upload(&pinned, &gpu, 0)?; // enqueued, returns at once
-                                               // ... other host work ...
+    // ... other host work ...
     up.wait()?;
     let done = stream.record()?; // an event; other streams can wait_event on it
     done.wait()?;

@@ -124,14 +124,14 @@ mod sync_prims {
 pub use ash;
 pub use ash::vk;
 pub use buffer::DeviceBuffer;
-pub use device::info::{fmt_bytes, ApiVersion, DeviceInfo, DeviceType, MemoryHeap, MemoryType, QueueFamily};
+pub use device::info::{ApiVersion, DeviceInfo, DeviceType, MemoryHeap, MemoryType, QueueFamily, fmt_bytes};
 pub use device::queues::{CopyQueues, QueueFigures};
 pub use device::{
-    devices, BarWrites, BorrowedDevice, Device, DeviceHold, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership,
-    QueueKind, RawDevice,
+    BarWrites, BorrowedDevice, Device, DeviceHold, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership, QueueKind,
+    RawDevice, devices,
 };
 pub use error::{Error, Result};
-pub use host::range::{broadcast, gather, HostRange};
+pub use host::range::{HostRange, broadcast, gather};
 pub use host::safe::{PinnedBuffer, RawMemory, Registration};
 pub use host::{CopyPath, HostStats};
 pub use kernel::{Binding, Kernel, Param};

@@ -4,7 +4,7 @@
 
 mod common;
 use common::*;
-use vkhost::{host, BarWrites, CopyPath, OpenOptions};
+use vkhost::{BarWrites, CopyPath, OpenOptions, host};
 
 fn bar_on() -> OpenOptions {
     OpenOptions { bar_writes: BarWrites::On, ..opts() }

@@ -9,9 +9,9 @@
 mod common;
 use common::*;
 
-use std::ffi::{c_void, CStr};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::ffi::{CStr, c_void};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use vkhost::ash::{self, vk};
 use vkhost::host::{self, Direction};
@@ -710,7 +710,7 @@ fn interop_accessors_hold_and_owners() {
 /// VK_LAYER_ENABLES asks for it). Before: launches on a `from_raw` device were `Unsupported`.
 #[test]
 fn from_raw_without_push_descriptors_launches_with_descriptor_sets() {
-    use vkhost::kernel::{checksum_cpu, Binding, DescriptorMode};
+    use vkhost::kernel::{Binding, DescriptorMode, checksum_cpu};
     let Some(c) = Caller::new() else { return };
     let raw = vkhost::RawDevice {
         entry: c.entry.clone(),

@@ -9,9 +9,9 @@
 
 mod common;
 use common::*;
-use vkhost::fault::{disarm, inject, Point};
+use vkhost::fault::{Point, disarm, inject};
 use vkhost::host::{self, entries_of};
-use vkhost::{vk, Device, Error, OpenOptions, PinnedBuffer};
+use vkhost::{Device, Error, OpenOptions, PinnedBuffer, vk};
 
 const CODES: [(vk::Result, Error); 3] = [
     (vk::Result::ERROR_OUT_OF_HOST_MEMORY, Error::OutOfHostMemory),

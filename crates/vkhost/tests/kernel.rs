@@ -8,8 +8,8 @@
 
 mod common;
 use common::*;
-use vkhost::kernel::{checksum_cpu, Binding, DescriptorMode, Kernel, Param};
-use vkhost::{host, Device, DeviceBuffer, Error, OpenOptions, PinnedBuffer, QueueKind, Registration, Stream};
+use vkhost::kernel::{Binding, DescriptorMode, Kernel, Param, checksum_cpu};
+use vkhost::{Device, DeviceBuffer, Error, OpenOptions, PinnedBuffer, QueueKind, Registration, Stream, host};
 
 /// A device whose launches use `mode`, with `max_pipelines` cached pipelines.
 fn device_in(mode: DescriptorMode, max_pipelines: usize) -> Checked {
@@ -27,7 +27,7 @@ fn device_in(mode: DescriptorMode, max_pipelines: usize) -> Checked {
 /// Runs each body as a test in both descriptor modes (`push::name`, `sets::name`), on a device
 /// that caches `max_pipelines` pipelines.
 macro_rules! both_modes {
-    ($($name:ident: $max_pipelines:expr),* $(,)?) => {
+    ($($name:ident: $max_pipelines:expr_2021),* $(,)?) => {
         mod push {
             $(#[test]
             fn $name() {

@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use vkhost::host::{self, device_stats};
-use vkhost::{broadcast, gather, Device, Error, HostRange, OpenOptions, PinnedBuffer};
+use vkhost::{Device, Error, HostRange, OpenOptions, PinnedBuffer, broadcast, gather};
 
 const PIECE: usize = 64 << 10;
 

@@ -158,7 +158,7 @@ fn neighbours_share_a_page() {
     let mut m = Pages::new(3 * 4096);
     let a = m.ptr as usize + 4096 - 100; // straddles pages 0-1
     let b = m.ptr as usize + 4096 + 50; // on page 1, next to a
-                                        // SAFETY: the mapping outlives both registrations.
+    // SAFETY: the mapping outlives both registrations.
     unsafe {
         host::register(&d, a, 150).unwrap();
         host::register(&d, b, 4000).unwrap();

@@ -7,11 +7,11 @@
 
 mod common;
 use common::*;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use vkhost::host::{self, device_stats, entries_of};
 use vkhost::Error;
+use vkhost::host::{self, device_stats, entries_of};
 
 const THREADS: usize = 16;
 const OPS_PER_THREAD: usize = 400;

@@ -1,10 +1,10 @@
 //! The `bar` path: memcpy into and out of mapped DEVICE_LOCAL|HOST_VISIBLE memory (the BAR
 //! window, or UMA memory), with reads capped by `--bar-read-cap`.
 
-use super::{flush_cache, measure_with, point, point::pattern, Ctx, DirKind};
+use super::{Ctx, DirKind, flush_cache, measure_with, point, point::pattern};
 use crate::devices::anyhow_free::Result;
 use crate::stats::size_label;
-use vkhost::{vk, Device};
+use vkhost::{Device, vk};
 
 /// A buffer in the BAR window (or UMA memory), mapped, through the interop handles.
 struct Bar {

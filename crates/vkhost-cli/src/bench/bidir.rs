@@ -2,8 +2,8 @@
 
 use super::Ctx;
 use crate::devices::anyhow_free::Result;
-use crate::stats::{summarize, Summary};
-use serde_json::{json, Value};
+use crate::stats::{Summary, summarize};
+use serde_json::{Value, json};
 use std::time::Instant;
 use vkhost::DeviceBuffer;
 

@@ -2,9 +2,9 @@
 //! and 10 000 live registrations.
 
 use super::paths::touched_pages;
-use super::{point, Ctx};
+use super::{Ctx, point};
 use crate::devices::anyhow_free::Result;
-use crate::stats::{size_label, summarize, Summary};
+use crate::stats::{Summary, size_label, summarize};
 use std::time::Instant;
 use vkhost::host;
 

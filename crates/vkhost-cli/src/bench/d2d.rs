@@ -5,7 +5,7 @@
 //! Bytes counted: `size`, as nvbandwidth counts a device-local copy. The device reads `size`
 //! bytes and writes `size` bytes, so its memory traffic is twice the figure.
 
-use super::{measure, point, point::pattern, Ctx, DirKind, PathKind};
+use super::{Ctx, DirKind, PathKind, measure, point, point::pattern};
 use crate::devices::anyhow_free::Result;
 use crate::stats::size_label;
 use vkhost::DeviceBuffer;

@@ -5,7 +5,7 @@
 //! latency is the `host_to_device_ce` testcase at the same sizes.
 
 use super::testcase::LATENCY_SIZES;
-use super::{measure, point, point::pattern, Ctx, DirKind};
+use super::{Ctx, DirKind, measure, point, point::pattern};
 use crate::devices::anyhow_free::Result;
 use crate::stats::size_label;
 use vkhost::PinnedBuffer;

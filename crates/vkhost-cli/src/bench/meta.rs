@@ -9,9 +9,9 @@
 //! theoretical rate uses the link's capability, the lower of the device's and its upstream
 //! port's `max_link_speed`/`max_link_width`, and the `current_*` values are recorded beside it.
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::path::Path;
-use vkhost::{ash, vk, Device};
+use vkhost::{Device, ash, vk};
 
 /// Bumped on any change a reader of the JSON must know about. 1 was the bare array of points.
 pub const SCHEMA_VERSION: u32 = 2;

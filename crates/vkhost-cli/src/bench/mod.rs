@@ -50,7 +50,7 @@ mod sm;
 mod small_async;
 pub mod testcase;
 
-pub use point::{measure, measure_with, point, Point};
+pub use point::{Point, measure, measure_with, point};
 // The CUDA baseline checks its SM copy with the same pattern.
 #[cfg(feature = "cuda")]
 pub use point::pattern;
@@ -61,7 +61,7 @@ use costs::costs;
 use indicatif::{ProgressBar, ProgressStyle};
 use output::{print_table, to_json};
 use paths::bench_path;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use small_async::small_async;
 use std::io::IsTerminal;
 use std::path::PathBuf;

@@ -1,10 +1,10 @@
 //! Output: the printed tables (copy points with the CUDA comparison columns, latency, costs,
 //! find, small-async), the JSON record of one point, the run's device record, and CSV.
 
-use super::meta::Link;
 use super::Point;
+use super::meta::Link;
 use crate::stats::{gbps, size_label};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// GB/s as a percentage of the link's theoretical rate (both directions' for bidir); none for
 /// device-to-device copies, which do not cross the link.
@@ -117,11 +117,7 @@ pub(super) fn csv(results: &[Value]) -> String {
             Value::String(s) => s.clone(),
             v => v.to_string(),
         };
-        if s.contains([',', '"', '\n']) {
-            format!("\"{}\"", s.replace('"', "\"\""))
-        } else {
-            s
-        }
+        if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s }
     };
     let mut out = COLS.join(",") + "\n";
     for r in results {

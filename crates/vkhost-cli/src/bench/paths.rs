@@ -3,11 +3,11 @@
 
 use super::bar::bench_bar;
 use super::bidir::bidir;
-use super::{flush_cache, measure_with, point, point::pattern, Ctx, DirKind, PathKind};
+use super::{Ctx, DirKind, PathKind, flush_cache, measure_with, point, point::pattern};
 use crate::devices::anyhow_free::Result;
 use crate::pages::{Pages, RW};
 use crate::stats::size_label;
-use vkhost::{host, DeviceBuffer, PinnedBuffer};
+use vkhost::{DeviceBuffer, PinnedBuffer, host};
 
 /// Page-aligned memory faulted in before timing (the `registered` path's "user allocation").
 pub(super) fn touched_pages(len: usize, huge: bool) -> Result<Pages> {

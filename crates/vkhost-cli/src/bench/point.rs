@@ -2,7 +2,7 @@
 //! (`measure`), and the non-zero pattern the round-trip checks write (`pattern`).
 
 use crate::devices::anyhow_free::Result;
-use crate::stats::{gbps, summarize, Summary};
+use crate::stats::{Summary, gbps, summarize};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 

@@ -14,7 +14,7 @@
 
 use super::d2d::d2d_point;
 use super::paths::Host;
-use super::{measure, point, point::pattern, Ctx, DirKind, PathKind};
+use super::{Ctx, DirKind, PathKind, measure, point, point::pattern};
 use crate::devices::anyhow_free::Result;
 use crate::stats::size_label;
 use serde_json::json;
@@ -130,9 +130,5 @@ fn host_point(
 
 /// Which built-in `copy_sm` runs for `n` bytes at 16-aligned offsets.
 pub(super) fn kernel_name(n: usize) -> &'static str {
-    if n % 16 == 0 {
-        "copy_vec4"
-    } else {
-        "copy"
-    }
+    if n % 16 == 0 { "copy_vec4" } else { "copy" }
 }

@@ -1,6 +1,6 @@
 //! `small-async`: 1000 async 4 KiB copies plus one synchronize against 1000 synchronous ones.
 
-use super::{measure, point, point::pattern, Ctx};
+use super::{Ctx, measure, point, point::pattern};
 use crate::devices::anyhow_free::Result;
 use serde_json::json;
 use vkhost::PinnedBuffer;

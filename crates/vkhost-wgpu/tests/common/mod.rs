@@ -8,9 +8,9 @@
 //! why it skips.
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
-use vkhost_wgpu::{wgpu, Interop, Options};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use vkhost_wgpu::{Interop, Options, wgpu};
 
 static ERRORS: AtomicU64 = AtomicU64::new(0);
 static LAST: Mutex<Option<String>> = Mutex::new(None);

@@ -21,7 +21,7 @@
 
 use std::time::Instant;
 use vkhost::kernel::{Binding, Kernel, Param};
-use vkhost::{host, Device, QueueKind, Stream};
+use vkhost::{Device, QueueKind, Stream, host};
 
 const AFFINE_WGSL: &str = r#"
 struct Push { delta0: u32, delta1: u32, n: u32, a: u32, b: u32 }

@@ -13,7 +13,7 @@
 
 use crate::error::{Error, Result, VkResultExt};
 use ash::vk;
-use std::ffi::{c_void, CStr};
+use std::ffi::{CStr, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 

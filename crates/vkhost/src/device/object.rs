@@ -10,7 +10,7 @@
 //! released by the next allocation or by teardown: a drop never blocks and never panics.
 
 use super::DeviceId;
-use super::{lock, Bound, Live, Shared};
+use super::{Bound, Live, Shared, lock};
 use ash::vk;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};

@@ -25,8 +25,8 @@
 //! The cache's lock is held while a missing pipeline is created (so each is created once) but
 //! not while an evicted one is dropped; lock order: device `live` → the cache.
 
-use super::object::{phase, Child};
-use super::{lock, Live, Shared};
+use super::object::{Child, phase};
+use super::{Live, Shared, lock};
 use crate::error::{Error, Result};
 use ash::vk;
 use std::collections::HashMap;

@@ -18,8 +18,8 @@ use crate::error::Result;
 use crate::memtype;
 use ash::vk;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Instant;
 
 /// Copies of at least this many bytes are "bulk"; smaller ones are "small" (latency-bound).
@@ -190,11 +190,7 @@ impl Choice {
             Dir::ToHost if bytes >= self.min_to_host.load(Ordering::Relaxed) => 3,
             Dir::ToHost => 1,
         };
-        if self.bits.load(Ordering::Relaxed) & (1 << bit) != 0 {
-            QueueKind::Compute
-        } else {
-            QueueKind::Copy
-        }
+        if self.bits.load(Ordering::Relaxed) & (1 << bit) != 0 { QueueKind::Compute } else { QueueKind::Copy }
     }
 }
 

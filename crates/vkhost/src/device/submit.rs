@@ -11,7 +11,7 @@
 //! external synchronization), its command buffers, fences and staging memory. A device has a
 //! few contexts, so several threads copy at once; each context submits to one queue.
 
-use super::{lock, Bound, Live, Queue, SendPtr, Shared};
+use super::{Bound, Live, Queue, SendPtr, Shared, lock};
 use crate::error::{Error, Result};
 use crate::fault::{self, Point};
 use crate::memtype;
@@ -103,11 +103,7 @@ pub(crate) struct CopyCtx {
 /// has no copy engines).
 fn queue_of(l: &Live, ctx_index: usize) -> Result<&Queue> {
     let n = l.copy_queues.len();
-    if ctx_index < 2 * n {
-        Ok(&l.copy_queues[ctx_index % n])
-    } else {
-        l.compute_queue()
-    }
+    if ctx_index < 2 * n { Ok(&l.copy_queues[ctx_index % n]) } else { l.compute_queue() }
 }
 
 /// The contexts that submit to `kind`'s queue (see [`queue_of`]).

@@ -72,11 +72,7 @@ pub(crate) fn check_rw(want: &Range<usize>) -> Result<()> {
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as usize
-    } else {
-        4096
-    }
+    if p > 0 { p as usize } else { 4096 }
 }
 
 /// An anonymous, private, read-write mapping vkhost made (the host side of a pinned block too

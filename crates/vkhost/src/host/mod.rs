@@ -52,7 +52,7 @@ pub(crate) mod safe;
 use crate::buffer::DeviceBuffer;
 use crate::device::object::BufferObj;
 use crate::device::submit::{self, Dir, HostSide, Piece};
-use crate::device::{lock, Device, Shared};
+use crate::device::{Device, Shared, lock};
 use crate::error::{Error, Result};
 use crate::resource::{Held, Resource};
 use ash::vk;
@@ -62,7 +62,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
-pub use record::{reap_recorded, record_copy, Direction, RecordedCopy};
+pub use record::{Direction, RecordedCopy, reap_recorded, record_copy};
 pub use registry::round_out;
 
 type Reg = Registry<crate::DeviceId, Option<Cell>>;

@@ -9,8 +9,8 @@
 //! wait for device writes (`Deref`) or any device access (`DerefMut`) still pending on any
 //! device.
 
-use super::registry::Kind;
 use super::Imports;
+use super::registry::Kind;
 use crate::buffer::DeviceBuffer;
 use crate::device::{Device, SendPtr};
 use crate::error::{Error, Result};

@@ -22,10 +22,10 @@
 //! the bytes registered (`unregister` stays `Busy`), a guard's drop over them blocked, and the
 //! device `Busy`: a leak becomes a refusal or a hang, never a use of freed memory.
 
-use super::{check_host_range, plan, HostPtr};
-use crate::device::object::{phase, Child};
-use crate::device::submit::{host_read_barrier, transfer_barrier, HostSide};
-use crate::device::{lock, Device, Live, Shared};
+use super::{HostPtr, check_host_range, plan};
+use crate::device::object::{Child, phase};
+use crate::device::submit::{HostSide, host_read_barrier, transfer_barrier};
+use crate::device::{Device, Live, Shared, lock};
 use crate::error::{Error, Result, VkResultExt};
 use crate::resource::{Resource, Timeline};
 use ash::vk;

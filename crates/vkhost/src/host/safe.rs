@@ -1,13 +1,13 @@
 //! Safe owners over the raw, address-based API: [`PinnedBuffer`] and [`Registration`].
 
-use super::registry::Kind;
 use super::Imports;
+use super::registry::Kind;
 use crate::device::{Device, SendPtr};
 use crate::error::{Error, Result};
 use ash::vk;
 use std::marker::PhantomData;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// The Vulkan memory behind a guard's bytes, from [`PinnedBuffer::raw_memory`] and
 /// [`Registration::raw_memory`]: for interop that binds its own VkBuffer to the same memory

@@ -3,9 +3,9 @@
 
 use super::descriptors::DescPool;
 use super::inner::{State, StreamInner};
+use crate::device::Live;
 use crate::device::pipeline::Pipeline;
 use crate::device::submit::{compute_barrier, transfer_barrier};
-use crate::device::Live;
 use crate::error::{Error, Result};
 use crate::fault::{self, Point};
 use crate::resource::{Resource, Timeline};
@@ -119,13 +119,7 @@ impl Batch {
     /// As for [`Batch::emit`].
     unsafe fn barrier(&self, d: &ash::Device) {
         // SAFETY: the caller's contract; `compute` is only set on compute-capable queues.
-        unsafe {
-            if self.compute {
-                compute_barrier(d, self.cmd)
-            } else {
-                transfer_barrier(d, self.cmd)
-            }
-        }
+        unsafe { if self.compute { compute_barrier(d, self.cmd) } else { transfer_barrier(d, self.cmd) } }
     }
 
     /// Whether `acc` conflicts with an access since the last barrier (a write on either side of

@@ -2,11 +2,11 @@
 //! pageable pieces staged through the ring.
 
 use super::batch::Access;
-use super::inner::{relock, State, StreamInner};
+use super::inner::{State, StreamInner, relock};
 use super::ring::Completion;
 use crate::buffer::DeviceBuffer;
-use crate::device::submit::{par_copy, HostSide};
 use crate::device::Live;
+use crate::device::submit::{HostSide, par_copy};
 use crate::error::{Error, Result};
 use crate::host;
 use ash::vk;

@@ -4,11 +4,11 @@
 use super::batch::Batch;
 use super::descriptors::DescPool;
 use super::ring::{Completion, Ring};
-use crate::device::object::{phase, Child};
+use crate::device::QueueKind;
+use crate::device::object::{Child, phase};
 use crate::device::pipeline::Pipeline;
 use crate::device::submit::{compute_host_read_barrier, host_read_barrier, par_copy};
-use crate::device::QueueKind;
-use crate::device::{lock, Live, Queue, Shared};
+use crate::device::{Live, Queue, Shared, lock};
 use crate::error::{Error, Result};
 use crate::fault::{self, Point};
 use crate::resource::{Resource, Timeline};

@@ -3,12 +3,12 @@
 //! (`descriptors`, by the device's [`DescriptorMode`]), and the built-in kernels' entry points.
 
 use super::batch::Access;
-use super::inner::{pick_queue, relock, StreamInner};
+use super::inner::{StreamInner, pick_queue, relock};
 use super::{Event, Stream};
 use crate::device::{DescriptorMode, Shared};
 use crate::error::{Error, Result};
 use crate::host;
-use crate::kernel::{builtin, Binding, Kernel, Param};
+use crate::kernel::{Binding, Kernel, Param, builtin};
 use crate::resource::{Held, Resource};
 use ash::vk;
 use std::sync::Arc;

@@ -34,14 +34,14 @@ mod launch;
 mod ring;
 
 use crate::buffer::DeviceBuffer;
-use crate::device::object::Child;
 use crate::device::Device;
 use crate::device::QueueKind;
+use crate::device::object::Child;
 use crate::error::{Error, Result};
 use crate::fault::{self, Point};
 use ash::vk;
 use batch::Access;
-use inner::{create_timeline, lost_error, pick_queue, relock, signalled, take_unreported, State, StreamInner};
+use inner::{State, StreamInner, create_timeline, lost_error, pick_queue, relock, signalled, take_unreported};
 use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};

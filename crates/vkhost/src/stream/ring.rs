@@ -1,7 +1,7 @@
 //! The pageable staging ring (chunks reused once the device is past them) and the pageable
 //! d2h completions copied out of it once their batch is done.
 
-use super::inner::{relock, signalled, State, StreamInner};
+use super::inner::{State, StreamInner, relock, signalled};
 use crate::device::{Bound, Live};
 use crate::error::{Error, Result};
 use crate::memtype;
