@@ -110,6 +110,21 @@ if [ "$what" = final ]; then
     for m in off auto off auto; do echo "-- VKHOST_BAR_WRITES=$m"; VKHOST_BAR_WRITES=$m ./.h200/bar_cost | grep -E "mapped|d2d|fill|DMA|4 KiB"; done
   } 2>&1 | tee "$OUT/extras.txt"
 fi
+if [ "$what" = probe3 ]; then
+  # Session 3: where register's time goes, costs against CUDA in one call, the CPU and NUMA
+  # layout (BAR stores, pageable memcpy), --devices against the plain bench with 30 iterations,
+  # bidir at 256 MiB, BAR memcpy points.
+  { lscpu | grep -E "Model name|Socket|NUMA|Thread|Core"; nvidia-smi topo -m 2>/dev/null | head -4
+    for d in /sys/bus/pci/devices/*; do [ "$(cat $d/vendor 2>/dev/null)" = 0x10de ] && echo "$d numa_node $(cat $d/numa_node)"; done
+    cat /sys/kernel/mm/transparent_hugepage/enabled /sys/kernel/mm/transparent_hugepage/defrag; } 2>&1 | tee "$OUT/probe3.txt"
+  ./.h200/register_cost 1024 7 2>&1 | tee -a "$OUT/probe3.txt"
+  echo "== costs"; $v bench -t costs --sizes 256M,1G --iters 10 --json "$OUT/costs.json" 2>&1 | tee -a "$OUT/probe3.txt" | grep -vE "^ +[0-9]+/[0-9]+|^$"
+  echo "== cuda_baseline.py 256M,1G"; PYTHONUNBUFFERED=1 python3 .gl/cuda_baseline.py --sizes 256M,1G 2>&1 | tee -a "$OUT/probe3.txt" | grep -iE "regist|alloc|free"
+  echo "== BAR memcpy"; for k in 1 2; do $v bench -t host_to_device_bar --sizes 4K,256K,4M --no-costs 2>&1 | grep -E "_bar" | tee -a "$OUT/probe3.txt"; done
+  echo "== bidir"; $v bench -t bidir_ce --sizes 256M,1G --no-costs 2>&1 | grep -E "bidir" | tee -a "$OUT/probe3.txt"
+  echo "== --devices all, 30 iterations"; $v bench --devices all --iters 30 --json "$OUT/devices-all.json" 2>&1 | tee -a "$OUT/probe3.txt" | grep -vE "^ +[0-9]+/[0-9]+"
+  echo "== plain bench, 30 iterations"; $v bench -t host_to_device_ce,device_to_host_ce,host_to_device_registered_ce,device_to_host_registered_ce,host_to_device_pageable,device_to_host_pageable --sizes 256M,1G --no-costs --iters 30 --json "$OUT/plain30.json" 2>&1 | tee -a "$OUT/probe3.txt" | grep -E "_ce|pageable"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi

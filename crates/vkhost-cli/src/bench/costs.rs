@@ -21,7 +21,7 @@ pub(super) fn costs(cx: &mut Ctx, sizes: &[u64], notes: &mut Vec<String>) -> Res
         cx.pb.set_message(format!("costs {}", size_label(size)));
         if can_register {
             let mut pages = touched_pages(n, false)?;
-            let (mut reg, mut unreg) = (Vec::new(), Vec::new());
+            let (mut reg, mut unreg, mut released) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..iters.max(1) {
                 let t = Instant::now();
                 // SAFETY: `pages` outlives the unregister below.
@@ -30,8 +30,16 @@ pub(super) fn costs(cx: &mut Ctx, sizes: &[u64], notes: &mut Vec<String>) -> Res
                 let t = Instant::now();
                 host::unregister(&dev, pages.ptr)?;
                 unreg.push(t.elapsed().as_secs_f64());
+                // `unregister` returns once no work can touch the pages and hands the import to
+                // the background releaser, which unpins them. Wait for that here
+                // (`live_objects` drains the device's queued releases), outside the timed
+                // register: otherwise the next `register` is timed while the previous import is
+                // being unpinned on another thread, a cost of the loop and not of `register`.
+                // The wait is reported too: unregister + release, the whole cost of the pages.
+                dev.live_objects();
+                released.push(t.elapsed().as_secs_f64());
             }
-            for (op, v) in [("register", &reg), ("unregister", &unreg)] {
+            for (op, v) in [("register", &reg), ("unregister", &unreg), ("unregister+release", &released)] {
                 if let Some(s) = summarize(v) {
                     let mut p = point("vulkan", "cost", "registered", op, size, size, s);
                     p.warmup = 0;

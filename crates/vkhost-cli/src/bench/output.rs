@@ -217,9 +217,9 @@ pub(super) fn print_table(points: &[Point], cuda: &[Point], link: Option<&Link>)
     let costs: Vec<&Point> = points.iter().filter(|p| p.kind == "cost").collect();
     if !costs.is_empty() {
         println!();
-        println!("{:<14} {:>6} {:>12} {:>12} {:>12}", "cost", "size", "median", "min", "max");
+        println!("{:<20} {:>6} {:>12} {:>12} {:>12}", "cost", "size", "median", "min", "max");
         for p in costs {
-            println!("{:<14} {:>6} {:>12} {:>12} {:>12}", p.dir, size_label(p.size), dur(p.s.median), dur(p.s.min), dur(p.s.max));
+            println!("{:<20} {:>6} {:>12} {:>12} {:>12}", p.dir, size_label(p.size), dur(p.s.median), dur(p.s.min), dur(p.s.max));
         }
     }
     for p in points.iter().filter(|p| p.kind == "find") {
