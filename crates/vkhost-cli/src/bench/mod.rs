@@ -164,6 +164,10 @@ pub struct Args {
     /// Largest read from the BAR window (reads run at ~0.03 GB/s on discrete GPUs).
     #[arg(long, default_value = "4M")]
     bar_read_cap: String,
+    /// Threads that split a bar write of 128 KiB or more (default: half the CPUs, at most 8;
+    /// capped at the CPUs this process may use).
+    #[arg(long)]
+    bar_threads: Option<usize>,
     /// Between timed iterations on the paths where the CPU copies the bytes (pageable, bar),
     /// write a buffer twice the last-level cache so no iteration finds its data in cache.
     #[arg(long)]
@@ -268,6 +272,8 @@ struct Ctx {
     pb: ProgressBar,
     /// The round-trip check's two buffers (expected, read back), reused for every point.
     scratch: (Vec<u8>, Vec<u8>),
+    /// `--bar-threads`.
+    bar_threads: usize,
 }
 
 /// Writes every byte of `buf` (a buffer larger than the LLC), evicting what the last iteration
@@ -398,6 +404,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         points: Vec::new(),
         pb,
         scratch: Default::default(),
+        bar_threads: a.bar_threads.unwrap_or_else(bar::default_bar_threads).clamp(1, bar::cpus()),
     };
 
     let mut notes = Vec::new();
@@ -521,6 +528,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "chunk_bytes": dev.options().staging_chunk,
             "slots": dev.options().staging_slots,
         }),
+        "bar_threads": cx.bar_threads,
         "flush_cache_bytes": cx.flush.as_ref().map(|_| flush_bytes),
         "unstable_spread": crate::stats::UNSTABLE_SPREAD,
         "failures": cx.failures,

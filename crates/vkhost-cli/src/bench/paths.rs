@@ -93,7 +93,10 @@ pub(super) fn bench_path(
     match host {
         Some(h) => sweep_host(cx, path, dirs, sizes, dbuf, h),
         None if path == PathKind::Device => super::d2d::bench_d2d_ce(cx, sizes, dbuf),
-        None => bench_bar(cx, dirs, sizes, max, bar_cap),
+        None => {
+            let threads = cx.bar_threads;
+            bench_bar(cx, dirs, sizes, max, bar_cap, threads)
+        }
     }
 }
 
