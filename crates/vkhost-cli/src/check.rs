@@ -467,11 +467,24 @@ fn multi_device(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result
 /// `DeviceBuffer::write` as CPU stores into mapped device memory (`BarWrites::On`, so every
 /// device with a DEVICE_LOCAL|HOST_VISIBLE type runs it): every size and offset of the matrix
 /// with guard bytes, and the ordering of stores between stream work on the same bytes.
-fn bar_writes(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
-    let dev = Device::open_with(index, &OpenOptions { bar_writes: vkhost::BarWrites::On, ..opts.clone() })?;
+///
+/// `split`: with `bar_write_max` raised to 2 MiB and 4 staging threads, so writes of 512 KiB and
+/// more are stores split over threads (the h2d side of `vkhost bench -t bidir_bar`).
+fn bar_writes(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>, split: bool) -> Result<u64> {
+    let mut o = OpenOptions { bar_writes: vkhost::BarWrites::On, ..opts.clone() };
+    if split {
+        o.bar_write_max = 2 << 20;
+        o.staging_threads = 4;
+    }
+    let dev = Device::open_with(index, &o)?;
     let max = dev.options().bar_write_max;
-    let dbuf = dev.alloc_buffer(7 + (1 << 20) + 3 + GUARD + 4096)?;
-    let mut row = Row { name: "bar writes (CPU stores), sizes x offsets".into(), passed: 0, total: 0, detail: String::new() };
+    let dbuf = dev.alloc_buffer(7 + (1 << 20) + 3 + GUARD + (64 << 10))?;
+    let (what, order_name) = if split {
+        ("split bar writes (4 threads), sizes x offsets", "split bar writes ordered with stream work")
+    } else {
+        ("bar writes (CPU stores), sizes x offsets", "bar writes ordered with stream work")
+    };
+    let mut row = Row { name: what.into(), passed: 0, total: 0, detail: String::new() };
     let case = |len: usize, (hoff, doff): (usize, usize)| -> Result<()> {
         let payload = pattern(len, len + hoff + 1);
         let dguard = 0xC3u8;
@@ -504,13 +517,15 @@ fn bar_writes(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u
     }
     rows.push(row);
     // Stream work before a store on the same bytes lands first; work after it sees it.
-    let mut order = Row { name: "bar writes ordered with stream work".into(), passed: 0, total: 0, detail: String::new() };
+    let mut order = Row { name: order_name.into(), passed: 0, total: 0, detail: String::new() };
     if let Ok(s) = dev.stream() {
-        let n = 64 << 10;
+        // A write the stores take (split over the threads in the `split` pass).
+        let w = if split { 1 << 20 } else { 4096 };
+        let n = w + (60 << 10);
         let other = dev.alloc_buffer(n)?;
         for round in 0..8u32 {
             order.total += 1;
-            let want = pattern(4096, round as usize);
+            let want = pattern(w, round as usize);
             s.fill_async(&dbuf, 0, n, 0xBEEF_0000 | round)?;
             dbuf.write(4096, &want)?;
             s.copy_async(&dbuf, 0, &other, 0, n)?;
@@ -518,7 +533,7 @@ fn bar_writes(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u
             let mut got = vec![0u8; n];
             other.read(0, &mut got)?;
             let fill = (0xBEEF_0000u32 | round).to_le_bytes();
-            if got[4096..8192] == want[..] && got[..4096].chunks(4).chain(got[8192..].chunks(4)).all(|c| c == fill) {
+            if got[4096..4096 + w] == want[..] && got[..4096].chunks(4).chain(got[4096 + w..].chunks(4)).all(|c| c == fill) {
                 order.passed += 1;
             } else if order.detail.is_empty() {
                 order.detail = format!("round {round}: a store and stream work on the same bytes ran out of order");
@@ -562,7 +577,8 @@ fn check_device(index: usize) -> Result<bool> {
     let errors = dev.validation_errors()
         + teardown(index, &opts, &mut rows)?
         + multi_device(index, &opts, &mut rows)?
-        + bar_writes(index, &opts, &mut rows)?
+        + bar_writes(index, &opts, &mut rows, false)?
+        + bar_writes(index, &opts, &mut rows, true)?
         + kernels_with_sets(index, &opts, &mut rows)?;
     rows.push(Row {
         name: "registry empty at the end".into(),

@@ -206,6 +206,7 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
         return Err("no DEVICE_LOCAL|HOST_VISIBLE memory type".into());
     };
     let stores = Stores::new(threads);
+    let mut bidir: Option<Result<BidirBar>> = None;
     let mut host = vec![1u8; max];
     let mut back = vec![0u8; max.min(cap)];
     for &size in sizes {
@@ -215,7 +216,24 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
                 return Ok(());
             }
             cx.pb.set_message(format!("bar {} {}", dir.name(), size_label(size)));
-            if dir != DirKind::H2d && n > cap {
+            if dir == DirKind::Bidir {
+                match bidir.get_or_insert_with(|| BidirBar::new(&cx.dev, max)) {
+                    Ok(b) => {
+                        let (s, ok, note) = b.measure(cx, n)?;
+                        let mut p = point("vulkan", "copy", "bar", dir.name(), size, 2 * size, s);
+                        p.verified = Some(ok);
+                        p.note = note;
+                        cx.push(p);
+                    }
+                    Err(e) => {
+                        let e = format!("bidir_bar: skipped ({e})");
+                        cx.pb.suspend(|| eprintln!("{e}"));
+                        cx.pb.inc(1);
+                    }
+                }
+                continue;
+            }
+            if dir == DirKind::D2h && n > cap {
                 cx.pb.inc(1);
                 continue;
             }
@@ -267,10 +285,83 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
             cx.push(p);
         }
     }
-    let cap_note = format!(
-        "bar: d2h reads capped at {} (--bar-read-cap): on discrete GPUs they run at ~0.03 GB/s; bidir not measured (memcpy only)",
-        size_label(cap as u64)
-    );
+    let cap_note = format!("bar: d2h reads capped at {} (--bar-read-cap): on discrete GPUs they run at ~0.03 GB/s", size_label(cap as u64));
     cx.pb.suspend(|| eprintln!("{cap_note}"));
     Ok(())
+}
+
+/// `bidir_bar`: the library's BAR-store write path against the copy engine in the other
+/// direction. A second device on the same GPU, opened with `bar_writes: On` and `bar_write_max`
+/// raised to the largest size, so that `DeviceBuffer::write` is CPU stores into the mapped
+/// buffer (split over the staging threads) for every size; on another thread at the same time,
+/// `DeviceBuffer::read` of a second buffer into pinned memory runs on the copy engine. Sum of
+/// both directions over the wall time.
+struct BidirBar {
+    dev: Device,
+    up: vkhost::DeviceBuffer,
+    down: vkhost::DeviceBuffer,
+    src: Vec<u8>,
+    dst: vkhost::PinnedBuffer,
+}
+
+impl BidirBar {
+    fn new(dev: &Device, max: usize) -> Result<BidirBar> {
+        let opts = vkhost::OpenOptions { bar_writes: vkhost::BarWrites::On, bar_write_max: max, ..dev.options().clone() };
+        let dev = Device::open_with(dev.info().index, &opts)?;
+        let up = dev.alloc_buffer(max)?;
+        let down = dev.alloc_buffer(max)?;
+        let dst = vkhost::PinnedBuffer::new(&dev, max)?;
+        let mut src = vec![0u8; max];
+        pattern(&mut src, 0xB1D1);
+        Ok(BidirBar { dev, up, down, src, dst })
+    }
+
+    /// One untimed, verified round, then the timed iterations.
+    fn measure(&mut self, cx: &Ctx, n: usize) -> Result<(crate::stats::Summary, bool, String)> {
+        let mut want = vec![0u8; n];
+        pattern(&mut want, n as u64 ^ 0xD0);
+        self.down.write(0, &want)?;
+        let before = vkhost::host::device_stats(&self.dev).mapped_bytes;
+        self.one(n)?;
+        if vkhost::host::device_stats(&self.dev).mapped_bytes - before < n as u64 {
+            return Err("device buffers are not in mapped device memory here (no DEVICE_LOCAL|HOST_VISIBLE type)".into());
+        }
+        let mut back = vec![0u8; n];
+        self.up.read(0, &mut back)?;
+        let ok = back == self.src[..n] && self.dst[..n] == want[..];
+        if !ok {
+            eprintln!("FAIL bidir_bar {n}: the bytes differ");
+        }
+        let mut runs = Vec::new();
+        let begin = std::time::Instant::now();
+        while runs.len() < cx.iters.max(1) && (runs.is_empty() || begin.elapsed() < cx.budget) {
+            runs.push(self.one(n)?);
+        }
+        let s = crate::stats::summarize(&runs).ok_or("no samples")?;
+        let note = format!(
+            "h2d: CPU stores on {} thread(s) (DeviceBuffer::write, bar_write_max raised); d2h: copy engine into pinned memory",
+            self.dev.options().staging_threads.min((n / (256 << 10)).max(1))
+        );
+        Ok((s, ok, note))
+    }
+
+    /// Both directions at once, one thread each; the wall time.
+    fn one(&mut self, n: usize) -> Result<f64> {
+        let barrier = std::sync::Barrier::new(2);
+        let (up, down, src, dst) = (&self.up, &self.down, &self.src[..n], &mut self.dst[..n]);
+        let t0 = std::time::Instant::now();
+        let (a, b) = std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                barrier.wait();
+                down.read(0, dst)
+            });
+            barrier.wait();
+            let a = up.write(0, src);
+            (a, h.join())
+        });
+        let t = t0.elapsed().as_secs_f64();
+        a?;
+        b.map_err(|_| "bidir_bar thread panicked")??;
+        Ok(t)
+    }
 }

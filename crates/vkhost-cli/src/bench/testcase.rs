@@ -78,6 +78,11 @@ pub const TESTCASES: &[Testcase] = &[
         about: "CPU memcpy out of the BAR window (reads capped by --bar-read-cap)",
     },
     Testcase {
+        name: "bidir_bar",
+        work: Work::Copy(Bar, Bidir),
+        about: "h2d by CPU stores into mapped VRAM (DeviceBuffer::write, bar_write_max raised) while the copy engine does d2h (sum)",
+    },
+    Testcase {
         name: "host_to_device_sm",
         work: Work::Sm(Pinned, H2d),
         about: "pinned host memory to device, the copy kernel (shader cores) reading it directly",
