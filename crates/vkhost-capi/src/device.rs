@@ -10,7 +10,9 @@ use vkhost::{Device, DeviceInfo, DeviceType, ImportPolicy, OpenOptions, Ownershi
 
 /// An open device (opaque). Made by the `vkhost_device_open*` functions and
 /// `vkhost_device_from_vulkan`; freed by `vkhost_device_release`.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -24,13 +26,16 @@ unsafe {
     assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 pub struct vkhost_device {
     pub(crate) dev: Device,
 }
 
 /// The kind of a physical device.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -49,7 +54,8 @@ let gpu = match info.device_type {
 };
 assert_eq!(gpu, (info.device_type as u32) < VKHOST_DEVICE_CPU as u32);
 ```
-"#)]
+"#
+)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum vkhost_device_type {
@@ -66,7 +72,9 @@ pub enum vkhost_device_type {
 }
 
 /// Length of the string fields of `vkhost_device_info`, NUL included.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -83,11 +91,14 @@ assert_eq!(info.name.len(), VKHOST_NAME_LEN);
 let name = unsafe { std::ffi::CStr::from_ptr(info.name.as_ptr()) };
 assert!(name.count_bytes() < VKHOST_NAME_LEN);
 ```
-"#)]
+"#
+)]
 pub const VKHOST_NAME_LEN: usize = 256;
 
 /// What a physical device is and offers (`vkhost_device_enumerate`, `vkhost_device_get_info`).
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -105,7 +116,8 @@ assert!(info.api_major >= 1 && info.max_memory_allocation_size > 0);
 let name = unsafe { std::ffi::CStr::from_ptr(info.name.as_ptr()) };
 println!("device 0: {} (Vulkan {}.{})", name.to_string_lossy(), info.api_major, info.api_minor);
 ```
-"#)]
+"#
+)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct vkhost_device_info {
@@ -173,7 +185,9 @@ impl From<&DeviceInfo> for vkhost_device_info {
 }
 
 /// `vkhost_open_options::import_policy`: import host memory where the device can (default).
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -193,11 +207,14 @@ unsafe {
     assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 pub const VKHOST_IMPORT_AUTO: u32 = 0;
 /// `vkhost_open_options::import_policy`: never import; `vkhost_register` is
 /// `VKHOST_UNSUPPORTED` and copies stage.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -216,11 +233,14 @@ unsafe {
     assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 pub const VKHOST_IMPORT_NEVER: u32 = 1;
 /// A queue kind (`vkhost_open_options::copy_queue`, `vkhost_stream_create`): the copy engines
 /// where the device has them, else the compute queue.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -238,10 +258,13 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 pub const VKHOST_QUEUE_COPY: u32 = 0;
 /// A queue kind: the compute queue.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -260,10 +283,13 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 pub const VKHOST_QUEUE_COMPUTE: u32 = 1;
 /// `vkhost_raw_device::copy_family` when there is no copy-engine family.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -282,13 +308,16 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 pub const VKHOST_NO_FAMILY: u32 = u32::MAX;
 
 /// Options for `vkhost_device_open_with` and `vkhost_device_from_vulkan`. Start from
 /// `vkhost_open_options_default`, which reads the environment (`VKHOST_VALIDATION`,
 /// `VKHOST_IMPORT`, `VKHOST_COPY_QUEUE`) as the Rust defaults do.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -308,7 +337,8 @@ unsafe {
     assert_eq!(vkhost_device_open_with(VKHOST_DEFAULT_DEVICE, &opts, &mut dev), VKHOST_INVALID_ARGUMENT);
 }
 ```
-"#)]
+"#
+)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct vkhost_open_options {
@@ -380,7 +410,9 @@ impl vkhost_open_options {
 
 /// A device's Vulkan handles, for interop both ways: `vkhost_device_raw` fills it from a vkhost
 /// device; `vkhost_device_from_vulkan` wraps a device described by it.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -400,7 +432,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct vkhost_raw_device {
@@ -447,7 +480,9 @@ fn hand_out(dev: Device, o: crate::Out<*mut vkhost_device>) {
 ///
 /// # Safety
 /// `count` must be NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -459,7 +494,8 @@ let status = unsafe { vkhost_device_count(&mut n) };
 assert_eq!(status, VKHOST_OK);
 assert!(n >= 1);
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_count(count: *mut usize) -> vkhost_status {
     ffi(|| {
@@ -475,7 +511,9 @@ pub unsafe extern "C" fn vkhost_device_count(count: *mut usize) -> vkhost_status
 ///
 /// # Safety
 /// `info` must be NULL or valid for a write of `vkhost_device_info`.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -493,7 +531,8 @@ unsafe {
     assert_eq!(vkhost_device_enumerate(n, info.as_mut_ptr()), VKHOST_NO_DEVICE);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_enumerate(index: usize, info: *mut vkhost_device_info) -> vkhost_status {
     ffi(|| {
@@ -511,7 +550,9 @@ pub unsafe extern "C" fn vkhost_device_enumerate(index: usize, info: *mut vkhost
 ///
 /// # Safety
 /// `options` must be NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -527,7 +568,8 @@ assert!(opts.import_policy == VKHOST_IMPORT_AUTO || opts.import_policy == VKHOST
 assert!((2..=16).contains(&opts.staging_slots));
 assert_eq!(opts.staging_chunk % 4096, 0);
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_open_options_default(options: *mut vkhost_open_options) -> vkhost_status {
     ffi(|| {
@@ -542,7 +584,9 @@ pub unsafe extern "C" fn vkhost_open_options_default(options: *mut vkhost_open_o
 ///
 /// # Safety
 /// `device` must be NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -560,7 +604,8 @@ unsafe {
     assert_eq!(vkhost_device_open(n, &mut dev), VKHOST_NO_DEVICE); // past the last one
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_open(index: usize, device: *mut *mut vkhost_device) -> vkhost_status {
     ffi(|| {
@@ -575,7 +620,9 @@ pub unsafe extern "C" fn vkhost_device_open(index: usize, device: *mut *mut vkho
 ///
 /// # Safety
 /// `device` must be NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -592,7 +639,8 @@ unsafe {
     assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_open_default(device: *mut *mut vkhost_device) -> vkhost_status {
     ffi(|| {
@@ -605,7 +653,9 @@ pub unsafe extern "C" fn vkhost_device_open_default(device: *mut *mut vkhost_dev
 /// `vkhost_device_open_with`'s index for "the preferred device" (as `vkhost_device_open_default`).
 /// In the header as `#define VKHOST_DEFAULT_DEVICE SIZE_MAX` (cbindgen.toml: cbindgen cannot
 /// spell `usize::MAX`).
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -626,7 +676,8 @@ unsafe {
     assert_eq!(vkhost_device_release(b), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 pub const VKHOST_DEFAULT_DEVICE: usize = usize::MAX;
 
 /// Opens physical device `index` (or the preferred one for `VKHOST_DEFAULT_DEVICE`) with
@@ -636,7 +687,9 @@ pub const VKHOST_DEFAULT_DEVICE: usize = usize::MAX;
 /// # Safety
 /// `options` must be NULL or point to a `vkhost_open_options`; `device` NULL or valid for a
 /// write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -655,7 +708,8 @@ unsafe {
     assert_eq!(vkhost_device_open_with(0, &opts, &mut dev), VKHOST_INVALID_ARGUMENT);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_open_with(
     index: usize,
@@ -681,7 +735,9 @@ pub unsafe extern "C" fn vkhost_device_open_with(
 /// `raw` must point to a `vkhost_raw_device` whose handles are valid and stay valid until
 /// vkhost's destroy returns; the caller must not submit to the named queues while vkhost may.
 /// `options` NULL or valid; `device` NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -710,7 +766,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_from_vulkan(
     raw: *const vkhost_raw_device,
@@ -778,7 +835,9 @@ pub unsafe extern "C" fn vkhost_device_from_vulkan(
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `raw` NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -797,7 +856,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_raw(device: *const vkhost_device, raw: *mut vkhost_raw_device) -> vkhost_status {
     ffi(|| {
@@ -830,7 +890,9 @@ pub unsafe extern "C" fn vkhost_device_raw(device: *const vkhost_device, raw: *m
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `info` NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -850,7 +912,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_get_info(device: *const vkhost_device, info: *mut vkhost_device_info) -> vkhost_status {
     ffi(|| {
@@ -869,7 +932,9 @@ pub unsafe extern "C" fn vkhost_device_get_info(device: *const vkhost_device, in
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `granule` NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -887,7 +952,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_registration(device: *const vkhost_device, granule: *mut usize) -> vkhost_status {
     ffi(|| {
@@ -912,7 +978,9 @@ pub unsafe extern "C" fn vkhost_device_registration(device: *const vkhost_device
 ///
 /// # Safety
 /// `device` must be NULL or a live handle.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -934,7 +1002,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_destroy(device: *const vkhost_device) -> vkhost_status {
     ffi(|| {
@@ -951,7 +1020,9 @@ pub unsafe extern "C" fn vkhost_device_destroy(device: *const vkhost_device) -> 
 ///
 /// # Safety
 /// `device` must be NULL or a live handle not used by another thread; it is dangling after.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -968,7 +1039,8 @@ unsafe {
     assert_eq!(vkhost_buffer_free(buf), VKHOST_OK); // the last reference: the device goes
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_release(device: *mut vkhost_device) -> vkhost_status {
     ffi(|| {
@@ -992,7 +1064,9 @@ pub unsafe extern "C" fn vkhost_device_release(device: *mut vkhost_device) -> vk
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `destroyed` NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -1012,7 +1086,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_is_destroyed(device: *const vkhost_device, destroyed: *mut bool) -> vkhost_status {
     ffi(|| {
@@ -1030,7 +1105,9 @@ pub unsafe extern "C" fn vkhost_device_is_destroyed(device: *const vkhost_device
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `errors` NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -1050,7 +1127,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_validation_errors(device: *const vkhost_device, errors: *mut u64) -> vkhost_status {
     ffi(|| {
@@ -1066,7 +1144,9 @@ pub unsafe extern "C" fn vkhost_device_validation_errors(device: *const vkhost_d
 /// Validation-layer errors reported so far by every device opened through this ABI, released
 /// or not (a released device's count is taken at its release). For tests: with validation on,
 /// a clean run ends with 0.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -1085,7 +1165,8 @@ unsafe {
 // Counted over every device of this process, released ones included.
 assert_eq!(vkhost_validation_errors(), 0);
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub extern "C" fn vkhost_validation_errors() -> u64 {
     let mut n = 0;

@@ -7,7 +7,9 @@ use vkhost::ash::vk::Handle;
 use vkhost::{CopyPath, DeviceBuffer, HostStats, host};
 
 /// A device-local buffer (opaque): `vkhost_buffer_alloc`, freed by `vkhost_buffer_free`.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -27,13 +29,16 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 pub struct vkhost_buffer {
     pub(crate) buf: DeviceBuffer,
 }
 
 /// What ran for a synchronous copy.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -60,7 +65,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum vkhost_copy_path {
@@ -86,7 +92,9 @@ impl From<CopyPath> for vkhost_copy_path {
 }
 
 /// Copy-path counters and registry sizes (`vkhost_stats`, `vkhost_device_stats`).
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -107,7 +115,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct vkhost_host_stats {
@@ -139,7 +148,9 @@ impl From<HostStats> for vkhost_host_stats {
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `ptr` NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -160,7 +171,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_alloc_pinned(device: *const vkhost_device, len: usize, ptr: *mut *mut c_void) -> vkhost_status {
     ffi(|| {
@@ -181,7 +193,9 @@ pub unsafe extern "C" fn vkhost_alloc_pinned(device: *const vkhost_device, len: 
 ///
 /// # Safety
 /// `device` must be NULL or a live handle. `ptr` is only compared, never dereferenced.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -200,7 +214,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_free_pinned(device: *const vkhost_device, ptr: *mut c_void) -> vkhost_status {
     ffi(|| {
@@ -222,7 +237,9 @@ pub unsafe extern "C" fn vkhost_free_pinned(device: *const vkhost_device, ptr: *
 /// `device` must be NULL or a live handle. Until `vkhost_unregister` returns (or the device is
 /// destroyed), the pages covering the rounded range must stay mapped and writable, and must not
 /// be freed or remapped: the device may read or write them whenever a copy names them.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -252,7 +269,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_register(device: *const vkhost_device, ptr: *mut c_void, len: usize) -> vkhost_status {
     ffi(|| {
@@ -270,7 +288,9 @@ pub unsafe extern "C" fn vkhost_register(device: *const vkhost_device, ptr: *mut
 ///
 /// # Safety
 /// `device` must be NULL or a live handle. `ptr` is only compared, never dereferenced.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -295,7 +315,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_unregister(device: *const vkhost_device, ptr: *mut c_void) -> vkhost_status {
     ffi(|| {
@@ -313,7 +334,9 @@ pub unsafe extern "C" fn vkhost_unregister(device: *const vkhost_device, ptr: *m
 /// # Safety
 /// `device` must be NULL or a live handle; `buffer` and `offset` NULL or valid for writes.
 /// `ptr` is only compared.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -337,7 +360,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_find(
     device: *const vkhost_device,
@@ -377,7 +401,9 @@ fn same_device(d: &vkhost_device, b: &vkhost_buffer) -> Result<(), Fail> {
 /// # Safety
 /// `device`, `dst` must be NULL or live handles; `src` readable for `len` bytes during the call;
 /// `path` NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -404,7 +430,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_copy_to_device(
     device: *const vkhost_device,
@@ -434,7 +461,9 @@ pub unsafe extern "C" fn vkhost_copy_to_device(
 /// # Safety
 /// `device`, `src` must be NULL or live handles; `dst` writable for `len` bytes and not
 /// otherwise accessed during the call; `path` NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -461,7 +490,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_copy_to_host(
     device: *const vkhost_device,
@@ -489,7 +519,9 @@ pub unsafe extern "C" fn vkhost_copy_to_host(
 ///
 /// # Safety
 /// `stats` must be NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -509,7 +541,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stats(stats: *mut vkhost_host_stats) -> vkhost_status {
     ffi(|| {
@@ -524,7 +557,9 @@ pub unsafe extern "C" fn vkhost_stats(stats: *mut vkhost_host_stats) -> vkhost_s
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `stats` NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -546,7 +581,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_stats(device: *const vkhost_device, stats: *mut vkhost_host_stats) -> vkhost_status {
     ffi(|| {
@@ -565,7 +601,9 @@ pub unsafe extern "C" fn vkhost_device_stats(device: *const vkhost_device, stats
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `buffer` NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -583,7 +621,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_buffer_alloc(device: *const vkhost_device, len: usize, buffer: *mut *mut vkhost_buffer) -> vkhost_status {
     ffi(|| {
@@ -602,7 +641,9 @@ pub unsafe extern "C" fn vkhost_buffer_alloc(device: *const vkhost_device, len: 
 ///
 /// # Safety
 /// `buffer` must be NULL or a live handle not used by another thread; it is dangling after.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -621,7 +662,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_buffer_free(buffer: *mut vkhost_buffer) -> vkhost_status {
     ffi(|| {
@@ -638,7 +680,9 @@ pub unsafe extern "C" fn vkhost_buffer_free(buffer: *mut vkhost_buffer) -> vkhos
 ///
 /// # Safety
 /// `buffer` must be NULL or a live handle; `len` NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -658,7 +702,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_buffer_len(buffer: *const vkhost_buffer, len: *mut usize) -> vkhost_status {
     ffi(|| {
@@ -676,7 +721,9 @@ pub unsafe extern "C" fn vkhost_buffer_len(buffer: *const vkhost_buffer, len: *m
 ///
 /// # Safety
 /// `buffer` must be NULL or a live handle; `vk_buffer` NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -696,7 +743,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_buffer_handle(buffer: *const vkhost_buffer, vk_buffer: *mut u64) -> vkhost_status {
     ffi(|| {

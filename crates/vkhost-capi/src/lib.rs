@@ -72,7 +72,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use vkhost::Error;
 
 /// The result of every vkhost call. One code per kind of `vkhost::Error`, plus the ABI's own.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -85,7 +87,8 @@ assert_eq!(null, VKHOST_NULL_ARGUMENT);
 assert_eq!(ok, VKHOST_OK);
 assert_eq!(VKHOST_NOT_REGISTERED as i32, 12); // the values are part of the ABI
 ```
-"#)]
+"#
+)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum vkhost_status {
@@ -286,7 +289,9 @@ impl<T> Out<T> {
 /// The message of the last vkhost call made on the calling thread: why it failed, or `""` after
 /// a success. Never NULL. The string belongs to vkhost and stays valid until the next vkhost call
 /// on the same thread (calls to this function and `vkhost_status_name` do not count).
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -305,7 +310,8 @@ let (failed, succeeded) = unsafe {
 assert_eq!(failed.to_str(), Ok("count is NULL"));
 assert!(succeeded.is_empty());
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub extern "C" fn vkhost_last_error_message() -> *const c_char {
     // Never unwinds: the slot is only borrowed mutably inside `set_last`, which does not call
@@ -315,7 +321,9 @@ pub extern "C" fn vkhost_last_error_message() -> *const c_char {
 
 /// The name of a status code as a static string (`"VKHOST_NOT_REGISTERED"`), or
 /// `"VKHOST_UNKNOWN_STATUS"` for a value that is not a `vkhost_status`.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -328,7 +336,8 @@ let (name, unknown) =
 assert_eq!(name, c"VKHOST_OUT_OF_RANGE");
 assert_eq!(unknown, c"VKHOST_UNKNOWN_STATUS");
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub extern "C" fn vkhost_status_name(status: i32) -> *const c_char {
     vkhost_status::ALL.iter().find(|s| **s as i32 == status).map_or(c"VKHOST_UNKNOWN_STATUS".as_ptr(), |s| s.name().as_ptr())

@@ -6,7 +6,9 @@ use std::ffi::c_void;
 use vkhost::{Event, Stream};
 
 /// A stream (opaque): `vkhost_stream_create`, freed by `vkhost_stream_destroy`.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -31,13 +33,16 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 pub struct vkhost_stream {
     s: Stream,
 }
 
 /// An event (opaque): `vkhost_stream_record`, freed by `vkhost_event_release`.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -62,7 +67,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 pub struct vkhost_event {
     e: Event,
 }
@@ -72,7 +78,9 @@ pub struct vkhost_event {
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `stream` NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -91,7 +99,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_create(
     device: *const vkhost_device,
@@ -115,7 +124,9 @@ pub unsafe extern "C" fn vkhost_stream_create(
 ///
 /// # Safety
 /// `stream` must be NULL or a live handle not used by another thread; it is dangling after.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -139,7 +150,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_destroy(stream: *mut vkhost_stream) -> vkhost_status {
     ffi(|| {
@@ -160,7 +172,9 @@ pub unsafe extern "C" fn vkhost_stream_destroy(stream: *mut vkhost_stream) -> vk
 /// `stream`, `dst` must be NULL or live handles; `src` readable for `len` bytes during the call.
 /// Where a registration or pinned block covers `src`, those bytes must stay valid and unchanged
 /// until the copy is done (`vkhost_stream_synchronize`, or an event recorded after it).
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -186,7 +200,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_copy_to_device_async(
     stream: *const vkhost_stream,
@@ -211,7 +226,9 @@ pub unsafe extern "C" fn vkhost_stream_copy_to_device_async(
 /// # Safety
 /// `stream`, `src` must be NULL or live handles; `dst` must stay valid, writable and otherwise
 /// untouched for `len` bytes until then.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -237,7 +254,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_copy_to_host_async(
     stream: *const vkhost_stream,
@@ -260,7 +278,9 @@ pub unsafe extern "C" fn vkhost_stream_copy_to_host_async(
 ///
 /// # Safety
 /// `stream`, `src`, `dst` must be NULL or live handles.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -290,7 +310,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_copy_buffer_async(
     stream: *const vkhost_stream,
@@ -313,7 +334,9 @@ pub unsafe extern "C" fn vkhost_stream_copy_buffer_async(
 ///
 /// # Safety
 /// `stream`, `dst` must be NULL or live handles.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -341,7 +364,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_fill_async(
     stream: *const vkhost_stream,
@@ -362,7 +386,9 @@ pub unsafe extern "C" fn vkhost_stream_fill_async(
 ///
 /// # Safety
 /// `stream` must be NULL or a live handle.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -386,7 +412,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_flush(stream: *const vkhost_stream) -> vkhost_status {
     ffi(|| {
@@ -400,7 +427,9 @@ pub unsafe extern "C" fn vkhost_stream_flush(stream: *const vkhost_stream) -> vk
 ///
 /// # Safety
 /// `stream` must be NULL or a live handle; `event` NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -428,7 +457,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_record(stream: *const vkhost_stream, event: *mut *mut vkhost_event) -> vkhost_status {
     ffi(|| {
@@ -447,7 +477,9 @@ pub unsafe extern "C" fn vkhost_stream_record(stream: *const vkhost_stream, even
 ///
 /// # Safety
 /// `stream`, `event` must be NULL or live handles.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -477,7 +509,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_wait_event(stream: *const vkhost_stream, event: *const vkhost_event) -> vkhost_status {
     ffi(|| {
@@ -492,7 +525,9 @@ pub unsafe extern "C" fn vkhost_stream_wait_event(stream: *const vkhost_stream, 
 ///
 /// # Safety
 /// `stream` must be NULL or a live handle.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -517,7 +552,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_synchronize(stream: *const vkhost_stream) -> vkhost_status {
     ffi(|| {
@@ -532,7 +568,9 @@ pub unsafe extern "C" fn vkhost_stream_synchronize(stream: *const vkhost_stream)
 ///
 /// # Safety
 /// `event` must be NULL or a live handle.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -560,7 +598,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_event_wait(event: *const vkhost_event) -> vkhost_status {
     ffi(|| {
@@ -574,7 +613,9 @@ pub unsafe extern "C" fn vkhost_event_wait(event: *const vkhost_event) -> vkhost
 ///
 /// # Safety
 /// `event` must be NULL or a live handle; `done` NULL or valid for a write.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -602,7 +643,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_event_query(event: *const vkhost_event, done: *mut bool) -> vkhost_status {
     ffi(|| {
@@ -620,7 +662,9 @@ pub unsafe extern "C" fn vkhost_event_query(event: *const vkhost_event, done: *m
 ///
 /// # Safety
 /// `event` must be NULL or a live handle not used by another thread; it is dangling after.
-#[cfg_attr(doc, doc = r#"
+#[cfg_attr(
+    doc,
+    doc = r#"
 # Example
 
 ```
@@ -645,7 +689,8 @@ unsafe {
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
 }
 ```
-"#)]
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_event_release(event: *mut vkhost_event) -> vkhost_status {
     ffi(|| {
