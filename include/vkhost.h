@@ -426,7 +426,8 @@ vkhost_status vkhost_stats(vkhost_host_stats *stats);
 vkhost_status vkhost_device_stats(const vkhost_device *device, vkhost_host_stats *stats);
 
 // Allocates a device-local buffer of `len` bytes (TRANSFER_SRC | TRANSFER_DST |
-// STORAGE_BUFFER). `len == 0`: `VKHOST_INVALID_ARGUMENT`.
+// STORAGE_BUFFER). `len == 0`: `VKHOST_INVALID_ARGUMENT`. Its bytes are unspecified
+// (not necessarily zero) until written.
 //
 // # Safety
 // `device` must be NULL or a live handle; `buffer` NULL or valid for a write.

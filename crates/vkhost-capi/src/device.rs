@@ -10,11 +10,52 @@ use vkhost::{Device, DeviceInfo, DeviceType, ImportPolicy, OpenOptions, Ownershi
 
 /// An open device (opaque). Made by the `vkhost_device_open*` functions and
 /// `vkhost_device_from_vulkan`; freed by `vkhost_device_release`.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+let mut dev: *mut vkhost_device = null_mut();
+// SAFETY: `dev` is valid for the write; the handle is released once and not used after.
+unsafe {
+    assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    assert!(!dev.is_null());
+    assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 pub struct vkhost_device {
     pub(crate) dev: Device,
 }
 
 /// The kind of a physical device.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+use vkhost_device_type::*;
+let mut info = MaybeUninit::<vkhost_device_info>::uninit();
+// SAFETY: `info` is valid for the write, and read only after VKHOST_OK.
+let info = unsafe {
+    assert_eq!(vkhost_device_enumerate(0, info.as_mut_ptr()), VKHOST_OK);
+    info.assume_init()
+};
+let gpu = match info.device_type {
+    VKHOST_DEVICE_DISCRETE | VKHOST_DEVICE_INTEGRATED | VKHOST_DEVICE_VIRTUAL => true,
+    VKHOST_DEVICE_CPU | VKHOST_DEVICE_OTHER => false,
+};
+assert_eq!(gpu, (info.device_type as u32) < VKHOST_DEVICE_CPU as u32);
+```
+"#
+)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum vkhost_device_type {
@@ -31,9 +72,52 @@ pub enum vkhost_device_type {
 }
 
 /// Length of the string fields of `vkhost_device_info`, NUL included.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+let mut info = MaybeUninit::<vkhost_device_info>::uninit();
+// SAFETY: `info` is valid for the write, and read only after VKHOST_OK.
+let info = unsafe {
+    assert_eq!(vkhost_device_enumerate(0, info.as_mut_ptr()), VKHOST_OK);
+    info.assume_init()
+};
+assert_eq!(info.name.len(), VKHOST_NAME_LEN);
+// SAFETY: vkhost NUL-terminates the name within its VKHOST_NAME_LEN bytes.
+let name = unsafe { std::ffi::CStr::from_ptr(info.name.as_ptr()) };
+assert!(name.count_bytes() < VKHOST_NAME_LEN);
+```
+"#
+)]
 pub const VKHOST_NAME_LEN: usize = 256;
 
 /// What a physical device is and offers (`vkhost_device_enumerate`, `vkhost_device_get_info`).
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+let mut info = MaybeUninit::<vkhost_device_info>::uninit();
+// SAFETY: `info` is valid for the write, and read only after VKHOST_OK.
+let info = unsafe {
+    assert_eq!(vkhost_device_enumerate(0, info.as_mut_ptr()), VKHOST_OK);
+    info.assume_init()
+};
+assert_eq!(info.index, 0);
+assert!(info.api_major >= 1 && info.max_memory_allocation_size > 0);
+// SAFETY: vkhost NUL-terminates the name within the array.
+let name = unsafe { std::ffi::CStr::from_ptr(info.name.as_ptr()) };
+println!("device 0: {} (Vulkan {}.{})", name.to_string_lossy(), info.api_major, info.api_minor);
+```
+"#
+)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct vkhost_device_info {
@@ -101,21 +185,160 @@ impl From<&DeviceInfo> for vkhost_device_info {
 }
 
 /// `vkhost_open_options::import_policy`: import host memory where the device can (default).
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+let mut opts = MaybeUninit::<vkhost_open_options>::uninit();
+// SAFETY: `opts`, `dev` and `granule` are valid for the writes; `dev` is released once.
+unsafe {
+    assert_eq!(vkhost_open_options_default(opts.as_mut_ptr()), VKHOST_OK);
+    let mut opts = opts.assume_init();
+    opts.import_policy = VKHOST_IMPORT_AUTO; // whatever VKHOST_IMPORT says
+    let mut dev = null_mut();
+    assert_eq!(vkhost_device_open_with(VKHOST_DEFAULT_DEVICE, &opts, &mut dev), VKHOST_OK);
+    let mut granule = 0;
+    // VKHOST_OK on a device with VK_EXT_external_memory_host.
+    assert_eq!(vkhost_device_registration(dev, &mut granule), VKHOST_OK);
+    assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 pub const VKHOST_IMPORT_AUTO: u32 = 0;
 /// `vkhost_open_options::import_policy`: never import; `vkhost_register` is
 /// `VKHOST_UNSUPPORTED` and copies stage.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+let mut opts = MaybeUninit::<vkhost_open_options>::uninit();
+// SAFETY: `opts`, `dev` and `granule` are valid for the writes; `dev` is released once.
+unsafe {
+    assert_eq!(vkhost_open_options_default(opts.as_mut_ptr()), VKHOST_OK);
+    let mut opts = opts.assume_init();
+    opts.import_policy = VKHOST_IMPORT_NEVER;
+    let mut dev = null_mut();
+    assert_eq!(vkhost_device_open_with(VKHOST_DEFAULT_DEVICE, &opts, &mut dev), VKHOST_OK);
+    let mut granule = 0;
+    assert_eq!(vkhost_device_registration(dev, &mut granule), VKHOST_UNSUPPORTED);
+    assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 pub const VKHOST_IMPORT_NEVER: u32 = 1;
 /// A queue kind (`vkhost_open_options::copy_queue`, `vkhost_stream_create`): the copy engines
 /// where the device has them, else the compute queue.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut stream = null_mut();
+    assert_eq!(vkhost_stream_create(dev, VKHOST_QUEUE_COPY, &mut stream), VKHOST_OK);
+    assert_eq!(vkhost_stream_synchronize(stream), VKHOST_OK);
+    assert_eq!(vkhost_stream_destroy(stream), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 pub const VKHOST_QUEUE_COPY: u32 = 0;
 /// A queue kind: the compute queue.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut stream = null_mut();
+    assert_eq!(vkhost_stream_create(dev, VKHOST_QUEUE_COMPUTE, &mut stream), VKHOST_OK);
+    assert_eq!(vkhost_stream_destroy(stream), VKHOST_OK);
+    // Any other value is refused.
+    assert_eq!(vkhost_stream_create(dev, 7, &mut stream), VKHOST_INVALID_ARGUMENT);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 pub const VKHOST_QUEUE_COMPUTE: u32 = 1;
 /// `vkhost_raw_device::copy_family` when there is no copy-engine family.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut raw = MaybeUninit::<vkhost_raw_device>::uninit();
+    assert_eq!(vkhost_device_raw(dev, raw.as_mut_ptr()), VKHOST_OK);
+    let raw = raw.assume_init();
+    // Copy queues exactly when there is a copy-engine family.
+    assert_eq!(raw.copy_family == VKHOST_NO_FAMILY, raw.copy_queue_count == 0);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 pub const VKHOST_NO_FAMILY: u32 = u32::MAX;
 
 /// Options for `vkhost_device_open_with` and `vkhost_device_from_vulkan`. Start from
 /// `vkhost_open_options_default`, which reads the environment (`VKHOST_VALIDATION`,
 /// `VKHOST_IMPORT`, `VKHOST_COPY_QUEUE`) as the Rust defaults do.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+let mut opts = MaybeUninit::<vkhost_open_options>::uninit();
+// SAFETY: `opts` and `dev` are valid for the writes; `dev` is released once.
+unsafe {
+    assert_eq!(vkhost_open_options_default(opts.as_mut_ptr()), VKHOST_OK);
+    let mut opts = opts.assume_init();
+    opts.staging_chunk = 1 << 20; // 1 MiB chunks,
+    opts.staging_slots = 2; // two in flight
+    let mut dev = null_mut();
+    assert_eq!(vkhost_device_open_with(VKHOST_DEFAULT_DEVICE, &opts, &mut dev), VKHOST_OK);
+    assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+    opts.staging_slots = 1; // out of range: refused before anything is created
+    assert_eq!(vkhost_device_open_with(VKHOST_DEFAULT_DEVICE, &opts, &mut dev), VKHOST_INVALID_ARGUMENT);
+}
+```
+"#
+)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct vkhost_open_options {
@@ -187,6 +410,30 @@ impl vkhost_open_options {
 
 /// A device's Vulkan handles, for interop both ways: `vkhost_device_raw` fills it from a vkhost
 /// device; `vkhost_device_from_vulkan` wraps a device described by it.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut raw = MaybeUninit::<vkhost_raw_device>::uninit();
+    assert_eq!(vkhost_device_raw(dev, raw.as_mut_ptr()), VKHOST_OK);
+    let raw = raw.assume_init();
+    assert!(!raw.instance.is_null() && !raw.physical_device.is_null() && !raw.device.is_null());
+    assert!(!raw.get_instance_proc_addr.is_null());
+    assert!(raw.copy_queue_count as usize <= raw.copy_queue_indices.len());
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct vkhost_raw_device {
@@ -233,6 +480,22 @@ fn hand_out(dev: Device, o: crate::Out<*mut vkhost_device>) {
 ///
 /// # Safety
 /// `count` must be NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+let mut n = 0usize;
+// SAFETY: `n` is valid for the write.
+let status = unsafe { vkhost_device_count(&mut n) };
+assert_eq!(status, VKHOST_OK);
+assert!(n >= 1);
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_count(count: *mut usize) -> vkhost_status {
     ffi(|| {
@@ -248,6 +511,28 @@ pub unsafe extern "C" fn vkhost_device_count(count: *mut usize) -> vkhost_status
 ///
 /// # Safety
 /// `info` must be NULL or valid for a write of `vkhost_device_info`.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+let mut n = 0;
+let mut info = MaybeUninit::<vkhost_device_info>::uninit();
+// SAFETY: `n` and `info` are valid for the writes; `info` is read only after VKHOST_OK.
+unsafe {
+    assert_eq!(vkhost_device_count(&mut n), VKHOST_OK);
+    for i in 0..n {
+        assert_eq!(vkhost_device_enumerate(i, info.as_mut_ptr()), VKHOST_OK);
+        assert_eq!(info.assume_init_ref().index, i);
+    }
+    assert_eq!(vkhost_device_enumerate(n, info.as_mut_ptr()), VKHOST_NO_DEVICE);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_enumerate(index: usize, info: *mut vkhost_device_info) -> vkhost_status {
     ffi(|| {
@@ -265,6 +550,26 @@ pub unsafe extern "C" fn vkhost_device_enumerate(index: usize, info: *mut vkhost
 ///
 /// # Safety
 /// `options` must be NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+let mut opts = MaybeUninit::<vkhost_open_options>::uninit();
+// SAFETY: `opts` is valid for the write, and read only after VKHOST_OK.
+let opts = unsafe {
+    assert_eq!(vkhost_open_options_default(opts.as_mut_ptr()), VKHOST_OK);
+    opts.assume_init()
+};
+assert!(opts.import_policy == VKHOST_IMPORT_AUTO || opts.import_policy == VKHOST_IMPORT_NEVER);
+assert!((2..=16).contains(&opts.staging_slots));
+assert_eq!(opts.staging_chunk % 4096, 0);
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_open_options_default(options: *mut vkhost_open_options) -> vkhost_status {
     ffi(|| {
@@ -279,6 +584,28 @@ pub unsafe extern "C" fn vkhost_open_options_default(options: *mut vkhost_open_o
 ///
 /// # Safety
 /// `device` must be NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+let (mut n, mut dev) = (0, null_mut());
+let mut info = MaybeUninit::<vkhost_device_info>::uninit();
+// SAFETY: `n`, `dev` and `info` are valid for the writes; `dev` is released once.
+unsafe {
+    assert_eq!(vkhost_device_open(0, &mut dev), VKHOST_OK);
+    assert_eq!(vkhost_device_get_info(dev, info.as_mut_ptr()), VKHOST_OK);
+    assert_eq!(info.assume_init().index, 0);
+    assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+    assert_eq!(vkhost_device_count(&mut n), VKHOST_OK);
+    assert_eq!(vkhost_device_open(n, &mut dev), VKHOST_NO_DEVICE); // past the last one
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_open(index: usize, device: *mut *mut vkhost_device) -> vkhost_status {
     ffi(|| {
@@ -293,6 +620,27 @@ pub unsafe extern "C" fn vkhost_device_open(index: usize, device: *mut *mut vkho
 ///
 /// # Safety
 /// `device` must be NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+let mut dev = null_mut();
+let mut granule = 0;
+// SAFETY: `dev` and `granule` are valid for the writes; `dev` is released once.
+unsafe {
+    assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    // The device vkhost prefers imports host memory where it can.
+    let status = vkhost_device_registration(dev, &mut granule);
+    assert!(status == VKHOST_OK || status == VKHOST_UNSUPPORTED);
+    assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_open_default(device: *mut *mut vkhost_device) -> vkhost_status {
     ffi(|| {
@@ -305,6 +653,31 @@ pub unsafe extern "C" fn vkhost_device_open_default(device: *mut *mut vkhost_dev
 /// `vkhost_device_open_with`'s index for "the preferred device" (as `vkhost_device_open_default`).
 /// In the header as `#define VKHOST_DEFAULT_DEVICE SIZE_MAX` (cbindgen.toml: cbindgen cannot
 /// spell `usize::MAX`).
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+let (mut a, mut b) = (null_mut(), null_mut());
+let mut opts = MaybeUninit::<vkhost_open_options>::uninit();
+let (mut ia, mut ib) = (MaybeUninit::<vkhost_device_info>::uninit(), MaybeUninit::uninit());
+// SAFETY: every out-pointer is valid for its write; `a` and `b` are released once.
+unsafe {
+    assert_eq!(vkhost_open_options_default(opts.as_mut_ptr()), VKHOST_OK);
+    assert_eq!(vkhost_device_open_with(VKHOST_DEFAULT_DEVICE, opts.as_ptr(), &mut a), VKHOST_OK);
+    assert_eq!(vkhost_device_open_default(&mut b), VKHOST_OK);
+    assert_eq!(vkhost_device_get_info(a, ia.as_mut_ptr()), VKHOST_OK);
+    assert_eq!(vkhost_device_get_info(b, ib.as_mut_ptr()), VKHOST_OK);
+    assert_eq!(ia.assume_init().index, ib.assume_init().index); // the same physical device
+    assert_eq!(vkhost_device_release(a), VKHOST_OK);
+    assert_eq!(vkhost_device_release(b), VKHOST_OK);
+}
+```
+"#
+)]
 pub const VKHOST_DEFAULT_DEVICE: usize = usize::MAX;
 
 /// Opens physical device `index` (or the preferred one for `VKHOST_DEFAULT_DEVICE`) with
@@ -314,6 +687,29 @@ pub const VKHOST_DEFAULT_DEVICE: usize = usize::MAX;
 /// # Safety
 /// `options` must be NULL or point to a `vkhost_open_options`; `device` NULL or valid for a
 /// write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+let mut opts = MaybeUninit::<vkhost_open_options>::uninit();
+let mut dev = null_mut();
+// SAFETY: `opts` and `dev` are valid for the writes; `dev` is released once.
+unsafe {
+    assert_eq!(vkhost_open_options_default(opts.as_mut_ptr()), VKHOST_OK);
+    let mut opts = opts.assume_init();
+    opts.copy_queue = VKHOST_QUEUE_COMPUTE; // synchronous copies on the compute queue
+    assert_eq!(vkhost_device_open_with(0, &opts, &mut dev), VKHOST_OK);
+    assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+    opts.import_policy = 5; // not a VKHOST_IMPORT_* value
+    assert_eq!(vkhost_device_open_with(0, &opts, &mut dev), VKHOST_INVALID_ARGUMENT);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_open_with(
     index: usize,
@@ -339,6 +735,39 @@ pub unsafe extern "C" fn vkhost_device_open_with(
 /// `raw` must point to a `vkhost_raw_device` whose handles are valid and stay valid until
 /// vkhost's destroy returns; the caller must not submit to the named queues while vkhost may.
 /// `options` NULL or valid; `device` NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// Wrap the VkDevice of a vkhost device a second time, borrowed (`owned` = 0): the Vulkan
+// objects stay the first device's, which destroys them when it is released.
+// SAFETY: the handles come from `dev`, which outlives `dev2` (destroyed and released first);
+// `dev` submits nothing while `dev2` lives. Out-pointers point to locals of their type.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut raw = MaybeUninit::<vkhost_raw_device>::uninit();
+    assert_eq!(vkhost_device_raw(dev, raw.as_mut_ptr()), VKHOST_OK);
+    let mut opts = MaybeUninit::<vkhost_open_options>::uninit();
+    assert_eq!(vkhost_open_options_default(opts.as_mut_ptr()), VKHOST_OK);
+    let mut opts = opts.assume_init();
+    opts.validation = 0; // a layer of `dev`'s is already in the device's dispatch chain
+    let mut dev2 = null_mut();
+    assert_eq!(vkhost_device_from_vulkan(raw.as_ptr(), 0, &opts, &mut dev2), VKHOST_OK);
+    let mut buf = null_mut();
+    assert_eq!(vkhost_buffer_alloc(dev2, 4096, &mut buf), VKHOST_OK);
+    assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+    assert_eq!(vkhost_device_destroy(dev2), VKHOST_OK);
+    assert_eq!(vkhost_device_release(dev2), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_from_vulkan(
     raw: *const vkhost_raw_device,
@@ -406,6 +835,29 @@ pub unsafe extern "C" fn vkhost_device_from_vulkan(
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `raw` NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut raw = MaybeUninit::<vkhost_raw_device>::uninit();
+    assert_eq!(vkhost_device_raw(dev, raw.as_mut_ptr()), VKHOST_OK);
+    assert!(!raw.assume_init_ref().device.is_null()); // a VkDevice to build pipelines on
+    assert_eq!(vkhost_device_destroy(dev), VKHOST_OK);
+    assert_eq!(vkhost_device_raw(dev, raw.as_mut_ptr()), VKHOST_DEVICE_DESTROYED);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_raw(device: *const vkhost_device, raw: *mut vkhost_raw_device) -> vkhost_status {
     ffi(|| {
@@ -438,6 +890,30 @@ pub unsafe extern "C" fn vkhost_device_raw(device: *const vkhost_device, raw: *m
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `info` NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut info = MaybeUninit::<vkhost_device_info>::uninit();
+    assert_eq!(vkhost_device_get_info(dev, info.as_mut_ptr()), VKHOST_OK);
+    let before = info.assume_init();
+    assert_eq!(vkhost_device_destroy(dev), VKHOST_OK);
+    assert_eq!(vkhost_device_get_info(dev, info.as_mut_ptr()), VKHOST_OK); // after destroy too
+    assert_eq!(info.assume_init().device_id, before.device_id);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_get_info(device: *const vkhost_device, info: *mut vkhost_device_info) -> vkhost_status {
     ffi(|| {
@@ -456,6 +932,28 @@ pub unsafe extern "C" fn vkhost_device_get_info(device: *const vkhost_device, in
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `granule` NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut granule = 0;
+    // VKHOST_OK on a device with VK_EXT_external_memory_host (unless VKHOST_IMPORT=never).
+    assert_eq!(vkhost_device_registration(dev, &mut granule), VKHOST_OK);
+    assert!(granule.is_power_of_two());
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_registration(device: *const vkhost_device, granule: *mut usize) -> vkhost_status {
     ffi(|| {
@@ -480,6 +978,32 @@ pub unsafe extern "C" fn vkhost_device_registration(device: *const vkhost_device
 ///
 /// # Safety
 /// `device` must be NULL or a live handle.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut block = null_mut();
+    assert_eq!(vkhost_alloc_pinned(dev, 4096, &mut block), VKHOST_OK);
+    assert_eq!(vkhost_device_destroy(dev), VKHOST_OK);
+    assert_eq!(vkhost_device_destroy(dev), VKHOST_OK); // idempotent
+    let mut buf = null_mut();
+    assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_DEVICE_DESTROYED);
+    assert_eq!(vkhost_free_pinned(dev, block), VKHOST_OK); // a tombstone: once
+    assert_eq!(vkhost_free_pinned(dev, block), VKHOST_NOT_PINNED);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_destroy(device: *const vkhost_device) -> vkhost_status {
     ffi(|| {
@@ -496,6 +1020,27 @@ pub unsafe extern "C" fn vkhost_device_destroy(device: *const vkhost_device) -> 
 ///
 /// # Safety
 /// `device` must be NULL or a live handle not used by another thread; it is dangling after.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: each handle is released once and not used after; out-pointers point to locals.
+unsafe {
+    let (mut dev, mut buf) = (null_mut(), null_mut());
+    assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+    assert_eq!(vkhost_device_release(dev), VKHOST_OK); // the buffer still holds the device
+    let mut len = 0;
+    assert_eq!(vkhost_buffer_len(buf, &mut len), VKHOST_OK);
+    assert_eq!(vkhost_buffer_free(buf), VKHOST_OK); // the last reference: the device goes
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_release(device: *mut vkhost_device) -> vkhost_status {
     ffi(|| {
@@ -519,6 +1064,30 @@ pub unsafe extern "C" fn vkhost_device_release(device: *mut vkhost_device) -> vk
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `destroyed` NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut destroyed = true;
+    assert_eq!(vkhost_device_is_destroyed(dev, &mut destroyed), VKHOST_OK);
+    assert!(!destroyed);
+    assert_eq!(vkhost_device_destroy(dev), VKHOST_OK);
+    assert_eq!(vkhost_device_is_destroyed(dev, &mut destroyed), VKHOST_OK);
+    assert!(destroyed);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_is_destroyed(device: *const vkhost_device, destroyed: *mut bool) -> vkhost_status {
     ffi(|| {
@@ -536,6 +1105,30 @@ pub unsafe extern "C" fn vkhost_device_is_destroyed(device: *const vkhost_device
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `errors` NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut buf = null_mut();
+    assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+    assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+    let mut errors = u64::MAX;
+    assert_eq!(vkhost_device_validation_errors(dev, &mut errors), VKHOST_OK);
+    assert_eq!(errors, 0); // with VKHOST_VALIDATION=1 too: the calls above are clean
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_validation_errors(device: *const vkhost_device, errors: *mut u64) -> vkhost_status {
     ffi(|| {
@@ -551,6 +1144,29 @@ pub unsafe extern "C" fn vkhost_device_validation_errors(device: *const vkhost_d
 /// Validation-layer errors reported so far by every device opened through this ABI, released
 /// or not (a released device's count is taken at its release). For tests: with validation on,
 /// a clean run ends with 0.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut block = null_mut();
+    assert_eq!(vkhost_alloc_pinned(dev, 4096, &mut block), VKHOST_OK);
+    assert_eq!(vkhost_free_pinned(dev, block), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+// Counted over every device of this process, released ones included.
+assert_eq!(vkhost_validation_errors(), 0);
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub extern "C" fn vkhost_validation_errors() -> u64 {
     let mut n = 0;

@@ -7,11 +7,66 @@ use vkhost::ash::vk::Handle;
 use vkhost::{CopyPath, DeviceBuffer, HostStats, host};
 
 /// A device-local buffer (opaque): `vkhost_buffer_alloc`, freed by `vkhost_buffer_free`.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut buf: *mut vkhost_buffer = null_mut();
+    assert_eq!(vkhost_buffer_alloc(dev, 1 << 16, &mut buf), VKHOST_OK);
+    let mut len = 0;
+    assert_eq!(vkhost_buffer_len(buf, &mut len), VKHOST_OK);
+    assert_eq!(len, 1 << 16);
+    assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 pub struct vkhost_buffer {
     pub(crate) buf: DeviceBuffer,
 }
 
 /// What ran for a synchronous copy.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+use vkhost_copy_path::*;
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+#   let mut buf = null_mut();
+#   assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+    let mut block = null_mut();
+    assert_eq!(vkhost_alloc_pinned(dev, 4096, &mut block), VKHOST_OK);
+    let mut pageable = vec![0u8; 4096];
+    let mut path = VKHOST_PATH_MIXED;
+    assert_eq!(vkhost_copy_to_host(dev, buf, 0, block, 4096, &mut path), VKHOST_OK);
+    assert_eq!(path, VKHOST_PATH_DIRECT); // into pinned memory
+    assert_eq!(vkhost_copy_to_host(dev, buf, 0, pageable.as_mut_ptr().cast(), 4096, &mut path), VKHOST_OK);
+    assert_eq!(path, VKHOST_PATH_STAGED); // into memory vkhost does not know
+    assert_eq!(vkhost_free_pinned(dev, block), VKHOST_OK);
+#   assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum vkhost_copy_path {
@@ -37,6 +92,31 @@ impl From<CopyPath> for vkhost_copy_path {
 }
 
 /// Copy-path counters and registry sizes (`vkhost_stats`, `vkhost_device_stats`).
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut block = null_mut();
+    assert_eq!(vkhost_alloc_pinned(dev, 4096, &mut block), VKHOST_OK);
+    let mut stats = MaybeUninit::<vkhost_host_stats>::uninit();
+    assert_eq!(vkhost_device_stats(dev, stats.as_mut_ptr()), VKHOST_OK);
+    let stats = stats.assume_init();
+    assert_eq!((stats.live_pinned, stats.live_imports), (1, 0));
+    assert_eq!(vkhost_free_pinned(dev, block), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct vkhost_host_stats {
@@ -68,6 +148,31 @@ impl From<HostStats> for vkhost_host_stats {
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `ptr` NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+// The block is written only while allocated, within its 64 KiB.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut block = null_mut();
+    assert_eq!(vkhost_alloc_pinned(dev, 1 << 16, &mut block), VKHOST_OK);
+    let bytes = std::slice::from_raw_parts_mut(block.cast::<u8>(), 1 << 16);
+    bytes.fill(7); // ordinary host memory, mapped for its whole life
+    assert_eq!(vkhost_free_pinned(dev, block), VKHOST_OK);
+    assert_eq!(vkhost_alloc_pinned(dev, 0, &mut block), VKHOST_INVALID_ARGUMENT);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_alloc_pinned(device: *const vkhost_device, len: usize, ptr: *mut *mut c_void) -> vkhost_status {
     ffi(|| {
@@ -88,6 +193,29 @@ pub unsafe extern "C" fn vkhost_alloc_pinned(device: *const vkhost_device, len: 
 ///
 /// # Safety
 /// `device` must be NULL or a live handle. `ptr` is only compared, never dereferenced.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut block = null_mut();
+    assert_eq!(vkhost_alloc_pinned(dev, 4096, &mut block), VKHOST_OK);
+    assert_eq!(vkhost_free_pinned(dev, block.cast::<u8>().add(8).cast()), VKHOST_NOT_PINNED);
+    assert_eq!(vkhost_free_pinned(dev, block), VKHOST_OK);
+    assert_eq!(vkhost_free_pinned(dev, block), VKHOST_NOT_PINNED); // a second free
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_free_pinned(device: *const vkhost_device, ptr: *mut c_void) -> vkhost_status {
     ffi(|| {
@@ -109,6 +237,40 @@ pub unsafe extern "C" fn vkhost_free_pinned(device: *const vkhost_device, ptr: *
 /// `device` must be NULL or a live handle. Until `vkhost_unregister` returns (or the device is
 /// destroyed), the pages covering the rounded range must stay mapped and writable, and must not
 /// be freed or remapped: the device may read or write them whenever a copy names them.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last); `mem` stays allocated until
+// after its unregistration; out-pointers point to locals of their type.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+#   let mut buf = null_mut();
+#   assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+    let mut granule = 0;
+    assert_eq!(vkhost_device_registration(dev, &mut granule), VKHOST_OK);
+    // Memory that starts and ends on the granule, so the registration covers exactly it.
+    let layout = std::alloc::Layout::from_size_align(granule.max(1 << 16), granule).unwrap();
+    let mem = std::alloc::alloc_zeroed(layout);
+    assert!(!mem.is_null());
+    assert_eq!(vkhost_register(dev, mem.cast(), layout.size()), VKHOST_OK);
+    let mut path = vkhost_copy_path::VKHOST_PATH_STAGED;
+    assert_eq!(vkhost_copy_to_host(dev, buf, 0, mem.cast(), 4096, &mut path), VKHOST_OK);
+    assert_eq!(path, vkhost_copy_path::VKHOST_PATH_DIRECT); // no staging
+    assert_eq!(vkhost_register(dev, mem.cast(), 4096), VKHOST_ALREADY_REGISTERED);
+    assert_eq!(vkhost_unregister(dev, mem.cast()), VKHOST_OK);
+    std::alloc::dealloc(mem, layout);
+#   assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_register(device: *const vkhost_device, ptr: *mut c_void, len: usize) -> vkhost_status {
     ffi(|| {
@@ -126,6 +288,35 @@ pub unsafe extern "C" fn vkhost_register(device: *const vkhost_device, ptr: *mut
 ///
 /// # Safety
 /// `device` must be NULL or a live handle. `ptr` is only compared, never dereferenced.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last); `mem` stays allocated until
+// after its unregistration; out-pointers point to locals of their type.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut granule = 0;
+    assert_eq!(vkhost_device_registration(dev, &mut granule), VKHOST_OK);
+    // Memory that starts and ends on the granule, so the registration covers exactly it.
+    let layout = std::alloc::Layout::from_size_align(granule.max(1 << 16), granule).unwrap();
+    let mem = std::alloc::alloc_zeroed(layout);
+    assert!(!mem.is_null());
+    assert_eq!(vkhost_register(dev, mem.cast(), layout.size()), VKHOST_OK);
+    assert_eq!(vkhost_unregister(dev, mem.add(4096).cast()), VKHOST_NOT_REGISTERED); // interior
+    assert_eq!(vkhost_unregister(dev, mem.cast()), VKHOST_OK);
+    assert_eq!(vkhost_unregister(dev, mem.cast()), VKHOST_NOT_REGISTERED); // a second time
+    std::alloc::dealloc(mem, layout); // now the device can no longer touch it
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_unregister(device: *const vkhost_device, ptr: *mut c_void) -> vkhost_status {
     ffi(|| {
@@ -143,6 +334,34 @@ pub unsafe extern "C" fn vkhost_unregister(device: *const vkhost_device, ptr: *m
 /// # Safety
 /// `device` must be NULL or a live handle; `buffer` and `offset` NULL or valid for writes.
 /// `ptr` is only compared.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut block = null_mut();
+    assert_eq!(vkhost_alloc_pinned(dev, 1 << 16, &mut block), VKHOST_OK);
+    let (mut vk_buffer, mut offset, mut vk_buffer2, mut offset2) = (0u64, 0u64, 0u64, 0u64);
+    assert_eq!(vkhost_find(dev, block, 1 << 16, &mut vk_buffer, &mut offset), VKHOST_OK);
+    assert_eq!(vkhost_find(dev, block.cast::<u8>().add(100).cast(), 50, &mut vk_buffer2, &mut offset2), VKHOST_OK);
+    assert_ne!(vk_buffer, 0);
+    assert_eq!((vk_buffer2, offset2), (vk_buffer, offset + 100));
+    let local = 0u32; // memory vkhost does not know
+    assert_eq!(vkhost_find(dev, (&raw const local).cast(), 4, &mut vk_buffer, &mut offset), VKHOST_NOT_REGISTERED);
+    assert_eq!(vkhost_free_pinned(dev, block), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_find(
     device: *const vkhost_device,
@@ -182,6 +401,37 @@ fn same_device(d: &vkhost_device, b: &vkhost_buffer) -> Result<(), Fail> {
 /// # Safety
 /// `device`, `dst` must be NULL or live handles; `src` readable for `len` bytes during the call;
 /// `path` NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+use vkhost_copy_path::*;
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut buf = null_mut();
+    assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+    let src: Vec<u8> = (0..=255).cycle().take(4096).collect();
+    let mut path = VKHOST_PATH_MIXED;
+    assert_eq!(vkhost_copy_to_device(dev, src.as_ptr().cast(), 4096, buf, 0, &mut path), VKHOST_OK);
+    // Pageable memory: staged, or stored by the CPU where device memory is mapped (a full BAR).
+    assert!(path == VKHOST_PATH_STAGED || path == VKHOST_PATH_MAPPED);
+    let mut back = vec![0u8; 4096];
+    assert_eq!(vkhost_copy_to_host(dev, buf, 0, back.as_mut_ptr().cast(), 4096, null_mut()), VKHOST_OK);
+    assert_eq!(back, src);
+    assert_eq!(vkhost_copy_to_device(dev, src.as_ptr().cast(), 8, buf, 4092, &mut path), VKHOST_OUT_OF_RANGE);
+    assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_copy_to_device(
     device: *const vkhost_device,
@@ -211,6 +461,37 @@ pub unsafe extern "C" fn vkhost_copy_to_device(
 /// # Safety
 /// `device`, `src` must be NULL or live handles; `dst` writable for `len` bytes and not
 /// otherwise accessed during the call; `path` NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+use vkhost_copy_path::*;
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+// The pinned block is read only while allocated, within its 4096 bytes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let (mut buf, mut block) = (null_mut(), null_mut());
+    assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+    assert_eq!(vkhost_alloc_pinned(dev, 4096, &mut block), VKHOST_OK);
+    let src = [42u8; 4096];
+    assert_eq!(vkhost_copy_to_device(dev, src.as_ptr().cast(), 4096, buf, 0, null_mut()), VKHOST_OK);
+    let mut path = VKHOST_PATH_MIXED;
+    assert_eq!(vkhost_copy_to_host(dev, buf, 0, block, 4096, &mut path), VKHOST_OK);
+    assert_eq!(path, VKHOST_PATH_DIRECT); // straight into the pinned block
+    assert_eq!(std::slice::from_raw_parts(block.cast::<u8>(), 4096), &src);
+    assert_eq!(vkhost_free_pinned(dev, block), VKHOST_OK);
+    assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_copy_to_host(
     device: *const vkhost_device,
@@ -238,6 +519,30 @@ pub unsafe extern "C" fn vkhost_copy_to_host(
 ///
 /// # Safety
 /// `stats` must be NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut block = null_mut();
+    assert_eq!(vkhost_alloc_pinned(dev, 4096, &mut block), VKHOST_OK);
+    let mut stats = MaybeUninit::<vkhost_host_stats>::uninit();
+    assert_eq!(vkhost_stats(stats.as_mut_ptr()), VKHOST_OK);
+    assert!(stats.assume_init().live_pinned >= 1); // this block, and any other device's
+    assert_eq!(vkhost_free_pinned(dev, block), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stats(stats: *mut vkhost_host_stats) -> vkhost_status {
     ffi(|| {
@@ -252,6 +557,32 @@ pub unsafe extern "C" fn vkhost_stats(stats: *mut vkhost_host_stats) -> vkhost_s
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `stats` NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut buf = null_mut();
+    assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+    let mut pageable = vec![0u8; 4096];
+    assert_eq!(vkhost_copy_to_host(dev, buf, 0, pageable.as_mut_ptr().cast(), 4096, null_mut()), VKHOST_OK);
+    let mut stats = MaybeUninit::<vkhost_host_stats>::uninit();
+    assert_eq!(vkhost_device_stats(dev, stats.as_mut_ptr()), VKHOST_OK);
+    assert_eq!(stats.assume_init().staged_bytes, 4096); // this device's copies only
+    assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_device_stats(device: *const vkhost_device, stats: *mut vkhost_host_stats) -> vkhost_status {
     ffi(|| {
@@ -265,10 +596,33 @@ pub unsafe extern "C" fn vkhost_device_stats(device: *const vkhost_device, stats
 }
 
 /// Allocates a device-local buffer of `len` bytes (TRANSFER_SRC | TRANSFER_DST |
-/// STORAGE_BUFFER). `len == 0`: `VKHOST_INVALID_ARGUMENT`.
+/// STORAGE_BUFFER). `len == 0`: `VKHOST_INVALID_ARGUMENT`. Its bytes are unspecified
+/// (not necessarily zero) until written.
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `buffer` NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut buf = null_mut();
+    assert_eq!(vkhost_buffer_alloc(dev, 1 << 20, &mut buf), VKHOST_OK);
+    assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+    assert_eq!(vkhost_buffer_alloc(dev, 0, &mut buf), VKHOST_INVALID_ARGUMENT);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_buffer_alloc(device: *const vkhost_device, len: usize, buffer: *mut *mut vkhost_buffer) -> vkhost_status {
     ffi(|| {
@@ -287,6 +641,29 @@ pub unsafe extern "C" fn vkhost_buffer_alloc(device: *const vkhost_device, len: 
 ///
 /// # Safety
 /// `buffer` must be NULL or a live handle not used by another thread; it is dangling after.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last); `buf` is freed once and not
+// used after; out-pointers point to locals of their type.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut buf = null_mut();
+    assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+    assert_eq!(vkhost_device_destroy(dev), VKHOST_OK);
+    assert_eq!(vkhost_buffer_free(buf), VKHOST_OK); // after the device's destroy too
+    assert_eq!(vkhost_buffer_free(null_mut()), VKHOST_NULL_ARGUMENT);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_buffer_free(buffer: *mut vkhost_buffer) -> vkhost_status {
     ffi(|| {
@@ -303,6 +680,30 @@ pub unsafe extern "C" fn vkhost_buffer_free(buffer: *mut vkhost_buffer) -> vkhos
 ///
 /// # Safety
 /// `buffer` must be NULL or a live handle; `len` NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut buf = null_mut();
+    assert_eq!(vkhost_buffer_alloc(dev, 12345, &mut buf), VKHOST_OK);
+    let mut len = 0;
+    assert_eq!(vkhost_buffer_len(buf, &mut len), VKHOST_OK);
+    assert_eq!(len, 12345);
+    assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_buffer_len(buffer: *const vkhost_buffer, len: *mut usize) -> vkhost_status {
     ffi(|| {
@@ -320,6 +721,30 @@ pub unsafe extern "C" fn vkhost_buffer_len(buffer: *const vkhost_buffer, len: *m
 ///
 /// # Safety
 /// `buffer` must be NULL or a live handle; `vk_buffer` NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut buf = null_mut();
+    assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+    let mut vk_buffer = 0u64;
+    assert_eq!(vkhost_buffer_handle(buf, &mut vk_buffer), VKHOST_OK);
+    assert_ne!(vk_buffer, 0); // a VkBuffer (VK_NULL_HANDLE is 0)
+    assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_buffer_handle(buffer: *const vkhost_buffer, vk_buffer: *mut u64) -> vkhost_status {
     ffi(|| {

@@ -27,6 +27,33 @@
 //! succeed (once), and other calls answer `VKHOST_DEVICE_DESTROYED`.
 //! [`vkhost_device_release`] frees the handle. Buffers, streams and events hold the device's
 //! shared state: release them too (in any order).
+//!
+//! ## Example
+//!
+//! The round trip of the C API, called from Rust (C calls the same functions through
+//! `include/vkhost.h`): open a device, make a device buffer, copy bytes there and back, clean up.
+//!
+//! ```
+//! use vkhost_capi::{*, vkhost_status::*};
+//! use std::ptr::null_mut;
+//! let (mut dev, mut buf) = (null_mut(), null_mut());
+//! let (src, mut back) = ([7u8; 4096], [0u8; 4096]);
+//! // SAFETY: out-pointers and host ranges point to locals of the right type and size; each
+//! // handle is used only between its creation and its release.
+//! unsafe {
+//!     assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+//!     assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+//!     assert_eq!(vkhost_copy_to_device(dev, src.as_ptr().cast(), 4096, buf, 0, null_mut()), VKHOST_OK);
+//!     assert_eq!(vkhost_copy_to_host(dev, buf, 0, back.as_mut_ptr().cast(), 4096, null_mut()), VKHOST_OK);
+//!     assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+//!     assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+//! }
+//! assert_eq!(back, src);
+//! ```
+//!
+//! The examples on the items `include/vkhost.h` declares are `#[cfg_attr(doc, doc = ...)]`
+//! attributes rather than `///` lines: cbindgen copies only plain doc attributes into the
+//! header, which keeps Rust out of the C header.
 
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 #![allow(non_camel_case_types)]
@@ -45,6 +72,23 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use vkhost::Error;
 
 /// The result of every vkhost call. One code per kind of `vkhost::Error`, plus the ABI's own.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+let mut n = 0usize;
+// SAFETY: a NULL out-pointer is checked, never written; `n` is valid for the write.
+let (null, ok) = unsafe { (vkhost_device_count(null_mut()), vkhost_device_count(&mut n)) };
+assert_eq!(null, VKHOST_NULL_ARGUMENT);
+assert_eq!(ok, VKHOST_OK);
+assert_eq!(VKHOST_NOT_REGISTERED as i32, 12); // the values are part of the ABI
+```
+"#
+)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum vkhost_status {
@@ -92,6 +136,14 @@ use vkhost_status::*;
 
 impl vkhost_status {
     /// The status of a library error.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use vkhost_capi::vkhost_status::{self, *};
+    /// assert_eq!(vkhost_status::of(&vkhost::Error::NotPinned), VKHOST_NOT_PINNED);
+    /// assert_eq!(vkhost_status::of(&vkhost::Error::OutOfRange), VKHOST_OUT_OF_RANGE);
+    /// ```
     pub fn of(e: &Error) -> vkhost_status {
         match e {
             Error::LoaderMissing { .. } => VKHOST_LOADER_MISSING,
@@ -237,6 +289,29 @@ impl<T> Out<T> {
 /// The message of the last vkhost call made on the calling thread: why it failed, or `""` after
 /// a success. Never NULL. The string belongs to vkhost and stays valid until the next vkhost call
 /// on the same thread (calls to this function and `vkhost_status_name` do not count).
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+use std::ffi::CStr;
+let mut n = 0;
+// SAFETY: NULL is allowed for the out-pointer (the failure shown), `n` is valid for the write;
+// each message is copied out before the next vkhost call on this thread.
+let (failed, succeeded) = unsafe {
+    assert_eq!(vkhost_device_count(null_mut()), VKHOST_NULL_ARGUMENT);
+    let failed = CStr::from_ptr(vkhost_last_error_message()).to_owned();
+    assert_eq!(vkhost_device_count(&mut n), VKHOST_OK);
+    (failed, CStr::from_ptr(vkhost_last_error_message()).to_owned())
+};
+assert_eq!(failed.to_str(), Ok("count is NULL"));
+assert!(succeeded.is_empty());
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub extern "C" fn vkhost_last_error_message() -> *const c_char {
     // Never unwinds: the slot is only borrowed mutably inside `set_last`, which does not call
@@ -246,6 +321,23 @@ pub extern "C" fn vkhost_last_error_message() -> *const c_char {
 
 /// The name of a status code as a static string (`"VKHOST_NOT_REGISTERED"`), or
 /// `"VKHOST_UNKNOWN_STATUS"` for a value that is not a `vkhost_status`.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+use std::ffi::CStr;
+// SAFETY: vkhost_status_name returns static NUL-terminated strings.
+let (name, unknown) =
+    unsafe { (CStr::from_ptr(vkhost_status_name(VKHOST_OUT_OF_RANGE as i32)), CStr::from_ptr(vkhost_status_name(99))) };
+assert_eq!(name, c"VKHOST_OUT_OF_RANGE");
+assert_eq!(unknown, c"VKHOST_UNKNOWN_STATUS");
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub extern "C" fn vkhost_status_name(status: i32) -> *const c_char {
     vkhost_status::ALL.iter().find(|s| **s as i32 == status).map_or(c"VKHOST_UNKNOWN_STATUS".as_ptr(), |s| s.name().as_ptr())

@@ -6,11 +6,69 @@ use std::ffi::c_void;
 use vkhost::{Event, Stream};
 
 /// A stream (opaque): `vkhost_stream_create`, freed by `vkhost_stream_destroy`.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev`, `buf` and the stream are live handles (created first, released last);
+// every out-pointer and host range points to a local that outlives the work using it.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+#   let mut buf = null_mut();
+#   assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+    let mut stream: *mut vkhost_stream = null_mut();
+    assert_eq!(vkhost_stream_create(dev, VKHOST_QUEUE_COPY, &mut stream), VKHOST_OK);
+    let mut out = [0u32; 1024];
+    assert_eq!(vkhost_stream_fill_async(stream, buf, 0, 4096, 5), VKHOST_OK);
+    assert_eq!(vkhost_stream_copy_to_host_async(stream, buf, 0, out.as_mut_ptr().cast(), 4096), VKHOST_OK);
+    assert_eq!(vkhost_stream_synchronize(stream), VKHOST_OK); // in order: fill, then copy
+    assert!(out.iter().all(|&x| x == 5));
+    assert_eq!(vkhost_stream_destroy(stream), VKHOST_OK);
+#   assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 pub struct vkhost_stream {
     s: Stream,
 }
 
 /// An event (opaque): `vkhost_stream_record`, freed by `vkhost_event_release`.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev`, `buf` and the stream are live handles (created first, released last);
+// every out-pointer and host range points to a local that outlives the work using it.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+#   let mut buf = null_mut();
+#   assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+#   let mut stream = null_mut();
+#   assert_eq!(vkhost_stream_create(dev, VKHOST_QUEUE_COPY, &mut stream), VKHOST_OK);
+    assert_eq!(vkhost_stream_fill_async(stream, buf, 0, 4096, 1), VKHOST_OK);
+    let mut event: *mut vkhost_event = null_mut();
+    assert_eq!(vkhost_stream_record(stream, &mut event), VKHOST_OK);
+    assert_eq!(vkhost_event_wait(event), VKHOST_OK); // the fill is done
+    assert_eq!(vkhost_event_release(event), VKHOST_OK);
+#   assert_eq!(vkhost_stream_destroy(stream), VKHOST_OK);
+#   assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 pub struct vkhost_event {
     e: Event,
 }
@@ -20,6 +78,29 @@ pub struct vkhost_event {
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `stream` NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut stream = null_mut();
+    // VKHOST_UNSUPPORTED instead on a device without timeline semaphores.
+    assert_eq!(vkhost_stream_create(dev, VKHOST_QUEUE_COPY, &mut stream), VKHOST_OK);
+    assert_eq!(vkhost_stream_destroy(stream), VKHOST_OK);
+    assert_eq!(vkhost_stream_create(dev, 42, &mut stream), VKHOST_INVALID_ARGUMENT);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_create(
     device: *const vkhost_device,
@@ -43,6 +124,34 @@ pub unsafe extern "C" fn vkhost_stream_create(
 ///
 /// # Safety
 /// `stream` must be NULL or a live handle not used by another thread; it is dangling after.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev`, `buf` and the stream are live handles (created first, released last);
+// every out-pointer and host range points to a local that outlives the work using it.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+#   let mut buf = null_mut();
+#   assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+    let mut stream = null_mut();
+    assert_eq!(vkhost_stream_create(dev, VKHOST_QUEUE_COPY, &mut stream), VKHOST_OK);
+    let mut out = [0u32; 1024];
+    assert_eq!(vkhost_stream_fill_async(stream, buf, 0, 4096, 3), VKHOST_OK);
+    assert_eq!(vkhost_stream_copy_to_host_async(stream, buf, 0, out.as_mut_ptr().cast(), 4096), VKHOST_OK);
+    assert_eq!(vkhost_stream_destroy(stream), VKHOST_OK); // waits for the work first
+    assert!(out.iter().all(|&x| x == 3));
+#   assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_destroy(stream: *mut vkhost_stream) -> vkhost_status {
     ffi(|| {
@@ -63,6 +172,36 @@ pub unsafe extern "C" fn vkhost_stream_destroy(stream: *mut vkhost_stream) -> vk
 /// `stream`, `dst` must be NULL or live handles; `src` readable for `len` bytes during the call.
 /// Where a registration or pinned block covers `src`, those bytes must stay valid and unchanged
 /// until the copy is done (`vkhost_stream_synchronize`, or an event recorded after it).
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev`, `buf` and the stream are live handles (created first, released last);
+// every out-pointer and host range points to a local that outlives the work using it.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+#   let mut buf = null_mut();
+#   assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+#   let mut stream = null_mut();
+#   assert_eq!(vkhost_stream_create(dev, VKHOST_QUEUE_COPY, &mut stream), VKHOST_OK);
+    let src = [3u32; 1024]; // pageable: staged before the call returns
+    assert_eq!(vkhost_stream_copy_to_device_async(stream, src.as_ptr().cast(), 4096, buf, 0), VKHOST_OK);
+    assert_eq!(vkhost_stream_synchronize(stream), VKHOST_OK);
+    let mut back = [0u32; 1024];
+    assert_eq!(vkhost_copy_to_host(dev, buf, 0, back.as_mut_ptr().cast(), 4096, null_mut()), VKHOST_OK);
+    assert_eq!(back, src);
+#   assert_eq!(vkhost_stream_destroy(stream), VKHOST_OK);
+#   assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_copy_to_device_async(
     stream: *const vkhost_stream,
@@ -87,6 +226,36 @@ pub unsafe extern "C" fn vkhost_stream_copy_to_device_async(
 /// # Safety
 /// `stream`, `src` must be NULL or live handles; `dst` must stay valid, writable and otherwise
 /// untouched for `len` bytes until then.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev`, `buf` and the stream are live handles (created first, released last);
+// every out-pointer and host range points to a local that outlives the work using it.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+#   let mut buf = null_mut();
+#   assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+#   let mut stream = null_mut();
+#   assert_eq!(vkhost_stream_create(dev, VKHOST_QUEUE_COPY, &mut stream), VKHOST_OK);
+    let src = [9u32; 1024];
+    assert_eq!(vkhost_copy_to_device(dev, src.as_ptr().cast(), 4096, buf, 0, null_mut()), VKHOST_OK);
+    let mut out = [0u32; 1024]; // untouched by us until the stream is synchronized
+    assert_eq!(vkhost_stream_copy_to_host_async(stream, buf, 0, out.as_mut_ptr().cast(), 4096), VKHOST_OK);
+    assert_eq!(vkhost_stream_synchronize(stream), VKHOST_OK);
+    assert_eq!(out, src);
+#   assert_eq!(vkhost_stream_destroy(stream), VKHOST_OK);
+#   assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_copy_to_host_async(
     stream: *const vkhost_stream,
@@ -109,6 +278,40 @@ pub unsafe extern "C" fn vkhost_stream_copy_to_host_async(
 ///
 /// # Safety
 /// `stream`, `src`, `dst` must be NULL or live handles.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev`, `buf` and the stream are live handles (created first, released last);
+// every out-pointer and host range points to a local that outlives the work using it.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+#   let mut buf = null_mut();
+#   assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+#   let mut stream = null_mut();
+#   assert_eq!(vkhost_stream_create(dev, VKHOST_QUEUE_COPY, &mut stream), VKHOST_OK);
+    let mut other = null_mut();
+    assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut other), VKHOST_OK);
+    let mut out = [0u32; 1024];
+    assert_eq!(vkhost_stream_fill_async(stream, buf, 0, 4096, 7), VKHOST_OK);
+    assert_eq!(vkhost_stream_copy_buffer_async(stream, buf, 0, other, 0, 4096), VKHOST_OK);
+    assert_eq!(vkhost_stream_copy_to_host_async(stream, other, 0, out.as_mut_ptr().cast(), 4096), VKHOST_OK);
+    assert_eq!(vkhost_stream_synchronize(stream), VKHOST_OK);
+    assert!(out.iter().all(|&x| x == 7));
+    assert_eq!(vkhost_stream_copy_buffer_async(stream, buf, 0, buf, 8, 16), VKHOST_INVALID_ARGUMENT); // overlap
+    assert_eq!(vkhost_buffer_free(other), VKHOST_OK);
+#   assert_eq!(vkhost_stream_destroy(stream), VKHOST_OK);
+#   assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_copy_buffer_async(
     stream: *const vkhost_stream,
@@ -131,6 +334,38 @@ pub unsafe extern "C" fn vkhost_stream_copy_buffer_async(
 ///
 /// # Safety
 /// `stream`, `dst` must be NULL or live handles.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev`, `buf` and the stream are live handles (created first, released last);
+// every out-pointer and host range points to a local that outlives the work using it.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+#   let mut buf = null_mut();
+#   assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+#   let mut stream = null_mut();
+#   assert_eq!(vkhost_stream_create(dev, VKHOST_QUEUE_COPY, &mut stream), VKHOST_OK);
+    let b = 0xdead_beef;
+    assert_eq!(vkhost_stream_fill_async(stream, buf, 0, 4096, 0), VKHOST_OK);
+    assert_eq!(vkhost_stream_fill_async(stream, buf, 16, 32, b), VKHOST_OK); // bytes 16..48
+    assert_eq!(vkhost_stream_synchronize(stream), VKHOST_OK);
+    let mut out = [1u32; 16];
+    assert_eq!(vkhost_copy_to_host(dev, buf, 0, out.as_mut_ptr().cast(), 64, null_mut()), VKHOST_OK);
+    assert_eq!(out[3..13], [0, b, b, b, b, b, b, b, b, 0]);
+    assert_eq!(vkhost_stream_fill_async(stream, buf, 2, 4, 0), VKHOST_INVALID_ARGUMENT); // not a multiple of 4
+#   assert_eq!(vkhost_stream_destroy(stream), VKHOST_OK);
+#   assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_fill_async(
     stream: *const vkhost_stream,
@@ -151,6 +386,34 @@ pub unsafe extern "C" fn vkhost_stream_fill_async(
 ///
 /// # Safety
 /// `stream` must be NULL or a live handle.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev`, `buf` and the stream are live handles (created first, released last);
+// every out-pointer and host range points to a local that outlives the work using it.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+#   let mut buf = null_mut();
+#   assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+#   let mut stream = null_mut();
+#   assert_eq!(vkhost_stream_create(dev, VKHOST_QUEUE_COPY, &mut stream), VKHOST_OK);
+    assert_eq!(vkhost_stream_fill_async(stream, buf, 0, 4096, 1), VKHOST_OK);
+    assert_eq!(vkhost_stream_flush(stream), VKHOST_OK); // the device starts on it now
+    // ... host work here overlaps the fill ...
+    assert_eq!(vkhost_stream_synchronize(stream), VKHOST_OK);
+#   assert_eq!(vkhost_stream_destroy(stream), VKHOST_OK);
+#   assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_flush(stream: *const vkhost_stream) -> vkhost_status {
     ffi(|| {
@@ -164,6 +427,38 @@ pub unsafe extern "C" fn vkhost_stream_flush(stream: *const vkhost_stream) -> vk
 ///
 /// # Safety
 /// `stream` must be NULL or a live handle; `event` NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev`, `buf` and the stream are live handles (created first, released last);
+// every out-pointer and host range points to a local that outlives the work using it.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+#   let mut buf = null_mut();
+#   assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+#   let mut stream = null_mut();
+#   assert_eq!(vkhost_stream_create(dev, VKHOST_QUEUE_COPY, &mut stream), VKHOST_OK);
+    let mut out = [0u32; 1024];
+    assert_eq!(vkhost_stream_fill_async(stream, buf, 0, 4096, 2), VKHOST_OK);
+    assert_eq!(vkhost_stream_copy_to_host_async(stream, buf, 0, out.as_mut_ptr().cast(), 4096), VKHOST_OK);
+    let mut event = null_mut();
+    assert_eq!(vkhost_stream_record(stream, &mut event), VKHOST_OK);
+    assert_eq!(vkhost_event_wait(event), VKHOST_OK); // both operations before it are done
+    assert!(out.iter().all(|&x| x == 2));
+    assert_eq!(vkhost_event_release(event), VKHOST_OK);
+#   assert_eq!(vkhost_stream_destroy(stream), VKHOST_OK);
+#   assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_record(stream: *const vkhost_stream, event: *mut *mut vkhost_event) -> vkhost_status {
     ffi(|| {
@@ -182,6 +477,40 @@ pub unsafe extern "C" fn vkhost_stream_record(stream: *const vkhost_stream, even
 ///
 /// # Safety
 /// `stream`, `event` must be NULL or live handles.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev`, `buf` and the stream are live handles (created first, released last);
+// every out-pointer and host range points to a local that outlives the work using it.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+#   let mut buf = null_mut();
+#   assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+    let (mut compute, mut copy) = (null_mut(), null_mut());
+    assert_eq!(vkhost_stream_create(dev, VKHOST_QUEUE_COMPUTE, &mut compute), VKHOST_OK);
+    assert_eq!(vkhost_stream_create(dev, VKHOST_QUEUE_COPY, &mut copy), VKHOST_OK);
+    let (mut filled, mut out) = (null_mut(), [0u32; 1024]);
+    assert_eq!(vkhost_stream_fill_async(compute, buf, 0, 4096, 4), VKHOST_OK);
+    assert_eq!(vkhost_stream_record(compute, &mut filled), VKHOST_OK);
+    assert_eq!(vkhost_stream_wait_event(copy, filled), VKHOST_OK); // the copy comes after the fill
+    assert_eq!(vkhost_stream_copy_to_host_async(copy, buf, 0, out.as_mut_ptr().cast(), 4096), VKHOST_OK);
+    assert_eq!(vkhost_stream_synchronize(copy), VKHOST_OK);
+    assert!(out.iter().all(|&x| x == 4));
+    assert_eq!(vkhost_event_release(filled), VKHOST_OK);
+    assert_eq!(vkhost_stream_destroy(copy), VKHOST_OK);
+    assert_eq!(vkhost_stream_destroy(compute), VKHOST_OK);
+#   assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_wait_event(stream: *const vkhost_stream, event: *const vkhost_event) -> vkhost_status {
     ffi(|| {
@@ -196,6 +525,35 @@ pub unsafe extern "C" fn vkhost_stream_wait_event(stream: *const vkhost_stream, 
 ///
 /// # Safety
 /// `stream` must be NULL or a live handle.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev`, `buf` and the stream are live handles (created first, released last);
+// every out-pointer and host range points to a local that outlives the work using it.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+#   let mut buf = null_mut();
+#   assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+#   let mut stream = null_mut();
+#   assert_eq!(vkhost_stream_create(dev, VKHOST_QUEUE_COPY, &mut stream), VKHOST_OK);
+    let (src, mut out) = ([5u32; 1024], [0u32; 1024]);
+    assert_eq!(vkhost_stream_copy_to_device_async(stream, src.as_ptr().cast(), 4096, buf, 0), VKHOST_OK);
+    assert_eq!(vkhost_stream_copy_to_host_async(stream, buf, 0, out.as_mut_ptr().cast(), 4096), VKHOST_OK);
+    assert_eq!(vkhost_stream_synchronize(stream), VKHOST_OK); // `out` is filled now
+    assert_eq!(out, src);
+#   assert_eq!(vkhost_stream_destroy(stream), VKHOST_OK);
+#   assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_stream_synchronize(stream: *const vkhost_stream) -> vkhost_status {
     ffi(|| {
@@ -210,6 +568,38 @@ pub unsafe extern "C" fn vkhost_stream_synchronize(stream: *const vkhost_stream)
 ///
 /// # Safety
 /// `event` must be NULL or a live handle.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev`, `buf` and the stream are live handles (created first, released last);
+// every out-pointer and host range points to a local that outlives the work using it.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+#   let mut buf = null_mut();
+#   assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+#   let mut stream = null_mut();
+#   assert_eq!(vkhost_stream_create(dev, VKHOST_QUEUE_COPY, &mut stream), VKHOST_OK);
+    assert_eq!(vkhost_stream_fill_async(stream, buf, 0, 4096, 8), VKHOST_OK);
+    let (mut event, mut done) = (null_mut(), false);
+    assert_eq!(vkhost_stream_record(stream, &mut event), VKHOST_OK);
+    assert_eq!(vkhost_event_wait(event), VKHOST_OK);
+    assert_eq!(vkhost_event_query(event, &mut done), VKHOST_OK);
+    assert!(done);
+    assert_eq!(vkhost_stream_destroy(stream), VKHOST_OK);
+    assert_eq!(vkhost_event_wait(event), VKHOST_OK); // its stream is gone: the work is done
+    assert_eq!(vkhost_event_release(event), VKHOST_OK);
+#   assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_event_wait(event: *const vkhost_event) -> vkhost_status {
     ffi(|| {
@@ -223,6 +613,38 @@ pub unsafe extern "C" fn vkhost_event_wait(event: *const vkhost_event) -> vkhost
 ///
 /// # Safety
 /// `event` must be NULL or a live handle; `done` NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev`, `buf` and the stream are live handles (created first, released last);
+// every out-pointer and host range points to a local that outlives the work using it.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+#   let mut buf = null_mut();
+#   assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+#   let mut stream = null_mut();
+#   assert_eq!(vkhost_stream_create(dev, VKHOST_QUEUE_COPY, &mut stream), VKHOST_OK);
+    assert_eq!(vkhost_stream_fill_async(stream, buf, 0, 4096, 8), VKHOST_OK);
+    let (mut event, mut done) = (null_mut(), false);
+    assert_eq!(vkhost_stream_record(stream, &mut event), VKHOST_OK);
+    while !done {
+        // Never blocks: poll, doing other host work in between.
+        assert_eq!(vkhost_event_query(event, &mut done), VKHOST_OK);
+    }
+    assert_eq!(vkhost_event_release(event), VKHOST_OK);
+#   assert_eq!(vkhost_stream_destroy(stream), VKHOST_OK);
+#   assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_event_query(event: *const vkhost_event, done: *mut bool) -> vkhost_status {
     ffi(|| {
@@ -240,6 +662,35 @@ pub unsafe extern "C" fn vkhost_event_query(event: *const vkhost_event, done: *m
 ///
 /// # Safety
 /// `event` must be NULL or a live handle not used by another thread; it is dangling after.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::{mem::MaybeUninit, ptr::null_mut};
+// SAFETY: `dev`, `buf` and the stream are live handles (created first, released last);
+// every out-pointer and host range points to a local that outlives the work using it.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+#   let mut buf = null_mut();
+#   assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+#   let mut stream = null_mut();
+#   assert_eq!(vkhost_stream_create(dev, VKHOST_QUEUE_COPY, &mut stream), VKHOST_OK);
+    let mut event = null_mut();
+    assert_eq!(vkhost_stream_fill_async(stream, buf, 0, 4096, 6), VKHOST_OK);
+    assert_eq!(vkhost_stream_record(stream, &mut event), VKHOST_OK);
+    assert_eq!(vkhost_event_release(event), VKHOST_OK); // the fill still runs
+    assert_eq!(vkhost_stream_synchronize(stream), VKHOST_OK);
+#   assert_eq!(vkhost_stream_destroy(stream), VKHOST_OK);
+#   assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vkhost_event_release(event: *mut vkhost_event) -> vkhost_status {
     ffi(|| {

@@ -3,6 +3,18 @@
 use vkhost::vk;
 
 /// Why opening an [`Interop`](crate::Interop) or wrapping memory as a wgpu buffer failed.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost_wgpu::Result<()> {
+/// use vkhost_wgpu::{Error, Interop, vkhost::PinnedBuffer};
+/// let interop = Interop::open(&Default::default())?;
+/// let mut odd = PinnedBuffer::new(interop.vkhost(), 6)?; // not a multiple of 4 bytes
+/// let err = interop.scope(|s| s.pinned(&mut odd).map(drop)).unwrap_err();
+/// assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+/// # Ok(()) }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -56,4 +68,14 @@ impl Error {
 }
 
 /// `Result` with this crate's [`Error`].
+///
+/// # Example
+///
+/// ```
+/// use vkhost_wgpu::{Interop, Result};
+/// fn alignment() -> Result<usize> {
+///     Ok(Interop::open(&Default::default())?.host_buffer_alignment())
+/// }
+/// assert!(alignment().unwrap().is_power_of_two());
+/// ```
 pub type Result<T> = std::result::Result<T, Error>;

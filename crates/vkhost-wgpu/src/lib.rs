@@ -57,12 +57,12 @@
 //! at [`Interop::host_buffer_alignment`] (64 bytes on lavapipe; glibc's `malloc` aligns large
 //! blocks to 16 only), so each vector is a little longer and its aligned run is registered:
 //!
-//! ```no_run
+//! ```
 //! # fn main() -> vkhost_wgpu::Result<()> {
 //! use vkhost_wgpu::{wgpu, Interop};
 //! let interop = Interop::open(&Default::default())?;
 //! let (dev, queue) = (interop.device(), interop.queue());
-//! let (n, align) = (1 << 20, interop.host_buffer_alignment());
+//! let (n, align) = (1 << 16, interop.host_buffer_alignment());
 //! let skip = |v: &[f32]| (align - v.as_ptr() as usize % align) % align / 4;
 //! let mut input = vec![1.5f32; n + align / 4];
 //! let mut output = vec![0.0f32; n + align / 4];

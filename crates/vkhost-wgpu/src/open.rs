@@ -27,6 +27,21 @@ use wgpu::hal::api::Vulkan;
 const EXTERNAL_MEMORY_HOST: &CStr = ash::ext::external_memory_host::NAME;
 
 /// How [`Interop::open`] opens the pair.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost_wgpu::Result<()> {
+/// use vkhost_wgpu::{Interop, Options, vkhost, wgpu};
+/// let opts = Options {
+///     device: wgpu::DeviceDescriptor { label: Some("vkhost interop"), ..Default::default() },
+///     vkhost: vkhost::OpenOptions { import: vkhost::ImportPolicy::Auto, ..Default::default() },
+///     ..Default::default()
+/// };
+/// let interop = Interop::open(&opts)?;
+/// assert!(interop.vkhost().host_registration().is_ok()); // imports on
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Options<'a> {
     /// The wgpu instance's flags. `wgpu::InstanceFlags::VALIDATION` turns the Khronos
@@ -57,6 +72,24 @@ impl Default for Options<'_> {
 /// Registered and pinned memory of [`Interop::vkhost`] becomes wgpu storage buffers inside
 /// [`Interop::scope`]. Cheap to share: every part is a handle (`Send + Sync`). Dropping it drops
 /// the handles; the VkDevice goes when the last of them (wgpu's and vkhost's) is gone.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost_wgpu::Result<()> {
+/// use vkhost_wgpu::{Interop, wgpu};
+/// let interop = Interop::open(&Default::default())?;
+/// let info = interop.adapter().get_info();
+/// println!("{} ({:?}): {interop:?}", info.name, info.device_type);
+/// assert!(interop.vkhost().is_borrowed()); // vkhost over wgpu's VkDevice, without queues
+/// let shared = std::sync::Arc::new(interop); // Send + Sync
+/// std::thread::spawn(move || {
+///     shared.device().poll(wgpu::Maintain::Poll);
+/// })
+/// .join()
+/// .unwrap();
+/// # Ok(()) }
+/// ```
 pub struct Interop {
     // Drop order is field order: vkhost's handle first. (Its device also holds a clone of
     // `device`, so the order is not what keeps the VkDevice alive; see the module docs.)
@@ -79,6 +112,16 @@ impl std::fmt::Debug for Interop {
 impl Interop {
     /// Creates a Vulkan-only wgpu instance with `opts.instance_flags`, picks an adapter
     /// ([`Interop::pick_adapter`]) and opens the pair on it ([`Interop::open_adapter`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost_wgpu::Result<()> {
+    /// use vkhost_wgpu::{Interop, Options, wgpu};
+    /// let interop = Interop::open(&Options::default())?;
+    /// assert_eq!(interop.adapter().get_info().backend, wgpu::Backend::Vulkan);
+    /// # Ok(()) }
+    /// ```
     pub fn open(opts: &Options<'_>) -> Result<Interop> {
         let instance = wgpu::Instance::new(&wgpu::InstanceDescriptor {
             backends: wgpu::Backends::VULKAN,
@@ -93,6 +136,18 @@ impl Interop {
     /// physical-device index `VKHOST_DEVICE` when that is set (as vkhost's
     /// `Device::open_default`), else the first that [`Interop::supports`], discrete before
     /// integrated before virtual before CPU.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost_wgpu::Result<()> {
+    /// use vkhost_wgpu::{Interop, Options, wgpu};
+    /// let instance = wgpu::Instance::new(&wgpu::InstanceDescriptor { backends: wgpu::Backends::VULKAN, ..Default::default() });
+    /// let adapter = Interop::pick_adapter(&instance)?;
+    /// assert_eq!(Interop::supports(&adapter), Ok(()));
+    /// let interop = Interop::open_adapter(&adapter, &Options::default())?;
+    /// # Ok(()) }
+    /// ```
     pub fn pick_adapter(instance: &wgpu::Instance) -> Result<wgpu::Adapter> {
         let adapters = instance.enumerate_adapters(wgpu::Backends::VULKAN);
         if adapters.is_empty() {
@@ -130,6 +185,25 @@ impl Interop {
 
     /// Whether the pair can be opened on `adapter`: a Vulkan adapter of version 1.1 or later
     /// offering VK_EXT_external_memory_host. `Err` says what is missing.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use vkhost_wgpu::{Interop, wgpu};
+    /// let instance = wgpu::Instance::new(&wgpu::InstanceDescriptor { backends: wgpu::Backends::VULKAN, ..Default::default() });
+    /// let usable = instance
+    ///     .enumerate_adapters(wgpu::Backends::VULKAN)
+    ///     .iter()
+    ///     .filter(|a| match Interop::supports(a) {
+    ///         Ok(()) => true,
+    ///         Err(why) => {
+    ///             println!("{}: {why}", a.get_info().name);
+    ///             false
+    ///         }
+    ///     })
+    ///     .count();
+    /// assert!(usable >= 1);
+    /// ```
     pub fn supports(adapter: &wgpu::Adapter) -> std::result::Result<(), String> {
         // SAFETY: the callback only reads the adapter's capabilities; it destroys nothing.
         unsafe {
@@ -151,6 +225,19 @@ impl Interop {
     /// [`Interop::supports`]): the wgpu device with `opts.device`'s features and limits and
     /// VK_EXT_external_memory_host, and vkhost's borrowed device over it with `opts.vkhost`.
     /// `opts.instance_flags` is not used: the adapter's instance already exists.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost_wgpu::Result<()> {
+    /// use vkhost_wgpu::{Interop, Options, wgpu};
+    /// let instance = wgpu::Instance::new(&wgpu::InstanceDescriptor { backends: wgpu::Backends::VULKAN, ..Default::default() });
+    /// let adapter = Interop::pick_adapter(&instance)?;
+    /// let opts = Options { device: wgpu::DeviceDescriptor { label: Some("compute"), ..Default::default() }, ..Default::default() };
+    /// let interop = Interop::open_adapter(&adapter, &opts)?;
+    /// assert_eq!(interop.adapter().get_info(), adapter.get_info());
+    /// # Ok(()) }
+    /// ```
     pub fn open_adapter(adapter: &wgpu::Adapter, opts: &Options<'_>) -> Result<Interop> {
         Self::supports(adapter).map_err(Error::unsupported)?;
         let desc = &opts.device;
@@ -192,21 +279,81 @@ impl Interop {
     /// glibc's `malloc` aligns to 16 bytes (large blocks start 16 bytes into a page), so a
     /// plain `Vec<f32>` usually does not start there: register the aligned run of a slightly
     /// longer vector, from `v.as_ptr().align_offset(alignment)` on.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost_wgpu::Result<()> {
+    /// # use vkhost_wgpu::Interop;
+    /// let interop = Interop::open(&Default::default())?;
+    /// let align = interop.host_buffer_alignment();
+    /// assert!(align.is_power_of_two());
+    /// // Register the aligned run of a slightly longer vector.
+    /// let len = 4096;
+    /// let mut bytes = vec![0u8; len + align];
+    /// let at = bytes.as_ptr().align_offset(align);
+    /// let mut reg = interop.vkhost().register(&mut bytes[at..at + len])?;
+    /// interop.scope(|s| s.registration(&mut reg).map(drop))?; // accepted: it starts aligned
+    /// # Ok(()) }
+    /// ```
     pub fn host_buffer_alignment(&self) -> usize {
         self.alignment as usize
     }
 
     /// The wgpu device.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost_wgpu::Result<()> {
+    /// # use vkhost_wgpu::{Interop, wgpu};
+    /// let interop = Interop::open(&Default::default())?;
+    /// let buf = interop.device().create_buffer(&wgpu::BufferDescriptor {
+    ///     label: None,
+    ///     size: 256,
+    ///     usage: wgpu::BufferUsages::STORAGE,
+    ///     mapped_at_creation: false,
+    /// });
+    /// assert_eq!(buf.size(), 256);
+    /// # Ok(()) }
+    /// ```
     pub fn device(&self) -> &wgpu::Device {
         &self.device
     }
 
     /// The wgpu queue: all device work on this pair goes through it.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost_wgpu::Result<()> {
+    /// # use vkhost_wgpu::{Interop, vkhost::PinnedBuffer};
+    /// let interop = Interop::open(&Default::default())?;
+    /// let mut pinned = PinnedBuffer::new(interop.vkhost(), 4096)?;
+    /// interop.scope(|s| -> vkhost_wgpu::Result<()> {
+    ///     let buf = s.pinned(&mut pinned)?;
+    ///     interop.queue().write_buffer(&buf, 0, &[1, 2, 3, 4]); // submitted by the scope's end
+    ///     Ok(())
+    /// })?;
+    /// assert_eq!(pinned[..4], [1, 2, 3, 4]);
+    /// # Ok(()) }
+    /// ```
     pub fn queue(&self) -> &wgpu::Queue {
         &self.queue
     }
 
     /// The wgpu adapter the pair was opened on.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost_wgpu::Result<()> {
+    /// # use vkhost_wgpu::{Interop, wgpu};
+    /// let interop = Interop::open(&Default::default())?;
+    /// assert_eq!(interop.adapter().get_info().backend, wgpu::Backend::Vulkan);
+    /// assert_eq!(Interop::supports(interop.adapter()), Ok(()));
+    /// # Ok(()) }
+    /// ```
     pub fn adapter(&self) -> &wgpu::Adapter {
         &self.adapter
     }
@@ -215,6 +362,20 @@ impl Interop {
     /// blocks ([`vkhost::PinnedBuffer::new`]) here, then hand them to wgpu in
     /// [`Interop::scope`]. It is a borrowed device without queues: vkhost's own copies,
     /// streams and kernels answer `Unsupported`; wgpu does the device work.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost_wgpu::Result<()> {
+    /// use vkhost_wgpu::{Interop, vkhost};
+    /// let interop = Interop::open(&Default::default())?;
+    /// let dev = interop.vkhost();
+    /// let pinned = vkhost::PinnedBuffer::new(dev, 4096)?; // memory for wgpu, in a scope
+    /// assert!(dev.is_borrowed());
+    /// // vkhost's own device work is refused: wgpu does it.
+    /// assert!(matches!(dev.stream(), Err(vkhost::Error::Unsupported { .. })));
+    /// # Ok(()) }
+    /// ```
     pub fn vkhost(&self) -> &vkhost::Device {
         &self.vkhost
     }

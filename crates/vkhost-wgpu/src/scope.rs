@@ -52,6 +52,15 @@ use wgpu::hal::api::Vulkan;
 /// The wgpu usages of every [`HostBuffer`]: what vkhost's TRANSFER_SRC | TRANSFER_DST |
 /// STORAGE_BUFFER allow. No MAP usage: wgpu cannot map a buffer it did not allocate (the bytes
 /// are host memory already: read them through the guard after the scope).
+///
+/// # Example
+///
+/// ```
+/// use vkhost_wgpu::{USAGES, wgpu::BufferUsages};
+/// assert!(USAGES.contains(BufferUsages::STORAGE | BufferUsages::COPY_SRC | BufferUsages::COPY_DST));
+/// // No mapping: read and write the bytes through the vkhost guard, outside the scope.
+/// assert!(!USAGES.intersects(BufferUsages::MAP_READ | BufferUsages::MAP_WRITE));
+/// ```
 pub const USAGES: wgpu::BufferUsages = wgpu::BufferUsages::COPY_SRC.union(wgpu::BufferUsages::COPY_DST).union(wgpu::BufferUsages::STORAGE);
 
 /// The Vulkan usage of every VkBuffer handed to wgpu: vkhost's own (`RawMemory::usage`), so
@@ -70,7 +79,7 @@ impl Interop {
     ///
     /// The guards stay borrowed until then, so the host reads the results after the scope:
     ///
-    /// ```no_run
+    /// ```
     /// # fn main() -> vkhost_wgpu::Result<()> {
     /// let interop = vkhost_wgpu::Interop::open(&Default::default())?;
     /// let mut pinned = vkhost_wgpu::vkhost::PinnedBuffer::new(interop.vkhost(), 1 << 16)?;
@@ -112,6 +121,26 @@ impl Interop {
 ///
 /// `'scope` is the scope's lifetime, `'env` what it may borrow from outside (as in
 /// `std::thread::Scope`): a guard wrapped here stays borrowed until [`Interop::scope`] returns.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost_wgpu::Result<()> {
+/// # use vkhost_wgpu::{Interop, vkhost::PinnedBuffer};
+/// let interop = Interop::open(&Default::default())?;
+/// let dev = interop.vkhost();
+/// let (mut a, mut b) = (PinnedBuffer::new(dev, 4096)?, PinnedBuffer::new(dev, 4096)?);
+/// a.fill(7);
+/// interop.scope(|s| -> vkhost_wgpu::Result<()> {
+///     let (src, dst) = (s.pinned(&mut a)?, s.pinned(&mut b)?);
+///     let mut enc = interop.device().create_command_encoder(&Default::default());
+///     enc.copy_buffer_to_buffer(&src, 0, &dst, 0, 4096);
+///     interop.queue().submit([enc.finish()]);
+///     Ok(())
+/// })?; // the copy has completed here
+/// assert!(b.iter().all(|&x| x == 7));
+/// # Ok(()) }
+/// ```
 pub struct Scope<'scope, 'env: 'scope> {
     inner: Inner,
     _scope: PhantomData<&'scope mut &'scope ()>,
@@ -145,6 +174,22 @@ impl std::fmt::Debug for Scope<'_, '_> {
 /// [`USAGES`]. Clones of the `wgpu::Buffer` (and bind groups over it) may escape the scope, but
 /// the scope destroys the buffer when it ends: wgpu refuses to submit any later use (a
 /// validation error; see the module docs for what wgpu 24 still records).
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost_wgpu::Result<()> {
+/// # use vkhost_wgpu::{Interop, vkhost::PinnedBuffer};
+/// let interop = Interop::open(&Default::default())?;
+/// let mut pinned = PinnedBuffer::new(interop.vkhost(), 4096)?;
+/// interop.scope(|s| -> vkhost_wgpu::Result<()> {
+///     let buf = s.pinned(&mut pinned)?; // derefs to the wgpu::Buffer
+///     assert_eq!((buf.size(), buf.usage()), (4096, vkhost_wgpu::USAGES));
+///     let _binding = buf.as_entire_binding(); // for a bind group entry
+///     Ok(())
+/// })?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct HostBuffer<'scope> {
     buffer: wgpu::Buffer,
@@ -153,6 +198,22 @@ pub struct HostBuffer<'scope> {
 
 impl HostBuffer<'_> {
     /// The wgpu buffer.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost_wgpu::Result<()> {
+    /// # use vkhost_wgpu::{Interop, vkhost::PinnedBuffer, wgpu};
+    /// let interop = Interop::open(&Default::default())?;
+    /// let mut pinned = PinnedBuffer::new(interop.vkhost(), 4096)?;
+    /// interop.scope(|s| -> vkhost_wgpu::Result<()> {
+    ///     let host = s.pinned(&mut pinned)?;
+    ///     let buffer: &wgpu::Buffer = host.buffer();
+    ///     assert_eq!(buffer.size(), 4096);
+    ///     Ok(())
+    /// })?;
+    /// # Ok(()) }
+    /// ```
     pub fn buffer(&self) -> &wgpu::Buffer {
         &self.buffer
     }
@@ -175,6 +236,29 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// exactly these bytes must start there. (A larger buffer starting lower would let a shader
     /// write bytes outside the registration.) `Unsupported`: a registration larger
     /// than one allocation whose bytes span two imports. `Vkhost(DeviceDestroyed)` after destroy.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost_wgpu::Result<()> {
+    /// # use vkhost_wgpu::Interop;
+    /// let interop = Interop::open(&Default::default())?;
+    /// let (len, align) = (4096, interop.host_buffer_alignment());
+    /// let mut bytes = vec![0xFFu8; len + align];
+    /// let at = bytes.as_ptr().align_offset(align);
+    /// let mut reg = interop.vkhost().register(&mut bytes[at..at + len])?;
+    /// interop.scope(|s| -> vkhost_wgpu::Result<()> {
+    ///     let buf = s.registration(&mut reg)?;
+    ///     let mut enc = interop.device().create_command_encoder(&Default::default());
+    ///     enc.clear_buffer(&buf, 0, None); // zeroes the registered bytes in place
+    ///     interop.queue().submit([enc.finish()]);
+    ///     Ok(())
+    /// })?;
+    /// drop(reg);
+    /// assert!(bytes[at..at + len].iter().all(|&b| b == 0));
+    /// assert!(bytes[..at].iter().chain(&bytes[at + len..]).all(|&b| b == 0xFF)); // outside: untouched
+    /// # Ok(()) }
+    /// ```
     pub fn registration<'a: 'scope>(&self, reg: &'scope mut Registration<'a>) -> Result<HostBuffer<'scope>> {
         self.inner.same_device(reg.device())?;
         // Device access vkhost tracks (a recorded copy) finishes first, as for a host write.
@@ -187,6 +271,25 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// `pinned`'s bytes as a wgpu storage buffer. `pinned` stays borrowed until the scope ends.
     /// Errors as for [`Scope::registration`] (a pinned block starts at a page, so alignment
     /// holds; its length must be a multiple of 4 and of the buffer alignment).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost_wgpu::Result<()> {
+    /// # use vkhost_wgpu::{Interop, vkhost::PinnedBuffer};
+    /// let interop = Interop::open(&Default::default())?;
+    /// let mut pinned = PinnedBuffer::new(interop.vkhost(), 1 << 16)?;
+    /// pinned.fill(3);
+    /// interop.scope(|s| -> vkhost_wgpu::Result<()> {
+    ///     let buf = s.pinned(&mut pinned)?;
+    ///     let mut enc = interop.device().create_command_encoder(&Default::default());
+    ///     enc.clear_buffer(&buf, 4096, Some(4096)); // the second 4 KiB
+    ///     interop.queue().submit([enc.finish()]);
+    ///     Ok(())
+    /// })?;
+    /// assert_eq!((pinned[4095], pinned[4096], pinned[8191], pinned[8192]), (3, 0, 0, 3));
+    /// # Ok(()) }
+    /// ```
     pub fn pinned(&self, pinned: &'scope mut PinnedBuffer) -> Result<HostBuffer<'scope>> {
         self.inner.same_device(pinned.device())?;
         // Pending device access vkhost tracks finishes first (as for `DerefMut`).
