@@ -23,6 +23,22 @@ use std::sync::Arc;
 /// mapped VRAM, and a `write` of at most [`OpenOptions::bar_write_max`](crate::OpenOptions::bar_write_max)
 /// bytes is a CPU store into the mapping, after that wait: no submission, no DMA. Reads are
 /// always copies (the CPU reads the BAR at 0.03 GB/s).
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// let dev = vkhost::Device::open_default()?;
+/// let buf = dev.alloc_buffer(64 << 10)?;
+/// buf.write(0, &[0xAB; 4096])?;
+/// // Copies between device buffers are stream work; a read waits for it (as CUDA's default stream does).
+/// let stream = dev.stream()?;
+/// stream.copy_async(&buf, 0, &buf, 32 << 10, 4096)?;
+/// let mut out = vec![0u8; 4096];
+/// buf.read(32 << 10, &mut out)?;
+/// assert!(out.iter().all(|&b| b == 0xAB));
+/// # Ok(()) }
+/// ```
 pub struct DeviceBuffer {
     pub(crate) shared: Arc<Shared>,
     pub(crate) res: Arc<Resource>,
@@ -65,22 +81,62 @@ impl DeviceBuffer {
     }
 
     /// Size in bytes.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// assert_eq!(dev.alloc_buffer(1000)?.len(), 1000);
+    /// # Ok(()) }
+    /// ```
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Always false: zero-sized buffers are refused.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// assert!(!dev.alloc_buffer(1)?.is_empty());
+    /// assert!(dev.alloc_buffer(0).is_err());
+    /// # Ok(()) }
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// The VkBuffer. Valid while this buffer lives and its device is not destroyed (stream work
     /// that names it keeps it a little longer).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let buf = dev.alloc_buffer(4096)?;
+    /// let handle: vkhost::vk::Buffer = buf.raw(); // for your own command buffers
+    /// assert_ne!(handle, vkhost::vk::Buffer::null());
+    /// # Ok(()) }
+    /// ```
     pub fn raw(&self) -> vk::Buffer {
         self.res.obj.buffer
     }
 
     /// The device this buffer belongs to.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let buf = dev.alloc_buffer(4096)?;
+    /// assert_eq!(buf.device().id(), dev.id());
+    /// # Ok(()) }
+    /// ```
     pub fn device(&self) -> Device {
         Device { shared: self.shared.clone() }
     }
@@ -96,6 +152,23 @@ impl DeviceBuffer {
     /// Copies `data` into the buffer at `offset`. Host bytes that lie in a registration or a
     /// pinned block go direct (one vkCmdCopyBuffer, no staging); the rest is staged through
     /// bounded, reusable staging memory. A zero-length write is an `Ok` no-op.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let buf = dev.alloc_buffer(8192)?;
+    /// buf.write(100, b"hello")?; // pageable bytes: staged
+    /// let mut pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// pinned.fill(9);
+    /// buf.write(4096, &pinned)?; // pinned bytes: one direct copy
+    /// let mut out = [0u8; 5];
+    /// buf.read(100, &mut out)?;
+    /// assert_eq!(&out, b"hello");
+    /// assert_eq!(buf.write(8190, &[0; 4]), Err(vkhost::Error::OutOfRange));
+    /// # Ok(()) }
+    /// ```
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         // SAFETY: `data` is a live, readable slice for the whole call.
         unsafe { crate::host::copy_to_device_impl(&self.shared, data.as_ptr(), data.len(), self, offset) }.map(|_| ())
@@ -104,13 +177,16 @@ impl DeviceBuffer {
     /// [`DeviceBuffer::write`] of a typed slice (any [`bytemuck::Pod`] type: `f32`, `u32`, `[u8; 4]`,
     /// your own `#[repr(C)]` structs deriving `Pod`).
     ///
-    /// ```no_run
+    /// # Example
+    ///
+    /// ```
     /// # fn main() -> vkhost::Result<()> {
     /// let dev = vkhost::Device::open_default()?;
     /// let buf = dev.alloc_buffer(4 * 1024)?;
     /// buf.write_slice(0, &[1.5f32; 1024])?;
     /// let mut back = vec![0f32; 1024];
     /// buf.read_slice(0, &mut back)?;
+    /// assert_eq!(back, [1.5f32; 1024]);
     /// # Ok(()) }
     /// ```
     pub fn write_slice<T: bytemuck::Pod>(&self, offset: usize, data: &[T]) -> Result<()> {
@@ -118,12 +194,38 @@ impl DeviceBuffer {
     }
 
     /// [`DeviceBuffer::read`] into a typed slice (see [`DeviceBuffer::write_slice`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let buf = dev.alloc_buffer(64)?;
+    /// buf.write_slice(0, &[1u32, 2, 3, 4])?;
+    /// let mut two = [0u32; 2];
+    /// buf.read_slice(8, &mut two)?; // offsets are in bytes
+    /// assert_eq!(two, [3, 4]);
+    /// # Ok(()) }
+    /// ```
     pub fn read_slice<T: bytemuck::Pod>(&self, offset: usize, out: &mut [T]) -> Result<()> {
         self.read(offset, bytemuck::cast_slice_mut(out))
     }
 
     /// Copies from the buffer at `offset` into `out`, direct where `out` is registered or
     /// pinned, staged otherwise. A zero-length read is an `Ok` no-op.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let buf = dev.alloc_buffer(4096)?;
+    /// buf.write(0, &[7; 4096])?;
+    /// let mut pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// buf.read(0, &mut pinned)?; // straight into pinned memory, no staging
+    /// assert!(pinned.iter().all(|&b| b == 7));
+    /// # Ok(()) }
+    /// ```
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         // SAFETY: `out` is a live, writable slice for the whole call, borrowed exclusively.
         unsafe { crate::host::copy_to_host_impl(&self.shared, self, offset, out.as_mut_ptr(), out.len()) }.map(|_| ())

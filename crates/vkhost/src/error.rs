@@ -6,6 +6,22 @@
 use ash::vk;
 
 /// Everything a vkhost call can fail with.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::Error;
+///
+/// let dev = vkhost::Device::open_default()?;
+/// let buf = dev.alloc_buffer(64)?;
+/// // Refused before anything reaches the driver:
+/// assert!(matches!(dev.alloc_buffer(0), Err(Error::InvalidArgument { .. })));
+/// assert_eq!(buf.read(60, &mut [0u8; 8]), Err(Error::OutOfRange));
+/// dev.destroy()?;
+/// assert_eq!(buf.write(0, &[1]), Err(Error::DeviceDestroyed));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -78,6 +94,23 @@ pub enum Error {
 }
 
 /// `Result` with [`Error`].
+///
+/// # Example
+///
+/// ```
+/// fn round_trip(dev: &vkhost::Device, data: &[u8]) -> vkhost::Result<Vec<u8>> {
+///     let buf = dev.alloc_buffer(data.len())?;
+///     buf.write(0, data)?;
+///     let mut out = vec![0; data.len()];
+///     buf.read(0, &mut out)?;
+///     Ok(out)
+/// }
+///
+/// # fn main() -> vkhost::Result<()> {
+/// let dev = vkhost::Device::open_default()?;
+/// assert_eq!(round_trip(&dev, b"vkhost")?, b"vkhost");
+/// # Ok(()) }
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {

@@ -68,7 +68,7 @@
 //!
 //! ## Example
 //!
-//! ```no_run
+//! ```
 //! # fn main() -> vkhost::Result<()> {
 //! let dev = vkhost::Device::open_default()?;
 //! let gpu = dev.alloc_buffer(1 << 20)?;
@@ -83,6 +83,7 @@
 //! let mut reg = dev.register(&mut mine)?;
 //! gpu.read(0, &mut reg)?; // direct into your pages
 //! drop(reg);
+//! assert!(mine.iter().all(|&b| b == 7));
 //!
 //! // Async: enqueue, keep working, wait when the bytes are needed.
 //! let stream = dev.stream()?;

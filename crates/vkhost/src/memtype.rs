@@ -18,13 +18,52 @@
 //! vkGetMemoryHostPointerPropertiesEXT reports for the pointer; the spec allows HOST_COHERENT
 //! only together with HOST_VISIBLE, and NVIDIA reports HOST_VISIBLE|HOST_COHERENT(|HOST_CACHED)
 //! types there, so the requirement costs nothing where imports work today.
+//!
+//! # Example
+//!
+//! The choices for the device's own memory types, as vkhost makes them at open:
+//!
+//! ```
+//! # fn main() -> vkhost::Result<()> {
+//! let dev = vkhost::Device::open_default()?;
+//! let types = dev.info().memory_type_flags();
+//! // Vulkan guarantees a HOST_VISIBLE|HOST_COHERENT type, so pinned memory always has one.
+//! let pinned = vkhost::memtype::pinned(&types, u32::MAX).expect("a host-coherent type");
+//! let device = vkhost::memtype::device_local(&types, u32::MAX).expect("any type at all");
+//! println!("pinned: type {} ({}), device buffers: type {} ({})", pinned.index, pinned.reason, device.index, device.reason);
+//! assert_eq!(dev.memory_choices().pinned, Some(pinned));
+//! # Ok(()) }
+//! ```
 
 use ash::vk::MemoryPropertyFlags as F;
 
 /// AMD's VK_AMD_device_coherent_memory bits, never picked.
+///
+/// # Example
+///
+/// ```
+/// use vkhost::memtype::{self, AMD_DEVICE_MEMORY_BITS};
+/// use vkhost::vk::MemoryPropertyFlags as F;
+///
+/// let host = F::HOST_VISIBLE | F::HOST_COHERENT | F::HOST_CACHED;
+/// let types = [host | F::DEVICE_COHERENT_AMD, host];
+/// assert!(types[0].intersects(AMD_DEVICE_MEMORY_BITS));
+/// // The first type would win every tier, but it carries an AMD bit: the second is chosen.
+/// assert_eq!(memtype::pinned(&types, u32::MAX).unwrap().index, 1);
+/// ```
 pub const AMD_DEVICE_MEMORY_BITS: F = F::from_raw(F::DEVICE_COHERENT_AMD.as_raw() | F::DEVICE_UNCACHED_AMD.as_raw());
 
 /// A chosen memory type.
+///
+/// # Example
+///
+/// ```
+/// use vkhost::vk::MemoryPropertyFlags as F;
+///
+/// let types = [F::DEVICE_LOCAL, F::HOST_VISIBLE | F::HOST_COHERENT];
+/// let c: vkhost::memtype::Choice = vkhost::memtype::device_local(&types, u32::MAX).unwrap();
+/// assert_eq!((c.index, c.reason), (0, "device-local VRAM"));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Choice {
     /// The memory type index, as passed to vkAllocateMemory.
@@ -49,6 +88,28 @@ fn first(types: &[F], bits: u32, want: impl Fn(F) -> bool) -> Option<u32> {
 /// Best first: HOST_VISIBLE|HOST_COHERENT|HOST_CACHED not DEVICE_LOCAL; HOST_VISIBLE|HOST_COHERENT
 /// not DEVICE_LOCAL; only then DEVICE_LOCAL host-visible coherent types (cached first), which
 /// is all UMA and CPU devices have.
+///
+/// `bits` are the memory types allowed (VkMemoryRequirements::memoryTypeBits, or `u32::MAX`).
+///
+/// # Example
+///
+/// ```
+/// use vkhost::vk::MemoryPropertyFlags as F;
+///
+/// // A discrete GPU's table (the H200's): VRAM, system memory, cached system memory, BAR.
+/// let types = [
+///     F::empty(),
+///     F::DEVICE_LOCAL,
+///     F::HOST_VISIBLE | F::HOST_COHERENT,
+///     F::HOST_VISIBLE | F::HOST_COHERENT | F::HOST_CACHED,
+///     F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_COHERENT,
+/// ];
+/// assert_eq!(vkhost::memtype::pinned(&types, u32::MAX).unwrap().index, 3);
+/// // Cached system memory not allowed: uncached system memory, never the BAR window.
+/// assert_eq!(vkhost::memtype::pinned(&types, !(1 << 3)).unwrap().index, 2);
+/// // No host-visible type allowed at all.
+/// assert_eq!(vkhost::memtype::pinned(&types, 0b11), None);
+/// ```
 pub fn pinned(types: &[F], bits: u32) -> Option<Choice> {
     let vc = HOST_VC;
     let tiers: [(&dyn Fn(F) -> bool, &'static str); 4] = [
@@ -64,6 +125,26 @@ pub fn pinned(types: &[F], bits: u32) -> Option<Choice> {
 /// allow (`bits`), only HOST_VISIBLE|HOST_COHERENT ones (see the module docs: vkhost never
 /// flushes or invalidates), preferring non-DEVICE_LOCAL and HOST_CACHED. `None` when no allowed
 /// type is coherent: the range cannot be registered and copies stage.
+///
+/// # Example
+///
+/// ```
+/// use vkhost::vk::MemoryPropertyFlags as F;
+///
+/// // A discrete GPU's table (the H200's): VRAM, system memory, cached system memory, BAR.
+/// let types = [
+///     F::empty(),
+///     F::DEVICE_LOCAL,
+///     F::HOST_VISIBLE | F::HOST_COHERENT,
+///     F::HOST_VISIBLE | F::HOST_COHERENT | F::HOST_CACHED,
+///     F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_COHERENT,
+/// ];
+/// // vkGetMemoryHostPointerPropertiesEXT allowed types 2 and 3: the cached one wins.
+/// assert_eq!(vkhost::memtype::import(&types, 0b1100).unwrap().index, 3);
+/// // Only non-coherent memory allowed: refused, the range is staged instead.
+/// let non_coherent = [F::HOST_VISIBLE | F::HOST_CACHED];
+/// assert_eq!(vkhost::memtype::import(&non_coherent, u32::MAX), None);
+/// ```
 pub fn import(types: &[F], bits: u32) -> Option<Choice> {
     let vc = HOST_VC;
     let tiers: [(&dyn Fn(F) -> bool, &'static str); 4] = [
@@ -77,6 +158,26 @@ pub fn import(types: &[F], bits: u32) -> Option<Choice> {
 
 /// Memory for a device buffer: DEVICE_LOCAL and not HOST_VISIBLE where one exists (never the BAR
 /// window of a discrete GPU); on UMA or CPU devices, any DEVICE_LOCAL type; failing that, any.
+///
+/// # Example
+///
+/// ```
+/// use vkhost::vk::MemoryPropertyFlags as F;
+///
+/// // A discrete GPU's table (the H200's): VRAM, system memory, cached system memory, BAR.
+/// let types = [
+///     F::empty(),
+///     F::DEVICE_LOCAL,
+///     F::HOST_VISIBLE | F::HOST_COHERENT,
+///     F::HOST_VISIBLE | F::HOST_COHERENT | F::HOST_CACHED,
+///     F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_COHERENT,
+/// ];
+/// assert_eq!(vkhost::memtype::device_local(&types, u32::MAX).unwrap().index, 1);
+/// // A UMA device: one type that is everything.
+/// let uma = [F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_COHERENT | F::HOST_CACHED];
+/// let c = vkhost::memtype::device_local(&uma, u32::MAX).unwrap();
+/// assert_eq!((c.index, c.reason), (0, "device-local, host-visible (UMA)"));
+/// ```
 pub fn device_local(types: &[F], bits: u32) -> Option<Choice> {
     let tiers: [(&dyn Fn(F) -> bool, &'static str); 3] = [
         (&|f: F| f.contains(F::DEVICE_LOCAL) && !f.contains(F::HOST_VISIBLE), "device-local VRAM"),
@@ -90,6 +191,24 @@ pub fn device_local(types: &[F], bits: u32) -> Option<Choice> {
 /// window of a discrete GPU with a full BAR, or UMA memory): DEVICE_LOCAL|HOST_VISIBLE|
 /// HOST_COHERENT (coherent: vkhost never flushes), preferring not HOST_CACHED (on a GPU the
 /// window is write-combined either way). `None` when no allowed type is such.
+///
+/// # Example
+///
+/// ```
+/// use vkhost::vk::MemoryPropertyFlags as F;
+///
+/// // A discrete GPU's table (the H200's): VRAM, system memory, cached system memory, BAR.
+/// let types = [
+///     F::empty(),
+///     F::DEVICE_LOCAL,
+///     F::HOST_VISIBLE | F::HOST_COHERENT,
+///     F::HOST_VISIBLE | F::HOST_COHERENT | F::HOST_CACHED,
+///     F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_COHERENT,
+/// ];
+/// assert_eq!(vkhost::memtype::device_mapped(&types, u32::MAX).unwrap().index, 4);
+/// // The buffer's requirements exclude the BAR type: nothing to store into.
+/// assert_eq!(vkhost::memtype::device_mapped(&types, 0b0111), None);
+/// ```
 pub fn device_mapped(types: &[F], bits: u32) -> Option<Choice> {
     let want = F::DEVICE_LOCAL | HOST_VC;
     let tiers: [(&dyn Fn(F) -> bool, &'static str); 2] = [
@@ -103,6 +222,27 @@ pub fn device_mapped(types: &[F], bits: u32) -> Option<Choice> {
 /// HOST_COHERENT type on the same heap as a DEVICE_LOCAL type that is not host-visible (a "full
 /// BAR", as on the H200, where type 4 maps all 143 GB of heap 0). A small BAR window lives on a
 /// heap of its own (256 MiB, typically) and does not count. `types` are (flags, heap) pairs.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::vk::MemoryPropertyFlags as F;
+///
+/// let vram = F::DEVICE_LOCAL;
+/// let bar = F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_COHERENT;
+/// let system = F::HOST_VISIBLE | F::HOST_COHERENT;
+/// // The BAR type allocates from the VRAM heap (0): a full BAR.
+/// assert!(vkhost::memtype::full_bar(&[(vram, 0), (system, 1), (bar, 0)]));
+/// // A 256 MiB window on a heap of its own (2): not a full BAR.
+/// assert!(!vkhost::memtype::full_bar(&[(vram, 0), (system, 1), (bar, 2)]));
+///
+/// // The device at hand, from its facts:
+/// let dev = vkhost::Device::open_default()?;
+/// let types: Vec<_> = dev.info().memory_types.iter().map(|t| (t.flags, t.heap_index)).collect();
+/// println!("full BAR: {}", vkhost::memtype::full_bar(&types));
+/// # Ok(()) }
+/// ```
 pub fn full_bar(types: &[(F, u32)]) -> bool {
     let vram_heaps: Vec<u32> =
         types.iter().filter(|(f, _)| f.contains(F::DEVICE_LOCAL) && !f.contains(F::HOST_VISIBLE)).map(|&(_, h)| h).collect();
@@ -111,6 +251,25 @@ pub fn full_bar(types: &[(F, u32)]) -> bool {
 
 /// The BAR window: DEVICE_LOCAL|HOST_VISIBLE on a device that also has non-host-visible
 /// DEVICE_LOCAL memory (so it is a window, not UMA memory). Used by `vkhost bench --path bar`.
+///
+/// # Example
+///
+/// ```
+/// use vkhost::vk::MemoryPropertyFlags as F;
+///
+/// // A discrete GPU's table (the H200's): VRAM, system memory, cached system memory, BAR.
+/// let types = [
+///     F::empty(),
+///     F::DEVICE_LOCAL,
+///     F::HOST_VISIBLE | F::HOST_COHERENT,
+///     F::HOST_VISIBLE | F::HOST_COHERENT | F::HOST_CACHED,
+///     F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_COHERENT,
+/// ];
+/// assert_eq!(vkhost::memtype::bar_window(&types), Some(4));
+/// // UMA: device-local memory is all host-visible, so there is no window.
+/// let uma = [F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_COHERENT];
+/// assert_eq!(vkhost::memtype::bar_window(&uma), None);
+/// ```
 pub fn bar_window(types: &[F]) -> Option<u32> {
     let has_vram = types.iter().any(|f| f.contains(F::DEVICE_LOCAL) && !f.contains(F::HOST_VISIBLE));
     if !has_vram {

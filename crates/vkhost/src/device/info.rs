@@ -4,6 +4,22 @@ use ash::vk;
 use std::ffi::CStr;
 
 /// The kind of a physical device.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::DeviceType;
+///
+/// let dev = vkhost::Device::open_default()?;
+/// let uma = match dev.info().device_type {
+///     DeviceType::Discrete => false,
+///     DeviceType::Integrated | DeviceType::Cpu => true,
+///     DeviceType::Virtual | DeviceType::Other => false,
+/// };
+/// println!("{} shares the CPU's memory: {uma}", dev.info().name);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeviceType {
     /// A separate GPU (VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU).
@@ -41,6 +57,15 @@ impl DeviceType {
     }
 
     /// The lower-case name `vkhost devices` prints: "discrete", "cpu", ...
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use vkhost::DeviceType;
+    ///
+    /// assert_eq!(DeviceType::Discrete.as_str(), "discrete");
+    /// assert_eq!(DeviceType::Cpu.as_str(), "cpu");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             DeviceType::Discrete => "discrete",
@@ -53,6 +78,21 @@ impl DeviceType {
 }
 
 /// A memory heap.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::vk::MemoryHeapFlags;
+///
+/// let dev = vkhost::Device::open_default()?;
+/// let heaps = &dev.info().memory_heaps;
+/// // Vulkan requires at least one DEVICE_LOCAL heap.
+/// let vram: u64 = heaps.iter().filter(|h| h.flags.contains(MemoryHeapFlags::DEVICE_LOCAL)).map(|h| h.size).sum();
+/// assert!(vram > 0);
+/// println!("device-local memory: {}", vkhost::fmt_bytes(vram));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryHeap {
     /// Size in bytes.
@@ -62,6 +102,23 @@ pub struct MemoryHeap {
 }
 
 /// A memory type.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::vk::MemoryPropertyFlags as F;
+///
+/// let dev = vkhost::Device::open_default()?;
+/// let info = dev.info();
+/// for (i, t) in info.memory_types.iter().enumerate() {
+///     let heap = info.memory_heaps[t.heap_index as usize];
+///     println!("type {i}: {:?} on a heap of {}", t.flags, vkhost::fmt_bytes(heap.size));
+/// }
+/// // Vulkan requires a HOST_VISIBLE|HOST_COHERENT type: pinned memory always has a home.
+/// assert!(info.memory_types.iter().any(|t| t.flags.contains(F::HOST_VISIBLE | F::HOST_COHERENT)));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryType {
     /// The heap this type allocates from.
@@ -71,6 +128,18 @@ pub struct MemoryType {
 }
 
 /// A queue family.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// let dev = vkhost::Device::open_default()?;
+/// for f in &dev.info().queue_families {
+///     println!("family {}: {} queue(s), {:?}", f.index, f.count, f.flags);
+/// }
+/// assert_eq!(dev.info().queue_families[0].index, 0);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueFamily {
     /// The family index.
@@ -83,12 +152,42 @@ pub struct QueueFamily {
 
 impl QueueFamily {
     /// TRANSFER without GRAPHICS or COMPUTE: a copy engine.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use vkhost::QueueFamily;
+    /// use vkhost::vk::QueueFlags;
+    ///
+    /// let copy_engine = QueueFamily { index: 1, flags: QueueFlags::TRANSFER, count: 2 };
+    /// let compute = QueueFamily { index: 2, flags: QueueFlags::COMPUTE | QueueFlags::TRANSFER, count: 8 };
+    /// assert!(copy_engine.is_transfer_only());
+    /// assert!(!compute.is_transfer_only());
+    /// ```
     pub fn is_transfer_only(&self) -> bool {
         self.flags.contains(vk::QueueFlags::TRANSFER) && !self.flags.intersects(vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE)
     }
 }
 
 /// A Vulkan API version, split.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::ApiVersion;
+///
+/// let v = ApiVersion { major: 1, minor: 3, patch: 275 };
+/// assert_eq!(v.to_string(), "1.3.275");
+/// assert!(v > ApiVersion { major: 1, minor: 2, patch: 999 }); // major, then minor, then patch
+///
+/// let dev = vkhost::Device::open_default()?;
+/// let info = dev.info();
+/// if info.api_version >= (ApiVersion { major: 1, minor: 2, patch: 0 }) {
+///     println!("Vulkan {}: driver {}", info.api_version, info.driver_name);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ApiVersion {
     /// Major version (1).
@@ -112,6 +211,19 @@ impl std::fmt::Display for ApiVersion {
 }
 
 /// What a physical device is and offers. One per device, from [`crate::devices`].
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// for info in vkhost::devices()? {
+///     println!("{}: {} ({}, Vulkan {}), {} max allocation", info.index, info.name,
+///         info.device_type.as_str(), info.api_version, vkhost::fmt_bytes(info.max_memory_allocation_size));
+/// }
+/// let dev = vkhost::Device::open_default()?;
+/// assert!(dev.info().compute_family().is_some()); // vkhost opens only compute-capable devices
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceInfo {
     /// Index in the loader's enumeration order, as taken by `Device::open`.
@@ -160,22 +272,71 @@ pub struct DeviceInfo {
 
 impl DeviceInfo {
     /// The memory property flags of each type, in order.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let flags = dev.info().memory_type_flags();
+    /// assert_eq!(flags.len(), dev.info().memory_types.len());
+    /// // The input of the memtype choosers:
+    /// assert!(vkhost::memtype::pinned(&flags, u32::MAX).is_some());
+    /// # Ok(()) }
+    /// ```
     pub fn memory_type_flags(&self) -> Vec<vk::MemoryPropertyFlags> {
         self.memory_types.iter().map(|t| t.flags).collect()
     }
 
     /// The first transfer-only queue family (a copy engine), if any.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// match dev.info().transfer_family() {
+    ///     Some(f) => assert!(f.is_transfer_only() && f.count > 0),
+    ///     None => println!("no copy engines: copies run on the compute queue"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn transfer_family(&self) -> Option<&QueueFamily> {
         self.queue_families.iter().find(|f| f.is_transfer_only() && f.count > 0)
     }
 
     /// The first family that can run compute.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let family = dev.info().compute_family().expect("vkhost opened it, so it computes");
+    /// assert!(family.flags.contains(vkhost::vk::QueueFlags::COMPUTE));
+    /// assert_eq!(dev.raw()?.compute_family, family.index); // the family vkhost submits to
+    /// # Ok(()) }
+    /// ```
     pub fn compute_family(&self) -> Option<&QueueFamily> {
         self.queue_families.iter().find(|f| f.flags.contains(vk::QueueFlags::COMPUTE) && f.count > 0)
     }
 
     /// Whether registered host memory can work on this device, judged from its facts alone:
     /// the import alignment, or why not. `Device::host_registration` adds policy and the probe.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// for info in vkhost::devices()? {
+    ///     match info.host_registration() {
+    ///         // Imports are rounded out to this granule: at least a page.
+    ///         Ok(granule) => assert!(granule >= vkhost::host::page_size()),
+    ///         Err(why) => println!("{}: no registration: {why}", info.name),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn host_registration(&self) -> Result<usize, String> {
         let align = self.host_import_alignment.ok_or_else(|| "VK_EXT_external_memory_host is not offered by this device".to_string())?;
         let page = crate::host::page_size();
@@ -200,7 +361,18 @@ pub(crate) fn registration_granule(align: usize, page: usize) -> Result<usize, S
     Ok(align.max(page))
 }
 
-/// 4096 → "4 KiB", 1536 → "1536 B".
+/// Bytes in binary units: exact multiples as integers, other sizes to one decimal.
+///
+/// # Example
+///
+/// ```
+/// use vkhost::fmt_bytes;
+///
+/// assert_eq!(fmt_bytes(4096), "4 KiB");
+/// assert_eq!(fmt_bytes(1 << 30), "1 GiB");
+/// assert_eq!(fmt_bytes(1536), "1.5 KiB");
+/// assert_eq!(fmt_bytes(100), "100 B");
+/// ```
 pub fn fmt_bytes(n: u64) -> String {
     const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (u, s) in UNITS {

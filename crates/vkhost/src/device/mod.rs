@@ -64,6 +64,18 @@ pub(crate) fn fork_generation() -> u64 {
 }
 
 /// A process-unique device id, never reused, even after the device is destroyed.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// let a = vkhost::Device::open_default()?;
+/// let b = vkhost::Device::open_default()?;
+/// assert_ne!(a.id(), b.id()); // two opens, two devices
+/// assert_eq!(a.clone().id(), a.id()); // handles of one device share it
+/// println!("{}", a.id()); // "device#N"
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DeviceId(u64);
 
@@ -74,6 +86,15 @@ impl DeviceId {
     }
 
     /// The number behind the id.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// assert_eq!(dev.id().to_string(), format!("device#{}", dev.id().get()));
+    /// # Ok(()) }
+    /// ```
     pub fn get(self) -> u64 {
         self.0
     }
@@ -86,6 +107,21 @@ impl std::fmt::Display for DeviceId {
 }
 
 /// Whether `host::register` may import host memory on this device.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::{Device, Error, ImportPolicy, OpenOptions};
+///
+/// let dev = Device::open_default_with(&OpenOptions { import: ImportPolicy::Never, ..Default::default() })?;
+/// assert!(dev.host_registration().is_err());
+/// let mut mine = vec![0u8; 4096];
+/// assert!(matches!(dev.register(&mut mine), Err(Error::Unsupported { .. })));
+/// // Copies from pageable memory still work: they stage.
+/// dev.alloc_buffer(4096)?.write(0, &mine)?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ImportPolicy {
     /// Import when the device offers VK_EXT_external_memory_host (the default).
@@ -96,6 +132,20 @@ pub enum ImportPolicy {
 }
 
 /// Which queue a stream (or the synchronous copies) submit to.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::{CopyQueues, Device, OpenOptions, QueueKind};
+///
+/// // Every synchronous copy on the compute queue; a stream there too.
+/// let dev = Device::open_default_with(&OpenOptions { copy_queue: QueueKind::Compute, ..Default::default() })?;
+/// assert_eq!(dev.copy_queues(), CopyQueues::fixed(QueueKind::Compute));
+/// let stream = dev.stream_on(QueueKind::Compute)?;
+/// assert_eq!(stream.queue()?.0, dev.raw()?.compute_family);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum QueueKind {
     /// The copy engines (transfer-only family) where the device has them, else the compute queue.
@@ -107,6 +157,23 @@ pub enum QueueKind {
 
 /// Whether small synchronous writes to device buffers are CPU stores into mapped device memory
 /// ([`OpenOptions::bar_writes`]).
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::{BarWrites, Device, OpenOptions};
+///
+/// // Every write a submitted copy, whatever the device.
+/// let dev = Device::open_default_with(&OpenOptions { bar_writes: BarWrites::Off, ..Default::default() })?;
+/// assert_eq!(dev.options().bar_writes, BarWrites::Off);
+/// let buf = dev.alloc_buffer(4096)?;
+/// buf.write(0, &[5; 64])?;
+/// let mut out = [0u8; 64];
+/// buf.read(0, &mut out)?;
+/// assert_eq!(out, [5; 64]);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BarWrites {
     /// On a discrete GPU whose mapped VRAM type spans its VRAM (a full BAR, as on the H200):
@@ -125,6 +192,23 @@ pub enum BarWrites {
 ///
 /// [`Device::open_with`] and [`Device::from_raw`] refuse options that fail
 /// [`OpenOptions::validate`] with `Error::InvalidArgument`, before any Vulkan object is created.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::{Device, OpenOptions};
+///
+/// let opts = OpenOptions {
+///     staging_chunk: 1 << 20, // 1 MiB chunks
+///     staging_slots: 2,
+///     max_pipelines: 16,
+///     ..Default::default()     // the rest from the environment (VKHOST_*) or the defaults
+/// };
+/// let dev = Device::open_default_with(&opts)?;
+/// assert_eq!(dev.options().staging_chunk, 1 << 20);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
     /// Import policy. Default: `VKHOST_IMPORT=never` → `Never`, else `Auto`.
@@ -182,9 +266,37 @@ impl OpenOptions {
     /// The smallest staging chunk, and the granule every chunk is a multiple of: one 4 KiB page.
     /// Smaller chunks would make the open-time import probe (one page through staging) and every
     /// staged copy overrun the staging buffer.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::OpenOptions;
+    ///
+    /// let info = &vkhost::devices()?[0];
+    /// let opts = OpenOptions { staging_chunk: 64 * OpenOptions::STAGING_CHUNK_MIN, ..Default::default() };
+    /// assert!(opts.validate(info).is_ok());
+    /// let odd = OpenOptions { staging_chunk: OpenOptions::STAGING_CHUNK_MIN + 512, ..Default::default() };
+    /// assert!(odd.validate(info).is_err());
+    /// # Ok(()) }
+    /// ```
     pub const STAGING_CHUNK_MIN: usize = 4096;
     /// The allowed staging slot counts. Streams need two (one chunk fills while the device copies
     /// the other); more than 16 only pins memory and command buffers without more overlap.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::OpenOptions;
+    ///
+    /// let info = &vkhost::devices()?[0];
+    /// for slots in [1, 2, 16, 17] {
+    ///     let opts = OpenOptions { staging_chunk: 1 << 20, staging_slots: slots, ..Default::default() };
+    ///     assert_eq!(opts.validate(info).is_ok(), OpenOptions::STAGING_SLOTS.contains(&slots));
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub const STAGING_SLOTS: std::ops::RangeInclusive<usize> = 2..=16;
 
     /// Checks the options against a device's facts: `staging_chunk` at least 4 KiB and a
@@ -192,6 +304,21 @@ impl OpenOptions {
     /// of one staging buffer) no more than `info.max_memory_allocation_size`. Any failure is
     /// `Error::InvalidArgument` naming the field. Called by [`Device::open_with`] and
     /// [`Device::from_raw`] before they create anything.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::{Error, OpenOptions};
+    ///
+    /// let info = &vkhost::devices()?[0];
+    /// let bad = OpenOptions { staging_slots: 1, ..Default::default() };
+    /// let err = bad.validate(info).unwrap_err();
+    /// assert!(matches!(&err, Error::InvalidArgument { reason } if reason.contains("staging_slots")));
+    /// // Opening refuses the same options before it creates anything.
+    /// assert_eq!(vkhost::Device::open_with(info.index, &bad).unwrap_err(), err);
+    /// # Ok(()) }
+    /// ```
     pub fn validate(&self, info: &DeviceInfo) -> Result<()> {
         let (chunk, slots) = (self.staging_chunk, self.staging_slots);
         let min = Self::STAGING_CHUNK_MIN;
@@ -272,6 +399,21 @@ impl Default for OpenOptions {
 }
 
 /// Live Vulkan object counts of one device, for leak checks.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// let dev = vkhost::Device::open_default()?;
+/// let before = dev.live_objects();
+/// let buf = dev.alloc_buffer(4096)?;
+/// assert_eq!(dev.live_objects().buffers, before.buffers + 1);
+/// drop(buf);
+/// assert_eq!(dev.live_objects(), before);
+/// dev.destroy()?;
+/// assert_eq!(dev.live_objects(), vkhost::LiveObjects::default()); // nothing leaked
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LiveObjects {
     /// VkBuffers.
@@ -746,6 +888,21 @@ impl Drop for Shared {
 ///
 /// Dropping the last handle (device buffers and pinned buffers hold one too) destroys the
 /// device; [`Device::destroy`] does it now.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// let dev = vkhost::Device::open_default()?;
+/// println!("{} ({})", dev.info().name, dev.info().device_type.as_str());
+/// let buf = dev.alloc_buffer(4096)?;
+/// // Cheap handles: clone one into each thread.
+/// let d = dev.clone();
+/// std::thread::spawn(move || d.alloc_buffer(64).map(|b| b.len())).join().unwrap()?;
+/// buf.write(0, &[1; 4096])?;
+/// dev.destroy()?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Device {
     pub(crate) shared: Arc<Shared>,
@@ -758,6 +915,21 @@ impl std::fmt::Debug for Device {
 }
 
 /// Lists the physical devices, one [`DeviceInfo`] each.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// let infos = vkhost::devices()?;
+/// assert!(!infos.is_empty(), "no Vulkan device");
+/// for info in &infos {
+///     println!("{}: {} ({})", info.index, info.name, info.device_type.as_str());
+/// }
+/// // Indices are what Device::open takes.
+/// let dev = vkhost::Device::open(infos[0].index)?;
+/// assert_eq!(dev.info().name, infos[0].name);
+/// # Ok(()) }
+/// ```
 pub fn devices() -> Result<Vec<DeviceInfo>> {
     let counts = Arc::new(ValidationCounts::default());
     let parts = instance::create(false, &counts)?;
@@ -773,6 +945,22 @@ pub fn devices() -> Result<Vec<DeviceInfo>> {
 
 /// The interop view of a device, from [`Device::raw`]. The handles are valid until the device
 /// is destroyed; objects a user creates from them must be destroyed before that.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// let dev = vkhost::Device::open_default()?;
+/// let raw = dev.raw()?;
+/// // Your own Vulkan calls on vkhost's handles:
+/// // SAFETY: plain queries on live handles.
+/// let props = unsafe { raw.instance.get_physical_device_properties(raw.physical_device) };
+/// assert_eq!(props.device_id, dev.info().device_id);
+/// // SAFETY: as above.
+/// let families = unsafe { raw.instance.get_physical_device_queue_family_properties(raw.physical_device) };
+/// assert!(families[raw.compute_family as usize].queue_flags.contains(vkhost::vk::QueueFlags::COMPUTE));
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct RawDevice {
     /// The loaded Vulkan entry points.
@@ -805,6 +993,55 @@ impl std::fmt::Debug for RawDevice {
 }
 
 /// A caller's device for [`Device::from_raw_borrowed`]: no queues, never destroyed by vkhost.
+///
+/// # Example
+///
+/// ```
+/// use vkhost::{ash, vk, BorrowedDevice, Device, OpenOptions};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let info = vkhost::devices()?.into_iter().next().expect("a Vulkan device");
+/// # // SAFETY: loading libvulkan; it stays loaded while `entry` lives.
+/// # let entry = unsafe { ash::Entry::load()? };
+/// # let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_2);
+/// # // SAFETY: a valid create info: no layers, no extensions.
+/// # let instance = unsafe { entry.create_instance(&vk::InstanceCreateInfo::default().application_info(&app), None)? };
+/// # // SAFETY: the instance is alive; vkhost::devices() lists the devices in the loader's order.
+/// # let pd = unsafe { instance.enumerate_physical_devices()? }[info.index];
+/// # let family = info.compute_family().expect("a compute queue family").index;
+/// # let emh = info.host_import_alignment.is_some();
+/// # let exts = if emh { vec![ash::ext::external_memory_host::NAME.as_ptr()] } else { Vec::new() };
+/// # let prio = [1.0f32];
+/// # let queues = [vk::DeviceQueueCreateInfo::default().queue_family_index(family).queue_priorities(&prio)];
+/// # let mut f12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(info.timeline_semaphore);
+/// # let mut dci = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_extension_names(&exts);
+/// # if info.api_version >= (vkhost::ApiVersion { major: 1, minor: 2, patch: 0 }) {
+/// #     dci = dci.push_next(&mut f12);
+/// # }
+/// # // SAFETY: the queue family, the extension and the feature were all read from `pd`.
+/// # let device = unsafe { instance.create_device(pd, &dci, None)? };
+/// // `entry`, `instance`, `pd` and `device` are the caller's own (a runtime's; setup hidden): one
+/// // queue of the compute family `family`; VK_EXT_external_memory_host (`emh`: whether enabled)
+/// // and timeline semaphores enabled where the device offers them.
+/// let raw = BorrowedDevice {
+///     entry: entry.clone(),
+///     instance: instance.clone(),
+///     physical_device: pd,
+///     device: device.clone(),
+///     external_memory_host: emh, // whether `device` has VK_EXT_external_memory_host enabled
+/// };
+/// // SAFETY: the handles are valid, `pd` is the device's physical device, and they outlive `dev`
+/// // (destroyed below, before them); `emh` tells whether the extension was enabled.
+/// let dev = unsafe { Device::from_raw_borrowed(raw, &OpenOptions::default())? };
+/// assert!(dev.is_borrowed());
+/// assert!(matches!(dev.raw(), Err(vkhost::Error::Unsupported { .. }))); // the caller has the handles
+/// dev.destroy()?;
+/// // SAFETY: vkhost is done with the handles: the device goes, then its instance.
+/// unsafe {
+///     device.destroy_device(None);
+///     instance.destroy_instance(None);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct BorrowedDevice {
     /// The loaded Vulkan entry points.
@@ -831,6 +1068,53 @@ impl std::fmt::Debug for BorrowedDevice {
 }
 
 /// Who destroys a device wrapped by [`Device::from_raw`].
+///
+/// # Example
+///
+/// ```
+/// use vkhost::{ash, vk, Device, OpenOptions, Ownership, RawDevice};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let info = vkhost::devices()?.into_iter().next().expect("a Vulkan device");
+/// # // SAFETY: loading libvulkan; it stays loaded while `entry` lives.
+/// # let entry = unsafe { ash::Entry::load()? };
+/// # let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_2);
+/// # // SAFETY: a valid create info: no layers, no extensions.
+/// # let instance = unsafe { entry.create_instance(&vk::InstanceCreateInfo::default().application_info(&app), None)? };
+/// # // SAFETY: the instance is alive; vkhost::devices() lists the devices in the loader's order.
+/// # let pd = unsafe { instance.enumerate_physical_devices()? }[info.index];
+/// # let family = info.compute_family().expect("a compute queue family").index;
+/// # let emh = info.host_import_alignment.is_some();
+/// # let exts = if emh { vec![ash::ext::external_memory_host::NAME.as_ptr()] } else { Vec::new() };
+/// # let prio = [1.0f32];
+/// # let queues = [vk::DeviceQueueCreateInfo::default().queue_family_index(family).queue_priorities(&prio)];
+/// # let mut f12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(info.timeline_semaphore);
+/// # let mut dci = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_extension_names(&exts);
+/// # if info.api_version >= (vkhost::ApiVersion { major: 1, minor: 2, patch: 0 }) {
+/// #     dci = dci.push_next(&mut f12);
+/// # }
+/// # // SAFETY: the queue family, the extension and the feature were all read from `pd`.
+/// # let device = unsafe { instance.create_device(pd, &dci, None)? };
+/// // `entry`, `instance`, `pd` and `device` are the caller's own (a runtime's; setup hidden): one
+/// // queue of the compute family `family`; VK_EXT_external_memory_host (`emh`: whether enabled)
+/// // and timeline semaphores enabled where the device offers them.
+/// let raw = RawDevice {
+///     entry,
+///     instance,
+///     physical_device: pd,
+///     device,
+///     compute_family: family,
+///     compute_queue_index: 0,
+///     copy_family: None,
+///     copy_queue_indices: Vec::new(),
+/// };
+/// // SAFETY: the handles are valid and nothing else uses them from here on; with `Owned`,
+/// // vkhost destroys the device and the instance, so this code never does.
+/// let dev = unsafe { Device::from_raw(raw, Ownership::Owned, emh, &OpenOptions::default())? };
+/// dev.alloc_buffer(64)?.write(0, &[1; 64])?;
+/// dev.destroy()?; // vkDestroyDevice, then vkDestroyInstance
+/// assert!(dev.is_destroyed());
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ownership {
     /// vkhost destroys the VkDevice and then the VkInstance at `destroy`/last drop.
@@ -841,17 +1125,50 @@ pub enum Ownership {
 
 impl Device {
     /// Opens physical device `index` with default options (see [`OpenOptions`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open(0)?; // the loader's first device
+    /// assert_eq!(dev.info().index, 0);
+    /// assert!(matches!(vkhost::Device::open(10_000), Err(vkhost::Error::NoDevice)));
+    /// # Ok(()) }
+    /// ```
     pub fn open(index: usize) -> Result<Device> {
         Self::open_with(index, &OpenOptions::default())
     }
 
     /// Opens the preferred device: discrete > integrated > virtual > cpu; `VKHOST_DEVICE=<index>`
     /// overrides.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let buf = dev.alloc_buffer(1 << 20)?;
+    /// buf.write(0, &vec![1u8; 1 << 20])?;
+    /// dev.destroy()?;
+    /// # Ok(()) }
+    /// ```
     pub fn open_default() -> Result<Device> {
         Self::open_default_with(&OpenOptions::default())
     }
 
     /// [`Device::open_default`] with options.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::{Device, OpenOptions};
+    ///
+    /// let opts = OpenOptions { measure_copy_queues: false, ..Default::default() };
+    /// let dev = Device::open_default_with(&opts)?;
+    /// assert!(dev.copy_queues().measured.is_none()); // nothing measured at open
+    /// # Ok(()) }
+    /// ```
     pub fn open_default_with(opts: &OpenOptions) -> Result<Device> {
         if let Ok(v) = std::env::var("VKHOST_DEVICE") {
             let idx = v.trim().parse::<usize>().map_err(|_| Error::invalid(format!("VKHOST_DEVICE={v:?} is not an index")))?;
@@ -863,6 +1180,20 @@ impl Device {
     }
 
     /// Opens physical device `index` with `opts`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::{Device, OpenOptions};
+    ///
+    /// let info = &vkhost::devices()?[0];
+    /// let opts = OpenOptions { staging_chunk: 4 << 20, staging_slots: 2, ..Default::default() };
+    /// let dev = Device::open_with(info.index, &opts)?;
+    /// assert_eq!(dev.info(), info);
+    /// assert_eq!(dev.options().staging_slots, 2);
+    /// # Ok(()) }
+    /// ```
     pub fn open_with(index: usize, opts: &OpenOptions) -> Result<Device> {
         let counts = Arc::new(ValidationCounts::default());
         let parts = instance::create(opts.validation, &counts)?;
@@ -1053,8 +1384,26 @@ impl Device {
     /// queue, so the choice changes nothing). `copy_queue: Compute` in the options still sends
     /// every copy to the compute queue.
     ///
-    /// Errors: `Destroyed`, `DeviceLost`, `Unsupported` on a borrowed device without queues, or
-    /// the allocation of the probe buffers (32 MiB pinned and 32 MiB on the device) failing.
+    /// Errors: `DeviceDestroyed`, `DeviceLost`, `Unsupported` on a borrowed device without queues,
+    /// or the allocation of the probe buffers (32 MiB pinned and 32 MiB on the device) failing.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::QueueKind;
+    ///
+    /// let dev = vkhost::Device::open_default()?;
+    /// let q = dev.measure_copy_queues()?;
+    /// let (copy_engines, compute) = q.measured.expect("just measured");
+    /// println!("bulk uploads: {:.1} GB/s on the copy engines, {:.1} on the compute queue",
+    ///     copy_engines.bulk_to_device_gbps, compute.bulk_to_device_gbps);
+    /// assert_eq!(dev.copy_queues(), q); // in use from now on
+    /// if dev.info().transfer_family().is_none() {
+    ///     assert_eq!(q.queue_for(true, 4096), QueueKind::Compute); // the only queue there is
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn measure_copy_queues(&self) -> Result<CopyQueues> {
         let s = &self.shared;
         let g = s.live()?;
@@ -1066,6 +1415,23 @@ impl Device {
 
     /// The queues synchronous copies use, by direction and size, with the measurement behind
     /// the choice (see [`Device::measure_copy_queues`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::QueueKind;
+    ///
+    /// let dev = vkhost::Device::open_default()?;
+    /// let q = dev.copy_queues();
+    /// let small = q.queue_for(false, 4096);
+    /// let bulk = q.queue_for(false, 256 << 20);
+    /// println!("downloads: 4 KiB on {small:?}, 256 MiB on {bulk:?}");
+    /// if dev.options().copy_queue == QueueKind::Compute {
+    ///     assert_eq!((small, bulk), (QueueKind::Compute, QueueKind::Compute));
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn copy_queues(&self) -> CopyQueues {
         self.shared.copy_choice.get()
     }
@@ -1108,6 +1474,62 @@ impl Device {
     /// them concurrently. With `Ownership::Owned` vkhost destroys the device and the instance;
     /// with `Borrowed` the caller does, afterwards. `external_memory_host` must be true only if
     /// that extension was enabled on the device.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use vkhost::{ash, vk, Device, OpenOptions, Ownership, RawDevice};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let info = vkhost::devices()?.into_iter().next().expect("a Vulkan device");
+    /// # // SAFETY: loading libvulkan; it stays loaded while `entry` lives.
+    /// # let entry = unsafe { ash::Entry::load()? };
+    /// # let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_2);
+    /// # // SAFETY: a valid create info: no layers, no extensions.
+    /// # let instance = unsafe { entry.create_instance(&vk::InstanceCreateInfo::default().application_info(&app), None)? };
+    /// # // SAFETY: the instance is alive; vkhost::devices() lists the devices in the loader's order.
+    /// # let pd = unsafe { instance.enumerate_physical_devices()? }[info.index];
+    /// # let family = info.compute_family().expect("a compute queue family").index;
+    /// # let emh = info.host_import_alignment.is_some();
+    /// # let exts = if emh { vec![ash::ext::external_memory_host::NAME.as_ptr()] } else { Vec::new() };
+    /// # let prio = [1.0f32];
+    /// # let queues = [vk::DeviceQueueCreateInfo::default().queue_family_index(family).queue_priorities(&prio)];
+    /// # let mut f12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(info.timeline_semaphore);
+    /// # let mut dci = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_extension_names(&exts);
+    /// # if info.api_version >= (vkhost::ApiVersion { major: 1, minor: 2, patch: 0 }) {
+    /// #     dci = dci.push_next(&mut f12);
+    /// # }
+    /// # // SAFETY: the queue family, the extension and the feature were all read from `pd`.
+    /// # let device = unsafe { instance.create_device(pd, &dci, None)? };
+    /// // `entry`, `instance`, `pd` and `device` are the caller's own (a runtime's; setup hidden): one
+    /// // queue of the compute family `family`; VK_EXT_external_memory_host (`emh`: whether enabled)
+    /// // and timeline semaphores enabled where the device offers them.
+    /// let raw = RawDevice {
+    ///     entry: entry.clone(),
+    ///     instance: instance.clone(),
+    ///     physical_device: pd,
+    ///     device: device.clone(),
+    ///     compute_family: family, // one queue, index 0, created with the device
+    ///     compute_queue_index: 0,
+    ///     copy_family: None,
+    ///     copy_queue_indices: Vec::new(),
+    /// };
+    /// // SAFETY: the handles are valid and outlive `dev` (destroyed below, before them); nothing else
+    /// // submits to the queue meanwhile; `emh` is true only if the extension is enabled on `device`.
+    /// let dev = unsafe { Device::from_raw(raw, Ownership::Borrowed, emh, &OpenOptions::default())? };
+    /// let buf = dev.alloc_buffer(4096)?;
+    /// buf.write(0, &[3; 4096])?; // vkhost submits to the caller's queue
+    /// let mut out = vec![0u8; 4096];
+    /// buf.read(0, &mut out)?;
+    /// assert!(out.iter().all(|&b| b == 3));
+    /// drop(buf);
+    /// dev.destroy()?;
+    /// // SAFETY: vkhost is done with the handles (`Borrowed`): the device goes, then its instance.
+    /// unsafe {
+    ///     device.destroy_device(None);
+    ///     instance.destroy_instance(None);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub unsafe fn from_raw(raw: RawDevice, ownership: Ownership, external_memory_host: bool, opts: &OpenOptions) -> Result<Device> {
         // SAFETY: the caller guarantees the handles are valid.
         let pds = unsafe { raw.instance.enumerate_physical_devices() }.call("vkEnumeratePhysicalDevices")?;
@@ -1179,6 +1601,61 @@ impl Device {
     ///   [`crate::host::record_copy`] (for example a [`crate::host::find`] result used in its
     ///   own shader) is outside vkhost's tracking: the caller must complete it before the
     ///   matching `unregister`/`free_pinned`/destroy.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use vkhost::{ash, vk, BorrowedDevice, Device, Error, OpenOptions};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let info = vkhost::devices()?.into_iter().next().expect("a Vulkan device");
+    /// # // SAFETY: loading libvulkan; it stays loaded while `entry` lives.
+    /// # let entry = unsafe { ash::Entry::load()? };
+    /// # let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_2);
+    /// # // SAFETY: a valid create info: no layers, no extensions.
+    /// # let instance = unsafe { entry.create_instance(&vk::InstanceCreateInfo::default().application_info(&app), None)? };
+    /// # // SAFETY: the instance is alive; vkhost::devices() lists the devices in the loader's order.
+    /// # let pd = unsafe { instance.enumerate_physical_devices()? }[info.index];
+    /// # let family = info.compute_family().expect("a compute queue family").index;
+    /// # let emh = info.host_import_alignment.is_some();
+    /// # let exts = if emh { vec![ash::ext::external_memory_host::NAME.as_ptr()] } else { Vec::new() };
+    /// # let prio = [1.0f32];
+    /// # let queues = [vk::DeviceQueueCreateInfo::default().queue_family_index(family).queue_priorities(&prio)];
+    /// # let mut f12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(info.timeline_semaphore);
+    /// # let mut dci = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_extension_names(&exts);
+    /// # if info.api_version >= (vkhost::ApiVersion { major: 1, minor: 2, patch: 0 }) {
+    /// #     dci = dci.push_next(&mut f12);
+    /// # }
+    /// # // SAFETY: the queue family, the extension and the feature were all read from `pd`.
+    /// # let device = unsafe { instance.create_device(pd, &dci, None)? };
+    /// // `entry`, `instance`, `pd` and `device` are the caller's own (a runtime's; setup hidden): one
+    /// // queue of the compute family `family`; VK_EXT_external_memory_host (`emh`: whether enabled)
+    /// // and timeline semaphores enabled where the device offers them.
+    /// let raw = BorrowedDevice {
+    ///     entry: entry.clone(),
+    ///     instance: instance.clone(),
+    ///     physical_device: pd,
+    ///     device: device.clone(),
+    ///     external_memory_host: emh,
+    /// };
+    /// // SAFETY: the handles are valid and outlive `dev` (destroyed below, before them); vkhost never
+    /// // touches the caller's queue; this code records nothing that names vkhost's buffers.
+    /// let dev = unsafe { Device::from_raw_borrowed(raw, &OpenOptions::default())? };
+    /// // Pinned memory, listed with the VkBuffer the caller's own commands can name:
+    /// let pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// let (buffer, offset) = vkhost::host::find(&dev, pinned.as_ptr(), 4096).expect("listed");
+    /// assert!(buffer != vk::Buffer::null() && offset == 0);
+    /// // vkhost submits nothing itself: record copies with host::record_copy.
+    /// let gpu = dev.alloc_buffer(4096)?;
+    /// assert!(matches!(gpu.write(0, &pinned), Err(Error::Unsupported { .. })));
+    /// drop((pinned, gpu));
+    /// dev.destroy()?;
+    /// // SAFETY: vkhost is done with the handles: the device goes, then its instance.
+    /// unsafe {
+    ///     device.destroy_device(None);
+    ///     instance.destroy_instance(None);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub unsafe fn from_raw_borrowed(raw: BorrowedDevice, opts: &OpenOptions) -> Result<Device> {
         // SAFETY: the caller guarantees the handles are valid.
         let pds = unsafe { raw.instance.enumerate_physical_devices() }.call("vkEnumeratePhysicalDevices")?;
@@ -1196,6 +1673,15 @@ impl Device {
 
     /// Whether this is a borrowed device without queues ([`Device::from_raw_borrowed`]).
     /// `false` after destroy.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// assert!(!dev.is_borrowed()); // vkhost's own device, with queues
+    /// # Ok(()) }
+    /// ```
     pub fn is_borrowed(&self) -> bool {
         self.shared.live_any().is_ok_and(|l| l.queueless())
     }
@@ -1203,6 +1689,21 @@ impl Device {
     /// The interop handles. Errors with `DeviceDestroyed` after `destroy`, and `Unsupported` on
     /// a borrowed device without queues ([`Device::from_raw_borrowed`]: the caller has the
     /// handles).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let raw = dev.raw()?;
+    /// assert_eq!(raw.copy_family.is_some(), !raw.copy_queue_indices.is_empty());
+    /// // SAFETY: a plain query on live handles.
+    /// let props = unsafe { raw.instance.get_physical_device_properties(raw.physical_device) };
+    /// assert_eq!(props.vendor_id, dev.info().vendor_id);
+    /// dev.destroy()?;
+    /// assert_eq!(dev.raw().unwrap_err(), vkhost::Error::DeviceDestroyed);
+    /// # Ok(()) }
+    /// ```
     pub fn raw(&self) -> Result<RawDevice> {
         let l = self.shared.live_any()?;
         let compute = l.compute_queue()?;
@@ -1219,41 +1720,129 @@ impl Device {
     }
 
     /// The process-unique id of this device.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let buf = dev.alloc_buffer(64)?;
+    /// assert_eq!(buf.device().id(), dev.id());
+    /// # Ok(()) }
+    /// ```
     pub fn id(&self) -> DeviceId {
         self.shared.id
     }
 
     /// The physical device's facts.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let info = dev.info();
+    /// println!("{}: Vulkan {}, driver {}", info.name, info.api_version, info.driver_name);
+    /// assert!(info.max_memory_allocation_size > 0);
+    /// # Ok(()) }
+    /// ```
     pub fn info(&self) -> &DeviceInfo {
         &self.shared.info
     }
 
     /// The options the device was opened with.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let opts = vkhost::OpenOptions { max_pipelines: 8, ..Default::default() };
+    /// let dev = vkhost::Device::open_default_with(&opts)?;
+    /// assert_eq!(dev.options().max_pipelines, 8);
+    /// # Ok(()) }
+    /// ```
     pub fn options(&self) -> &OpenOptions {
         &self.shared.options
     }
 
     /// Validation-layer error messages seen so far (0 when validation is off).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?; // VKHOST_VALIDATION=1 turns the layer on
+    /// dev.alloc_buffer(4096)?.write(0, &[1; 4096])?;
+    /// assert_eq!(dev.validation_errors(), 0, "{:?}", dev.last_validation_error());
+    /// # Ok(()) }
+    /// ```
     pub fn validation_errors(&self) -> u64 {
         self.shared.counts.errors.load(Ordering::Relaxed)
     }
 
     /// The most recent validation-layer error message, if any.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// dev.alloc_buffer(64)?.write(0, &[1; 64])?;
+    /// if let Some(msg) = dev.last_validation_error() {
+    ///     panic!("{} validation error(s), the last: {msg}", dev.validation_errors());
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn last_validation_error(&self) -> Option<String> {
         self.shared.counts.last_error.lock().ok().and_then(|g| g.clone())
     }
 
     /// Validation-layer warnings seen so far.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// dev.alloc_buffer(64)?.write(0, &[1; 64])?;
+    /// if !dev.validation_enabled() {
+    ///     assert_eq!(dev.validation_warnings(), 0); // nothing listens without the layer
+    /// }
+    /// println!("{} validation warning(s)", dev.validation_warnings());
+    /// # Ok(()) }
+    /// ```
     pub fn validation_warnings(&self) -> u64 {
         self.shared.counts.warnings.load(Ordering::Relaxed)
     }
 
     /// Whether the validation layer is on for this device.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// assert_eq!(dev.validation_enabled(), dev.options().validation);
+    /// # Ok(()) }
+    /// ```
     pub fn validation_enabled(&self) -> bool {
         self.shared.options.validation
     }
 
     /// Vulkan objects this device's vkhost code has alive now.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let before = dev.live_objects();
+    /// let pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// assert_eq!(dev.live_objects().memories, before.memories + 1);
+    /// drop(pinned);
+    /// assert_eq!(dev.live_objects().memories, before.memories);
+    /// # Ok(()) }
+    /// ```
     pub fn live_objects(&self) -> LiveObjects {
         // Objects queued for the background releaser (an unregister's import) count as gone:
         // release them now, so the counts are exact.
@@ -1266,11 +1855,36 @@ impl Device {
     /// How kernel launches on this device bind their buffers: pushed descriptors where vkhost
     /// enabled VK_KHR_push_descriptor, descriptor sets otherwise (see [`DescriptorMode`] and
     /// [`crate::kernel`]). Fixed at open.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::kernel::DescriptorMode;
+    ///
+    /// let dev = vkhost::Device::open_default()?;
+    /// match dev.descriptor_mode() {
+    ///     DescriptorMode::Push => assert!(dev.info().push_descriptor && dev.options().push_descriptors),
+    ///     DescriptorMode::Sets => println!("launches write descriptor sets"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn descriptor_mode(&self) -> DescriptorMode {
         self.shared.pipelines.mode()
     }
 
     /// Whether `destroy` has run.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// assert!(!dev.is_destroyed());
+    /// dev.destroy()?;
+    /// assert!(dev.is_destroyed());
+    /// # Ok(()) }
+    /// ```
     pub fn is_destroyed(&self) -> bool {
         self.shared.live_any().is_err()
     }
@@ -1291,6 +1905,23 @@ impl Device {
     /// held by a thread that did not survive the fork: if the device's lock is held, it changes
     /// nothing. Dropping the last handle in a forked child is likewise inert. A child should
     /// `exec` or `_exit`, not use the device.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::Error;
+    ///
+    /// let dev = vkhost::Device::open_default()?;
+    /// let buf = dev.alloc_buffer(4096)?;
+    /// let pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// assert!(matches!(dev.destroy(), Err(Error::Busy { .. }))); // the pinned block lives
+    /// drop(pinned);
+    /// dev.destroy()?;
+    /// dev.destroy()?; // idempotent
+    /// assert_eq!(buf.write(0, &[1]), Err(Error::DeviceDestroyed)); // the buffer is inert
+    /// # Ok(()) }
+    /// ```
     pub fn destroy(&self) -> Result<()> {
         if self.shared.forked() {
             if let Ok(mut g) = self.shared.live.try_write() {
@@ -1328,6 +1959,21 @@ impl Device {
     /// `vkhost-wgpu` does) and that must finish that work before the imports can go. The hold
     /// keeps a handle of the device, so a forgotten hold leaks the device (`destroy` stays
     /// `Busy`), never frees memory in use. `DeviceDestroyed` after destroy.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::Error;
+    ///
+    /// let dev = vkhost::Device::open_default()?;
+    /// let hold = dev.hold()?; // while your own work uses vkhost's memory
+    /// assert!(matches!(dev.destroy(), Err(Error::Busy { .. })));
+    /// drop(hold); // that work finished
+    /// dev.destroy()?;
+    /// assert!(matches!(dev.hold(), Err(Error::DeviceDestroyed)));
+    /// # Ok(()) }
+    /// ```
     pub fn hold(&self) -> Result<DeviceHold> {
         // Counted under the device lock, as `PinnedBuffer::new` is: a concurrent destroy either
         // ran fully before (DeviceDestroyed) or sees the hold.
@@ -1343,11 +1989,37 @@ impl Device {
     /// VkDevice outlives every vkhost handle, including pinned buffers and registrations that
     /// outlive the caller's wrapper. Several owners drop in the order given. In a forked child
     /// they are leaked, never dropped (see [`Device::destroy`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use std::sync::Arc;
+    ///
+    /// let dev = vkhost::Device::open_default()?;
+    /// let owner = Arc::new("the runtime's device"); // what owns a borrowed VkDevice, say
+    /// dev.keep_alive(Box::new(owner.clone()));
+    /// assert_eq!(Arc::strong_count(&owner), 2);
+    /// drop(dev); // the last handle: vkhost tears down, then drops the owner
+    /// assert_eq!(Arc::strong_count(&owner), 1);
+    /// # Ok(()) }
+    /// ```
     pub fn keep_alive(&self, owner: Box<dyn std::any::Any + Send + Sync>) {
         lock(&self.shared.owners).push(owner);
     }
 
     /// Allocates a device-local buffer of `len` bytes (see [`crate::DeviceBuffer`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let buf = dev.alloc_buffer(256 << 10)?;
+    /// assert_eq!(buf.len(), 256 << 10);
+    /// buf.write_slice(0, &[0.5f32; 1024])?;
+    /// # Ok(()) }
+    /// ```
     pub fn alloc_buffer(&self, len: usize) -> Result<crate::DeviceBuffer> {
         crate::buffer::DeviceBuffer::new(self, len)
     }
@@ -1357,18 +2029,60 @@ impl Device {
     /// Cached per device: the facts (extension, alignment), the policy, and the import probe run
     /// at open. When it is `Err`, `host::register` is `Unsupported` with this reason and copies
     /// stage.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let mut mine = vec![0u8; 64 << 10];
+    /// match dev.host_registration() {
+    ///     Ok(granule) => {
+    ///         assert!(granule.is_power_of_two());
+    ///         let reg = dev.register(&mut mine)?; // imported: copies go direct
+    ///         assert_eq!(reg.len(), 64 << 10);
+    ///     }
+    ///     Err(why) => println!("copies of your memory stage: {why}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn host_registration(&self) -> std::result::Result<usize, String> {
         self.shared.registration()
     }
 
     /// The import probe's verdict from open: `None` when it did not run (policy, or the device
     /// cannot import at all), else `Ok(granule)` or what failed.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// match dev.import_probe() {
+    ///     None => assert!(dev.host_registration().is_err()), // ruled out before any probe
+    ///     Some(Ok(_)) => assert!(dev.host_registration().is_ok()),
+    ///     Some(Err(why)) => println!("the driver advertises imports but the probe failed: {why}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn import_probe(&self) -> Option<std::result::Result<usize, String>> {
         self.shared.probe.get().cloned()
     }
 
     /// The memory types this device's pinned blocks, imports, staging and device buffers use,
     /// with the reason for each.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let m = dev.memory_choices();
+    /// let pinned = m.pinned.expect("Vulkan guarantees a host-coherent type");
+    /// println!("pinned blocks: type {} ({})", pinned.index, pinned.reason);
+    /// assert!((pinned.index as usize) < dev.info().memory_types.len());
+    /// # Ok(()) }
+    /// ```
     pub fn memory_choices(&self) -> MemoryChoices {
         let types = self.shared.info.memory_type_flags();
         let host_bits = self.probe_import_bits();
@@ -1389,6 +2103,18 @@ impl Device {
 }
 
 /// From [`Device::hold`]: while it lives, [`Device::destroy`] answers `Busy`.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// let dev = vkhost::Device::open_default()?;
+/// let hold: vkhost::DeviceHold = dev.hold()?;
+/// assert!(dev.destroy().is_err());
+/// drop(hold);
+/// assert!(dev.destroy().is_ok());
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct DeviceHold {
     dev: Device,
@@ -1396,6 +2122,16 @@ pub struct DeviceHold {
 
 impl DeviceHold {
     /// The device held.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let hold = dev.hold()?;
+    /// assert_eq!(hold.device().id(), dev.id());
+    /// # Ok(()) }
+    /// ```
     pub fn device(&self) -> &Device {
         &self.dev
     }
@@ -1408,6 +2144,20 @@ impl Drop for DeviceHold {
 }
 
 /// What [`Device::memory_choices`] reports.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// let dev = vkhost::Device::open_default()?;
+/// let vkhost::MemoryChoices { pinned, device_local, import, import_bits } = dev.memory_choices();
+/// assert!(pinned.is_some() && device_local.is_some());
+/// match import_bits {
+///     Ok(bits) => println!("host pages import into types {bits:#b}, vkhost picks {import:?}"),
+///     Err(why) => assert!(import.is_none(), "no registration: {why}"),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryChoices {
     /// The type of pinned blocks and staging buffers ([`memtype::pinned`]).

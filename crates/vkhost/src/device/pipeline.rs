@@ -37,6 +37,19 @@ use std::sync::{Arc, Mutex, Weak};
 /// How kernel launches on a device bind their storage buffers
 /// ([`Device::descriptor_mode`](crate::Device::descriptor_mode)). Fixed when the device is
 /// opened.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::kernel::DescriptorMode;
+///
+/// // Leave VK_KHR_push_descriptor off: launches write descriptor sets.
+/// let opts = vkhost::OpenOptions { push_descriptors: false, ..Default::default() };
+/// let dev = vkhost::Device::open_default_with(&opts)?;
+/// assert_eq!(dev.descriptor_mode(), DescriptorMode::Sets);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DescriptorMode {
     /// Pushed into the command buffer with vkCmdPushDescriptorSetKHR (VK_KHR_push_descriptor):

@@ -33,6 +33,20 @@ pub const MARGIN: f64 = 0.01;
 
 /// What the measurement at open found for one queue kind: bulk GB/s and 4 KiB latency in µs,
 /// each direction.
+///
+/// # Example
+///
+/// ```
+/// use vkhost::{CopyQueues, QueueFigures, QueueKind};
+///
+/// // The H200's figures: the compute queue is a little faster in bulk, the copy engines
+/// // have the lower latency.
+/// let copy = QueueFigures { bulk_to_device_gbps: 49.3, bulk_to_host_gbps: 51.0, small_to_device_us: 14.8, small_to_host_us: 16.3 };
+/// let compute = QueueFigures { bulk_to_device_gbps: 50.9, bulk_to_host_gbps: 52.2, small_to_device_us: 17.1, small_to_host_us: 18.5 };
+/// let q = CopyQueues::from_figures(copy, compute);
+/// assert_eq!(q.measured, Some((copy, compute)));
+/// assert_eq!((q.small_to_device, q.bulk_to_device), (QueueKind::Copy, QueueKind::Compute));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct QueueFigures {
     /// Bulk host→device, GB/s (1e9 bytes/s), best of the runs.
@@ -46,6 +60,20 @@ pub struct QueueFigures {
 }
 
 /// The queues synchronous copies use ([`Device::copy_queues`](crate::Device::copy_queues)).
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// let dev = vkhost::Device::open_default()?;
+/// let q = dev.copy_queues();
+/// println!("4 KiB uploads run on {:?}, 64 MiB uploads on {:?}", q.queue_for(true, 4096), q.queue_for(true, 64 << 20));
+/// if dev.info().transfer_family().is_none() {
+///     // No copy engines: every copy runs on the compute queue.
+///     assert_eq!(q, vkhost::CopyQueues { measured: q.measured, ..vkhost::CopyQueues::fixed(vkhost::QueueKind::Compute) });
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CopyQueues {
     /// Host→device copies smaller than `bulk_min_to_device`.
@@ -71,11 +99,47 @@ pub struct CopyQueues {
 
 impl CopyQueues {
     /// Copies of at least this many bytes count as bulk, unless measured otherwise.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use vkhost::{CopyQueues, QueueKind};
+    ///
+    /// let q = CopyQueues::fixed(QueueKind::Copy);
+    /// assert_eq!(q.bulk_min_to_device, CopyQueues::BULK_MIN);
+    /// assert_eq!(CopyQueues::BULK_MIN, 1 << 20);
+    /// ```
     pub const BULK_MIN: u64 = BULK_MIN;
     /// The compute queue must beat the copy engines by this fraction to be chosen.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use vkhost::{CopyQueues, QueueFigures, QueueKind};
+    ///
+    /// let copy = QueueFigures { bulk_to_device_gbps: 50.0, bulk_to_host_gbps: 50.0, small_to_device_us: 10.0, small_to_host_us: 10.0 };
+    /// // Faster by less than the margin everywhere: the copy engines keep every class.
+    /// let f = 1.0 + CopyQueues::MARGIN / 2.0;
+    /// let compute = QueueFigures {
+    ///     bulk_to_device_gbps: 50.0 * f, bulk_to_host_gbps: 50.0 * f, small_to_device_us: 10.0 / f, small_to_host_us: 10.0 / f,
+    /// };
+    /// let q = CopyQueues::from_figures(copy, compute);
+    /// assert_eq!(q, CopyQueues { measured: q.measured, ..CopyQueues::fixed(QueueKind::Copy) });
+    /// ```
     pub const MARGIN: f64 = MARGIN;
 
     /// Every class on `kind`, measured by nothing.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use vkhost::{CopyQueues, QueueKind};
+    ///
+    /// let q = CopyQueues::fixed(QueueKind::Compute);
+    /// assert_eq!(q.queue_for(true, 4096), QueueKind::Compute);
+    /// assert_eq!(q.queue_for(false, 1 << 30), QueueKind::Compute);
+    /// assert!(q.measured.is_none());
+    /// ```
     pub fn fixed(kind: QueueKind) -> CopyQueues {
         CopyQueues {
             small_to_device: kind,
@@ -92,6 +156,22 @@ impl CopyQueues {
     /// more than [`MARGIN`](Self::MARGIN); when one queue has the lower latency and the other
     /// the higher bandwidth, the size where their times (latency + size / bandwidth) cross, at
     /// least [`BULK_MIN`](Self::BULK_MIN), splits small from bulk.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use vkhost::{CopyQueues, QueueFigures, QueueKind};
+    ///
+    /// // The H200's figures: the compute queue is a little faster in bulk, the copy engines
+    /// // have the lower latency.
+    /// let copy = QueueFigures { bulk_to_device_gbps: 49.3, bulk_to_host_gbps: 51.0, small_to_device_us: 14.8, small_to_host_us: 16.3 };
+    /// let compute = QueueFigures { bulk_to_device_gbps: 50.9, bulk_to_host_gbps: 52.2, small_to_device_us: 17.1, small_to_host_us: 18.5 };
+    /// let q = CopyQueues::from_figures(copy, compute);
+    /// assert_eq!((q.small_to_device, q.small_to_host), (QueueKind::Copy, QueueKind::Copy));
+    /// assert_eq!((q.bulk_to_device, q.bulk_to_host), (QueueKind::Compute, QueueKind::Compute));
+    /// // 2.3 µs more latency against 3% more bandwidth: the compute queue pays off from ~3.6 MB.
+    /// assert!((3_500_000..3_700_000).contains(&q.bulk_min_to_device));
+    /// ```
     pub fn from_figures(copy: QueueFigures, compute: QueueFigures) -> CopyQueues {
         let faster = |c: f64, k: f64| if k > c * (1.0 + MARGIN) { QueueKind::Compute } else { QueueKind::Copy };
         let quicker = |c: f64, k: f64| if k * (1.0 + MARGIN) < c { QueueKind::Compute } else { QueueKind::Copy };
@@ -134,6 +214,18 @@ impl CopyQueues {
     }
 
     /// The queue for a synchronous copy of `bytes`, host→device when `to_device`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use vkhost::{CopyQueues, QueueKind};
+    ///
+    /// // Small copies on the copy engines, bulk ones from 4 MiB on the compute queue.
+    /// let q = CopyQueues { bulk_to_device: QueueKind::Compute, bulk_min_to_device: 4 << 20, ..CopyQueues::fixed(QueueKind::Copy) };
+    /// assert_eq!(q.queue_for(true, 4096), QueueKind::Copy);
+    /// assert_eq!(q.queue_for(true, 4 << 20), QueueKind::Compute);
+    /// assert_eq!(q.queue_for(false, 4 << 20), QueueKind::Copy); // the other direction
+    /// ```
     pub fn queue_for(&self, to_device: bool, bytes: u64) -> QueueKind {
         match to_device {
             true if bytes >= self.bulk_min_to_device => self.bulk_to_device,
