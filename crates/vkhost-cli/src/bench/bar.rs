@@ -31,28 +31,37 @@ struct StoreJob {
 }
 
 /// Worker threads that, with the calling thread, split a memcpy into the BAR. Workers spin
-/// between jobs (a wake-up would cost more than a 256 KiB write), so a pool lives only while the
-/// bar rows run.
+/// between jobs (a wake-up would cost more than a 256 KiB write), so they start only at the
+/// first write large enough to split (the small sizes, measured first, run with no spinning
+/// threads beside them) and live only while the bar rows run.
 struct Stores {
+    threads: usize,
     job: Arc<StoreJob>,
-    workers: Vec<std::thread::JoinHandle<()>>,
+    workers: std::cell::OnceCell<Vec<std::thread::JoinHandle<()>>>,
 }
 
 impl Stores {
-    /// The calling thread plus `threads - 1` workers.
+    /// The calling thread plus `threads - 1` workers, started on first use.
     fn new(threads: usize) -> Stores {
-        let job = Arc::new(StoreJob::default());
-        let workers = (1..threads.max(1))
-            .map(|k| {
-                let job = job.clone();
-                std::thread::spawn(move || Stores::work(&job, k))
-            })
-            .collect();
-        Stores { job, workers }
+        Stores { threads: threads.max(1), job: Arc::new(StoreJob::default()), workers: std::cell::OnceCell::new() }
     }
 
     fn threads(&self) -> usize {
-        self.workers.len() + 1
+        self.threads
+    }
+
+    /// The workers, started on the first call.
+    fn workers(&self) -> usize {
+        self.workers
+            .get_or_init(|| {
+                (1..self.threads)
+                    .map(|k| {
+                        let job = self.job.clone();
+                        std::thread::spawn(move || Stores::work(&job, k))
+                    })
+                    .collect()
+            })
+            .len()
     }
 
     fn work(job: &StoreJob, k: usize) {
@@ -101,6 +110,7 @@ impl Stores {
             dst.copy_from_slice(src);
             return;
         }
+        let workers = self.workers();
         let step = len.div_ceil(parts).next_multiple_of(4096);
         let j = &self.job;
         j.src.store(src.as_ptr() as usize, Ordering::Relaxed);
@@ -112,7 +122,7 @@ impl Stores {
         dst[..step.min(len)].copy_from_slice(&src[..step.min(len)]);
         // Every worker acknowledges every job (those past `len` copy nothing): once all have,
         // none touches `src` or `dst` any more.
-        while j.done.load(Ordering::Acquire) < self.workers.len() {
+        while j.done.load(Ordering::Acquire) < workers {
             std::hint::spin_loop();
         }
     }
@@ -120,9 +130,10 @@ impl Stores {
 
 impl Drop for Stores {
     fn drop(&mut self) {
+        let Some(workers) = self.workers.take() else { return };
         self.job.stop.store(true, Ordering::Release);
         self.job.generation.fetch_add(1, Ordering::AcqRel);
-        for w in self.workers.drain(..) {
+        for w in workers {
             let _ = w.join();
         }
     }

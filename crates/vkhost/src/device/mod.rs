@@ -218,8 +218,9 @@ pub struct OpenOptions {
     /// Bytes per staging chunk for staged copies (default 16 MiB). At least
     /// [`STAGING_CHUNK_MIN`](Self::STAGING_CHUNK_MIN) (4 KiB) and a multiple of it.
     pub staging_chunk: usize,
-    /// Threads that memcpy through staging (pageable copies): the calling thread plus pool
-    /// workers, each part at least 1 MiB. Default: the machine's cores, at most 16
+    /// Threads that memcpy through staging (pageable copies), and that split CPU stores of
+    /// 512 KiB and more into mapped device memory (see `bar_write_max`): the calling thread plus
+    /// pool workers, each part at least 256 KiB. Default: the machine's cores, at most 16
     /// (`VKHOST_STAGING_THREADS` overrides). In 1..=64.
     pub staging_threads: usize,
     /// Staging chunks in flight per copy context and per stream (default 3). In
@@ -242,6 +243,12 @@ pub struct OpenOptions {
     /// `bar_writes` applies (default 256 KiB: on the H200 stores into the BAR moved 19 GB/s at
     /// 256 KiB against 12 GB/s for a copy, and 18 against 27 at 1 MiB). 0 turns the stores off
     /// while keeping device buffers mapped. `VKHOST_BAR_WRITE_MAX` sets it.
+    ///
+    /// Raised, writes of 512 KiB and more are stores split over `staging_threads` (30-34 GB/s
+    /// into the H200's BAR from 4-16 threads, against ~50 for a copy). Beside a copy engine's
+    /// device-to-host copy they did not beat a second copy-engine copy there: 46-50 GB/s both
+    /// ways together against 57-61 (`vkhost bench -t bidir_ce,bidir_bar`, docs/PERFORMANCE.md);
+    /// measure it on your device before raising it for that.
     pub bar_write_max: usize,
     /// The largest single import or pinned allocation, in bytes. A registration or pinned block
     /// larger than this becomes several imports behind one entry (see [`crate::host`]). `None`
