@@ -103,11 +103,13 @@ if [ "$what" = final ]; then
   {
     echo "== plain_copy (the minimal program)"
     for a in "pinned 1024 10" "pinned 256 10" "registered 256 10" "registered 1024 10" "pageable 1024 5" "pageable 256 5"; do ./.h200/plain_copy $a; done
-    echo "== vkhost bench --devices all"; $v bench --devices all
+    # Issue 15: --devices all against the plain bench, 30 iterations each (the pageable rows'
+    # iterations spread 5-10%; more iterations steady the medians).
+    echo "== vkhost bench --devices all --iters 30"; $v bench --devices all --iters 30
+    echo "== plain bench, same paths and sizes, 30 iterations"
+    $v bench -t host_to_device_ce,device_to_host_ce,host_to_device_registered_ce,device_to_host_registered_ce,host_to_device_pageable_ce,device_to_host_pageable_ce --sizes 16M,256M,1G --no-costs --iters 30 --json "$OUT/plain30.json" | grep -E "_ce"
     echo "== 8 GiB registration"; ./.h200/big_register 8
     echo "== vkhost demo pipeline"; $v demo pipeline
-    echo "== device buffers in mapped VRAM (BarWrites) or not: device-side cost, alternated"
-    for m in off auto off auto; do echo "-- VKHOST_BAR_WRITES=$m"; VKHOST_BAR_WRITES=$m ./.h200/bar_cost | grep -E "mapped|d2d|fill|DMA|4 KiB"; done
   } 2>&1 | tee "$OUT/extras.txt"
 fi
 if [ "$what" = probe3 ]; then
@@ -124,6 +126,21 @@ if [ "$what" = probe3 ]; then
   echo "== bidir"; $v bench -t bidir_ce --sizes 256M,1G --no-costs 2>&1 | grep -E "bidir" | tee -a "$OUT/probe3.txt"
   echo "== --devices all, 30 iterations"; $v bench --devices all --iters 30 --json "$OUT/devices-all.json" 2>&1 | tee -a "$OUT/probe3.txt" | grep -vE "^ +[0-9]+/[0-9]+"
   echo "== plain bench, 30 iterations"; $v bench -t host_to_device_ce,device_to_host_ce,host_to_device_registered_ce,device_to_host_registered_ce,host_to_device_pageable,device_to_host_pageable --sizes 256M,1G --no-costs --iters 30 --json "$OUT/plain30.json" 2>&1 | tee -a "$OUT/probe3.txt" | grep -E "_ce|pageable"
+fi
+if [ "$what" = tune4 ]; then
+  # Session 3: pageable staging shape, 1 MiB on either queue, bidir through BAR stores, BAR
+  # store threads.
+  for c in 8M 16M 32M; do for k in 3 4; do for t in 8 16; do
+    echo "== pageable chunk $c slots $k threads $t" | tee -a "$OUT/tune4.txt"
+    $v bench -t host_to_device_pageable,device_to_host_pageable --sizes 256M,1G --no-costs --staging-chunk $c --staging-slots $k --staging-threads $t 2>&1 | grep -E "_ce" | tee -a "$OUT/tune4.txt"
+  done; done; done
+  echo "== 1M/4M copy queue choice (default, then compute)" | tee -a "$OUT/tune4.txt"
+  $v bench -t host_to_device_ce,device_to_host_ce --sizes 1M,2M,4M --no-costs --iters 30 2>&1 | grep -E "_ce" | tee -a "$OUT/tune4.txt"
+  VKHOST_COPY_QUEUE=compute $v bench -t host_to_device_ce,device_to_host_ce --sizes 1M,2M,4M --no-costs --iters 30 2>&1 | grep -E "_ce" | tee -a "$OUT/tune4.txt"
+  for t in 4 8 16; do echo "== bidir_bar, staging threads $t" | tee -a "$OUT/tune4.txt"
+    $v bench -t bidir_bar,bidir_ce --sizes 16M,256M,1G --no-costs --staging-threads $t 2>&1 | grep -E "bidir" | tee -a "$OUT/tune4.txt"; done
+  for t in 1 4 8 16; do echo "== bar h2d, $t threads" | tee -a "$OUT/tune4.txt"
+    $v bench -t host_to_device_bar --sizes 4K,256K,4M,64M --no-costs --bar-threads $t 2>&1 | grep -E "_bar" | tee -a "$OUT/tune4.txt"; done
 fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
