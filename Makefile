@@ -43,14 +43,17 @@ clippy:
 # in 1.4.304; docs/RELIABILITY.md), which parallel tests, each opening its own device, hit. Then the wgpu
 # interop example (crates/vkhost-wgpu: a WGSL shader over two registered Vec<f32>s, checked, with
 # validation; `cargo test` already built it, and the `vkhost` binary: running them directly
-# keeps cargo from rebuilding dependencies for another feature set), the self-test, the fault-injection sweep, valgrind over
-# the soundness tests, the C ABI and Python package, and the crate checks (rustdoc, package).
+# keeps cargo from rebuilding dependencies for another feature set), the self-test, the fault-injection sweep and the
+# fault module's doc examples, valgrind over the soundness tests, the C ABI and Python package, and the crate checks
+# (rustdoc, package, a runnable doc example on every public item: scripts/doc-examples). The doc examples of every
+# library crate run in the first `cargo test` (edition 2024 merges them into one binary per crate).
 test: export VK_LAYER_ENABLES = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
 test: setup fmt clippy
 	$(CARGO) test --workspace --release -- --test-threads=1
 	VKHOST_VALIDATION=1 ./target/release/examples/wgpu_compute
 	./target/release/vkhost check --all
 	$(CARGO) test -p vkhost --release --features fault-injection --test fault -- --test-threads=1
+	$(CARGO) test -p vkhost --release --features fault-injection --doc -- --test-threads=1
 	bash scripts/memcheck ci
 	bash scripts/capi-test
 	bash scripts/crate-check

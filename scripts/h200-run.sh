@@ -142,6 +142,14 @@ if [ "$what" = tune4 ]; then
   for t in 1 4 8 16; do echo "== bar h2d, $t threads" | tee -a "$OUT/tune4.txt"
     $v bench -t host_to_device_bar --sizes 4K,256K,4M,64M --no-costs --bar-threads $t 2>&1 | grep -E "_bar" | tee -a "$OUT/tune4.txt"; done
 fi
+if [ "$what" = devices ]; then
+  # Issue 15: --devices all against the plain bench, alternated, 30 iterations each.
+  for k in 1 2; do
+    echo "== vkhost bench --devices all --iters 30 ($k)"; $v bench --devices all --iters 30 2>&1 | grep -E "^(pinned|registered|pageable)"
+    echo "== plain bench, 30 iterations ($k)"
+    $v bench -t host_to_device_ce,device_to_host_ce,host_to_device_registered_ce,device_to_host_registered_ce,host_to_device_pageable_ce,device_to_host_pageable_ce --sizes 16M,256M,1G --no-costs --iters 30 --json "$OUT/plain30-$k.json" 2>&1 | grep -E "_ce"
+  done 2>&1 | tee "$OUT/devices-vs-plain.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi
