@@ -213,8 +213,8 @@ pub enum CopyPath {
 /// use vkhost::host::{self, HostStats};
 /// let dev = vkhost::Device::open_default()?;
 /// assert_eq!(host::device_stats(&dev), HostStats::default(), "a fresh device has copied nothing");
-/// let pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
-/// dev.alloc_buffer(4096)?.write(0, &pinned)?;
+/// let mut pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
+/// dev.alloc_buffer(4096)?.read(0, &mut pinned)?; // a copy into the pinned block
 /// let s = host::device_stats(&dev);
 /// assert_eq!((s.direct_bytes, s.staged_bytes, s.live_pinned), (4096, 0, 1));
 /// # Ok(()) }
@@ -263,8 +263,8 @@ fn count(reg: &Reg, dev: Option<crate::DeviceId>) -> (usize, usize) {
 /// # fn main() -> vkhost::Result<()> {
 /// let dev = vkhost::Device::open_default()?;
 /// let before = vkhost::host::stats();
-/// let pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
-/// dev.alloc_buffer(4096)?.write(0, &pinned)?;
+/// let mut pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
+/// dev.alloc_buffer(4096)?.read(0, &mut pinned)?; // a direct copy
 /// let after = vkhost::host::stats();
 /// assert!(after.direct_bytes >= before.direct_bytes + 4096);
 /// assert!(after.live_pinned >= 1);
@@ -398,7 +398,7 @@ impl HostPtr for usize {
 /// let bytes = unsafe { std::slice::from_raw_parts_mut(block.as_ptr(), 1024) };
 /// bytes.fill(0x5A);
 /// let gpu = dev.alloc_buffer(1024)?;
-/// gpu.write(0, bytes)?; // direct from the block
+/// gpu.write(0, bytes)?; // never staged: the device reads the block itself
 /// host::free_pinned(&dev, block)?;
 /// assert!(matches!(host::alloc_pinned(&dev, 0), Err(vkhost::Error::InvalidArgument { .. })));
 /// # Ok(()) }

@@ -19,9 +19,10 @@
 //! let (ga, gb) = (a.alloc_buffer(4096)?, b.alloc_buffer(4096)?);
 //! let mut data = vec![7u8; 8192];
 //! let range = vkhost::HostRange::register(&[&a, &b], &mut data)?;
-//! // The same bytes to both devices at once, direct on each.
+//! // The same bytes to both devices at once, never staged.
 //! vkhost::broadcast(&range[..4096], &[(&ga, 0), (&gb, 0)])?;
-//! assert_eq!(vkhost::host::device_stats(&b).direct_bytes, 4096);
+//! assert_eq!(vkhost::host::device_stats(&a).staged_bytes, 0);
+//! assert_eq!(vkhost::host::device_stats(&b).staged_bytes, 0);
 //! range.unregister()?;
 //! # Ok(()) }
 //! ```

@@ -95,7 +95,7 @@ fn raw_memory(
 /// let gpu = dev.alloc_buffer(1 << 16)?;
 /// let mut pinned = vkhost::PinnedBuffer::new(&dev, 1 << 16)?;
 /// pinned.fill(5); // a `[u8]` through `DerefMut`
-/// gpu.write(0, &pinned)?; // direct: one vkCmdCopyBuffer from the block
+/// gpu.write(0, &pinned)?; // never staged: the device reads the block itself
 /// let stream = dev.stream()?;
 /// stream.fill_async(&gpu, 0, 1 << 16, 0x0909_0909)?;
 /// stream.download(&gpu, 0, &mut pinned)?.wait()?; // async into pinned memory
@@ -343,7 +343,7 @@ impl Drop for PinnedBuffer {
 /// let mut mine = vec![0u8; 4096];
 /// let mut reg = dev.register(&mut mine)?;
 /// reg.fill(3); // the bytes, through `DerefMut`
-/// gpu.write(0, &reg)?; // direct from my pages
+/// gpu.write(0, &reg)?; // never staged
 /// assert!(matches!(vkhost::host::unregister(&dev, reg.as_ptr()), Err(vkhost::Error::OwnedByGuard { .. })));
 /// drop(reg); // unregisters; `mine` is mine again
 /// mine[0] = 1;
