@@ -69,6 +69,16 @@ pub(crate) fn check_rw(want: &Range<usize>) -> Result<()> {
 }
 
 /// The system page size.
+///
+/// # Example
+///
+/// ```
+/// let page = vkhost::host::page_size();
+/// assert!(page.is_power_of_two() && page >= 4096);
+/// // Registrations are rounded out to whole pages (or a coarser import granule).
+/// let granule = vkhost::host::round_out(page + 1, 1, page).unwrap();
+/// assert_eq!(granule, page..2 * page);
+/// ```
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

@@ -41,6 +41,26 @@
 //! Entries owned by a safe guard ([`PinnedBuffer`](crate::PinnedBuffer),
 //! [`Registration`](crate::Registration)) are marked: the raw [`free_pinned`] and [`unregister`]
 //! refuse them with [`Error::OwnedByGuard`] and change nothing.
+//!
+//! # Example
+//!
+//! ```
+//! # fn main() -> vkhost::Result<()> {
+//! use vkhost::host::{self, CopyPath};
+//! let dev = vkhost::Device::open_default()?;
+//! let gpu = dev.alloc_buffer(4096)?;
+//! let block = host::alloc_pinned(&dev, 4096)?;
+//! // SAFETY: a live pinned block of 4096 bytes, with no device work pending on it.
+//! unsafe { block.as_ptr().write_bytes(7, 4096) };
+//! // The registry knows which VkBuffer covers those bytes...
+//! assert!(host::find(&dev, block, 4096).is_some());
+//! // ...so the copy is one vkCmdCopyBuffer from it, no staging.
+//! // SAFETY: the block is readable for 4096 bytes during the call.
+//! let path = unsafe { host::copy_to_device(&dev, block.as_ptr(), 4096, &gpu, 0) }?;
+//! assert_eq!(path, CopyPath::Direct);
+//! host::free_pinned(&dev, block)?;
+//! # Ok(()) }
+//! ```
 
 pub(crate) mod import;
 pub(crate) mod maps;
@@ -155,6 +175,22 @@ static STAGED: AtomicU64 = AtomicU64::new(0);
 static MAPPED: AtomicU64 = AtomicU64::new(0);
 
 /// What ran for a copy.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::host::{self, CopyPath};
+/// let dev = vkhost::Device::open_default()?;
+/// let gpu = dev.alloc_buffer(256)?;
+/// let pageable = vec![1u8; 256];
+/// let pinned = vkhost::PinnedBuffer::new(&dev, 256)?;
+/// // SAFETY (both): each source is readable for 256 bytes during the call.
+/// let staged = unsafe { host::copy_to_device(&dev, pageable.as_ptr(), 256, &gpu, 0) }?;
+/// let direct = unsafe { host::copy_to_device(&dev, pinned.as_ptr(), 256, &gpu, 0) }?;
+/// assert_eq!((staged, direct), (CopyPath::Staged, CopyPath::Direct));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CopyPath {
     /// Every byte went straight between a host buffer and the device buffer.
@@ -169,6 +205,20 @@ pub enum CopyPath {
 }
 
 /// Copy-path counters and registry sizes.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::host::{self, HostStats};
+/// let dev = vkhost::Device::open_default()?;
+/// assert_eq!(host::device_stats(&dev), HostStats::default(), "a fresh device has copied nothing");
+/// let mut pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
+/// dev.alloc_buffer(4096)?.read(0, &mut pinned)?; // a copy into the pinned block
+/// let s = host::device_stats(&dev);
+/// assert_eq!((s.direct_bytes, s.staged_bytes, s.live_pinned), (4096, 0, 1));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HostStats {
     /// Bytes copied directly from or to pinned or registered memory.
@@ -206,6 +256,20 @@ fn count(reg: &Reg, dev: Option<crate::DeviceId>) -> (usize, usize) {
 }
 
 /// Process-wide counters: bytes by path since start, and live entries now.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// let dev = vkhost::Device::open_default()?;
+/// let before = vkhost::host::stats();
+/// let mut pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
+/// dev.alloc_buffer(4096)?.read(0, &mut pinned)?; // a direct copy
+/// let after = vkhost::host::stats();
+/// assert!(after.direct_bytes >= before.direct_bytes + 4096);
+/// assert!(after.live_pinned >= 1);
+/// # Ok(()) }
+/// ```
 pub fn stats() -> HostStats {
     let (live_imports, live_pinned) = count(&registry(), None);
     HostStats {
@@ -218,6 +282,19 @@ pub fn stats() -> HostStats {
 }
 
 /// The same counters for one device only (bytes by path through this device).
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// let dev = vkhost::Device::open_default()?;
+/// let gpu = dev.alloc_buffer(1 << 16)?;
+/// let mut out = vec![0u8; 1 << 16];
+/// gpu.read(0, &mut out)?; // pageable memory: staged
+/// let s = vkhost::host::device_stats(&dev);
+/// assert_eq!((s.staged_bytes, s.direct_bytes), (1 << 16, 0));
+/// # Ok(()) }
+/// ```
 pub fn device_stats(dev: &Device) -> HostStats {
     let (live_imports, live_pinned) = count(&registry(), Some(dev.id()));
     HostStats {
@@ -230,13 +307,53 @@ pub fn device_stats(dev: &Device) -> HostStats {
 }
 
 /// Entries listed for a device, tombstones and blocks of destroyed devices included.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::host;
+/// let dev = vkhost::Device::open_default()?;
+/// let block = host::alloc_pinned(&dev, 4096)?;
+/// assert_eq!(host::entries_of(&dev), 1);
+/// host::free_pinned(&dev, block)?;
+/// assert_eq!(host::entries_of(&dev), 0);
+/// # Ok(()) }
+/// ```
 pub fn entries_of(dev: &Device) -> usize {
     registry().len_of(dev.id())
 }
 
 /// Anything that names a host address: raw pointers, `NonNull`, or a plain address.
+///
+/// The address-based functions of [`crate::host`] take any of them.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::host;
+/// let dev = vkhost::Device::open_default()?;
+/// let block = host::alloc_pinned(&dev, 4096)?; // a NonNull<u8>
+/// // The same bytes, named three ways.
+/// assert_eq!(host::find(&dev, block, 16), host::find(&dev, block.as_ptr() as usize, 16));
+/// assert_eq!(host::find(&dev, block, 16), host::find(&dev, block.as_ptr().cast_const(), 16));
+/// host::free_pinned(&dev, block.as_ptr() as usize)?;
+/// # Ok(()) }
+/// ```
 pub trait HostPtr {
     /// The address as an integer.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use vkhost::host::HostPtr;
+    /// let v = [0u8; 8];
+    /// let p = v.as_ptr();
+    /// assert_eq!(HostPtr::addr(p), p as usize);
+    /// assert_eq!(HostPtr::addr(std::ptr::NonNull::from(&v[4])), p as usize + 4);
+    /// assert_eq!(HostPtr::addr(0x1000_usize), 0x1000);
+    /// ```
     fn addr(self) -> usize;
 }
 impl<T> HostPtr for *const T {
@@ -268,6 +385,24 @@ impl HostPtr for usize {
 /// kind on UMA/CPU devices). Unaffected by the import policy.
 ///
 /// Errors: `len == 0` → `InvalidArgument`; more than maxMemoryAllocationSize → `InvalidArgument`.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::host;
+/// let dev = vkhost::Device::open_default()?;
+/// let block = host::alloc_pinned(&dev, 1024)?;
+/// // SAFETY: the block is mapped for 1024 bytes until `free_pinned`, and no device work
+/// // names it yet.
+/// let bytes = unsafe { std::slice::from_raw_parts_mut(block.as_ptr(), 1024) };
+/// bytes.fill(0x5A);
+/// let gpu = dev.alloc_buffer(1024)?;
+/// gpu.write(0, bytes)?; // never staged: the device reads the block itself
+/// host::free_pinned(&dev, block)?;
+/// assert!(matches!(host::alloc_pinned(&dev, 0), Err(vkhost::Error::InvalidArgument { .. })));
+/// # Ok(()) }
+/// ```
 pub fn alloc_pinned(dev: &Device, len: usize) -> Result<NonNull<u8>> {
     alloc_pinned_entry(dev, len, false).map(|(p, _)| p)
 }
@@ -400,6 +535,21 @@ fn on_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<
 /// destroyed has nothing left to release: `Ok`. Returns at once: the entry goes now (the
 /// address is no longer found), and the memory goes when the last work that names the block
 /// is reaped. See the module docs for the address-reuse caveat.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::{Error, host};
+/// let dev = vkhost::Device::open_default()?;
+/// let block = host::alloc_pinned(&dev, 4096)?;
+/// host::free_pinned(&dev, block)?;
+/// assert_eq!(host::find(&dev, block, 1), None, "the entry is gone at once");
+/// assert_eq!(host::free_pinned(&dev, block), Err(Error::NotPinned), "a second free");
+/// let guarded = vkhost::PinnedBuffer::new(&dev, 4096)?;
+/// assert!(matches!(host::free_pinned(&dev, guarded.as_ptr()), Err(Error::OwnedByGuard { .. })));
+/// # Ok(()) }
+/// ```
 pub fn free_pinned(dev: &Device, ptr: impl HostPtr) -> Result<()> {
     release_entry(dev, ptr.addr(), Kind::Pinned, false)
 }
@@ -422,6 +572,27 @@ pub fn free_pinned(dev: &Device, ptr: impl HostPtr) -> Result<()> {
 /// [`RecordedCopy`] that names the bytes has no completion hook and was not dropped: nobody
 /// could say when its work ends, so waiting could last forever (and would keep the device from
 /// being destroyed). Hook or drop the ticket, then unregister again.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use std::alloc::{Layout, alloc_zeroed, dealloc};
+/// use vkhost::{Error, host};
+/// let dev = vkhost::Device::open_default()?;
+/// let page = host::page_size();
+/// let layout = Layout::from_size_align(page, page).unwrap();
+/// // SAFETY: a non-zero size.
+/// let mem = unsafe { alloc_zeroed(layout) };
+/// # assert!(!mem.is_null());
+/// // SAFETY: one whole page of our own, freed only after the unregister below.
+/// unsafe { host::register(&dev, mem, page) }?;
+/// host::unregister(&dev, mem)?;
+/// assert_eq!(host::unregister(&dev, mem), Err(Error::NotRegistered), "a second unregister");
+/// // SAFETY: allocated above with `layout`; no longer registered.
+/// unsafe { dealloc(mem, layout) };
+/// # Ok(()) }
+/// ```
 pub fn unregister(dev: &Device, ptr: impl HostPtr) -> Result<()> {
     release_entry(dev, ptr.addr(), Kind::Registered, false)
 }
@@ -540,6 +711,33 @@ fn release_registration(dev: &Device, addr: usize, by_guard: bool) -> Result<()>
 /// stay mapped and writable and must not be freed or remapped: the device may read or write them
 /// at any time a copy names them. The rounded range includes the partial pages at both ends; the
 /// caller must own them too (they are only read or written by copies that name those bytes).
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use std::alloc::{Layout, alloc_zeroed, dealloc};
+/// use vkhost::{CopyPath, host};
+/// let dev = vkhost::Device::open_default()?;
+/// let page = host::page_size();
+/// let layout = Layout::from_size_align(page, page).unwrap();
+/// // SAFETY: a non-zero size.
+/// let mem = unsafe { alloc_zeroed(layout) };
+/// # assert!(!mem.is_null());
+/// // SAFETY: `mem` is a whole page of our own (no partial pages), mapped read-write, and
+/// // neither freed nor otherwise touched until the unregister below.
+/// unsafe { host::register(&dev, mem, page) }?;
+/// let gpu = dev.alloc_buffer(page)?;
+/// gpu.write(0, &vec![9u8; page])?;
+/// // SAFETY: the page is writable and not otherwise accessed during the call.
+/// assert_eq!(unsafe { host::copy_to_host(&dev, &gpu, 0, mem, page) }?, CopyPath::Direct);
+/// host::unregister(&dev, mem)?;
+/// // SAFETY: the copy completed; we own the page.
+/// assert!(unsafe { std::slice::from_raw_parts(mem, page) }.iter().all(|&b| b == 9));
+/// // SAFETY: allocated above with `layout`; no longer registered.
+/// unsafe { dealloc(mem, layout) };
+/// # Ok(()) }
+/// ```
 pub unsafe fn register(dev: &Device, ptr: impl HostPtr, len: usize) -> Result<()> {
     // SAFETY: forwarded contract.
     unsafe { register_entry(dev, ptr.addr(), len, false) }.map(|_| ())
@@ -589,6 +787,21 @@ pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guard
 /// The buffer and byte offset that address `[ptr, ptr+len)` on `dev`, when a live registration
 /// or pinned block covers all of it (its rounded import or its block). `None` otherwise, and
 /// after the device was destroyed.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::host;
+/// let dev = vkhost::Device::open_default()?;
+/// let block = host::alloc_pinned(&dev, 4096)?;
+/// let (buffer, offset) = host::find(&dev, block.as_ptr() as usize + 100, 50).expect("covered");
+/// assert_eq!(offset, 100);
+/// assert_eq!(host::find(&dev, block, 4096), Some((buffer, 0)), "one buffer covers the block");
+/// assert_eq!(host::find(&dev, block, 4097), None, "one byte past the block");
+/// host::free_pinned(&dev, block)?;
+/// # Ok(()) }
+/// ```
 pub fn find(dev: &Device, ptr: impl HostPtr, len: usize) -> Option<(vk::Buffer, u64)> {
     // A destroyed device's entries are tombstones. Its teardown sets `gone` before it releases
     // anything, and nothing else releases an entry's objects while the entry is listed
@@ -651,6 +864,24 @@ pub(crate) fn cover(s: &Shared, addr: usize, len: usize) -> Option<Cover> {
 ///
 /// # Safety
 /// `src` must be readable for `len` bytes for the duration of the call.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::{CopyPath, host};
+/// let dev = vkhost::Device::open_default()?;
+/// let gpu = dev.alloc_buffer(8192)?;
+/// let mut src = vkhost::PinnedBuffer::new(&dev, 4096)?;
+/// src.fill(3);
+/// // SAFETY: `src` is readable for 4096 bytes during the call.
+/// let path = unsafe { host::copy_to_device(&dev, src.as_ptr(), 4096, &gpu, 4096) }?;
+/// assert_eq!(path, CopyPath::Direct);
+/// let mut back = vec![0u8; 4096];
+/// gpu.read(4096, &mut back)?;
+/// assert!(back.iter().all(|&b| b == 3));
+/// # Ok(()) }
+/// ```
 pub unsafe fn copy_to_device(dev: &Device, src: *const u8, len: usize, dst: &DeviceBuffer, dst_offset: usize) -> Result<CopyPath> {
     same_device(dev, dst)?;
     // SAFETY: forwarded contract.
@@ -663,6 +894,23 @@ pub unsafe fn copy_to_device(dev: &Device, src: *const u8, len: usize, dst: &Dev
 /// # Safety
 /// `dst` must be writable for `len` bytes for the duration of the call, and not otherwise
 /// accessed during it.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::{CopyPath, host};
+/// let dev = vkhost::Device::open_default()?;
+/// let gpu = dev.alloc_buffer(4096)?;
+/// gpu.write(0, &[0xAB; 4096])?;
+/// let mut dst = vkhost::PinnedBuffer::new(&dev, 4096)?;
+/// // SAFETY: `dst` is ours (borrowed mutably), writable for 4096 bytes and not otherwise
+/// // accessed during the call.
+/// let path = unsafe { host::copy_to_host(&dev, &gpu, 0, dst.as_mut_ptr(), 4096) }?;
+/// assert_eq!(path, CopyPath::Direct);
+/// assert!(dst.iter().all(|&b| b == 0xAB));
+/// # Ok(()) }
+/// ```
 pub unsafe fn copy_to_host(dev: &Device, src: &DeviceBuffer, src_offset: usize, dst: *mut u8, len: usize) -> Result<CopyPath> {
     same_device(dev, src)?;
     // SAFETY: forwarded contract.

@@ -8,6 +8,24 @@
 //! keeps what each device's entry owns and settles it before handing the bytes out: the views
 //! wait for device writes (`Deref`) or any device access (`DerefMut`) still pending on any
 //! device.
+//!
+//! # Example
+//!
+//! ```
+//! # fn main() -> vkhost::Result<()> {
+//! // Two devices: a second VkDevice on the same GPU stands in for a second GPU here.
+//! let a = vkhost::Device::open_default()?;
+//! let b = vkhost::Device::open(a.info().index)?;
+//! let (ga, gb) = (a.alloc_buffer(4096)?, b.alloc_buffer(4096)?);
+//! let mut data = vec![7u8; 8192];
+//! let range = vkhost::HostRange::register(&[&a, &b], &mut data)?;
+//! // The same bytes to both devices at once, never staged.
+//! vkhost::broadcast(&range[..4096], &[(&ga, 0), (&gb, 0)])?;
+//! assert_eq!(vkhost::host::device_stats(&a).staged_bytes, 0);
+//! assert_eq!(vkhost::host::device_stats(&b).staged_bytes, 0);
+//! range.unregister()?;
+//! # Ok(()) }
+//! ```
 
 use super::Imports;
 use super::registry::Kind;
@@ -25,6 +43,23 @@ use std::sync::Arc;
 /// leaves its ranges registered (memory-safe, see `Registration`), and reading the bytes
 /// (`Deref`) waits for device writes to them still pending on any device, writing them
 /// (`DerefMut`) for any device access.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// // Two devices: a second VkDevice on the same GPU stands in for a second GPU here.
+/// let a = vkhost::Device::open_default()?;
+/// let b = vkhost::Device::open(a.info().index)?;
+/// let gpu = b.alloc_buffer(4096)?;
+/// gpu.write(0, &[5; 4096])?;
+/// let mut data = vec![0u8; 4096];
+/// let mut range = vkhost::HostRange::register(&[&a, &b], &mut data)?;
+/// gpu.read(0, &mut range)?; // direct: the bytes are registered on `b` too
+/// assert!(range.iter().all(|&x| x == 5));
+/// drop(range); // unregistered on both devices
+/// # Ok(()) }
+/// ```
 pub struct HostRange<'a> {
     devices: Vec<Device>,
     /// What each device's entry owns (`owners[i]` is `devices[i]`'s): the views settle it.
@@ -45,6 +80,22 @@ impl<'a> HostRange<'a> {
     /// Registers `buf` on every device of `devices`, all or nothing: if one refuses, the ones
     /// already done are unregistered and its error is returned. A device listed twice is
     /// `InvalidArgument`; an empty list too.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// // Two devices: a second VkDevice on the same GPU stands in for a second GPU here.
+    /// let a = vkhost::Device::open_default()?;
+    /// let b = vkhost::Device::open(a.info().index)?;
+    /// let mut data = vec![0u8; 4096];
+    /// let range = vkhost::HostRange::register(&[&a, &b], &mut data)?;
+    /// assert_eq!(range.devices().len(), 2);
+    /// drop(range);
+    /// let twice = vkhost::HostRange::register(&[&a, &a], &mut data);
+    /// assert!(matches!(twice, Err(vkhost::Error::InvalidArgument { .. })));
+    /// # Ok(()) }
+    /// ```
     pub fn register(devices: &[&Device], buf: &'a mut [u8]) -> Result<HostRange<'a>> {
         if devices.is_empty() {
             return Err(Error::invalid("HostRange::register on no device"));
@@ -84,21 +135,68 @@ impl<'a> HostRange<'a> {
     }
 
     /// The devices it is registered on.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// # // Two devices: a second VkDevice on the same GPU stands in for a second GPU here.
+    /// # let a = vkhost::Device::open_default()?;
+    /// # let b = vkhost::Device::open(a.info().index)?;
+    /// let mut data = vec![0u8; 64];
+    /// let range = vkhost::HostRange::register(&[&a, &b], &mut data)?;
+    /// let ids: Vec<_> = range.devices().iter().map(|d| d.id()).collect();
+    /// assert_eq!(ids, [a.id(), b.id()]);
+    /// # Ok(()) }
+    /// ```
     pub fn devices(&self) -> &[Device] {
         &self.devices
     }
 
     /// Length in bytes.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let mut data = vec![0u8; 100];
+    /// assert_eq!(vkhost::HostRange::register(&[&dev], &mut data)?.len(), 100);
+    /// # Ok(()) }
+    /// ```
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Never true: zero-length ranges are refused.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let mut data = vec![0u8; 100];
+    /// assert!(!vkhost::HostRange::register(&[&dev], &mut data)?.is_empty());
+    /// assert!(vkhost::HostRange::register(&[&dev], &mut []).is_err());
+    /// # Ok(()) }
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// The first registered byte.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let mut data = vec![0u8; 100];
+    /// let addr = data.as_ptr();
+    /// let range = vkhost::HostRange::register(&[&dev], &mut data)?;
+    /// assert_eq!(range.as_ptr(), addr);
+    /// # Ok(()) }
+    /// ```
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr.0.as_ptr()
     }
@@ -106,6 +204,22 @@ impl<'a> HostRange<'a> {
     /// [`super::find`] on `dev` for `len` bytes at `offset` into the range: the buffer and offset
     /// that cover them on that device. `None` for a device it is not registered on, a range out
     /// of bounds or crossing two import pieces, or a destroyed device.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// # // Two devices: a second VkDevice on the same GPU stands in for a second GPU here.
+    /// # let a = vkhost::Device::open_default()?;
+    /// # let b = vkhost::Device::open(a.info().index)?;
+    /// let mut data = vec![0u8; 4096];
+    /// let range = vkhost::HostRange::register(&[&a, &b], &mut data)?;
+    /// let (buf_a, _) = range.find(&a, 16, 64).expect("registered on a");
+    /// let (buf_b, _) = range.find(&b, 16, 64).expect("registered on b");
+    /// assert_ne!(buf_a, buf_b, "one import per device");
+    /// assert_eq!(range.find(&a, 4000, 200), None, "past the range");
+    /// # Ok(()) }
+    /// ```
     pub fn find(&self, dev: &Device, offset: usize, len: usize) -> Option<(vk::Buffer, u64)> {
         let end = offset.checked_add(len)?;
         if end > self.len || !self.devices.iter().any(|d| d.id() == dev.id()) {
@@ -117,6 +231,23 @@ impl<'a> HostRange<'a> {
     /// Unregisters on every device, returning once no work on any device can touch the bytes.
     /// Devices destroyed meanwhile hold tombstones, removed quietly. The first error, if any, is
     /// returned after every device was tried.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// # // Two devices: a second VkDevice on the same GPU stands in for a second GPU here.
+    /// # let a = vkhost::Device::open_default()?;
+    /// # let b = vkhost::Device::open(a.info().index)?;
+    /// let mut data = vec![0u8; 4096];
+    /// let addr = data.as_ptr();
+    /// let range = vkhost::HostRange::register(&[&a, &b], &mut data)?;
+    /// range.unregister()?;
+    /// assert_eq!(vkhost::host::find(&a, addr, 4096), None);
+    /// assert_eq!(vkhost::host::find(&b, addr, 4096), None);
+    /// data[0] = 1; // ours again
+    /// # Ok(()) }
+    /// ```
     pub fn unregister(mut self) -> Result<()> {
         self.release()
     }
@@ -168,6 +299,22 @@ impl Drop for HostRange<'_> {
 /// destination), synchronously: direct where `src` is registered or pinned on that device
 /// (a [`HostRange`] makes it so everywhere), staged elsewhere. Returns the first error after
 /// every copy finished.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// # // Two devices: a second VkDevice on the same GPU stands in for a second GPU here.
+/// # let a = vkhost::Device::open_default()?;
+/// # let b = vkhost::Device::open(a.info().index)?;
+/// let (ga, gb) = (a.alloc_buffer(4096)?, b.alloc_buffer(8192)?);
+/// let src = vec![9u8; 4096];
+/// vkhost::broadcast(&src, &[(&ga, 0), (&gb, 4096)])?; // staged: `src` is not registered
+/// let mut back = vec![0u8; 4096];
+/// gb.read(4096, &mut back)?;
+/// assert_eq!(back, src);
+/// # Ok(()) }
+/// ```
 pub fn broadcast(src: &[u8], dsts: &[(&DeviceBuffer, usize)]) -> Result<()> {
     run_all(dsts.len(), |i| dsts[i].0.write(dsts[i].1, src))
 }
@@ -177,6 +324,22 @@ pub fn broadcast(src: &[u8], dsts: &[(&DeviceBuffer, usize)]) -> Result<()> {
 /// takes the remainder), and slice `i` is read from `srcs[i]`. Synchronous; direct where `dst` is
 /// registered or pinned on the source's device. Returns the first error after every copy
 /// finished.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// # // Two devices: a second VkDevice on the same GPU stands in for a second GPU here.
+/// # let a = vkhost::Device::open_default()?;
+/// # let b = vkhost::Device::open(a.info().index)?;
+/// let (ga, gb) = (a.alloc_buffer(4096)?, b.alloc_buffer(4096)?);
+/// ga.write(0, &[1; 4096])?;
+/// gb.write(0, &[2; 4096])?;
+/// let mut out = vec![0u8; 8192];
+/// vkhost::gather(&[(&ga, 0), (&gb, 0)], &mut out)?;
+/// assert!(out[..4096].iter().all(|&x| x == 1) && out[4096..].iter().all(|&x| x == 2));
+/// # Ok(()) }
+/// ```
 pub fn gather(srcs: &[(&DeviceBuffer, usize)], dst: &mut [u8]) -> Result<()> {
     if srcs.is_empty() {
         return if dst.is_empty() { Ok(()) } else { Err(Error::invalid("gather from no source")) };

@@ -34,6 +34,40 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
 /// Direction of a recorded copy.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// # use vkhost::ash::vk;
+/// # let dev = vkhost::Device::open_default()?;
+/// # let raw = dev.raw()?;
+/// # let d = &raw.device;
+/// # // A command buffer of our own, recording, from a pool of vkhost's compute family.
+/// # // SAFETY: valid create infos for this device; both are destroyed at the end.
+/// # let (pool, cmd) = unsafe {
+/// #     let info = vk::CommandPoolCreateInfo::default().queue_family_index(raw.compute_family);
+/// #     let pool = d.create_command_pool(&info, None).unwrap();
+/// #     let info = vk::CommandBufferAllocateInfo::default().command_pool(pool).command_buffer_count(1);
+/// #     let cmd = d.allocate_command_buffers(&info).unwrap()[0];
+/// #     d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default()).unwrap();
+/// #     (pool, cmd)
+/// # };
+/// use vkhost::host::{self, Direction};
+/// let gpu = dev.alloc_buffer(8192)?;
+/// let up = vkhost::PinnedBuffer::new(&dev, 4096)?;
+/// let mut down = vkhost::PinnedBuffer::new(&dev, 4096)?;
+/// // SAFETY: `cmd` is recording and ours alone; `gpu` has TRANSFER_SRC and TRANSFER_DST usage
+/// // and 8192 bytes; the tickets are dropped unhooked and `cmd` is never submitted.
+/// unsafe {
+///     let a = host::record_copy(&dev, cmd, Direction::HostToDevice, up.as_ptr(), 4096, gpu.raw(), 0)?;
+///     let b = host::record_copy(&dev, cmd, Direction::DeviceToHost, down.as_mut_ptr(), 4096, gpu.raw(), 4096)?;
+///     assert_eq!((a.bytes(), b.bytes()), (4096, 4096));
+/// }
+/// # // SAFETY: the commands never ran, or completed and vkhost observed it.
+/// # unsafe { d.destroy_command_pool(pool, None) };
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
     /// From the registered (or pinned) host bytes into the caller's device buffer.
@@ -188,6 +222,58 @@ impl Child for Recorded {
 /// an unhooked ticket (`mem::forget`) leaves all three so for good: a leak becomes a refusal or
 /// a hang, never a use of freed memory. The uses and the resources' `Arc`s are vkhost's from
 /// [`record_copy`] on, so soundness never rests on the ticket's `Drop`.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// # use vkhost::ash::vk;
+/// # let dev = vkhost::Device::open_default()?;
+/// # let raw = dev.raw()?;
+/// # let d = &raw.device;
+/// # // A command buffer of our own, recording, from a pool of vkhost's compute family.
+/// # // SAFETY: valid create infos for this device; both are destroyed at the end.
+/// # let (pool, cmd) = unsafe {
+/// #     let info = vk::CommandPoolCreateInfo::default().queue_family_index(raw.compute_family);
+/// #     let pool = d.create_command_pool(&info, None).unwrap();
+/// #     let info = vk::CommandBufferAllocateInfo::default().command_pool(pool).command_buffer_count(1);
+/// #     let cmd = d.allocate_command_buffers(&info).unwrap()[0];
+/// #     d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default()).unwrap();
+/// #     (pool, cmd)
+/// # };
+/// # // SAFETY: a valid create info; destroyed at the end, after vkhost observed it signalled.
+/// # let fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }.unwrap();
+/// use vkhost::host::{self, Direction};
+/// let gpu = dev.alloc_buffer(4096)?;
+/// let mut src = vkhost::PinnedBuffer::new(&dev, 4096)?;
+/// src.fill(0x42);
+/// // SAFETY: `cmd` is recording and ours alone; `gpu` has TRANSFER_DST usage and 4096 bytes; the
+/// // ticket is hooked before the one submission; `src` is not written until the copy completed.
+/// let mut ticket = unsafe { host::record_copy(&dev, cmd, Direction::HostToDevice, src.as_ptr(), 4096, gpu.raw(), 0) }?;
+/// // SAFETY: `fence` is of this device, unsignaled, signalled only by the submission of `cmd`,
+/// // and destroyed only after `reap_recorded` reported the ticket done.
+/// unsafe { ticket.completes_with_fence(fence) }?;
+/// drop(ticket); // hooked: vkhost keeps what the commands name until the fence signals
+/// # // SAFETY: `cmd` is complete and submitted once; no other thread uses vkhost's compute
+/// # // queue meanwhile (this example runs no stream or copy), as `Device::raw` requires.
+/// # unsafe {
+/// #     d.end_command_buffer(cmd).unwrap();
+/// #     let queue = d.get_device_queue(raw.compute_family, raw.compute_queue_index);
+/// #     d.queue_submit(queue, &[vk::SubmitInfo::default().command_buffers(&[cmd])], fence).unwrap();
+/// # }
+/// # // SAFETY: the fence is alive.
+/// # unsafe { d.wait_for_fences(&[fence], true, u64::MAX) }.unwrap();
+/// assert_eq!(host::reap_recorded(&dev), 0);
+/// let mut back = vec![0u8; 4096];
+/// gpu.read(0, &mut back)?;
+/// assert!(back.iter().all(|&b| b == 0x42));
+/// # // SAFETY: the work completed and vkhost observed it (`reap_recorded` said so).
+/// # unsafe {
+/// #     d.destroy_fence(fence, None);
+/// #     d.destroy_command_pool(pool, None);
+/// # }
+/// # Ok(()) }
+/// ```
 #[must_use = "give the ticket a completion hook before submitting the command buffer"]
 pub struct RecordedCopy {
     rec: Arc<Recorded>,
@@ -206,11 +292,73 @@ impl std::fmt::Debug for RecordedCopy {
 
 impl RecordedCopy {
     /// The `vkCmdCopyBuffer` commands recorded (one per covered piece).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// # use vkhost::ash::vk;
+    /// # let dev = vkhost::Device::open_default()?;
+    /// # let raw = dev.raw()?;
+    /// # let d = &raw.device;
+    /// # // A command buffer of our own, recording, from a pool of vkhost's compute family.
+    /// # // SAFETY: valid create infos for this device; both are destroyed at the end.
+    /// # let (pool, cmd) = unsafe {
+    /// #     let info = vk::CommandPoolCreateInfo::default().queue_family_index(raw.compute_family);
+    /// #     let pool = d.create_command_pool(&info, None).unwrap();
+    /// #     let info = vk::CommandBufferAllocateInfo::default().command_pool(pool).command_buffer_count(1);
+    /// #     let cmd = d.allocate_command_buffers(&info).unwrap()[0];
+    /// #     d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default()).unwrap();
+    /// #     (pool, cmd)
+    /// # };
+    /// use vkhost::host::{self, Direction};
+    /// let gpu = dev.alloc_buffer(8192)?;
+    /// let block = vkhost::PinnedBuffer::new(&dev, 8192)?;
+    /// // SAFETY: `cmd` is recording and ours alone; `gpu` has TRANSFER_DST usage and 8192 bytes; the
+    /// // ticket is dropped unhooked and `cmd` is never submitted.
+    /// let ticket = unsafe { host::record_copy(&dev, cmd, Direction::HostToDevice, block.as_ptr(), 8192, gpu.raw(), 0) }?;
+    /// assert_eq!(ticket.regions(), 1, "one pinned block: one region");
+    /// drop(ticket);
+    /// # // SAFETY: the commands never ran, or completed and vkhost observed it.
+    /// # unsafe { d.destroy_command_pool(pool, None) };
+    /// # Ok(()) }
+    /// ```
     pub fn regions(&self) -> usize {
         self.regions
     }
 
     /// Bytes the recorded commands copy.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// # use vkhost::ash::vk;
+    /// # let dev = vkhost::Device::open_default()?;
+    /// # let raw = dev.raw()?;
+    /// # let d = &raw.device;
+    /// # // A command buffer of our own, recording, from a pool of vkhost's compute family.
+    /// # // SAFETY: valid create infos for this device; both are destroyed at the end.
+    /// # let (pool, cmd) = unsafe {
+    /// #     let info = vk::CommandPoolCreateInfo::default().queue_family_index(raw.compute_family);
+    /// #     let pool = d.create_command_pool(&info, None).unwrap();
+    /// #     let info = vk::CommandBufferAllocateInfo::default().command_pool(pool).command_buffer_count(1);
+    /// #     let cmd = d.allocate_command_buffers(&info).unwrap()[0];
+    /// #     d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default()).unwrap();
+    /// #     (pool, cmd)
+    /// # };
+    /// use vkhost::host::{self, Direction};
+    /// let gpu = dev.alloc_buffer(4096)?;
+    /// let mut block = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// // SAFETY: `cmd` is recording and ours alone; `gpu` has TRANSFER_SRC usage and 4096 bytes; the
+    /// // ticket is dropped unhooked and `cmd` is never submitted.
+    /// let ticket = unsafe { host::record_copy(&dev, cmd, Direction::DeviceToHost, block.as_mut_ptr().add(96), 1000, gpu.raw(), 0) }?;
+    /// assert_eq!(ticket.bytes(), 1000);
+    /// drop(ticket);
+    /// # // SAFETY: the commands never ran, or completed and vkhost observed it.
+    /// # unsafe { d.destroy_command_pool(pool, None) };
+    /// # Ok(()) }
+    /// ```
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
@@ -239,6 +387,60 @@ impl RecordedCopy {
     /// - It is not destroyed until vkhost observed the value: [`reap_recorded`] reported this
     ///   ticket done (`0` pending), an `unregister`/`free_pinned` of the bytes returned, or the
     ///   device was destroyed.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// # use vkhost::ash::vk;
+    /// # let dev = vkhost::Device::open_default()?;
+    /// # let raw = dev.raw()?;
+    /// # let d = &raw.device;
+    /// # // A command buffer of our own, recording, from a pool of vkhost's compute family.
+    /// # // SAFETY: valid create infos for this device; both are destroyed at the end.
+    /// # let (pool, cmd) = unsafe {
+    /// #     let info = vk::CommandPoolCreateInfo::default().queue_family_index(raw.compute_family);
+    /// #     let pool = d.create_command_pool(&info, None).unwrap();
+    /// #     let info = vk::CommandBufferAllocateInfo::default().command_pool(pool).command_buffer_count(1);
+    /// #     let cmd = d.allocate_command_buffers(&info).unwrap()[0];
+    /// #     d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default()).unwrap();
+    /// #     (pool, cmd)
+    /// # };
+    /// # // SAFETY: valid create infos; destroyed at the end, after vkhost observed the value.
+    /// # let sem = unsafe {
+    /// #     let mut kind = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE);
+    /// #     d.create_semaphore(&vk::SemaphoreCreateInfo::default().push_next(&mut kind), None)
+    /// # }
+    /// # .unwrap();
+    /// use vkhost::host::{self, Direction};
+    /// let gpu = dev.alloc_buffer(4096)?;
+    /// let src = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// // SAFETY: `cmd` is recording and ours alone; `gpu` has TRANSFER_DST usage and 4096 bytes; the
+    /// // ticket is hooked before the one submission; `src` is not written meanwhile.
+    /// let mut ticket = unsafe { host::record_copy(&dev, cmd, Direction::HostToDevice, src.as_ptr(), 4096, gpu.raw(), 0) }?;
+    /// // SAFETY: `sem` is a timeline semaphore of this device; only the submission below, after the
+    /// // copy, signals 1; it is destroyed after `reap_recorded` reported the ticket done.
+    /// unsafe { ticket.completes_at(sem, 1) }?;
+    /// // SAFETY: `cmd` is complete and submitted once; no other thread uses vkhost's compute queue
+    /// // meanwhile (this example runs no stream or copy), as `Device::raw` requires.
+    /// unsafe {
+    ///     d.end_command_buffer(cmd).unwrap();
+    ///     let mut signal = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&[1]);
+    ///     let (cmds, sems) = ([cmd], [sem]);
+    ///     let submit = vk::SubmitInfo::default().command_buffers(&cmds).signal_semaphores(&sems).push_next(&mut signal);
+    ///     let queue = d.get_device_queue(raw.compute_family, raw.compute_queue_index);
+    ///     d.queue_submit(queue, &[submit], vk::Fence::null()).unwrap();
+    ///     d.wait_semaphores(&vk::SemaphoreWaitInfo::default().semaphores(&[sem]).values(&[1]), u64::MAX).unwrap();
+    /// }
+    /// assert!(ticket.is_complete());
+    /// assert_eq!(host::reap_recorded(&dev), 0);
+    /// # // SAFETY: the work completed and vkhost observed it.
+    /// # unsafe {
+    /// #     d.destroy_semaphore(sem, None);
+    /// #     d.destroy_command_pool(pool, None);
+    /// # }
+    /// # Ok(()) }
+    /// ```
     pub unsafe fn completes_at(&mut self, semaphore: vk::Semaphore, value: u64) -> Result<()> {
         let info = &self.dev.shared.info;
         if info.api_version < crate::ApiVersion::from_raw(vk::API_VERSION_1_2) || !info.timeline_semaphore {
@@ -261,6 +463,55 @@ impl RecordedCopy {
     ///   [`reap_recorded`] after your own wait and before `vkResetFences` (it must report this
     ///   ticket done), or let an `unregister`/`free_pinned` of the bytes or the device's destroy
     ///   return first.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// # use vkhost::ash::vk;
+    /// # let dev = vkhost::Device::open_default()?;
+    /// # let raw = dev.raw()?;
+    /// # let d = &raw.device;
+    /// # // A command buffer of our own, recording, from a pool of vkhost's compute family.
+    /// # // SAFETY: valid create infos for this device; both are destroyed at the end.
+    /// # let (pool, cmd) = unsafe {
+    /// #     let info = vk::CommandPoolCreateInfo::default().queue_family_index(raw.compute_family);
+    /// #     let pool = d.create_command_pool(&info, None).unwrap();
+    /// #     let info = vk::CommandBufferAllocateInfo::default().command_pool(pool).command_buffer_count(1);
+    /// #     let cmd = d.allocate_command_buffers(&info).unwrap()[0];
+    /// #     d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default()).unwrap();
+    /// #     (pool, cmd)
+    /// # };
+    /// # // SAFETY: a valid create info; destroyed at the end, after vkhost observed it signalled.
+    /// # let fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }.unwrap();
+    /// use vkhost::host::{self, Direction};
+    /// let gpu = dev.alloc_buffer(4096)?;
+    /// gpu.write(0, &[7; 4096])?;
+    /// let mut dst = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// // SAFETY: `cmd` is recording and ours alone; `gpu` has TRANSFER_SRC usage and 4096 bytes; the
+    /// // ticket is hooked before the one submission; `dst` is not accessed until the copy completed.
+    /// let mut ticket = unsafe { host::record_copy(&dev, cmd, Direction::DeviceToHost, dst.as_mut_ptr(), 4096, gpu.raw(), 0) }?;
+    /// // SAFETY: `fence` is of this device, unsignaled, signalled only by the submission of `cmd`,
+    /// // and neither reset nor destroyed before `reap_recorded` reported the ticket done.
+    /// unsafe { ticket.completes_with_fence(fence) }?;
+    /// # // SAFETY: `cmd` is complete and submitted once; no other thread uses vkhost's compute
+    /// # // queue meanwhile (this example runs no stream or copy), as `Device::raw` requires.
+    /// # unsafe {
+    /// #     d.end_command_buffer(cmd).unwrap();
+    /// #     let queue = d.get_device_queue(raw.compute_family, raw.compute_queue_index);
+    /// #     d.queue_submit(queue, &[vk::SubmitInfo::default().command_buffers(&[cmd])], fence).unwrap();
+    /// # }
+    /// // SAFETY: the fence is alive.
+    /// unsafe { d.wait_for_fences(&[fence], true, u64::MAX) }.unwrap();
+    /// assert_eq!(host::reap_recorded(&dev), 0, "observed: the fence may be reset or destroyed now");
+    /// assert!(dst.iter().all(|&b| b == 7));
+    /// # // SAFETY: the work completed and vkhost observed it (`reap_recorded` said so).
+    /// # unsafe {
+    /// #     d.destroy_fence(fence, None);
+    /// #     d.destroy_command_pool(pool, None);
+    /// # }
+    /// # Ok(()) }
+    /// ```
     pub unsafe fn completes_with_fence(&mut self, fence: vk::Fence) -> Result<()> {
         if fence == vk::Fence::null() {
             return Err(Error::invalid("null fence"));
@@ -269,6 +520,54 @@ impl RecordedCopy {
     }
 
     /// Whether vkhost sees the work complete (polls the hook; `false` without one).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// # use vkhost::ash::vk;
+    /// # let dev = vkhost::Device::open_default()?;
+    /// # let raw = dev.raw()?;
+    /// # let d = &raw.device;
+    /// # // A command buffer of our own, recording, from a pool of vkhost's compute family.
+    /// # // SAFETY: valid create infos for this device; both are destroyed at the end.
+    /// # let (pool, cmd) = unsafe {
+    /// #     let info = vk::CommandPoolCreateInfo::default().queue_family_index(raw.compute_family);
+    /// #     let pool = d.create_command_pool(&info, None).unwrap();
+    /// #     let info = vk::CommandBufferAllocateInfo::default().command_pool(pool).command_buffer_count(1);
+    /// #     let cmd = d.allocate_command_buffers(&info).unwrap()[0];
+    /// #     d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default()).unwrap();
+    /// #     (pool, cmd)
+    /// # };
+    /// # // SAFETY: a valid create info; destroyed at the end, after vkhost observed it signalled.
+    /// # let fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }.unwrap();
+    /// use vkhost::host::{self, Direction};
+    /// let gpu = dev.alloc_buffer(4096)?;
+    /// let src = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// // SAFETY: as for `completes_with_fence`: `cmd` recording and ours, `gpu` large enough with
+    /// // TRANSFER_DST usage, hooked before the one submission, `src` not written meanwhile.
+    /// let mut ticket = unsafe { host::record_copy(&dev, cmd, Direction::HostToDevice, src.as_ptr(), 4096, gpu.raw(), 0) }?;
+    /// assert!(!ticket.is_complete(), "no hook yet");
+    /// // SAFETY: `fence` is unsignaled, signalled only by the submission of `cmd`, kept until observed.
+    /// unsafe { ticket.completes_with_fence(fence) }?;
+    /// # // SAFETY: `cmd` is complete and submitted once; no other thread uses vkhost's compute
+    /// # // queue meanwhile (this example runs no stream or copy), as `Device::raw` requires.
+    /// # unsafe {
+    /// #     d.end_command_buffer(cmd).unwrap();
+    /// #     let queue = d.get_device_queue(raw.compute_family, raw.compute_queue_index);
+    /// #     d.queue_submit(queue, &[vk::SubmitInfo::default().command_buffers(&[cmd])], fence).unwrap();
+    /// # }
+    /// while !ticket.is_complete() {
+    ///     std::thread::yield_now();
+    /// }
+    /// # assert_eq!(host::reap_recorded(&dev), 0);
+    /// # // SAFETY: the work completed and vkhost observed it (`reap_recorded` said so).
+    /// # unsafe {
+    /// #     d.destroy_fence(fence, None);
+    /// #     d.destroy_command_pool(pool, None);
+    /// # }
+    /// # Ok(()) }
+    /// ```
     pub fn is_complete(&self) -> bool {
         let Ok(l) = self.dev.shared.live_any() else { return true };
         self.rec.poll(&l)
@@ -288,6 +587,55 @@ impl Drop for RecordedCopy {
 /// Observes completed recorded copies of `dev` (polling their hooks, never blocking) and drops
 /// vkhost's hold on what they named. Returns how many of `dev`'s recorded copies are still
 /// pending. [`record_copy`] calls it too.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// # use vkhost::ash::vk;
+/// # let dev = vkhost::Device::open_default()?;
+/// # let raw = dev.raw()?;
+/// # let d = &raw.device;
+/// # // A command buffer of our own, recording, from a pool of vkhost's compute family.
+/// # // SAFETY: valid create infos for this device; both are destroyed at the end.
+/// # let (pool, cmd) = unsafe {
+/// #     let info = vk::CommandPoolCreateInfo::default().queue_family_index(raw.compute_family);
+/// #     let pool = d.create_command_pool(&info, None).unwrap();
+/// #     let info = vk::CommandBufferAllocateInfo::default().command_pool(pool).command_buffer_count(1);
+/// #     let cmd = d.allocate_command_buffers(&info).unwrap()[0];
+/// #     d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default()).unwrap();
+/// #     (pool, cmd)
+/// # };
+/// # // SAFETY: a valid create info; destroyed at the end, after vkhost observed it signalled.
+/// # let fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }.unwrap();
+/// use vkhost::host::{self, Direction};
+/// let gpu = dev.alloc_buffer(4096)?;
+/// let src = vkhost::PinnedBuffer::new(&dev, 4096)?;
+/// // SAFETY: `cmd` is recording and ours alone; `gpu` has TRANSFER_DST usage and 4096 bytes; the
+/// // ticket is hooked before the one submission; `src` is not written meanwhile.
+/// let mut ticket = unsafe { host::record_copy(&dev, cmd, Direction::HostToDevice, src.as_ptr(), 4096, gpu.raw(), 0) }?;
+/// // SAFETY: `fence` is unsignaled, signalled only by the submission of `cmd`, and destroyed only
+/// // once `reap_recorded` reported the ticket done.
+/// unsafe { ticket.completes_with_fence(fence) }?;
+/// drop(ticket);
+/// assert_eq!(host::reap_recorded(&dev), 1, "not submitted yet");
+/// # // SAFETY: `cmd` is complete and submitted once; no other thread uses vkhost's compute
+/// # // queue meanwhile (this example runs no stream or copy), as `Device::raw` requires.
+/// # unsafe {
+/// #     d.end_command_buffer(cmd).unwrap();
+/// #     let queue = d.get_device_queue(raw.compute_family, raw.compute_queue_index);
+/// #     d.queue_submit(queue, &[vk::SubmitInfo::default().command_buffers(&[cmd])], fence).unwrap();
+/// # }
+/// // SAFETY: the fence is alive.
+/// unsafe { d.wait_for_fences(&[fence], true, u64::MAX) }.unwrap();
+/// assert_eq!(host::reap_recorded(&dev), 0);
+/// # // SAFETY: the work completed and vkhost observed it (`reap_recorded` said so).
+/// # unsafe {
+/// #     d.destroy_fence(fence, None);
+/// #     d.destroy_command_pool(pool, None);
+/// # }
+/// # Ok(()) }
+/// ```
 pub fn reap_recorded(dev: &Device) -> usize {
     let mine: Vec<Arc<Recorded>> = lock(&PENDING).iter().filter(|r| r.device == dev.id()).cloned().collect();
     let l = dev.shared.live_any().ok();
@@ -345,6 +693,57 @@ pub fn reap_recorded(dev: &Device) -> usize {
 ///   `cmd` is never submitted (reset or free it).
 /// - Until the work completed, the host bytes are not written (`HostToDevice`) or not accessed
 ///   at all (`DeviceToHost`) by the host.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// # use vkhost::ash::vk;
+/// # let dev = vkhost::Device::open_default()?;
+/// # let raw = dev.raw()?;
+/// # let d = &raw.device;
+/// # // A command buffer of our own, recording, from a pool of vkhost's compute family.
+/// # // SAFETY: valid create infos for this device; both are destroyed at the end.
+/// # let (pool, cmd) = unsafe {
+/// #     let info = vk::CommandPoolCreateInfo::default().queue_family_index(raw.compute_family);
+/// #     let pool = d.create_command_pool(&info, None).unwrap();
+/// #     let info = vk::CommandBufferAllocateInfo::default().command_pool(pool).command_buffer_count(1);
+/// #     let cmd = d.allocate_command_buffers(&info).unwrap()[0];
+/// #     d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default()).unwrap();
+/// #     (pool, cmd)
+/// # };
+/// # // SAFETY: a valid create info; destroyed at the end, after vkhost observed it signalled.
+/// # let fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }.unwrap();
+/// use vkhost::host::{self, Direction};
+/// let gpu = dev.alloc_buffer(4096)?;
+/// let mut src = vkhost::PinnedBuffer::new(&dev, 4096)?;
+/// let mut dst = vkhost::PinnedBuffer::new(&dev, 4096)?;
+/// src.fill(0x33);
+/// // SAFETY: `cmd` is recording and ours alone; `gpu` has TRANSFER_SRC and TRANSFER_DST usage and
+/// // 4096 bytes; both tickets are hooked before the one submission; the host leaves `src` and `dst`
+/// // alone until the fence signalled.
+/// unsafe {
+///     let (s, t) = (src.as_ptr(), dst.as_mut_ptr());
+///     let mut up = host::record_copy(&dev, cmd, Direction::HostToDevice, s, 4096, gpu.raw(), 0)?;
+///     let mut down = host::record_copy(&dev, cmd, Direction::DeviceToHost, t, 4096, gpu.raw(), 0)?;
+///     // `fence` is unsignaled, signalled only by the submission below, kept until observed.
+///     up.completes_with_fence(fence)?;
+///     down.completes_with_fence(fence)?;
+///     d.end_command_buffer(cmd).unwrap();
+///     // vkhost's own queue: no other thread uses it meanwhile (no stream, no copy).
+///     let queue = d.get_device_queue(raw.compute_family, raw.compute_queue_index);
+///     d.queue_submit(queue, &[vk::SubmitInfo::default().command_buffers(&[cmd])], fence).unwrap();
+///     d.wait_for_fences(&[fence], true, u64::MAX).unwrap();
+/// }
+/// assert_eq!(host::reap_recorded(&dev), 0);
+/// assert!(dst.iter().all(|&b| b == 0x33));
+/// # // SAFETY: the work completed and vkhost observed it (`reap_recorded` said so).
+/// # unsafe {
+/// #     d.destroy_fence(fence, None);
+/// #     d.destroy_command_pool(pool, None);
+/// # }
+/// # Ok(()) }
+/// ```
 pub unsafe fn record_copy(
     dev: &Device,
     cmd: vk::CommandBuffer,

@@ -266,6 +266,16 @@ impl<D: std::hash::Hash + Eq + Copy, T> Registry<D, T> {
 
 /// Rounds `[addr, addr+len)` outward to multiples of `granule` (a power of two).
 /// `None` if the rounded end overflows.
+///
+/// # Example
+///
+/// ```
+/// use vkhost::host::round_out;
+/// assert_eq!(round_out(4100, 10, 4096), Some(4096..8192));
+/// assert_eq!(round_out(4096, 4096, 4096), Some(4096..8192), "aligned ranges stay as they are");
+/// assert_eq!(round_out(4000, 200, 4096), Some(0..8192), "a range across a boundary takes both pages");
+/// assert_eq!(round_out(usize::MAX - 10, 5, 4096), None);
+/// ```
 pub fn round_out(addr: usize, len: usize, granule: usize) -> Option<Range<usize>> {
     debug_assert!(granule.is_power_of_two());
     let start = addr & !(granule - 1);

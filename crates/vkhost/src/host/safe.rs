@@ -20,6 +20,23 @@ use std::sync::atomic::Ordering;
 /// `usage` and `handle_types` (and no create flags) has the same memoryTypeBits and alignment as
 /// vkhost's own buffer over this memory (Vulkan guarantees both for equal usage, flags and
 /// handle types), so it can be bound at `offset` if `offset` is a multiple of that alignment.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::ash::vk;
+/// let dev = vkhost::Device::open_default()?;
+/// let pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
+/// let raw = pinned.raw_memory().expect("a small block is one allocation");
+/// assert_ne!(raw.memory, vk::DeviceMemory::null());
+/// assert!(raw.offset + pinned.len() as u64 <= raw.size);
+/// assert!(raw.usage.contains(vk::BufferUsageFlags::STORAGE_BUFFER));
+/// assert!(raw.handle_types.is_empty(), "a driver allocation, not an import");
+/// // vkhost's own buffer over the memory is what `host::find` answers.
+/// assert_eq!(vkhost::host::find(&dev, pinned.as_ptr(), 4096), Some((raw.buffer, raw.offset)));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawMemory {
     /// vkhost's buffer over the allocation, bound at its offset 0 (what [`super::find`] answers).
@@ -69,6 +86,22 @@ fn raw_memory(
 /// writes to them still pending, and writing them (`DerefMut`) for any device access, so even a
 /// leaked [`Pending`](crate::Pending) (`mem::forget`) cannot let safe code race the device.
 /// The raw [`host::free_pinned`](super::free_pinned) refuses a `PinnedBuffer`'s block.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// let dev = vkhost::Device::open_default()?;
+/// let gpu = dev.alloc_buffer(1 << 16)?;
+/// let mut pinned = vkhost::PinnedBuffer::new(&dev, 1 << 16)?;
+/// pinned.fill(5); // a `[u8]` through `DerefMut`
+/// gpu.write(0, &pinned)?; // never staged: the device reads the block itself
+/// let stream = dev.stream()?;
+/// stream.fill_async(&gpu, 0, 1 << 16, 0x0909_0909)?;
+/// stream.download(&gpu, 0, &mut pinned)?.wait()?; // async into pinned memory
+/// assert!(pinned.iter().all(|&b| b == 9));
+/// # Ok(()) }
+/// ```
 pub struct PinnedBuffer {
     dev: Device,
     ptr: SendPtr,
@@ -84,6 +117,17 @@ impl std::fmt::Debug for PinnedBuffer {
 
 impl PinnedBuffer {
     /// Allocates `len` bytes of pinned memory on `dev` (see [`super::alloc_pinned`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// assert_eq!(pinned.len(), 4096);
+    /// assert!(vkhost::PinnedBuffer::new(&dev, 0).is_err(), "zero bytes are refused");
+    /// # Ok(()) }
+    /// ```
     pub fn new(dev: &Device, len: usize) -> Result<PinnedBuffer> {
         {
             // Count ourselves under the device lock, so a concurrent destroy either runs fully
@@ -101,27 +145,81 @@ impl PinnedBuffer {
     }
 
     /// Length in bytes.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let pinned = vkhost::PinnedBuffer::new(&dev, 1000)?;
+    /// assert_eq!(pinned.len(), 1000);
+    /// # Ok(()) }
+    /// ```
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Never true: zero-length blocks are refused.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// assert!(!vkhost::PinnedBuffer::new(&dev, 1)?.is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// The mapped pointer. Accesses through it are not ordered after pending device work;
     /// the slice views are.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// // The pointer names the block in the raw, address-based API.
+    /// assert!(vkhost::host::find(&dev, pinned.as_ptr(), pinned.len()).is_some());
+    /// assert_eq!(pinned.as_ptr(), pinned[..].as_ptr());
+    /// # Ok(()) }
+    /// ```
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr.0.as_ptr()
     }
 
     /// The mapped pointer, mutable.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let mut pinned = vkhost::PinnedBuffer::new(&dev, 16)?;
+    /// let p = pinned.as_mut_ptr();
+    /// // SAFETY: in bounds of the live block, which no device work names.
+    /// unsafe { p.add(3).write(42) };
+    /// assert_eq!(pinned[3], 42);
+    /// # Ok(()) }
+    /// ```
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
         self.ptr.0.as_ptr()
     }
 
     /// The device the block belongs to.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let pinned = vkhost::PinnedBuffer::new(&dev, 64)?;
+    /// assert_eq!(pinned.device().id(), dev.id());
+    /// # Ok(()) }
+    /// ```
     pub fn device(&self) -> &Device {
         &self.dev
     }
@@ -129,6 +227,18 @@ impl PinnedBuffer {
     /// The memory behind the block, for binding an interop buffer to it (see [`RawMemory`]).
     /// `None` after the device was destroyed, or for a block larger than one allocation (made
     /// of several imports, so no single memory holds it).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// let raw = pinned.raw_memory().expect("one allocation");
+    /// assert_eq!(raw.offset, 0, "the block starts its allocation");
+    /// assert!(raw.size >= 4096);
+    /// # Ok(()) }
+    /// ```
     pub fn raw_memory(&self) -> Option<RawMemory> {
         // Only the pieces of a block larger than one allocation are imports (of vkhost's own
         // anonymous mapping, their backing).
@@ -139,7 +249,10 @@ impl PinnedBuffer {
     /// writes like `Deref`. `InvalidArgument` when the length is not a multiple of
     /// `size_of::<T>()` (the block itself is aligned for any `T` up to the page size).
     ///
-    /// ```no_run
+    ///
+    /// # Example
+    ///
+    /// ```
     /// # fn main() -> vkhost::Result<()> {
     /// let dev = vkhost::Device::open_default()?;
     /// let mut p = vkhost::PinnedBuffer::new(&dev, 4096)?;
@@ -153,6 +266,22 @@ impl PinnedBuffer {
 
     /// The block as a mutable slice of `T`, waiting for any pending device access like
     /// `DerefMut` (see [`PinnedBuffer::as_slice`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let mut pinned = vkhost::PinnedBuffer::new(&dev, 64)?;
+    /// pinned.as_mut_slice::<u32>()?.copy_from_slice(&[7; 16]);
+    /// assert_eq!(pinned[..4], 7u32.to_ne_bytes());
+    /// let gpu = dev.alloc_buffer(64)?;
+    /// gpu.write(0, &pinned)?;
+    /// let mut back = [0u32; 16];
+    /// gpu.read_slice(0, &mut back)?;
+    /// assert_eq!(back, [7; 16]);
+    /// # Ok(()) }
+    /// ```
     pub fn as_mut_slice<T: bytemuck::Pod>(&mut self) -> Result<&mut [T]> {
         bytemuck::try_cast_slice_mut(&mut self[..]).map_err(|e| Error::invalid(format!("PinnedBuffer::as_mut_slice: {e:?}")))
     }
@@ -204,6 +333,22 @@ impl Drop for PinnedBuffer {
 /// registering those bytes again is `AlreadyRegistered`, and copies of memory later placed at
 /// those addresses go through the old import, which on a discrete GPU still pins the old pages.
 /// Do not forget a `Registration`.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// let dev = vkhost::Device::open_default()?;
+/// let gpu = dev.alloc_buffer(4096)?;
+/// let mut mine = vec![0u8; 4096];
+/// let mut reg = dev.register(&mut mine)?;
+/// reg.fill(3); // the bytes, through `DerefMut`
+/// gpu.write(0, &reg)?; // never staged
+/// assert!(matches!(vkhost::host::unregister(&dev, reg.as_ptr()), Err(vkhost::Error::OwnedByGuard { .. })));
+/// drop(reg); // unregisters; `mine` is mine again
+/// mine[0] = 1;
+/// # Ok(()) }
+/// ```
 pub struct Registration<'a> {
     dev: Device,
     ptr: SendPtr,
@@ -221,6 +366,23 @@ impl std::fmt::Debug for Registration<'_> {
 impl Device {
     /// Registers `buf` (see [`super::register`]): copies to and from it go direct while the
     /// returned guard lives.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(1 << 16)?;
+    /// gpu.write(0, &vec![1u8; 1 << 16])?;
+    /// let mut mine = vec![0u8; 1 << 16];
+    /// {
+    ///     let mut reg = dev.register(&mut mine)?;
+    ///     gpu.read(0, &mut reg)?; // direct into my pages: no staging
+    /// }
+    /// assert!(mine.iter().all(|&b| b == 1));
+    /// assert_eq!(vkhost::host::device_stats(&dev).live_imports, 0, "unregistered on drop");
+    /// # Ok(()) }
+    /// ```
     pub fn register<'a>(&self, buf: &'a mut [u8]) -> Result<Registration<'a>> {
         let ptr = std::ptr::NonNull::new(buf.as_mut_ptr()).ok_or_else(|| Error::invalid("null slice"))?;
         if buf.is_empty() {
@@ -235,21 +397,66 @@ impl Device {
 
 impl Registration<'_> {
     /// Length in bytes.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let mut mine = vec![0u8; 1000];
+    /// assert_eq!(dev.register(&mut mine)?.len(), 1000);
+    /// # Ok(()) }
+    /// ```
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Never true: zero-length registrations are refused.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let mut mine = vec![0u8; 10];
+    /// assert!(!dev.register(&mut mine)?.is_empty());
+    /// assert!(dev.register(&mut []).is_err());
+    /// # Ok(()) }
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// The first registered byte.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let mut mine = vec![0u8; 4096];
+    /// let addr = mine.as_ptr();
+    /// let reg = dev.register(&mut mine)?;
+    /// assert_eq!(reg.as_ptr(), addr);
+    /// assert!(vkhost::host::find(&dev, reg.as_ptr(), reg.len()).is_some());
+    /// # Ok(()) }
+    /// ```
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr.0.as_ptr()
     }
 
     /// The device it is registered on.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let mut mine = vec![0u8; 64];
+    /// let reg = dev.register(&mut mine)?;
+    /// assert_eq!(reg.device().id(), dev.id());
+    /// # Ok(()) }
+    /// ```
     pub fn device(&self) -> &Device {
         &self.dev
     }
@@ -258,6 +465,22 @@ impl Registration<'_> {
     /// [`RawMemory`]): `offset` is where the first registered byte lies in the import (which
     /// starts at the page, or import granule, below it). `None` after the device was destroyed,
     /// or when the bytes span two import pieces (a registration larger than one allocation).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::ash::vk;
+    /// let dev = vkhost::Device::open_default()?;
+    /// let mut mine = vec![0u8; 3000];
+    /// let reg = dev.register(&mut mine)?;
+    /// let raw = reg.raw_memory().expect("one import");
+    /// let page = vkhost::host::page_size();
+    /// assert_eq!(raw.offset as usize, reg.as_ptr() as usize % page, "imports start on a page");
+    /// assert_eq!(raw.handle_types, vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT);
+    /// assert_eq!(vkhost::host::find(&dev, reg.as_ptr(), reg.len()), Some((raw.buffer, raw.offset)));
+    /// # Ok(()) }
+    /// ```
     pub fn raw_memory(&self) -> Option<RawMemory> {
         let addr = self.ptr.0.as_ptr() as usize;
         let covered = {

@@ -19,6 +19,21 @@
 //! position, so moved, swapped or changed words change the sum (a sum, not a cryptographic
 //! hash: it detects corruption, not tampering). The device adds the 32-bit terms into (low,
 //! high) u32 halves with carries; [`checksum_cpu`] computes the same value on the host.
+//!
+//! # Example
+//!
+//! ```
+//! # fn main() -> vkhost::Result<()> {
+//! use vkhost::{Binding, QueueKind};
+//! let dev = vkhost::Device::open_default()?;
+//! let stream = dev.stream_on(QueueKind::Compute)?;
+//! let gpu = dev.alloc_buffer(4096)?;
+//! stream.fill_u32(Binding::Device(&gpu, 0, 4096), 0x1234_5678)?; // the `fill` built-in
+//! let on_device = stream.checksum(Binding::Device(&gpu, 0, 4096))?; // the `checksum` built-in
+//! let on_host = vkhost::kernel::checksum_cpu(&0x1234_5678u32.to_le_bytes().repeat(1024));
+//! assert_eq!(on_device, on_host);
+//! # Ok(()) }
+//! ```
 
 use super::{Kernel, Param};
 use crate::error::Result;
@@ -53,18 +68,74 @@ fn get(k: &'static Builtin) -> Result<&'static Kernel> {
 ///
 /// `Err` (`Unsupported`) only if the built-in failed its own checks, which a correct build
 /// never does; the same for every built-in below.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::{Binding, QueueKind, kernel::builtin};
+/// let dev = vkhost::Device::open_default()?;
+/// let stream = dev.stream_on(QueueKind::Compute)?;
+/// let gpu = dev.alloc_buffer(1024)?;
+/// let push = |w: &[u32]| -> Vec<u8> { w.iter().flat_map(|x| x.to_ne_bytes()).collect() };
+/// // Binding 0: 256 words set to 42 (its own push constants: words, pattern).
+/// stream.launch(builtin::fill()?, [1, 1, 1], &[Binding::Device(&gpu, 0, 1024)], &push(&[256, 42]))?;
+/// stream.synchronize()?;
+/// let mut back = [0u32; 256];
+/// gpu.read_slice(0, &mut back)?;
+/// assert_eq!(back, [42; 256]);
+/// # Ok(()) }
+/// ```
 pub fn fill() -> Result<&'static Kernel> {
     get(&FILL)
 }
 
 /// `copy` by u32 words: binding 0 (read) to binding 1 (read-write); own push constant
 /// `words: u32`.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::{Binding, QueueKind, kernel::builtin};
+/// let dev = vkhost::Device::open_default()?;
+/// let stream = dev.stream_on(QueueKind::Compute)?;
+/// let (src, dst) = (dev.alloc_buffer(400)?, dev.alloc_buffer(400)?);
+/// src.write_slice(0, &[3u32; 100])?;
+/// let push = |w: &[u32]| -> Vec<u8> { w.iter().flat_map(|x| x.to_ne_bytes()).collect() };
+/// let bindings = [Binding::Device(&src, 0, 400), Binding::Device(&dst, 0, 400)];
+/// stream.launch(builtin::copy()?, [1, 1, 1], &bindings, &push(&[100]))?; // 100 words
+/// stream.synchronize()?;
+/// let mut back = [0u32; 100];
+/// dst.read_slice(0, &mut back)?;
+/// assert_eq!(back, [3; 100]);
+/// # Ok(()) }
+/// ```
 pub fn copy() -> Result<&'static Kernel> {
     get(&COPY)
 }
 
 /// `copy` by 16-byte vectors, for deltas and lengths that are multiples of 16: own push
 /// constant `vecs: u32` (the count of 16-byte vectors).
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::{Binding, QueueKind, kernel::builtin};
+/// let dev = vkhost::Device::open_default()?;
+/// let stream = dev.stream_on(QueueKind::Compute)?;
+/// let (src, dst) = (dev.alloc_buffer(1024)?, dev.alloc_buffer(1024)?);
+/// src.write(0, &[4; 1024])?;
+/// let push = |w: &[u32]| -> Vec<u8> { w.iter().flat_map(|x| x.to_ne_bytes()).collect() };
+/// let bindings = [Binding::Device(&src, 0, 1024), Binding::Device(&dst, 0, 1024)];
+/// stream.launch(builtin::copy_vec4()?, [1, 1, 1], &bindings, &push(&[64]))?; // 64 vectors
+/// stream.synchronize()?;
+/// let mut back = vec![0u8; 1024];
+/// dst.read(0, &mut back)?;
+/// assert!(back.iter().all(|&b| b == 4));
+/// # Ok(()) }
+/// ```
 pub fn copy_vec4() -> Result<&'static Kernel> {
     get(&COPY4)
 }
@@ -72,6 +143,27 @@ pub fn copy_vec4() -> Result<&'static Kernel> {
 /// `checksum`: adds the checksum (module docs) of binding 0 (read) into the u64 at binding 1
 /// (read-write, 8 bytes: low u32, high u32; zero it first); own push constants `words: u32,
 /// first: u32` (the index of the first word, for a range split over several launches).
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::{Binding, QueueKind, kernel::builtin};
+/// let dev = vkhost::Device::open_default()?;
+/// let stream = dev.stream_on(QueueKind::Compute)?;
+/// let data = dev.alloc_buffer(1024)?;
+/// data.write(0, &[0xA5; 1024])?;
+/// let sum = dev.alloc_buffer(8)?;
+/// sum.write(0, &[0; 8])?; // the kernel adds into it
+/// let push = |w: &[u32]| -> Vec<u8> { w.iter().flat_map(|x| x.to_ne_bytes()).collect() };
+/// let bindings = [Binding::Device(&data, 0, 1024), Binding::Device(&sum, 0, 8)];
+/// stream.launch(builtin::checksum()?, [1, 1, 1], &bindings, &push(&[256, 0]))?; // words, first
+/// stream.synchronize()?;
+/// let mut got = [0u64; 1];
+/// sum.read_slice(0, &mut got)?;
+/// assert_eq!(got[0], builtin::checksum_cpu(&[0xA5; 1024]));
+/// # Ok(()) }
+/// ```
 pub fn checksum() -> Result<&'static Kernel> {
     get(&CHECKSUM)
 }
@@ -88,6 +180,17 @@ fn fmix32(mut x: u32) -> u32 {
 /// The checksum of the module docs over `bytes` read as little-endian u32 words: what
 /// [`Stream::checksum`](crate::Stream::checksum) computes on the device. Only whole words count
 /// (`bytes.len() / 4` of them; device ranges are multiples of 4 bytes).
+///
+/// # Example
+///
+/// ```
+/// use vkhost::kernel::checksum_cpu;
+/// let a = [1u8, 0, 0, 0, 2, 0, 0, 0];
+/// let swapped = [2u8, 0, 0, 0, 1, 0, 0, 0];
+/// assert_ne!(checksum_cpu(&a), checksum_cpu(&swapped), "positions count");
+/// assert_eq!(checksum_cpu(&a[..7]), checksum_cpu(&a[..4]), "only whole words count");
+/// assert_eq!(checksum_cpu(&[]), 0);
+/// ```
 pub fn checksum_cpu(bytes: &[u8]) -> u64 {
     bytes
         .chunks_exact(4)

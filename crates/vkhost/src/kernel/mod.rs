@@ -102,6 +102,51 @@
 //!   computes something else on lavapipe.
 //! - maxStorageBufferRange bounds one binding's bound range (delta included): `launch` refuses
 //!   longer ones (`InvalidArgument`); the built-in entry points split them.
+//!
+//! # Example
+//!
+//! ```
+//! # fn main() -> vkhost::Result<()> {
+//! # // SPIR-V from WGSL with naga (a dev-dependency here; any compiler will do).
+//! # fn spirv(src: &str) -> Vec<u32> {
+//! #     let module = naga::front::wgsl::parse_str(src).unwrap();
+//! #     let caps = naga::valid::Capabilities::PUSH_CONSTANT;
+//! #     let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps).validate(&module).unwrap();
+//! #     let opts = naga::back::spv::Options { lang_version: (1, 3), ..Default::default() };
+//! #     let pipe = naga::back::spv::PipelineOptions { shader_stage: naga::ShaderStage::Compute, entry_point: "main".into() };
+//! #     naga::back::spv::write_vec(&module, &info, &opts, Some(&pipe)).unwrap()
+//! # }
+//! # const SCALE: &str = r#"
+//! # struct Push { delta0: u32, delta1: u32, n: u32, scale: u32 }
+//! # var<push_constant> pc: Push;
+//! # @group(0) @binding(0) var<storage, read> src: array<u32>;
+//! # @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
+//! # @compute @workgroup_size(64)
+//! # fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+//! #     if id.x < pc.n {
+//! #         dst[pc.delta1 / 4u + id.x] = src[pc.delta0 / 4u + id.x] * pc.scale;
+//! #     }
+//! # }
+//! # "#;
+//! use vkhost::kernel::{Kernel, Param};
+//! // SAFETY: `SCALE` (the WGSL of the module docs) reads binding 0 and writes binding 1 only
+//! // within the `n` words from their deltas, and has 8 bytes of its own push constants.
+//! let scale = unsafe { Kernel::from_spirv(&spirv(SCALE), "main", &[Param::ReadOnly, Param::ReadWrite], 8) }?;
+//! use vkhost::{Binding, QueueKind};
+//! let dev = vkhost::Device::open_default()?;
+//! let stream = dev.stream_on(QueueKind::Compute)?;
+//! let mut v: Vec<u32> = (0..1000).collect();
+//! let mut out = vkhost::PinnedBuffer::new(&dev, 4000)?;
+//! {
+//!     let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
+//!     let reg = dev.register(bytes)?; // the kernel reads my Vec in place
+//!     let push: Vec<u8> = [1000u32, 2].iter().flat_map(|w| w.to_ne_bytes()).collect();
+//!     let bindings = [Binding::Host(&reg), Binding::HostMut(&mut out)];
+//!     stream.launch(&scale, [16, 1, 1], &bindings, &push)?; // done on return: registered memory
+//! }
+//! assert_eq!(out.as_slice::<u32>()?[999], 1998);
+//! # Ok(()) }
+//! ```
 
 mod builtin_spirv {
     include!(concat!(env!("OUT_DIR"), "/builtin_spirv.rs"));
@@ -120,6 +165,16 @@ pub use builtin::checksum_cpu;
 
 /// How a kernel uses one storage binding. Conflict tracking and the uses noted on the bound
 /// memory follow it: a kernel must not write a binding declared `ReadOnly`.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::kernel::{Param, builtin};
+/// // `copy` reads binding 0 and writes binding 1.
+/// assert_eq!(builtin::copy()?.params(), [Param::ReadOnly, Param::ReadWrite]);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Param {
     /// The kernel only reads the binding.
@@ -130,6 +185,24 @@ pub enum Param {
 
 /// SPIR-V words with an entry point, declared bindings and push-constant size. Cheap to clone;
 /// not tied to a device (see the module docs).
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::{Binding, QueueKind};
+/// let dev = vkhost::Device::open_default()?;
+/// let stream = dev.stream_on(QueueKind::Compute)?;
+/// let fill: &vkhost::Kernel = vkhost::kernel::builtin::fill()?;
+/// let gpu = dev.alloc_buffer(1024)?;
+/// let push: Vec<u8> = [256u32, 0x0707_0707].iter().flat_map(|w| w.to_ne_bytes()).collect(); // words, pattern
+/// stream.launch(fill, [1, 1, 1], &[Binding::Device(&gpu, 0, 1024)], &push)?;
+/// stream.synchronize()?;
+/// let mut back = vec![0u8; 1024];
+/// gpu.read(0, &mut back)?;
+/// assert!(back.iter().all(|&b| b == 7));
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Kernel {
     pub(crate) inner: Arc<KernelDef>,
@@ -171,6 +244,44 @@ impl Kernel {
     /// the bytes before a delta, or past a range, may be another owner's memory (a registration
     /// is imported with whole pages), and a write the declaration hides escapes the tracking that
     /// keeps safe views of pinned memory from racing the device.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// # // SPIR-V from WGSL with naga (a dev-dependency here; any compiler will do).
+    /// # fn spirv(src: &str) -> Vec<u32> {
+    /// #     let module = naga::front::wgsl::parse_str(src).unwrap();
+    /// #     let caps = naga::valid::Capabilities::PUSH_CONSTANT;
+    /// #     let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps).validate(&module).unwrap();
+    /// #     let opts = naga::back::spv::Options { lang_version: (1, 3), ..Default::default() };
+    /// #     let pipe = naga::back::spv::PipelineOptions { shader_stage: naga::ShaderStage::Compute, entry_point: "main".into() };
+    /// #     naga::back::spv::write_vec(&module, &info, &opts, Some(&pipe)).unwrap()
+    /// # }
+    /// # const SCALE: &str = r#"
+    /// # struct Push { delta0: u32, delta1: u32, n: u32, scale: u32 }
+    /// # var<push_constant> pc: Push;
+    /// # @group(0) @binding(0) var<storage, read> src: array<u32>;
+    /// # @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
+    /// # @compute @workgroup_size(64)
+    /// # fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    /// #     if id.x < pc.n {
+    /// #         dst[pc.delta1 / 4u + id.x] = src[pc.delta0 / 4u + id.x] * pc.scale;
+    /// #     }
+    /// # }
+    /// # "#;
+    /// use vkhost::kernel::{Kernel, Param};
+    /// let words = spirv(SCALE);
+    /// // SAFETY: `SCALE` (the WGSL of the module docs) reads binding 0 and writes binding 1 only
+    /// // within the `n` words from their deltas, and has 8 bytes of its own push constants.
+    /// let k = unsafe { Kernel::from_spirv(&words, "main", &[Param::ReadOnly, Param::ReadWrite], 8) }?;
+    /// assert_eq!((k.name(), k.push_constant_bytes()), ("main", 8));
+    /// // The module uses binding 1: declaring one binding is refused before any device sees it.
+    /// // SAFETY: refused by the checks, never launched.
+    /// let few = unsafe { Kernel::from_spirv(&words, "main", &[Param::ReadWrite], 8) };
+    /// assert!(matches!(few, Err(vkhost::Error::InvalidArgument { .. })));
+    /// # Ok(()) }
+    /// ```
     pub unsafe fn from_spirv(words: &[u32], entry: &str, params: &[Param], push_constant_bytes: usize) -> Result<Kernel> {
         Self::build(entry, words, entry, params, push_constant_bytes)
     }
@@ -197,16 +308,42 @@ impl Kernel {
     }
 
     /// The declared bindings.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::kernel::{Param, builtin};
+    /// assert_eq!(builtin::fill()?.params(), [Param::ReadWrite]);
+    /// # Ok(()) }
+    /// ```
     pub fn params(&self) -> &[Param] {
         &self.inner.params
     }
 
     /// Bytes of the kernel's own push constants (after the one `u32` delta per binding).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// // `checksum`'s own push constants: `words: u32, first: u32`.
+    /// assert_eq!(vkhost::kernel::builtin::checksum()?.push_constant_bytes(), 8);
+    /// # Ok(()) }
+    /// ```
     pub fn push_constant_bytes(&self) -> usize {
         self.inner.push_bytes
     }
 
     /// The kernel's name (its entry point, or the built-in's name).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// assert_eq!(vkhost::kernel::builtin::copy_vec4()?.name(), "copy4");
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         &self.inner.name
     }
@@ -239,6 +376,22 @@ fn check_decorations(words: &[u32], n: usize) -> Result<()> {
 }
 
 /// A raw range of host memory, for [`Binding::host`].
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::kernel::Binding;
+/// let dev = vkhost::Device::open_default()?;
+/// let block = vkhost::host::alloc_pinned(&dev, 4096)?;
+/// // SAFETY: nothing is launched with it (its contract binds launches only).
+/// let binding = unsafe { Binding::host(block.as_ptr(), 256) };
+/// let Binding::Raw(range) = binding else { unreachable!() };
+/// println!("{range:?}"); // address and length
+/// assert_eq!(Binding::Raw(range).len(), 256);
+/// vkhost::host::free_pinned(&dev, block)?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct HostRange {
     pub(crate) addr: usize,
@@ -252,6 +405,28 @@ pub struct HostRange {
 /// one registration or pinned block covers. A binding the kernel writes ([`Param::ReadWrite`])
 /// must be [`Binding::HostMut`]: a kernel writing through a shared borrow would change bytes
 /// that other `&[u8]` views of them may be reading (`InvalidArgument` otherwise).
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::{Binding, QueueKind};
+/// let dev = vkhost::Device::open_default()?;
+/// let stream = dev.stream_on(QueueKind::Compute)?;
+/// let gpu = dev.alloc_buffer(256)?;
+/// let mut pinned = vkhost::PinnedBuffer::new(&dev, 256)?;
+/// let mut mine = vec![0u8; 256];
+/// let mut reg = dev.register(&mut mine)?;
+/// stream.fill_u32(Binding::Device(&gpu, 0, 256), 1)?;
+/// stream.copy_sm(Binding::Device(&gpu, 0, 256), Binding::HostMut(&mut pinned))?;
+/// stream.copy_sm(Binding::Host(&pinned), Binding::HostMut(&mut reg))?;
+/// assert!(stream.fill_u32(Binding::Host(&pinned), 0).is_err(), "a written binding needs HostMut");
+/// stream.synchronize()?;
+/// assert_eq!(reg.len(), 256);
+/// drop(reg);
+/// assert_eq!(&mine[..4], 1u32.to_ne_bytes());
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub enum Binding<'a> {
     /// `(buffer, offset, len)`: bytes of a device buffer.
@@ -272,11 +447,40 @@ impl<'a> Binding<'a> {
     /// The bytes must stay registered (or the block allocated) and valid until the launch
     /// completes (an event recorded after it, or `synchronize`), and the host must not access
     /// them meanwhile in a way that conflicts with the kernel's (a write on either side).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::{Binding, QueueKind, host};
+    /// let dev = vkhost::Device::open_default()?;
+    /// let stream = dev.stream_on(QueueKind::Compute)?;
+    /// let block = host::alloc_pinned(&dev, 4096)?;
+    /// // SAFETY: the block stays allocated, and the host leaves it alone, until `synchronize` returned.
+    /// let raw = unsafe { Binding::host(block.as_ptr(), 4096) };
+    /// stream.fill_u32(raw, 0xFFFF_FFFF)?; // async, whatever covers the range
+    /// stream.synchronize()?;
+    /// // SAFETY: the fill completed; the block is live.
+    /// assert!(unsafe { std::slice::from_raw_parts(block.as_ptr(), 4096) }.iter().all(|&b| b == 0xFF));
+    /// host::free_pinned(&dev, block)?;
+    /// # Ok(()) }
+    /// ```
     pub unsafe fn host(ptr: *const u8, len: usize) -> Binding<'static> {
         Binding::Raw(HostRange { addr: ptr as usize, len })
     }
 
     /// The byte length of the range.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(1024)?;
+    /// assert_eq!(vkhost::Binding::Device(&gpu, 256, 512).len(), 512);
+    /// assert_eq!(vkhost::Binding::Host(&[0u8; 12]).len(), 12);
+    /// # Ok(()) }
+    /// ```
     pub fn len(&self) -> usize {
         match self {
             Binding::Device(_, _, n) => *n,
@@ -287,6 +491,13 @@ impl<'a> Binding<'a> {
     }
 
     /// Whether the range is empty.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert!(vkhost::Binding::Host(&[]).is_empty());
+    /// assert!(!vkhost::Binding::Host(&[1, 2, 3, 4]).is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

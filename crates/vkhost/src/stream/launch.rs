@@ -236,6 +236,50 @@ impl Stream {
     /// [`Binding::Host`] for a binding the kernel writes → `InvalidArgument`; a host range no
     /// registration or pinned block covers → `NotRegistered`; a stream on a copy-only family →
     /// `Unsupported`.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// # // SPIR-V from WGSL with naga (a dev-dependency here; any compiler will do).
+    /// # fn spirv(src: &str) -> Vec<u32> {
+    /// #     let module = naga::front::wgsl::parse_str(src).unwrap();
+    /// #     let caps = naga::valid::Capabilities::PUSH_CONSTANT;
+    /// #     let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps).validate(&module).unwrap();
+    /// #     let opts = naga::back::spv::Options { lang_version: (1, 3), ..Default::default() };
+    /// #     let pipe = naga::back::spv::PipelineOptions { shader_stage: naga::ShaderStage::Compute, entry_point: "main".into() };
+    /// #     naga::back::spv::write_vec(&module, &info, &opts, Some(&pipe)).unwrap()
+    /// # }
+    /// # const SCALE: &str = r#"
+    /// # struct Push { delta0: u32, delta1: u32, n: u32, scale: u32 }
+    /// # var<push_constant> pc: Push;
+    /// # @group(0) @binding(0) var<storage, read> src: array<u32>;
+    /// # @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
+    /// # @compute @workgroup_size(64)
+    /// # fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    /// #     if id.x < pc.n {
+    /// #         dst[pc.delta1 / 4u + id.x] = src[pc.delta0 / 4u + id.x] * pc.scale;
+    /// #     }
+    /// # }
+    /// # "#;
+    /// use vkhost::kernel::{Kernel, Param};
+    /// // SAFETY: `SCALE` (the WGSL of the module docs) reads binding 0 and writes binding 1 only
+    /// // within the `n` words from their deltas, and has 8 bytes of its own push constants.
+    /// let scale = unsafe { Kernel::from_spirv(&spirv(SCALE), "main", &[Param::ReadOnly, Param::ReadWrite], 8) }?;
+    /// use vkhost::{Binding, QueueKind};
+    /// let dev = vkhost::Device::open_default()?;
+    /// let stream = dev.stream_on(QueueKind::Compute)?;
+    /// let (src, dst) = (dev.alloc_buffer(1024)?, dev.alloc_buffer(1024)?);
+    /// src.write_slice(0, &(0..256u32).collect::<Vec<_>>())?;
+    /// let push: Vec<u8> = [256u32, 3].iter().flat_map(|w| w.to_ne_bytes()).collect(); // n, scale
+    /// let bindings = [Binding::Device(&src, 0, 1024), Binding::Device(&dst, 0, 1024)];
+    /// stream.launch(&scale, [4, 1, 1], &bindings, &push)?; // 4 groups of 64
+    /// stream.synchronize()?;
+    /// let mut out = vec![0u32; 256];
+    /// dst.read_slice(0, &mut out)?;
+    /// assert_eq!(out[100], 300);
+    /// # Ok(()) }
+    /// ```
     pub fn launch(&self, kernel: &Kernel, groups: [u32; 3], bindings: &[Binding<'_>], push_constants: &[u8]) -> Result<()> {
         let (value, now) = self.inner.launch(kernel, groups, bindings, push_constants)?;
         self.settle_launch(value, now)
@@ -260,6 +304,21 @@ impl Stream {
     /// Fills `dst` with the repeated u32 `pattern` with the built-in `fill` kernel (any binding
     /// kind). Offset and length multiples of 4 bytes, else `InvalidArgument`. Async as
     /// [`Stream::launch`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::{Binding, QueueKind};
+    /// let dev = vkhost::Device::open_default()?;
+    /// let stream = dev.stream_on(QueueKind::Compute)?;
+    /// let mut pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// // Any binding kind: here pinned host memory, written by the kernel in place.
+    /// stream.fill_u32(Binding::HostMut(&mut pinned[64..]), 0xDEAD_BEEF)?;
+    /// stream.synchronize()?;
+    /// assert_eq!(pinned.as_slice::<u32>()?[16], 0xDEAD_BEEF);
+    /// # Ok(()) }
+    /// ```
     pub fn fill_u32(&self, dst: Binding<'_>, pattern: u32) -> Result<()> {
         check4(&dst, "fill")?;
         for d in dst.split(piece_bytes(&self.inner.shared)) {
@@ -274,6 +333,23 @@ impl Stream {
     /// both ranges start on 16 bytes and the length is a multiple of 16, u32 words otherwise.
     /// Offsets and lengths multiples of 4 bytes, else `InvalidArgument`. Async as
     /// [`Stream::launch`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::{Binding, QueueKind};
+    /// let dev = vkhost::Device::open_default()?;
+    /// let stream = dev.stream_on(QueueKind::Compute)?;
+    /// let gpu = dev.alloc_buffer(4096)?;
+    /// gpu.write(0, &[9; 4096])?;
+    /// let mut pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// // Device memory straight into pinned host memory, by the kernel.
+    /// stream.copy_sm(Binding::Device(&gpu, 0, 4096), Binding::HostMut(&mut pinned))?;
+    /// stream.synchronize()?;
+    /// assert!(pinned.iter().all(|&b| b == 9));
+    /// # Ok(()) }
+    /// ```
     pub fn copy_sm(&self, src: Binding<'_>, dst: Binding<'_>) -> Result<()> {
         check4(&src, "copy source")?;
         check4(&dst, "copy destination")?;
@@ -301,6 +377,26 @@ impl Stream {
     /// zeroed first by the `fill` kernel): see [`crate::kernel::builtin`] for the function,
     /// which [`checksum_cpu`](crate::kernel::checksum_cpu) computes on the host. Offsets and
     /// lengths multiples of 4 bytes, else `InvalidArgument`. Async as [`Stream::launch`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::{Binding, QueueKind};
+    /// let dev = vkhost::Device::open_default()?;
+    /// let stream = dev.stream_on(QueueKind::Compute)?;
+    /// let data = dev.alloc_buffer(4096)?;
+    /// data.write(0, &[0x5C; 4096])?;
+    /// let sums = dev.alloc_buffer(16)?;
+    /// stream.checksum_into(Binding::Device(&data, 0, 2048), Binding::Device(&sums, 0, 8))?;
+    /// stream.checksum_into(Binding::Device(&data, 2048, 2048), Binding::Device(&sums, 8, 8))?;
+    /// stream.synchronize()?;
+    /// let mut got = [0u64; 2];
+    /// sums.read_slice(0, &mut got)?;
+    /// let want = vkhost::kernel::checksum_cpu(&[0x5C; 2048]);
+    /// assert_eq!(got, [want, want]);
+    /// # Ok(()) }
+    /// ```
     pub fn checksum_into(&self, src: Binding<'_>, mut out: Binding<'_>) -> Result<()> {
         check4(&src, "checksum source")?;
         check4(&out, "checksum result")?;
@@ -334,6 +430,21 @@ impl Stream {
     /// The built-in `checksum` of `src`, computed on the device and read back: waits for this
     /// stream's work up to it. Lets tests and `vkhost check` verify device data without reading
     /// it all back.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::{Binding, QueueKind};
+    /// let dev = vkhost::Device::open_default()?;
+    /// let stream = dev.stream_on(QueueKind::Compute)?;
+    /// let gpu = dev.alloc_buffer(1 << 16)?;
+    /// let data: Vec<u8> = (0..1 << 16).map(|i| (i % 251) as u8).collect();
+    /// gpu.write(0, &data)?;
+    /// let sum = stream.checksum(Binding::Device(&gpu, 0, 1 << 16))?;
+    /// assert_eq!(sum, vkhost::kernel::checksum_cpu(&data));
+    /// # Ok(()) }
+    /// ```
     pub fn checksum(&self, src: Binding<'_>) -> Result<u64> {
         let out = self.device().alloc_buffer(8)?;
         self.checksum_into(src, Binding::Device(&out, 0, 8))?;

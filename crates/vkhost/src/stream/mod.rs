@@ -25,6 +25,26 @@
 //! Streams default to the transfer-only family (the copy engines) and alternate between its
 //! queues, so an h2d stream and a d2h stream created one after the other run on different
 //! engines where the device has two.
+//!
+//! # Example
+//!
+//! ```
+//! # fn main() -> vkhost::Result<()> {
+//! let dev = vkhost::Device::open_default()?;
+//! let gpu = dev.alloc_buffer(1 << 20)?;
+//! let mut pinned = vkhost::PinnedBuffer::new(&dev, 1 << 20)?;
+//! pinned.fill(1);
+//! let stream = dev.stream()?;
+//! let up = stream.upload(&pinned, &gpu, 0)?; // enqueued: the device reads the block later
+//! stream.fill_async(&gpu, 0, 4096, 0)?; // ordered after the upload
+//! let done = stream.record()?;
+//! up.wait()?;
+//! done.wait()?;
+//! let mut head = [9u8; 8];
+//! gpu.read(4092, &mut head)?;
+//! assert_eq!(head, [0, 0, 0, 0, 1, 1, 1, 1]);
+//! # Ok(()) }
+//! ```
 
 mod batch;
 mod copy;
@@ -49,6 +69,21 @@ use std::sync::{Arc, Mutex, Weak};
 
 /// An ordered sequence of device work on one queue. `Send + Sync`; operations from several
 /// threads are ordered by the stream's lock. Dropping it synchronizes first.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// let dev = vkhost::Device::open_default()?;
+/// let (a, b) = (dev.alloc_buffer(4096)?, dev.alloc_buffer(4096)?);
+/// let stream = dev.stream()?;
+/// stream.fill_async(&a, 0, 4096, 0x0101_0101)?;
+/// stream.copy_async(&a, 0, &b, 0, 4096)?; // runs after the fill: same stream
+/// let mut out = vec![0u8; 4096];
+/// stream.download(&b, 0, &mut out)?.wait()?;
+/// assert!(out.iter().all(|&x| x == 1));
+/// # Ok(()) }
+/// ```
 pub struct Stream {
     inner: Arc<StreamInner>,
 }
@@ -60,6 +95,21 @@ impl std::fmt::Debug for Stream {
 }
 
 /// A point in a stream's work. Cheap to clone.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// let dev = vkhost::Device::open_default()?;
+/// let gpu = dev.alloc_buffer(1 << 16)?;
+/// let stream = dev.stream()?;
+/// stream.fill_async(&gpu, 0, 1 << 16, 7)?;
+/// let event = stream.record()?; // submits; marks this point
+/// let copy = event.clone();
+/// event.wait()?;
+/// assert!(copy.is_done()?);
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Event {
     inner: Arc<StreamInner>,
@@ -77,6 +127,22 @@ impl std::fmt::Debug for Event {
 
 /// Async work that borrows host memory: waits for it (and completes pageable d2h) on drop, so
 /// safe code cannot touch or free memory the device is still using.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// let dev = vkhost::Device::open_default()?;
+/// let gpu = dev.alloc_buffer(4096)?;
+/// let stream = dev.stream()?;
+/// let src = vec![3u8; 4096];
+/// let pending = stream.upload(&src, &gpu, 0)?; // borrows `src`
+/// pending.wait()?; // (or drop it: dropping waits)
+/// let mut back = vec![0u8; 4096];
+/// gpu.read(0, &mut back)?;
+/// assert_eq!(back, src);
+/// # Ok(()) }
+/// ```
 #[must_use = "dropping a Pending waits for the copy"]
 pub struct Pending<'a> {
     event: Option<Event>,
@@ -91,17 +157,56 @@ impl std::fmt::Debug for Pending<'_> {
 
 impl Device {
     /// A stream on the copy engines (see [`QueueKind::Copy`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let stream = dev.stream()?;
+    /// let gpu = dev.alloc_buffer(256)?;
+    /// stream.upload(&[1; 256], &gpu, 0)?.wait()?;
+    /// assert_eq!(stream.device().id(), dev.id());
+    /// # Ok(()) }
+    /// ```
     pub fn stream(&self) -> Result<Stream> {
         self.stream_on(QueueKind::Copy)
     }
 
     /// A stream on the given kind of queue (copy streams alternate between the copy queues).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::QueueKind;
+    /// let dev = vkhost::Device::open_default()?;
+    /// // Kernels need a compute-capable queue.
+    /// let stream = dev.stream_on(QueueKind::Compute)?;
+    /// assert_eq!(stream.queue()?.0, dev.raw()?.compute_family);
+    /// let gpu = dev.alloc_buffer(1024)?;
+    /// stream.fill_u32(vkhost::Binding::Device(&gpu, 0, 1024), 0xFFFF_FFFF)?;
+    /// stream.synchronize()?;
+    /// # Ok(()) }
+    /// ```
     pub fn stream_on(&self, kind: QueueKind) -> Result<Stream> {
         self.stream_at(kind, None)
     }
 
     /// A stream on queue `index` of the given kind (modulo the queues vkhost created there:
     /// up to two copy-engine queues, one compute queue).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::QueueKind;
+    /// let dev = vkhost::Device::open_default()?;
+    /// let a = dev.stream_on_queue(QueueKind::Compute, 0)?;
+    /// let b = dev.stream_on_queue(QueueKind::Compute, 5)?; // 5 modulo one compute queue
+    /// assert_eq!(a.queue()?, b.queue()?);
+    /// # Ok(()) }
+    /// ```
     pub fn stream_on_queue(&self, kind: QueueKind, index: usize) -> Result<Stream> {
         self.stream_at(kind, Some(index))
     }
@@ -166,6 +271,21 @@ impl Device {
 
 impl Stream {
     /// The queue this stream submits to: (family, index).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let (family, index) = dev.stream()?.queue()?;
+    /// let raw = dev.raw()?;
+    /// // A copy stream is on the copy engines where the device has them, else on the compute queue.
+    /// match raw.copy_family {
+    ///     Some(f) => assert!(family == f && raw.copy_queue_indices.contains(&index)),
+    ///     None => assert_eq!((family, index), (raw.compute_family, raw.compute_queue_index)),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn queue(&self) -> Result<(u32, u32)> {
         let l = self.inner.shared.live_any()?;
         let q = pick_queue(&l, self.inner.queue_kind, self.inner.queue_index)?;
@@ -173,6 +293,18 @@ impl Stream {
     }
 
     /// The device this stream runs on.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let stream = dev.stream()?;
+    /// let buf = stream.device().alloc_buffer(64)?; // the stream's device, from the stream alone
+    /// stream.fill_async(&buf, 0, 64, 0)?;
+    /// stream.synchronize()?;
+    /// # Ok(()) }
+    /// ```
     pub fn device(&self) -> Device {
         Device { shared: self.inner.shared.clone() }
     }
@@ -187,6 +319,27 @@ impl Stream {
     /// `src` must be readable for `len` bytes during the call. Where a registration or pinned
     /// block covers it, those bytes must not change until the copy completes (an event recorded
     /// after it, or `synchronize`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::host;
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(4096)?;
+    /// let stream = dev.stream()?;
+    /// let block = host::alloc_pinned(&dev, 4096)?;
+    /// // SAFETY: a live block of 4096 bytes, which no device work names yet.
+    /// unsafe { block.as_ptr().write_bytes(0x11, 4096) };
+    /// // SAFETY: the block is readable, and neither written nor freed until `synchronize` returned.
+    /// unsafe { stream.copy_to_device_async(block.as_ptr(), 4096, &gpu, 0) }?;
+    /// stream.synchronize()?;
+    /// host::free_pinned(&dev, block)?;
+    /// let mut back = vec![0u8; 4096];
+    /// gpu.read(0, &mut back)?;
+    /// assert!(back.iter().all(|&b| b == 0x11));
+    /// # Ok(()) }
+    /// ```
     pub unsafe fn copy_to_device_async(&self, src: *const u8, len: usize, dst: &DeviceBuffer, dst_offset: usize) -> Result<()> {
         // SAFETY: forwarded contract.
         unsafe { self.inner.host_copy(true, src as usize, len, dst, dst_offset) }.map(|_| ())
@@ -198,6 +351,22 @@ impl Stream {
     ///
     /// # Safety
     /// `dst` must stay valid, writable and otherwise untouched for `len` bytes until then.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(4096)?;
+    /// gpu.write(0, &[0x22; 4096])?;
+    /// let stream = dev.stream()?;
+    /// let mut out = vec![0u8; 4096];
+    /// // SAFETY: `out` stays alive, writable and untouched until `synchronize` returned.
+    /// unsafe { stream.copy_to_host_async(&gpu, 0, out.as_mut_ptr(), 4096) }?;
+    /// stream.synchronize()?; // the bytes are in place now
+    /// assert!(out.iter().all(|&b| b == 0x22));
+    /// # Ok(()) }
+    /// ```
     pub unsafe fn copy_to_host_async(&self, src: &DeviceBuffer, src_offset: usize, dst: *mut u8, len: usize) -> Result<()> {
         // SAFETY: forwarded contract.
         unsafe { self.inner.host_copy(false, dst as usize, len, src, src_offset) }.map(|_| ())
@@ -213,6 +382,23 @@ impl Stream {
     ///   call waits for the copy.
     ///
     /// The returned guard borrows `src` until it is dropped or waited (drop waits).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(1 << 20)?;
+    /// let stream = dev.stream()?;
+    /// let mut pinned = vkhost::PinnedBuffer::new(&dev, 1 << 20)?;
+    /// pinned.fill(4);
+    /// let pending = stream.upload(&pinned, &gpu, 0)?; // async: the block is vkhost's memory
+    /// // ... other work while the device copies ...
+    /// pending.wait()?;
+    /// let pageable = vec![5u8; 100];
+    /// stream.upload(&pageable, &gpu, 0)?.wait()?; // staged: `pageable` was read before the return
+    /// # Ok(()) }
+    /// ```
     pub fn upload<'a>(&self, src: &'a [u8], dst: &DeviceBuffer, dst_offset: usize) -> Result<Pending<'a>> {
         // SAFETY: `src` is readable for the call; what the device reads after the call returns
         // lies in pinned blocks, which the submitted work owns (their memory outlives it).
@@ -226,6 +412,21 @@ impl Stream {
     /// Async only into pinned blocks, whose `Deref` waits for device writes still pending, so a
     /// leaked guard cannot expose bytes being written. Into pageable or registered memory the
     /// call returns once the bytes are in place.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(4096)?;
+    /// gpu.write(0, &[6; 4096])?;
+    /// let stream = dev.stream()?;
+    /// let mut pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// let pending = stream.download(&gpu, 0, &mut pinned)?; // async into pinned memory
+    /// pending.wait()?;
+    /// assert!(pinned.iter().all(|&b| b == 6));
+    /// # Ok(()) }
+    /// ```
     pub fn download<'a>(&self, src: &DeviceBuffer, src_offset: usize, dst: &'a mut [u8]) -> Result<Pending<'a>> {
         // SAFETY: `dst` is writable for the call; what the device writes after the call returns
         // lies in pinned blocks, owned by the submitted work, whose safe views wait for it.
@@ -235,11 +436,39 @@ impl Stream {
     }
 
     /// [`Stream::upload`] of a typed slice (any [`bytemuck::Pod`] type).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(16)?;
+    /// let stream = dev.stream()?;
+    /// stream.upload_slice(&[1.5f32, 2.5, 3.5, 4.5], &gpu, 0)?.wait()?;
+    /// let mut back = [0f32; 4];
+    /// gpu.read_slice(0, &mut back)?;
+    /// assert_eq!(back, [1.5, 2.5, 3.5, 4.5]);
+    /// # Ok(()) }
+    /// ```
     pub fn upload_slice<'a, T: bytemuck::Pod>(&self, src: &'a [T], dst: &DeviceBuffer, dst_offset: usize) -> Result<Pending<'a>> {
         self.upload(bytemuck::cast_slice(src), dst, dst_offset)
     }
 
     /// [`Stream::download`] into a typed slice (any [`bytemuck::Pod`] type).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(32)?;
+    /// gpu.write_slice(0, &[10u64, 20, 30, 40])?;
+    /// let stream = dev.stream()?;
+    /// let mut out = [0u64; 4];
+    /// stream.download_slice(&gpu, 0, &mut out)?.wait()?;
+    /// assert_eq!(out, [10, 20, 30, 40]);
+    /// # Ok(()) }
+    /// ```
     pub fn download_slice<'a, T: bytemuck::Pod>(&self, src: &DeviceBuffer, src_offset: usize, dst: &'a mut [T]) -> Result<Pending<'a>> {
         self.download(src, src_offset, bytemuck::cast_slice_mut(dst))
     }
@@ -280,6 +509,23 @@ impl Stream {
     }
 
     /// Enqueues a device-to-device copy. Overlapping ranges of one buffer are refused.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(8192)?;
+    /// gpu.write(0, &[8; 4096])?;
+    /// let stream = dev.stream()?;
+    /// stream.copy_async(&gpu, 0, &gpu, 4096, 4096)?; // first half into the second
+    /// assert!(stream.copy_async(&gpu, 0, &gpu, 100, 4096).is_err(), "overlapping");
+    /// stream.synchronize()?;
+    /// let mut back = vec![0u8; 4096];
+    /// gpu.read(4096, &mut back)?;
+    /// assert!(back.iter().all(|&b| b == 8));
+    /// # Ok(()) }
+    /// ```
     pub fn copy_async(&self, src: &DeviceBuffer, src_offset: usize, dst: &DeviceBuffer, dst_offset: usize, len: usize) -> Result<()> {
         let inner = &*self.inner;
         let s = &*inner.shared;
@@ -305,6 +551,22 @@ impl Stream {
 
     /// Enqueues vkCmdFillBuffer: `len` bytes at `offset` set to the repeated `value`.
     /// `offset` and `len` must be multiples of 4.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(64)?;
+    /// let stream = dev.stream()?;
+    /// stream.fill_async(&gpu, 0, 64, 0xAABB_CCDD)?;
+    /// assert!(stream.fill_async(&gpu, 2, 8, 0).is_err(), "offset not a multiple of 4");
+    /// stream.synchronize()?;
+    /// let mut back = [0u32; 16];
+    /// gpu.read_slice(0, &mut back)?;
+    /// assert_eq!(back, [0xAABB_CCDD; 16]);
+    /// # Ok(()) }
+    /// ```
     pub fn fill_async(&self, dst: &DeviceBuffer, offset: usize, len: usize, value: u32) -> Result<()> {
         let inner = &*self.inner;
         let s = &*inner.shared;
@@ -331,6 +593,20 @@ impl Stream {
     }
 
     /// Submits recorded work now, without waiting.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(1 << 20)?;
+    /// let stream = dev.stream()?;
+    /// stream.fill_async(&gpu, 0, 1 << 20, 0)?;
+    /// stream.flush()?; // the device starts now...
+    /// // ... while the host does something else ...
+    /// stream.synchronize()?;
+    /// # Ok(()) }
+    /// ```
     pub fn flush(&self) -> Result<()> {
         let l = self.inner.shared.live()?;
         let mut st = relock(&self.inner.state);
@@ -339,6 +615,22 @@ impl Stream {
     }
 
     /// An event at the current end of the stream (submits recorded work).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(4096)?;
+    /// let stream = dev.stream()?;
+    /// stream.fill_async(&gpu, 0, 4096, 0x0303_0303)?;
+    /// let filled = stream.record()?;
+    /// filled.wait()?; // the fill is done; later work on the stream may still run
+    /// let mut back = [0u8; 4];
+    /// gpu.read(0, &mut back)?;
+    /// assert_eq!(back, [3; 4]);
+    /// # Ok(()) }
+    /// ```
     pub fn record(&self) -> Result<Event> {
         let l = self.inner.shared.live()?;
         let mut st = relock(&self.inner.state);
@@ -352,6 +644,26 @@ impl Stream {
     ///
     /// An event whose work was lost (a failed submission its [`Event::wait`] would report) is
     /// that error here too, and nothing is made to wait: the lost work will never signal.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::QueueKind;
+    /// let dev = vkhost::Device::open_default()?;
+    /// let (a, b) = (dev.alloc_buffer(4096)?, dev.alloc_buffer(4096)?);
+    /// let producer = dev.stream()?;
+    /// let consumer = dev.stream_on(QueueKind::Compute)?;
+    /// producer.fill_async(&a, 0, 4096, 0x0505_0505)?;
+    /// let ready = producer.record()?;
+    /// consumer.wait_event(&ready)?; // the device orders the copy after the fill
+    /// consumer.copy_async(&a, 0, &b, 0, 4096)?;
+    /// consumer.synchronize()?;
+    /// let mut back = vec![0u8; 4096];
+    /// b.read(0, &mut back)?;
+    /// assert!(back.iter().all(|&x| x == 5));
+    /// # Ok(()) }
+    /// ```
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         if !Arc::ptr_eq(&event.inner.shared, &self.inner.shared) {
             return Err(Error::invalid("event of another device"));
@@ -386,6 +698,22 @@ impl Stream {
     /// `synchronize` reported yet is this call's error, even if the call that submitted (an
     /// enqueue, [`Stream::flush`], [`Stream::record`]) returned it already; then it is reported.
     /// The guards of lost work report it too ([`Pending::wait`], [`Event::wait`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(4096)?;
+    /// gpu.write(0, &[1; 4096])?;
+    /// let stream = dev.stream()?;
+    /// let mut out = vec![0u8; 4096];
+    /// // SAFETY: `out` stays alive, writable and untouched until `synchronize` returned.
+    /// unsafe { stream.copy_to_host_async(&gpu, 0, out.as_mut_ptr(), 4096) }?;
+    /// stream.synchronize()?; // all enqueued work done, pageable copies completed
+    /// assert!(out.iter().all(|&b| b == 1));
+    /// # Ok(()) }
+    /// ```
     pub fn synchronize(&self) -> Result<()> {
         let l = self.inner.shared.live()?;
         let v = {
@@ -425,6 +753,20 @@ impl Event {
     ///
     /// Work before the event that was lost (its submission failed, so it never ran) is an
     /// error: the first such failure that [`Stream::synchronize`] has not reported yet.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(4096)?;
+    /// let stream = dev.stream()?;
+    /// stream.fill_async(&gpu, 0, 4096, 0)?;
+    /// let event = stream.record()?;
+    /// event.wait()?;
+    /// assert!(event.is_done()?);
+    /// # Ok(()) }
+    /// ```
     pub fn wait(&self) -> Result<()> {
         let Ok(l) = self.inner.shared.live_any() else { return Ok(()) };
         if self.inner.shared.lost.load(Ordering::Relaxed) {
@@ -442,6 +784,21 @@ impl Event {
 
     /// Whether the work before this event is done (never blocks). Lost work is an error, as
     /// for [`Event::wait`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(1 << 20)?;
+    /// let stream = dev.stream()?;
+    /// stream.fill_async(&gpu, 0, 1 << 20, 0)?;
+    /// let event = stream.record()?;
+    /// while !event.is_done()? {
+    ///     std::thread::yield_now(); // or do other work
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_done(&self) -> Result<bool> {
         let Ok(l) = self.inner.shared.live_any() else { return Ok(true) };
         let mut st = relock(&self.inner.state);
@@ -467,6 +824,22 @@ impl Pending<'_> {
     /// Waits for the copy (and completes a pageable destination). If the copy's batch could
     /// not be submitted, the copy never ran: that error, however often asked (the stream's
     /// [`Stream::synchronize`] reports it too).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(4096)?;
+    /// let stream = dev.stream()?;
+    /// let mut pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// pinned.fill(2);
+    /// stream.upload(&pinned, &gpu, 0)?.wait()?;
+    /// let mut back = vec![0u8; 4096];
+    /// gpu.read(0, &mut back)?;
+    /// assert!(back.iter().all(|&b| b == 2));
+    /// # Ok(()) }
+    /// ```
     pub fn wait(mut self) -> Result<()> {
         match self.event.take() {
             Some(e) => e.wait(),
@@ -476,6 +849,21 @@ impl Pending<'_> {
 
     /// Whether the copy is done (never blocks); a lost copy is an error, as for
     /// [`Pending::wait`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(1 << 20)?;
+    /// let stream = dev.stream()?;
+    /// let pinned = vkhost::PinnedBuffer::new(&dev, 1 << 20)?;
+    /// let pending = stream.upload(&pinned, &gpu, 0)?;
+    /// while !pending.is_done()? {
+    ///     std::thread::yield_now(); // or do other work
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_done(&self) -> Result<bool> {
         self.event.as_ref().map_or(Ok(true), |e| e.is_done())
     }
