@@ -1,7 +1,7 @@
 //! Device-local buffers and the safe copy entry points.
 
+use crate::device::Device;
 use crate::device::object::BufferObj;
-use crate::device::{Device, Shared};
 use crate::error::{Error, Result};
 use crate::memtype;
 use crate::resource::Resource;
@@ -40,7 +40,7 @@ use std::sync::Arc;
 /// # Ok(()) }
 /// ```
 pub struct DeviceBuffer {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: crate::device::SharedRef,
     pub(crate) res: Arc<Resource>,
     len: usize,
     /// Held while the CPU stores into the buffer's mapping (`BarWrites`): `write` takes `&self`,

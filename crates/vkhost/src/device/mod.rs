@@ -912,7 +912,43 @@ impl Drop for Shared {
 /// ```
 #[derive(Clone)]
 pub struct Device {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: SharedRef,
+}
+
+/// An owning reference to a device's state, held by every long-lived owner (`Device`,
+/// `DeviceBuffer`, a stream's state). Its drop never leaves the background releaser as the
+/// last owner: the releaser holds a device's state while it frees queued imports, and if a
+/// user's last handle went meanwhile, the device's teardown (vkDestroyDevice, and for a
+/// borrowed device the wait on the caller's objects) would run later on the releaser's thread,
+/// after the user's drop returned, racing process exit or the caller destroying its VkDevice.
+/// See [`object::drop_shared`].
+pub(crate) struct SharedRef(std::mem::ManuallyDrop<Arc<Shared>>);
+
+impl SharedRef {
+    pub(crate) fn new(s: Arc<Shared>) -> SharedRef {
+        SharedRef(std::mem::ManuallyDrop::new(s))
+    }
+}
+
+impl std::ops::Deref for SharedRef {
+    type Target = Arc<Shared>;
+    fn deref(&self) -> &Arc<Shared> {
+        &self.0
+    }
+}
+
+impl Clone for SharedRef {
+    fn clone(&self) -> SharedRef {
+        SharedRef::new(Arc::clone(&self.0))
+    }
+}
+
+impl Drop for SharedRef {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here, and `self.0` is never used again (this is its drop).
+        let s = unsafe { std::mem::ManuallyDrop::take(&mut self.0) };
+        object::drop_shared(s);
+    }
 }
 
 impl std::fmt::Debug for Device {
@@ -1323,7 +1359,7 @@ impl Device {
             }
         };
         let d = Device {
-            shared: Arc::new(Shared {
+            shared: SharedRef::new(Arc::new(Shared {
                 id: DeviceId::next(),
                 fork_gen: fork_generation(),
                 info,
@@ -1352,7 +1388,7 @@ impl Device {
                 pipelines: Arc::new(pipeline::PipelineCache::new(max_pipelines, mode)),
                 copy_choice: queues::Choice::new(queues::CopyQueues::fixed(QueueKind::Copy)),
                 mapped_buffers,
-            }),
+            })),
         };
         let cache: std::sync::Weak<dyn object::Child> = Arc::downgrade(&d.shared.pipelines) as std::sync::Weak<pipeline::PipelineCache>;
         d.shared.add_child(cache);

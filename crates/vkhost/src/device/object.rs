@@ -274,12 +274,57 @@ impl Shared {
 struct Releaser {
     queue: Mutex<Vec<Weak<Shared>>>,
     cv: std::sync::Condvar,
+    /// The address of the device state the releaser holds an `Arc` to now (0: none). Set under
+    /// this lock when it upgrades, cleared under it after it dropped that `Arc`; [`drop_shared`]
+    /// waits on `idle` while it names the device being dropped.
+    holding: Mutex<usize>,
+    idle: std::sync::Condvar,
+}
+
+static RELEASER: std::sync::OnceLock<&'static Releaser> = std::sync::OnceLock::new();
+
+thread_local! {
+    /// Set while this thread holds the releaser's `holding` lock to drop a device's state: a
+    /// drop nested in that one (a teardown that drops another owner) must not lock it again.
+    static DROPPING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Drops an owner's reference to a device's state so that the background releaser is never the
+/// last owner (which would run the device's teardown on its thread, after the user's last drop
+/// returned). While the releaser holds this device, waits for it to let go; then drops under
+/// the releaser's `holding` lock, so the releaser cannot upgrade in between: if this was the
+/// last reference, the teardown runs here and the releaser's later upgrade fails. Holding the
+/// lock through a teardown only delays the releaser, which never waits on a teardown.
+pub(crate) fn drop_shared(s: Arc<Shared>) {
+    let Some(r) = RELEASER.get() else {
+        // No releaser was ever started: nothing else can hold the state.
+        drop(s);
+        return;
+    };
+    if DROPPING.with(|d| d.get()) {
+        // The outer drop holds `holding`: the releaser cannot upgrade meanwhile.
+        drop(s);
+        return;
+    }
+    let me = Arc::as_ptr(&s) as usize;
+    let mut h = lock(&r.holding);
+    while *h == me {
+        h = r.idle.wait(h).unwrap_or_else(std::sync::PoisonError::into_inner);
+    }
+    DROPPING.with(|d| d.set(true));
+    drop(s);
+    DROPPING.with(|d| d.set(false));
+    drop(h);
 }
 
 fn releaser() -> &'static Releaser {
-    static R: std::sync::OnceLock<&'static Releaser> = std::sync::OnceLock::new();
-    R.get_or_init(|| {
-        let r: &'static Releaser = Box::leak(Box::new(Releaser { queue: Mutex::new(Vec::new()), cv: std::sync::Condvar::new() }));
+    RELEASER.get_or_init(|| {
+        let r: &'static Releaser = Box::leak(Box::new(Releaser {
+            queue: Mutex::new(Vec::new()),
+            cv: std::sync::Condvar::new(),
+            holding: Mutex::new(0),
+            idle: std::sync::Condvar::new(),
+        }));
         let spawned = std::thread::Builder::new().name("vkhost-release".into()).spawn(move || r.run());
         if let Err(e) = spawned {
             // Nothing is lost: whatever is queued goes at the next allocation or at teardown.
@@ -305,14 +350,100 @@ impl Releaser {
                 std::mem::take(&mut *q)
             };
             for w in batch {
-                let Some(s) = w.upgrade() else { continue };
+                // Upgrade under `holding` (see `drop_shared`): an owner's last drop in progress
+                // finishes first (then this fails), and one that starts later waits for us.
+                let s = {
+                    let mut h = lock(&self.holding);
+                    let Some(s) = w.upgrade() else { continue };
+                    *h = Arc::as_ptr(&s) as usize;
+                    s
+                };
+                #[cfg(test)]
+                tests::pause_point(&s);
                 // A device being destroyed holds the lock exclusively and drains its garbage
                 // itself; afterwards `live` is None and there is nothing left here.
                 let g = s.live.read().unwrap_or_else(std::sync::PoisonError::into_inner);
                 if let Some(l) = g.as_ref() {
                     s.drain_garbage(l);
                 }
+                drop(g);
+                // Not the last reference: every owner's drop goes through `drop_shared`, which
+                // waits while `holding` names this device, and transient clones live inside a
+                // call on an owner's handle.
+                let mut h = lock(&self.holding);
+                DROPPING.with(|d| d.set(true));
+                drop(s);
+                DROPPING.with(|d| d.set(false));
+                *h = 0;
+                drop(h);
+                self.idle.notify_all();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+    use std::time::{Duration, Instant};
+
+    /// The device (id) whose release the releaser stops in, holding its state, until cleared.
+    static PAUSE_ID: AtomicU64 = AtomicU64::new(0);
+    static REACHED: AtomicBool = AtomicBool::new(false);
+
+    pub(super) fn pause_point(s: &Shared) {
+        if PAUSE_ID.load(Ordering::Acquire) != s.id.get() {
+            return;
+        }
+        REACHED.store(true, Ordering::Release);
+        while PAUSE_ID.load(Ordering::Acquire) == s.id.get() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// The user's last drop of a device while the background releaser holds its state: the
+    /// drop must return only once the device is torn down (on the user's thread), never leave
+    /// the teardown to the releaser for later (found by a doc example under validation: a
+    /// segfault in the layer when the teardown raced process exit; for a borrowed device,
+    /// vkhost would use the caller's VkDevice after the caller's drop returned).
+    #[test]
+    fn the_last_drop_tears_down_even_while_the_releaser_holds_the_device() {
+        let dev = match crate::Device::open_default() {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("skipped: no Vulkan device ({e})");
+                return;
+            }
+        };
+        if let Err(e) = dev.host_registration() {
+            eprintln!("skipped: host registration unavailable ({e})");
+            return;
+        }
+        let weak = Arc::downgrade(&*dev.shared);
+        PAUSE_ID.store(dev.id().get(), Ordering::Release);
+        // An unregister hands the import to the releaser, which stops holding the state.
+        let layout = std::alloc::Layout::from_size_align(4096, 4096).unwrap();
+        // SAFETY: a fresh page-aligned allocation, freed below after the unregister.
+        let page = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!page.is_null());
+        // SAFETY: the page stays allocated until after `unregister` returns.
+        unsafe { crate::host::register(&dev, page, 4096) }.unwrap();
+        crate::host::unregister(&dev, page).unwrap();
+        let t = Instant::now();
+        while !REACHED.load(Ordering::Acquire) {
+            assert!(t.elapsed() < Duration::from_secs(10), "the releaser never took the device");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let release = std::thread::spawn(|| {
+            std::thread::sleep(Duration::from_millis(200));
+            PAUSE_ID.store(0, Ordering::Release);
+        });
+        drop(dev);
+        let torn_down = weak.upgrade().is_none();
+        release.join().unwrap();
+        // SAFETY: allocated above with this layout; no import of it is left.
+        unsafe { std::alloc::dealloc(page, layout) };
+        assert!(torn_down, "the last Device drop returned while the releaser still held the device");
     }
 }

@@ -63,7 +63,7 @@ impl std::fmt::Debug for StreamInner {
 
 pub(crate) struct StreamInner {
     pub(super) me: Weak<StreamInner>,
-    pub(super) shared: Arc<Shared>,
+    pub(super) shared: crate::device::SharedRef,
     pub(super) queue_kind: QueueKind,
     pub(super) queue_index: usize,
     /// The timeline semaphore. Destroyed only when the last reference goes (other streams'
