@@ -158,6 +158,22 @@ if [ "$what" = devices ]; then
     $v bench -t host_to_device_ce,device_to_host_ce,host_to_device_registered_ce,device_to_host_registered_ce,host_to_device_pageable_ce,device_to_host_pageable_ce --sizes 16M,256M,1G --no-costs --iters 30 --json "$OUT/plain30-$k.json" 2>&1 | grep -E "_ce"
   done 2>&1 | tee "$OUT/devices-vs-plain.txt"
 fi
+if [ "$what" = ab ]; then
+  # The s3 sweep's pinned small copies were 15-25% slower than 8a2c94e's sweep: the old binary
+  # (.h200/vkhost-old) against this one, alternated, on the sweep's memory (every path 1 GiB).
+  T=host_to_device_ce,device_to_host_ce,bidir_ce,host_to_device_registered_ce,device_to_host_registered_ce,host_to_device_pageable_ce,latency_device_to_host
+  for k in 1 2; do for b in vkhost-old vkhost; do
+    echo "== $b ($k)"; ./.h200/$b bench -t $T --no-costs --json "$OUT/ab-$b-$k.json" 2>&1 | grep -E " (4K|64K|1M|4M|256M) " | grep -E "_ce|latency_"
+  done; done 2>&1 | tee "$OUT/ab.txt"
+fi
+if [ "$what" = bisect ]; then
+  # Which commit slowed the sweep's pinned small copies: 8a2c94e (old), 9fc976a, 90fef6b
+  # (edition 2024), this one; the sweep's pinned and registered rows on every path's 1 GiB.
+  T=host_to_device_ce,device_to_host_ce,host_to_device_registered_ce,host_to_device_pageable_ce
+  for b in vkhost-old vkhost-9fc vkhost-ed24 vkhost; do
+    echo "== $b"; ./.h200/$b bench -t $T --no-costs --sizes 4K,1M,4M,1G 2>&1 | grep -E "_ce"
+  done 2>&1 | tee "$OUT/bisect.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi
