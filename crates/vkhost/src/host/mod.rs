@@ -749,11 +749,12 @@ pub unsafe fn register(dev: &Device, ptr: impl HostPtr, len: usize) -> Result<()
 /// As for [`register`].
 pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guarded: bool) -> Result<Arc<Imports>> {
     let s = &dev.shared;
-    let granule = match s.registration() {
-        Ok(g) => g,
-        Err(why) if why.starts_with("imports disabled by policy") => return Err(Error::unsupported("imports disabled by policy")),
-        Err(why) => return Err(Error::unsupported(why)),
-    };
+    // The policy first, with its own short reason (asked of the options, not read from the
+    // longer message `registration` gives for it).
+    if s.options.import == crate::device::ImportPolicy::Never {
+        return Err(Error::unsupported("imports disabled by policy"));
+    }
+    let granule = s.registration().map_err(Error::unsupported)?;
     if addr == 0 {
         return Err(Error::invalid("null pointer"));
     }
