@@ -174,6 +174,12 @@ if [ "$what" = bisect ]; then
     echo "== $b"; ./.h200/$b bench -t $T --no-costs --sizes 4K,1M,4M,1G 2>&1 | grep -E "_ce"
   done 2>&1 | tee "$OUT/bisect.txt"
 fi
+if [ "$what" = pinned ]; then
+  # Is the slow pinned state (small copies 15-25% slower in some processes) a process's or one
+  # block's? Four 1 GiB pinned blocks per process, three processes; then 16 MiB blocks.
+  for k in 1 2 3; do echo "== process $k"; ./.h200/pinned_small 4 1024; done 2>&1 | tee "$OUT/pinned.txt"
+  echo "== 16 MiB blocks" | tee -a "$OUT/pinned.txt"; ./.h200/pinned_small 4 16 2>&1 | tee -a "$OUT/pinned.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi

@@ -1,0 +1,58 @@
+//! Small synchronous copies from several pinned blocks of one process (issue 10: in some
+//! processes the bench's pinned 4 KiB-4 MiB copies ran 15-25% slower, registered ones not).
+//! Is the slow state the process's or one block's?
+//!
+//!     cargo run --release --example pinned_small -- [blocks=4] [MiB per block=1024]
+//!
+//! For each pinned block (and one registered allocation of the same size for comparison):
+//! the median of 200 synchronous 4 KiB copies h2d and d2h from offset 0, and of 50 1 MiB copies.
+
+use std::time::Instant;
+use vkhost::{BarWrites, Device, OpenOptions, PinnedBuffer};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median µs of `n` writes and reads of `len` bytes between `host` and `dev`.
+fn time(buf: &vkhost::DeviceBuffer, host: &mut [u8], len: usize, n: usize) -> vkhost::Result<(f64, f64)> {
+    let (mut w, mut r) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let t = Instant::now();
+        buf.write(0, &host[..len])?;
+        w.push(t.elapsed().as_secs_f64() * 1e6);
+        let t = Instant::now();
+        buf.read(0, &mut host[..len])?;
+        r.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok((median(w), median(r)))
+}
+
+fn main() -> vkhost::Result<()> {
+    let blocks: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(4);
+    let mib: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(1024);
+    // Copies, not BAR stores, for the writes too.
+    let dev = Device::open_default_with(&OpenOptions { bar_writes: BarWrites::Off, ..OpenOptions::default() })?;
+    let buf = dev.alloc_buffer(1 << 20)?;
+    let mut pinned = Vec::new();
+    for _ in 0..blocks {
+        let mut p = PinnedBuffer::new(&dev, mib << 20)?;
+        p.fill(1);
+        pinned.push(p);
+    }
+    for (i, p) in pinned.iter_mut().enumerate() {
+        let (w4, r4) = time(&buf, p, 4096, 200)?;
+        let (w1, r1) = time(&buf, p, 1 << 20, 50)?;
+        println!("pinned block {i} ({mib} MiB): 4 KiB h2d {w4:6.1} us d2h {r4:6.1} us; 1 MiB h2d {w1:6.1} us d2h {r1:6.1} us");
+    }
+    let mut mine = vec![1u8; mib << 20];
+    let mut reg = dev.register(&mut mine)?;
+    let (w4, r4) = time(&buf, &mut reg, 4096, 200)?;
+    let (w1, r1) = time(&buf, &mut reg, 1 << 20, 50)?;
+    println!("registered Vec ({mib} MiB):  4 KiB h2d {w4:6.1} us d2h {r4:6.1} us; 1 MiB h2d {w1:6.1} us d2h {r1:6.1} us");
+    drop(reg);
+    drop(pinned);
+    drop(buf);
+    dev.destroy()
+}
