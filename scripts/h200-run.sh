@@ -177,8 +177,12 @@ fi
 if [ "$what" = pinned ]; then
   # Is the slow pinned state (small copies 15-25% slower in some processes) a process's or one
   # block's? Four 1 GiB pinned blocks per process, three processes; then 16 MiB blocks.
-  for k in 1 2 3; do echo "== process $k"; ./.h200/pinned_small 4 1024; done 2>&1 | tee "$OUT/pinned.txt"
+  for k in 1 2 3; do echo "== process $k"; ./.h200/pinned_small 2 1024; done 2>&1 | tee "$OUT/pinned.txt"
   echo "== 16 MiB blocks" | tee -a "$OUT/pinned.txt"; ./.h200/pinned_small 4 16 2>&1 | tee -a "$OUT/pinned.txt"
+fi
+if [ "$what" = queues ]; then
+  # The slow small-copy state: one queue's or the device's? Six processes.
+  for k in 1 2 3 4 5 6; do echo "== process $k"; ./.h200/queue_latency; done 2>&1 | tee "$OUT/queues.txt"
 fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"

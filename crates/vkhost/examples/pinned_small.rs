@@ -48,10 +48,35 @@ fn main() -> vkhost::Result<()> {
     }
     let mut mine = vec![1u8; mib << 20];
     let mut reg = dev.register(&mut mine)?;
-    let (w4, r4) = time(&buf, &mut reg, 4096, 200)?;
-    let (w1, r1) = time(&buf, &mut reg, 1 << 20, 50)?;
-    println!("registered Vec ({mib} MiB):  4 KiB h2d {w4:6.1} us d2h {r4:6.1} us; 1 MiB h2d {w1:6.1} us d2h {r1:6.1} us");
+    // From the Vec's first byte (wherever the allocator put it in its page), and from the first
+    // page boundary inside it.
+    let skew = reg.as_ptr() as usize % 4096;
+    let aligned = (4096 - skew) % 4096;
+    for (what, off) in [(format!("start, {skew} B into a page"), 0), ("first page boundary".to_string(), aligned)] {
+        let (w4, r4) = time(&buf, &mut reg[off..], 4096, 200)?;
+        let (w1, r1) = time(&buf, &mut reg[off..], 1 << 20, 50)?;
+        println!("registered Vec ({mib} MiB), {what}: 4 KiB h2d {w4:6.1} us d2h {r4:6.1} us; 1 MiB h2d {w1:6.1} us d2h {r1:6.1} us");
+    }
     drop(reg);
+    drop(mine);
+    // Page-aligned anonymous memory, touched, registered (what the bench's registered path uses).
+    let len = mib << 20;
+    // SAFETY: a fresh private anonymous mapping, unmapped below after the registration is gone.
+    let base = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    if base != libc::MAP_FAILED {
+        // SAFETY: the mapping is `len` bytes, read-write, ours until munmap.
+        let m = unsafe { std::slice::from_raw_parts_mut(base as *mut u8, len) };
+        m.fill(1);
+        let mut reg = dev.register(m)?;
+        let (w4, r4) = time(&buf, &mut reg, 4096, 200)?;
+        let (w1, r1) = time(&buf, &mut reg, 1 << 20, 50)?;
+        println!("registered mmap ({mib} MiB), page-aligned: 4 KiB h2d {w4:6.1} us d2h {r4:6.1} us; 1 MiB h2d {w1:6.1} us d2h {r1:6.1} us");
+        drop(reg);
+        // SAFETY: the registration is gone; nothing else uses the mapping.
+        unsafe { libc::munmap(base, len) };
+    }
     drop(pinned);
     drop(buf);
     dev.destroy()

@@ -1,0 +1,61 @@
+//! Small-copy latency on each queue vkhost opened, in one process (issue 10: in some processes
+//! every small copy ran ~30 us slower; is that one queue's or the whole device's?).
+//!
+//!     cargo run --release --example queue_latency
+//!
+//! For each copy-engine queue and the compute queue: the median of 200 stream uploads and
+//! downloads of 4 KiB (enqueue + wait) from pinned memory, and of 50 of 1 MiB; then the
+//! synchronous path (`DeviceBuffer::write`/`read`, BAR stores off), which picks its own queue.
+
+use std::time::Instant;
+use vkhost::{BarWrites, Device, OpenOptions, PinnedBuffer, QueueKind};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() -> vkhost::Result<()> {
+    let dev = Device::open_default_with(&OpenOptions { bar_writes: BarWrites::Off, ..OpenOptions::default() })?;
+    let buf = dev.alloc_buffer(1 << 20)?;
+    let mut host = PinnedBuffer::new(&dev, 1 << 20)?;
+    host.fill(3);
+    let raw = dev.raw()?;
+    let mut queues: Vec<(QueueKind, usize)> = (0..raw.copy_queue_indices.len()).map(|i| (QueueKind::Copy, i)).collect();
+    queues.push((QueueKind::Compute, 0));
+    for (kind, i) in queues {
+        let s = dev.stream_on_queue(kind, i)?;
+        let q = s.queue()?;
+        let mut out = Vec::new();
+        for (len, n) in [(4096usize, 200), (1 << 20, 50)] {
+            let (mut up, mut down) = (Vec::new(), Vec::new());
+            for _ in 0..n {
+                let t = Instant::now();
+                s.upload(&host[..len], &buf, 0)?.wait()?;
+                up.push(t.elapsed().as_secs_f64() * 1e6);
+                let t = Instant::now();
+                s.download(&buf, 0, &mut host[..len])?.wait()?;
+                down.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            out.push(format!("{} h2d {:6.1} us d2h {:6.1} us", if len == 4096 { "4 KiB" } else { "1 MiB" }, median(up), median(down)));
+        }
+        println!("stream on {kind:?} queue {i} (family {}, index {}): {}", q.0, q.1, out.join("; "));
+    }
+    let mut out = Vec::new();
+    for (len, n) in [(4096usize, 200), (1 << 20, 50)] {
+        let (mut w, mut r) = (Vec::new(), Vec::new());
+        for _ in 0..n {
+            let t = Instant::now();
+            buf.write(0, &host[..len])?;
+            w.push(t.elapsed().as_secs_f64() * 1e6);
+            let t = Instant::now();
+            buf.read(0, &mut host[..len])?;
+            r.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        out.push(format!("{} h2d {:6.1} us d2h {:6.1} us", if len == 4096 { "4 KiB" } else { "1 MiB" }, median(w), median(r)));
+    }
+    println!("synchronous copies: {}", out.join("; "));
+    drop(host);
+    drop(buf);
+    dev.destroy()
+}
