@@ -40,13 +40,16 @@ use std::sync::Arc;
 /// # Ok(()) }
 /// ```
 pub struct DeviceBuffer {
-    pub(crate) shared: crate::device::SharedRef,
     pub(crate) res: Arc<Resource>,
     len: usize,
     /// Held while the CPU stores into the buffer's mapping (`BarWrites`): `write` takes `&self`,
     /// and two threads storing into the same bytes at once would be a data race (undefined
     /// behaviour), where two submitted copies are only the device's business.
     pub(crate) stores: std::sync::Mutex<()>,
+    /// Last, so it drops after `res`: the buffer's objects are released while this owner still
+    /// keeps the device, and the device's last reference, if it is this one, goes through
+    /// `drop_shared` (see `SharedRef`).
+    pub(crate) shared: crate::device::SharedRef,
 }
 
 impl std::fmt::Debug for DeviceBuffer {

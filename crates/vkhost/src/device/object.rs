@@ -361,12 +361,24 @@ impl Releaser {
                 #[cfg(test)]
                 tests::pause_point(&s);
                 // A device being destroyed holds the lock exclusively and drains its garbage
-                // itself; afterwards `live` is None and there is nothing left here.
-                let g = s.live.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-                if let Some(l) = g.as_ref() {
-                    s.drain_garbage(l);
+                // itself; afterwards `live` is None and there is nothing left here. Never block
+                // on the lock while holding the device: a thread waiting in `drop_shared` for
+                // us may hold a read lock that a pending teardown (a writer) waits for, and a
+                // writer-preferring lock would park this read behind it. Skipped garbage goes
+                // at the next allocation, `live_objects` or teardown.
+                match s.live.try_read() {
+                    Ok(g) => {
+                        if let Some(l) = g.as_ref() {
+                            s.drain_garbage(l);
+                        }
+                    }
+                    Err(std::sync::TryLockError::Poisoned(p)) => {
+                        if let Some(l) = p.get_ref().as_ref() {
+                            s.drain_garbage(l);
+                        }
+                    }
+                    Err(std::sync::TryLockError::WouldBlock) => {}
                 }
-                drop(g);
                 // Not the last reference: every owner's drop goes through `drop_shared`, which
                 // waits while `holding` names this device, and transient clones live inside a
                 // call on an owner's handle.

@@ -63,7 +63,6 @@ impl std::fmt::Debug for StreamInner {
 
 pub(crate) struct StreamInner {
     pub(super) me: Weak<StreamInner>,
-    pub(super) shared: crate::device::SharedRef,
     pub(super) queue_kind: QueueKind,
     pub(super) queue_index: usize,
     /// The timeline semaphore. Destroyed only when the last reference goes (other streams'
@@ -73,6 +72,10 @@ pub(crate) struct StreamInner {
     pub(super) state: Mutex<State>,
     /// Highest value known complete (cache of the semaphore).
     pub(super) completed: AtomicU64,
+    /// Last, so it drops after `state` (the batches and the resources they own): their objects
+    /// are released while the stream still keeps the device, and the device's last reference,
+    /// if it is this one, goes through `drop_shared` (see `SharedRef`).
+    pub(super) shared: crate::device::SharedRef,
 }
 
 impl Drop for StreamInner {
