@@ -1,10 +1,11 @@
 //! The registry: which host ranges a VkBuffer covers, per device. Pure data, no Vulkan calls.
 //!
 //! One table for the process, keyed by (device, address), behind one lock (held by
-//! `host::REGISTRY`). Each device has a `BTreeMap` from an entry's *key* (the registered or
-//! allocated start, which the caller names on unregister/free) to the entry. Keys' user ranges
-//! never overlap, so entries sorted by key are sorted by end too, and lookups visit only the
-//! entries near the address: O(log n + k), k the entries sharing a granule with it.
+//! `host::REGISTRY`). Each device has a [`Table`]: its entries sorted by *key* (the registered
+//! or allocated start, which the caller names on unregister/free), with the keys in a vector of
+//! their own. Keys' user ranges never overlap, so entries sorted by key are sorted by end too,
+//! and lookups visit only the entries near the address: a binary search over the keys, then
+//! O(k), k the entries sharing a granule with it.
 //!
 //! An entry's *covered* range is what its buffer spans: the rounded import for a registration,
 //! the block for a pinned allocation. Two registrations may share a page, so covered ranges may
@@ -13,7 +14,6 @@
 //! Entries hold a cell `T` (in the crate: the import's handles behind a lock). A cell of `None`
 //! state is a tombstone (the device was destroyed); `find` skips those.
 
-use std::collections::BTreeMap;
 use std::ops::Range;
 
 /// The kind of an entry.
@@ -78,10 +78,104 @@ impl<D: Eq + Copy, V: Default> DevMap<D, V> {
     }
 }
 
+/// One device's entries, sorted by key, with the keys in a vector of their own: a lookup is a
+/// binary search over 8-byte keys (80 KB for 10 000 entries, cache-resident) and then one entry,
+/// where a `BTreeMap` walked down nodes that hold the entries themselves: in a microbenchmark of
+/// 10 000 one-page entries and random lookups, 40 ns against 82-98. Inserting or removing moves
+/// the entries after the position (a memmove of about 70 bytes per entry: ~0.35 MB at 10 000,
+/// a small part of an import's own cost).
+#[derive(Debug)]
+struct Table<T> {
+    keys: Vec<usize>,
+    entries: Vec<Entry<T>>,
+}
+
+impl<T> Default for Table<T> {
+    fn default() -> Self {
+        Table { keys: Vec::new(), entries: Vec::new() }
+    }
+}
+
+impl<T> Table<T> {
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The index of the first key at or above `x`.
+    fn lower(&self, x: usize) -> usize {
+        self.keys.partition_point(|&k| k < x)
+    }
+
+    /// The index of the first key above `x`.
+    fn upper(&self, x: usize) -> usize {
+        self.keys.partition_point(|&k| k <= x)
+    }
+
+    /// The index of key `k`, if present.
+    fn index(&self, k: usize) -> Option<usize> {
+        let i = self.lower(k);
+        (self.keys.get(i) == Some(&k)).then_some(i)
+    }
+
+    fn get(&self, k: usize) -> Option<&Entry<T>> {
+        self.index(k).map(|i| &self.entries[i])
+    }
+
+    fn get_mut(&mut self, k: usize) -> Option<&mut Entry<T>> {
+        self.index(k).map(|i| &mut self.entries[i])
+    }
+
+    /// Inserts `e` at key `k`, replacing an entry with the same key (as a map does).
+    fn insert(&mut self, k: usize, e: Entry<T>) {
+        match self.index(k) {
+            Some(i) => self.entries[i] = e,
+            None => {
+                let i = self.lower(k);
+                self.keys.insert(i, k);
+                self.entries.insert(i, e);
+            }
+        }
+    }
+
+    fn remove(&mut self, k: usize) -> Option<Entry<T>> {
+        let i = self.index(k)?;
+        self.keys.remove(i);
+        Some(self.entries.remove(i))
+    }
+
+    /// The entries whose key is below `x`, nearest first.
+    fn below(&self, x: usize) -> impl DoubleEndedIterator<Item = &Entry<T>> {
+        self.entries[..self.lower(x)].iter().rev()
+    }
+
+    /// The entries whose key is at or below `x`, nearest first.
+    fn at_or_below(&self, x: usize) -> impl Iterator<Item = &Entry<T>> {
+        self.entries[..self.upper(x)].iter().rev()
+    }
+
+    /// (key, entry) for keys at or above `x`, in order.
+    fn from(&self, x: usize) -> impl Iterator<Item = (usize, &Entry<T>)> {
+        let i = self.lower(x);
+        self.keys[i..].iter().copied().zip(self.entries[i..].iter())
+    }
+
+    fn values(&self) -> std::slice::Iter<'_, Entry<T>> {
+        self.entries.iter()
+    }
+
+    fn values_mut(&mut self) -> std::slice::IterMut<'_, Entry<T>> {
+        self.entries.iter_mut()
+    }
+}
+
 /// The per-process table, generic over the cell so tests can model it with plain values.
 #[derive(Debug)]
 pub struct Registry<D, T> {
-    devices: DevMap<D, BTreeMap<usize, Entry<T>>>,
+    devices: DevMap<D, Table<T>>,
     /// The widest distance between an entry's covered range and its user range, per side:
     /// bounds how far from a query a covering entry's key can be.
     slack: usize,
@@ -105,7 +199,7 @@ impl<D: std::hash::Hash + Eq + Copy, T> Registry<D, T> {
             return false;
         }
         // The last entry starting before range.end is the only candidate that can reach it.
-        m.range(..range.end).next_back().is_some_and(|(_, e)| e.user.end > range.start)
+        m.below(range.end).next().is_some_and(|e| e.user.end > range.start)
     }
 
     /// Inserts an entry keyed by `user.start`; refuses overlap with another entry's user bytes.
@@ -121,20 +215,20 @@ impl<D: std::hash::Hash + Eq + Copy, T> Registry<D, T> {
 
     /// The entry keyed exactly `addr`.
     pub fn get(&self, dev: D, addr: usize) -> Option<&Entry<T>> {
-        self.devices.get(&dev)?.get(&addr)
+        self.devices.get(&dev)?.get(addr)
     }
 
     pub fn get_mut(&mut self, dev: D, addr: usize) -> Option<&mut Entry<T>> {
-        self.devices.get_mut(&dev)?.get_mut(&addr)
+        self.devices.get_mut(&dev)?.get_mut(addr)
     }
 
     /// Removes the entry keyed exactly `addr` if `pred` accepts it.
     pub fn remove_if(&mut self, dev: D, addr: usize, pred: impl FnOnce(&Entry<T>) -> bool) -> Option<Entry<T>> {
         let m = self.devices.get_mut(&dev)?;
-        if !pred(m.get(&addr)?) {
+        if !pred(m.get(addr)?) {
             return None;
         }
-        let e = m.remove(&addr);
+        let e = m.remove(addr);
         if m.is_empty() {
             self.devices.remove(&dev);
         }
@@ -147,8 +241,7 @@ impl<D: std::hash::Hash + Eq + Copy, T> Registry<D, T> {
         self.devices
             .get(&dev)
             .into_iter()
-            .flat_map(move |m| m.range(..=addr.saturating_add(slack)).rev())
-            .map(|(_, e)| e)
+            .flat_map(move |m| m.at_or_below(addr.saturating_add(slack)))
             // Ends decrease going back; once an entry ends (plus slack) at or before addr, so
             // does every earlier one.
             .take_while(move |e| e.user.end.saturating_add(slack) > addr)
@@ -210,7 +303,7 @@ impl<D: std::hash::Hash + Eq + Copy, T> Registry<D, T> {
     /// The smallest entry key (user start) above `addr`, live or not.
     fn next_key_after(&self, dev: D, addr: usize) -> Option<usize> {
         let m = self.devices.get(&dev)?;
-        m.range(addr.checked_add(1)?..).next().map(|(&k, _)| k)
+        m.from(addr.checked_add(1)?).next().map(|(k, _)| k)
     }
 
     /// The smallest covered start above `addr` among live entries.
@@ -218,7 +311,7 @@ impl<D: std::hash::Hash + Eq + Copy, T> Registry<D, T> {
         let m = self.devices.get(&dev)?;
         let slack = self.slack;
         let mut best: Option<usize> = None;
-        for (_, e) in m.range(addr.saturating_sub(slack)..) {
+        for (_, e) in m.from(addr.saturating_sub(slack)) {
             if let Some(b) = best {
                 if e.user.start.saturating_sub(slack) > b {
                     break;
