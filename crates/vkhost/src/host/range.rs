@@ -61,12 +61,14 @@ use std::sync::Arc;
 /// # Ok(()) }
 /// ```
 pub struct HostRange<'a> {
-    devices: Vec<Device>,
     /// What each device's entry owns (`owners[i]` is `devices[i]`'s): the views settle it.
     owners: Vec<Arc<Imports>>,
     ptr: SendPtr,
     len: usize,
     _borrow: PhantomData<&'a mut [u8]>,
+    /// Last: the imports' objects go while these handles still keep their devices (see
+    /// `SharedRef`).
+    devices: Vec<Device>,
 }
 
 impl std::fmt::Debug for HostRange<'_> {

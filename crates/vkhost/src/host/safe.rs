@@ -103,10 +103,11 @@ fn raw_memory(
 /// # Ok(()) }
 /// ```
 pub struct PinnedBuffer {
-    dev: Device,
     ptr: SendPtr,
     len: usize,
     res: Arc<Imports>,
+    /// Last: the block's objects go while this handle still keeps the device (see `SharedRef`).
+    dev: Device,
 }
 
 impl std::fmt::Debug for PinnedBuffer {
@@ -350,11 +351,12 @@ impl Drop for PinnedBuffer {
 /// # Ok(()) }
 /// ```
 pub struct Registration<'a> {
-    dev: Device,
     ptr: SendPtr,
     len: usize,
     res: Arc<Imports>,
     _borrow: PhantomData<&'a mut [u8]>,
+    /// Last: the import's objects go while this handle still keeps the device (see `SharedRef`).
+    dev: Device,
 }
 
 impl std::fmt::Debug for Registration<'_> {
