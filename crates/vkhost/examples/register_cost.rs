@@ -40,6 +40,29 @@ fn main() -> vkhost::Result<()> {
         dev.info().name,
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default().trim()
     );
+    // A small registration: what the /proc/self/maps text costs in this process (vkhost reads
+    // it only where the kernel lacks the PROCMAP_QUERY ioctl) against a whole register.
+    let mut text = vec![];
+    let mut lines = 0;
+    for _ in 0..20 {
+        let t = Instant::now();
+        let s = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        lines = s.lines().filter(|l| l.contains('-')).count();
+        text.push(t.elapsed().as_secs_f64());
+    }
+    let mut small = vec![0u8; 3 << 12];
+    let page = (small.as_mut_ptr() as usize).next_multiple_of(4096) as *mut u8;
+    let mut reg4k = vec![];
+    for _ in 0..20 {
+        let t = Instant::now();
+        // SAFETY: `small` outlives the unregister below.
+        unsafe { host::register(&dev, page, 4096) }?;
+        reg4k.push(t.elapsed().as_secs_f64());
+        host::unregister(&dev, page)?;
+        dev.live_objects();
+    }
+    println!("/proc/self/maps text ({lines} mappings)  {}", ms(&mut text));
+    println!("register 4 KiB (release waited)    {}", ms(&mut reg4k));
     for huge in [false, true] {
         // SAFETY: a fresh anonymous private mapping, unmapped at the end of this iteration after
         // every import of it is gone.

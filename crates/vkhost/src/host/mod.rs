@@ -699,7 +699,8 @@ fn release_registration(dev: &Device, addr: usize, by_guard: bool) -> Result<()>
 /// - the extension is missing, the import granule is coarser than a page, or imports are off by
 ///   policy: `Unsupported`;
 /// - null `ptr`, `len == 0`, `ptr + len` overflowing, or a rounded range not fully mapped
-///   read-write (checked against /proc/self/maps): `InvalidArgument`;
+///   read-write (checked against /proc/self/maps, by the PROCMAP_QUERY ioctl where the kernel
+///   has it): `InvalidArgument`;
 /// - the bytes overlap a registration or pinned block on the same device: `AlreadyRegistered`.
 ///
 /// Performance: on the H200, large registrations of 4 KiB-page memory copied at 37-48 GB/s from
