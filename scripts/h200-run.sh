@@ -184,6 +184,25 @@ if [ "$what" = queues ]; then
   # The slow small-copy state: one queue's or the device's? Six processes.
   for k in 1 2 3 4 5 6; do echo "== process $k"; ./.h200/queue_latency; done 2>&1 | tee "$OUT/queues.txt"
 fi
+if [ "$what" = s4 ]; then
+  # Session 4: register's /proc/self/maps share (now a PROCMAP_QUERY ioctl); is the slow
+  # small-copy state per process or per VkDevice; costs of aac0277 (.h200/vkhost-old) against
+  # this build, alternated; pageable with fewer staging threads than cores.
+  { nvidia-smi -q -d PERFORMANCE,CLOCK | grep -E "Clocks Event|Idle|Graphics|Memory|SM " | head -12
+    echo "== register_cost 1024 3"; ./.h200/register_cost 1024 3
+    for i in 1 2 3; do echo "== queue_latency 3 rounds, process $i"; ./.h200/queue_latency 3; done
+  } 2>&1 | tee "$OUT/s4-probe.txt"
+  for i in 1 2; do
+    if [ -x .h200/vkhost-old ]; then
+      echo "== costs aac0277 ($i)"; .h200/vkhost-old bench --paths pinned --dirs h2d --sizes 4K,64K,1M,16M,256M,1G --iters 10 --json "$OUT/costs-old-$i.json" 2>&1 | grep -E "^ *(register|unregister|alloc_pinned|free_pinned|find)"
+    fi
+    echo "== costs this build ($i)"; $v bench -t host_to_device_ce,costs --sizes 4K,64K,1M,16M,256M,1G --iters 10 --json "$OUT/costs-new-$i.json" 2>&1 | grep -E "^ *(register|unregister|alloc_pinned|free_pinned|find)|measured|copy engine|compute queue"
+  done 2>&1 | tee "$OUT/s4-costs.txt"
+  for t in 16 15 12 16 15 12; do
+    echo "== pageable, VKHOST_STAGING_THREADS=$t"
+    VKHOST_STAGING_THREADS=$t $v bench -t host_to_device_pageable_ce,device_to_host_pageable_ce --sizes 256M,1G --iters 30 --no-costs 2>&1 | grep -E "_ce"
+  done 2>&1 | tee "$OUT/s4-pageable.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi

@@ -1,7 +1,10 @@
 //! Small-copy latency on each queue vkhost opened, in one process (issue 10: in some processes
 //! every small copy ran ~30 us slower; is that one queue's or the whole device's?).
 //!
-//!     cargo run --release --example queue_latency
+//!     cargo run --release --example queue_latency [rounds=1]
+//!
+//! With rounds > 1 the process opens, measures and destroys the device that many times, one
+//! after the other: is the slow state the process's, or one VkDevice's?
 //!
 //! For each copy-engine queue and the compute queue: the median of 200 stream uploads and
 //! downloads of 4 KiB (enqueue + wait) from pinned memory, and of 50 of 1 MiB; then the
@@ -16,6 +19,17 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() -> vkhost::Result<()> {
+    let rounds: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(1).max(1);
+    for k in 0..rounds {
+        if rounds > 1 {
+            println!("-- device {} of {rounds}", k + 1);
+        }
+        round()?;
+    }
+    Ok(())
+}
+
+fn round() -> vkhost::Result<()> {
     let dev = Device::open_default_with(&OpenOptions { bar_writes: BarWrites::Off, ..OpenOptions::default() })?;
     let buf = dev.alloc_buffer(1 << 20)?;
     let mut host = PinnedBuffer::new(&dev, 1 << 20)?;
