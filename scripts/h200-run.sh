@@ -203,6 +203,11 @@ if [ "$what" = s4 ]; then
     VKHOST_STAGING_THREADS=$t $v bench -t host_to_device_pageable_ce,device_to_host_pageable_ce --sizes 256M,1G --iters 30 --no-costs 2>&1 | grep -E "_ce"
   done 2>&1 | tee "$OUT/s4-pageable.txt"
 fi
+if [ "$what" = pin ]; then
+  # Session 4: the slow small-copy state is per process (every VkDevice of a slow process is
+  # slow): does it follow the CPU the waiting thread runs on?
+  for i in 1 2 3 4; do echo "== queue_latency, process $i"; PIN_CPUS=0,3,7,11,15 ./.h200/queue_latency; done 2>&1 | tee "$OUT/pin.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi

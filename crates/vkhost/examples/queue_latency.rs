@@ -4,7 +4,9 @@
 //!     cargo run --release --example queue_latency [rounds=1]
 //!
 //! With rounds > 1 the process opens, measures and destroys the device that many times, one
-//! after the other: is the slow state the process's, or one VkDevice's?
+//! after the other: is the slow state the process's, or one VkDevice's? With `PIN_CPUS=0,8,15`
+//! the last device's synchronous 4 KiB copies are also timed with this thread pinned to each of
+//! those CPUs in turn: is it where the waiting thread runs?
 //!
 //! For each copy-engine queue and the compute queue: the median of 200 stream uploads and
 //! downloads of 4 KiB (enqueue + wait) from pinned memory, and of 50 of 1 MiB; then the
@@ -69,6 +71,30 @@ fn round() -> vkhost::Result<()> {
         out.push(format!("{} h2d {:6.1} us d2h {:6.1} us", if len == 4096 { "4 KiB" } else { "1 MiB" }, median(w), median(r)));
     }
     println!("synchronous copies: {}", out.join("; "));
+    let cpus: Vec<usize> = std::env::var("PIN_CPUS").unwrap_or_default().split(',').filter_map(|c| c.trim().parse().ok()).collect();
+    for &cpu in &cpus {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET and sched_setaffinity on the
+        // calling thread (pid 0) with its size have no other preconditions.
+        let ok = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) == 0
+        };
+        if !ok {
+            println!("cannot pin to CPU {cpu}");
+            continue;
+        }
+        let (mut w, mut r) = (Vec::new(), Vec::new());
+        for _ in 0..200 {
+            let t = Instant::now();
+            buf.write(0, &host[..4096])?;
+            w.push(t.elapsed().as_secs_f64() * 1e6);
+            let t = Instant::now();
+            buf.read(0, &mut host[..4096])?;
+            r.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        println!("pinned to CPU {cpu:2}: synchronous 4 KiB h2d {:6.1} us d2h {:6.1} us", median(w), median(r));
+    }
     drop(host);
     drop(buf);
     dev.destroy()
