@@ -208,6 +208,15 @@ if [ "$what" = pin ]; then
   # slow): does it follow the CPU the waiting thread runs on?
   for i in 1 2 3 4; do echo "== queue_latency, process $i"; PIN_CPUS=0,3,7,11,15 ./.h200/queue_latency; done 2>&1 | tee "$OUT/pin.txt"
 fi
+if [ "$what" = nt ]; then
+  # Session 4: streaming (non-temporal) stores in the staged paths' memcpy, alternated with
+  # memcpy: VKHOST_STAGING_STORES=cached|out|all.
+  for k in 1 2; do for m in cached out all; do
+    echo "== VKHOST_STAGING_STORES=$m ($k)"
+    VKHOST_STAGING_STORES=$m $v bench -t host_to_device_pageable_ce,device_to_host_pageable_ce --sizes 16M,256M,1G --iters 30 --no-costs 2>&1 | grep -E "_ce"
+  done; done 2>&1 | tee "$OUT/nt.txt"
+  for m in cached out; do echo "== plain_copy pageable, $m"; for a in "pageable 1024 5" "pageable 256 5"; do VKHOST_STAGING_STORES=$m ./.h200/plain_copy $a; done; done 2>&1 | tee -a "$OUT/nt.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi

@@ -319,13 +319,32 @@ pub(crate) fn wait_fence(s: &Shared, l: &Live, fence: vk::Fence, spin: Duration)
     }
 }
 
-/// memcpy, split over up to `threads` threads when large ([`crate::par`]).
+/// memcpy of a staged copy's bytes, split over up to `threads` threads when large
+/// ([`crate::par`]); `dir` says which side is the caller's memory: `ToHost` copies out of
+/// staging into it, `ToDevice` into staging. Stores as [`staging_stores`] says.
 ///
 /// # Safety
 /// `src` is readable and `dst` writable for `len` bytes, and they do not overlap.
-pub(crate) unsafe fn par_copy(dst: *mut u8, src: *const u8, len: usize, threads: usize) {
+pub(crate) unsafe fn par_copy(dst: *mut u8, src: *const u8, len: usize, threads: usize, dir: Dir) {
     // SAFETY: the caller's contract.
-    unsafe { crate::par::copy(dst, src, len, threads) }
+    unsafe { crate::par::copy_with(dst, src, len, threads, staging_stores(dir)) }
+}
+
+/// How staged copies write their destination: `VKHOST_STAGING_STORES=cached` (memcpy), `out`
+/// (streaming stores for copies out of staging into the caller's memory) or `all` (into staging
+/// too), read once.
+pub(crate) fn staging_stores(dir: Dir) -> crate::par::Stores {
+    use crate::par::Stores;
+    static MODE: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+    let mode = *MODE.get_or_init(|| match std::env::var("VKHOST_STAGING_STORES").as_deref().map(str::trim) {
+        Ok("out") => 1,
+        Ok("all") => 2,
+        _ => 0,
+    });
+    match (mode, dir) {
+        (2, _) | (1, Dir::ToHost) => Stores::Streaming,
+        _ => Stores::Cached,
+    }
 }
 
 /// The smallest batch of a ramp (see [`ramp`]).
@@ -512,7 +531,7 @@ fn complete(s: &Shared, l: &Live, slot: &mut Slot, timeline: Option<vk::Semaphor
         for (soff, addr, len) in outs {
             // SAFETY: the fence signalled, so the device's writes to staging are complete and
             // (through the barrier to HOST) visible; `addr` is writable per `execute`'s contract.
-            unsafe { par_copy(addr as *mut u8, st.0.as_ptr().add(soff as usize), len as usize, s.options.staging_threads) };
+            unsafe { par_copy(addr as *mut u8, st.0.as_ptr().add(soff as usize), len as usize, s.options.staging_threads, Dir::ToHost) };
         }
     }
     Ok(())
@@ -595,6 +614,7 @@ unsafe fn submit_batch(
                         addr as *const u8,
                         op.len as usize,
                         s.options.staging_threads,
+                        Dir::ToDevice,
                     )
                 };
             }
@@ -765,7 +785,7 @@ mod tests {
         let src: Vec<u8> = (0..(9 << 20)).map(|i| (i * 7 % 251) as u8).collect();
         let mut dst = vec![0u8; src.len()];
         // SAFETY: distinct vectors of equal length.
-        unsafe { par_copy(dst.as_mut_ptr(), src.as_ptr(), src.len(), 8) };
+        unsafe { par_copy(dst.as_mut_ptr(), src.as_ptr(), src.len(), 8, Dir::ToHost) };
         assert_eq!(src, dst);
     }
 }

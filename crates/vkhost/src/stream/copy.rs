@@ -6,7 +6,7 @@ use super::inner::{State, StreamInner, relock};
 use super::ring::Completion;
 use crate::buffer::DeviceBuffer;
 use crate::device::Live;
-use crate::device::submit::{HostSide, par_copy};
+use crate::device::submit::{Dir, HostSide, par_copy};
 use crate::error::{Error, Result};
 use crate::host;
 use ash::vk;
@@ -109,7 +109,13 @@ impl StreamInner {
                             // SAFETY: the source is readable (contract); the ring range is ours
                             // and idle (ring_alloc waited for its previous use).
                             unsafe {
-                                par_copy(rp.add(roff as usize), (a + done as usize) as *const u8, n as usize, s.options.staging_threads)
+                                par_copy(
+                                    rp.add(roff as usize),
+                                    (a + done as usize) as *const u8,
+                                    n as usize,
+                                    s.options.staging_threads,
+                                    Dir::ToDevice,
+                                )
                             };
                             let acc = [Access::buf(rb, roff, n, false), Access::buf(dev, dev_off, n, true)];
                             let region = vk::BufferCopy { src_offset: roff, dst_offset: dev_off, size: n };

@@ -7,7 +7,7 @@ use super::ring::{Completion, Ring};
 use crate::device::QueueKind;
 use crate::device::object::{Child, phase};
 use crate::device::pipeline::Pipeline;
-use crate::device::submit::{compute_host_read_barrier, host_read_barrier, par_copy};
+use crate::device::submit::{Dir, compute_host_read_barrier, host_read_barrier, par_copy};
 use crate::device::{Live, Queue, Shared, lock};
 use crate::error::{Error, Result};
 use crate::fault::{self, Point};
@@ -278,6 +278,7 @@ impl StreamInner {
                             p.0.as_ptr().add(c.ring_off as usize),
                             c.len as usize,
                             self.shared.options.staging_threads,
+                            Dir::ToHost,
                         )
                     };
                 }
