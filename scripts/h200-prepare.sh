@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 grep -qx '/.h200/' .git/info/exclude || echo '/.h200/' >> .git/info/exclude
+# The device tests run with the validation layer: carry its package beside the loader's.
+[ -d .gl ] || { echo "run ../shared/gpu/prepare.sh first (fills .gl)"; exit 1; }
+ls .gl/vulkan-validationlayers_*.deb >/dev/null 2>&1 || (cd .gl && apt-get download vulkan-validationlayers)
 cargo build --release --features vkhost-cli/cuda
 rm -rf .h200 && mkdir -p .h200/tests
 cargo test --release -p vkhost --no-run --message-format=json 2>/dev/null \
