@@ -217,6 +217,14 @@ if [ "$what" = nt ]; then
   done; done 2>&1 | tee "$OUT/nt.txt"
   for m in cached out; do echo "== plain_copy pageable, $m"; for a in "pageable 1024 5" "pageable 256 5"; do VKHOST_STAGING_STORES=$m ./.h200/plain_copy $a; done; done 2>&1 | tee -a "$OUT/nt.txt"
 fi
+if [ "$what" = ab4 ]; then
+  # Session 4: whole default sweeps of this build and of aac0277 (.h200/vkhost-old, the commit
+  # docs/h200-bench.json is from), alternated, to tell code from per-process state.
+  for k in 1 2; do
+    echo "== this build ($k)"; $v bench --json "$OUT/new-$k.json" 2>&1 | grep -E "measured at open|^(host_to_device_ce|device_to_host_ce) +(4K|1M|256M) "
+    echo "== aac0277 ($k)"; .h200/vkhost-old bench --json "$OUT/old-$k.json" 2>&1 | grep -E "^pinned +(h2d|d2h) +(4K|1M|256M) " | head -6
+  done 2>&1 | tee "$OUT/ab4.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi
