@@ -225,6 +225,14 @@ if [ "$what" = ab4 ]; then
     echo "== aac0277 ($k)"; .h200/vkhost-old bench --json "$OUT/old-$k.json" 2>&1 | grep -E "^pinned +(h2d|d2h) +(4K|1M|256M) " | head -6
   done 2>&1 | tee "$OUT/ab4.txt"
 fi
+if [ "$what" = bartype ]; then
+  # Session 4: are copy-engine copies slower to device buffers in the BAR-mapped type (what
+  # BarWrites::Auto picks on a full-BAR GPU) than in plain VRAM (VKHOST_BAR_WRITES=off)?
+  for k in 1 2 3; do for m in auto off; do
+    echo "== VKHOST_BAR_WRITES=$m ($k)"
+    VKHOST_BAR_WRITES=$m $v bench -t host_to_device_ce,device_to_host_ce --sizes 4K,64K,1M,4M,256M --no-costs 2>&1 | grep -E "_ce"
+  done; done 2>&1 | tee "$OUT/bartype.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi
