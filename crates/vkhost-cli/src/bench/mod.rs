@@ -408,13 +408,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
 
     let mut notes = Vec::new();
-    // Costs first, in the state a program has when it sets up its memory: measured after the
-    // sweep (as before 2026-12-02) they were the costs of a process that had just moved and
-    // freed some 100 GiB. On the H200 that end state took register 1 GiB from 52 ms (costs
-    // alone) to 73, and alloc_pinned 4 KiB from 56-79 us to 121.
-    if chosen.iter().any(|t| t.work == Work::Costs) && !interrupted() {
-        costs(&mut cx, &sizes, &mut notes)?;
-    }
     // (path, direction, by the copy kernel)
     let copies: Vec<(PathKind, DirKind, bool)> = chosen
         .iter()
@@ -424,11 +417,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
             _ => None,
         })
         .collect();
-    if !copies.is_empty() {
-        let dbuf = [dev.alloc_buffer(max)?, dev.alloc_buffer(max)?];
-        // Every path's host memory first, then the measurements (see `paths::Host`); the sm
-        // testcases use the same memory as the path's ce ones.
-        let mut work = Vec::new();
+    // Every path's host memory first (see `paths::Host`; the sm testcases use the same memory as
+    // the path's ce ones), then the costs, then the copies. Costs measured after the copies (as
+    // before 2026-12-02) were those of a process that had just moved and freed some 100 GiB
+    // (H200: register 1 GiB 73 ms against 52 alone, alloc_pinned 4 KiB 121 us against 56-79);
+    // measured before the sweep allocated, their gigabytes of churn left the sweep's pinned
+    // block in memory where small and mid-size copies ran 15-25% slower (three sweeps of three,
+    // against six of six without the churn). So: the sweep's memory, the costs, the sweep.
+    let mut work = Vec::new();
+    let dbuf = if copies.is_empty() { None } else { Some([dev.alloc_buffer(max)?, dev.alloc_buffer(max)?]) };
+    if dbuf.is_some() {
         for path in [PathKind::Pinned, PathKind::Registered, PathKind::Pageable, PathKind::Bar, PathKind::Device] {
             let dirs = |sm: bool| -> Vec<DirKind> { copies.iter().filter(|c| c.0 == path && c.2 == sm).map(|c| c.1).collect() };
             let (ce, sm) = (dirs(false), dirs(true));
@@ -444,26 +442,33 @@ pub fn run(a: Args) -> Result<ExitCode> {
             }
         }
         cx.scratch = (vec![0u8; max], vec![0u8; max]);
+    }
+    // A failed cost ends the run, after the sweep's registrations are released below.
+    let costs_done =
+        if chosen.iter().any(|t| t.work == Work::Costs) && !interrupted() { costs(&mut cx, &sizes, &mut notes) } else { Ok(()) };
+    if let Some(dbuf) = dbuf.as_ref().filter(|_| costs_done.is_ok()) {
         for (path, ce, sm, host) in &mut work {
             if !ce.is_empty() && !interrupted() {
-                if let Err(e) = bench_path(&mut cx, *path, ce, &sizes, &dbuf, host.as_mut(), bar_cap) {
+                if let Err(e) = bench_path(&mut cx, *path, ce, &sizes, dbuf, host.as_mut(), bar_cap) {
                     notes.push(format!("{}: skipped ({e})", path.name()));
                 }
             }
             if !sm.is_empty() && !interrupted() {
-                if let Err(e) = sm::bench_sm(&mut cx, *path, sm, &sizes, &dbuf, host.as_mut(), &mut notes) {
+                if let Err(e) = sm::bench_sm(&mut cx, *path, sm, &sizes, dbuf, host.as_mut(), &mut notes) {
                     notes.push(format!("{} sm: skipped ({e})", path.name()));
                 }
             }
         }
-        for (path, _, _, host) in &work {
-            if let Some(Err(e)) = host.as_ref().map(|h| h.release(&dev)) {
-                notes.push(format!("{}: unregister failed ({e})", path.name()));
-            }
-        }
-        cx.scratch = Default::default();
-        drop(work);
     }
+    for (path, _, _, host) in &work {
+        if let Some(Err(e)) = host.as_ref().map(|h| h.release(&dev)) {
+            notes.push(format!("{}: unregister failed ({e})", path.name()));
+        }
+    }
+    cx.scratch = Default::default();
+    drop(work);
+    drop(dbuf);
+    costs_done?;
     let lat: Vec<DirKind> = chosen.iter().filter_map(|t| if let Work::Latency(d) = t.work { Some(d) } else { None }).collect();
     if !lat.is_empty() && !interrupted() {
         if let Err(e) = latency::latency(&mut cx, &lat) {
