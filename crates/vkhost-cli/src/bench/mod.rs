@@ -420,10 +420,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
     // Every path's host memory first (see `paths::Host`; the sm testcases use the same memory as
     // the path's ce ones), then the costs, then the copies. Costs measured after the copies (as
     // before 2026-12-02) were those of a process that had just moved and freed some 100 GiB
-    // (H200: register 1 GiB 73 ms against 52 alone, alloc_pinned 4 KiB 121 us against 56-79);
-    // measured before the sweep allocated, their gigabytes of churn left the sweep's pinned
-    // block in memory where small and mid-size copies ran 15-25% slower (three sweeps of three,
-    // against six of six without the churn). So: the sweep's memory, the costs, the sweep.
+    // (H200: register 1 GiB 73 ms against 52 alone, alloc_pinned 4 KiB 121 us against 56-79).
+    // Before the sweep's allocations, their gigabytes of churn would come before the sweep's
+    // memory; after them, the sweep's memory is what a program that set up first gets. (The
+    // sweep's pinned small copies were slow in some processes either way: docs/PERFORMANCE.md.)
     let mut work = Vec::new();
     let dbuf = if copies.is_empty() { None } else { Some([dev.alloc_buffer(max)?, dev.alloc_buffer(max)?]) };
     if dbuf.is_some() {
