@@ -546,19 +546,8 @@ fn bar_writes(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>, split: bool
     Ok(dev.validation_errors())
 }
 
-/// Whether the Khronos validation layer is installed (asked of the loader directly, rather than
-/// read from an open's error message).
-fn validation_layer_installed() -> bool {
-    // SAFETY: loading the system's Vulkan loader runs its initialisers, as any Vulkan program
-    // does; nothing else is called before the entry is complete.
-    let Ok(entry) = (unsafe { vkhost::ash::Entry::load() }) else { return false };
-    // SAFETY: a plain query on a loaded entry.
-    let layers = unsafe { entry.enumerate_instance_layer_properties() }.unwrap_or_default();
-    layers.iter().any(|l| l.layer_name_as_c_str().is_ok_and(|n| n == c"VK_LAYER_KHRONOS_validation"))
-}
-
 fn check_device(index: usize) -> Result<bool> {
-    let validation = validation_layer_installed();
+    let validation = vkhost::validation_layer_installed();
     if !validation {
         println!("note: validation layer not installed, checking without it");
     }

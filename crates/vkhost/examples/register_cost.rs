@@ -4,7 +4,7 @@
 //!
 //! For 4 KiB pages and for memory advised MADV_HUGEPAGE before it is first touched, times:
 //! - `host::register` then `host::unregister`, waiting for the background release
-//!   (`Device::live_objects`) before the next register, and without that wait (the release of
+//!   (`Device::release_queued`) before the next register, and without that wait (the release of
 //!   the previous import overlaps the next register);
 //! - the bare Vulkan import the registration is made of: vkGetMemoryHostPointerPropertiesEXT +
 //!   vkAllocateMemory(import) + vkFreeMemory, whole, and in 4 pieces on 4 threads.
@@ -59,7 +59,7 @@ fn main() -> vkhost::Result<()> {
         unsafe { host::register(&dev, page, 4096) }?;
         reg4k.push(t.elapsed().as_secs_f64());
         host::unregister(&dev, page)?;
-        dev.live_objects();
+        dev.release_queued();
     }
     println!("/proc/self/maps text ({lines} mappings)  {}", ms(&mut text));
     println!("register 4 KiB (release waited)    {}", ms(&mut reg4k));
@@ -89,7 +89,7 @@ fn main() -> vkhost::Result<()> {
             let t = Instant::now();
             host::unregister(&dev, p)?;
             unreg.push(t.elapsed().as_secs_f64());
-            dev.live_objects();
+            dev.release_queued();
             rel.push(t.elapsed().as_secs_f64());
         }
         println!("[{label}] register (release waited)    {}", ms(&mut reg));
@@ -103,7 +103,7 @@ fn main() -> vkhost::Result<()> {
             reg2.push(t.elapsed().as_secs_f64());
             host::unregister(&dev, p)?;
         }
-        dev.live_objects();
+        dev.release_queued();
         println!("[{label}] register (release overlaps)  {}", ms(&mut reg2));
 
         // The bare import, whole and in 4 pieces on 4 threads.

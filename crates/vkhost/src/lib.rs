@@ -129,7 +129,7 @@ pub use device::info::{ApiVersion, DeviceInfo, DeviceType, MemoryHeap, MemoryTyp
 pub use device::queues::{CopyQueues, QueueFigures};
 pub use device::{
     BarWrites, BorrowedDevice, Device, DeviceHold, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership, QueueKind,
-    RawDevice, devices,
+    RawDevice, devices, validation_layer_installed,
 };
 pub use error::{Error, Result};
 pub use host::range::{HostRange, broadcast, gather};

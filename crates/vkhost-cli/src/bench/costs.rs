@@ -32,11 +32,11 @@ pub(super) fn costs(cx: &mut Ctx, sizes: &[u64], notes: &mut Vec<String>) -> Res
                 unreg.push(t.elapsed().as_secs_f64());
                 // `unregister` returns once no work can touch the pages and hands the import to
                 // the background releaser, which unpins them. Wait for that here
-                // (`live_objects` drains the device's queued releases), outside the timed
-                // register: otherwise the next `register` is timed while the previous import is
-                // being unpinned on another thread, a cost of the loop and not of `register`.
+                // (`Device::release_queued`), outside the timed register: otherwise the next
+                // `register` is timed while the previous import is being unpinned on another
+                // thread, a cost of the loop and not of `register`.
                 // The wait is reported too: unregister + release, the whole cost of the pages.
-                dev.live_objects();
+                dev.release_queued();
                 released.push(t.elapsed().as_secs_f64());
             }
             for (op, v) in [("register", &reg), ("unregister", &unreg), ("unregister+release", &released)] {
@@ -114,7 +114,7 @@ pub(super) fn costs(cx: &mut Ctx, sizes: &[u64], notes: &mut Vec<String>) -> Res
         }
         r?;
     }
-    // The testcases after these start with no release still queued (`live_objects` drains them).
-    dev.live_objects();
+    // The testcases after these start with no release still queued.
+    dev.release_queued();
     Ok(())
 }

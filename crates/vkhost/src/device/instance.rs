@@ -121,6 +121,13 @@ fn messenger_info(counts: &Arc<ValidationCounts>) -> vk::DebugUtilsMessengerCrea
         .user_data(Arc::as_ptr(counts) as *mut c_void)
 }
 
+/// Whether the loader lists the Khronos validation layer.
+pub(crate) fn layer_installed(entry: &ash::Entry) -> Result<bool> {
+    // SAFETY: plain query on a loaded entry.
+    let available = unsafe { entry.enumerate_instance_layer_properties() }.call("vkEnumerateInstanceLayerProperties")?;
+    Ok(available.iter().any(|l| l.layer_name_as_c_str().map(|n| n == VALIDATION_LAYER).unwrap_or(false)))
+}
+
 /// Creates an instance; with `validation`, enables the Khronos layer and a messenger that
 /// counts into `counts`. Refuses (rather than silently running unchecked) when validation is
 /// asked for and the layer is absent.
@@ -138,9 +145,7 @@ pub(crate) fn create(validation: bool, counts: &Arc<ValidationCounts>) -> Result
     let mut layers: Vec<*const std::ffi::c_char> = Vec::new();
     let mut exts: Vec<*const std::ffi::c_char> = Vec::new();
     if validation {
-        // SAFETY: plain query on a loaded entry.
-        let available = unsafe { entry.enumerate_instance_layer_properties() }.call("vkEnumerateInstanceLayerProperties")?;
-        if !available.iter().any(|l| l.layer_name_as_c_str().map(|n| n == VALIDATION_LAYER).unwrap_or(false)) {
+        if !layer_installed(&entry)? {
             return Err(Error::unsupported(
                 "VKHOST_VALIDATION=1 but VK_LAYER_KHRONOS_validation is not installed \
                  (Debian: apt-get install vulkan-validationlayers; or run scripts/setup)",
