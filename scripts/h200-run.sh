@@ -233,6 +233,16 @@ if [ "$what" = bartype ]; then
     VKHOST_BAR_WRITES=$m $v bench -t host_to_device_ce,device_to_host_ce --sizes 4K,64K,1M,4M,256M --no-costs 2>&1 | grep -E "_ce"
   done; done 2>&1 | tee "$OUT/bartype.txt"
 fi
+if [ "$what" = pinlead ]; then
+  # Next step for the sweep's slow pinned small copies (docs/PERFORMANCE.md, 2026-12-02): the
+  # pinned testcases with only the pinned path's memory (2 x 1 GiB) live, against the same with
+  # every path's memory live (registered and pageable testcases added), alternated.
+  P=host_to_device_ce,device_to_host_ce
+  for k in 1 2 3; do
+    echo "== pinned memory only ($k)"; $v bench -t $P --sizes 4K,1M,4M,1G --no-costs 2>&1 | grep -E "^(host_to_device_ce|device_to_host_ce) "
+    echo "== every path's memory ($k)"; $v bench -t $P,host_to_device_registered_ce,host_to_device_pageable_ce --sizes 4K,1M,4M,1G --no-costs 2>&1 | grep -E "^(host_to_device_ce|device_to_host_ce) "
+  done 2>&1 | tee "$OUT/pinlead.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi
