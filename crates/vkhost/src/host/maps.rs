@@ -36,29 +36,34 @@ pub(crate) fn parse(text: &str) -> Vec<Mapping> {
 
 /// Whether `want` is entirely covered by consecutive read-write mappings; why not otherwise.
 pub(crate) fn check(maps: &[Mapping], want: &Range<usize>) -> std::result::Result<(), String> {
+    // The text always answers (`Some`), so the walk always ends with a verdict.
+    walk(want, |addr| Some(maps.iter().find(|m| m.range.contains(&addr)).cloned()))
+        .unwrap_or_else(|| Err("no answer from the maps text".into()))
+}
+
+/// The walk both [`check`] and [`query::check`] make: from `want.start`, mapping after mapping,
+/// until `want` is covered. `at(addr)` is the mapping that covers `addr` (`Some(None)` where
+/// none does, `None` where it cannot say, which ends the walk with `None`).
+fn walk(want: &Range<usize>, mut at: impl FnMut(usize) -> Option<Option<Mapping>>) -> Option<std::result::Result<(), String>> {
     let mut cur = want.start;
-    // Maps are sorted by address in /proc; sort anyway for parsed test input.
-    let mut sorted: Vec<&Mapping> = maps.iter().filter(|m| m.range.end > want.start && m.range.start < want.end).collect();
-    sorted.sort_by_key(|m| m.range.start);
-    for m in sorted {
-        if m.range.start > cur {
-            break;
-        }
+    loop {
+        let Some(m) = at(cur)? else {
+            return Some(Err(format!("{cur:#x} (within {:#x}..{:#x}) is not mapped", want.start, want.end)));
+        };
         if !(m.read && m.write) {
-            return Err(format!(
+            return Some(Err(format!(
                 "{:#x}..{:#x} is mapped {}{}: registration needs read-write memory",
                 m.range.start,
                 m.range.end,
                 if m.read { "r" } else { "-" },
                 if m.write { "w" } else { "-" }
-            ));
+            )));
         }
-        cur = cur.max(m.range.end);
+        cur = m.range.end;
         if cur >= want.end {
-            return Ok(());
+            return Some(Ok(()));
         }
     }
-    Err(format!("{cur:#x} (within {:#x}..{:#x}) is not mapped", want.start, want.end))
 }
 
 /// Checks `want` against this process's mappings now: with the PROCMAP_QUERY ioctl where the
@@ -82,6 +87,7 @@ pub(crate) fn check_rw_text(want: &Range<usize>) -> Result<()> {
 /// The PROCMAP_QUERY ioctl on /proc/self/maps (linux/fs.h, Linux 6.11): the mapping that covers
 /// one address, without generating the whole file.
 pub(crate) mod query {
+    use super::Mapping;
     use std::ops::Range;
 
     /// `struct procmap_query` (linux/fs.h), 104 bytes.
@@ -109,6 +115,7 @@ pub(crate) mod query {
     const PROCMAP_QUERY: u64 = (3 << 30) | ((size_of::<ProcmapQuery>() as u64) << 16) | ((b'f' as u64) << 8) | 17;
     const VMA_READABLE: u64 = 0x01;
     const VMA_WRITABLE: u64 = 0x02;
+    const VMA_SHARED: u64 = 0x08;
 
     /// Whether `want` is covered by consecutive read-write mappings (same answers and messages
     /// as [`super::check`]); `None` when this kernel cannot answer the query (no /proc, or an
@@ -121,41 +128,33 @@ pub(crate) mod query {
         if fd < 0 {
             return None;
         }
-        let r = walk(fd, want);
+        let r = super::walk(want, |addr| at(fd, addr));
         // SAFETY: `fd` is ours, open, and closed once.
         unsafe { libc::close(fd) };
         r
     }
 
-    fn walk(fd: libc::c_int, want: &Range<usize>) -> Option<Result<(), String>> {
-        let mut cur = want.start;
-        while cur < want.end {
-            let mut q = ProcmapQuery { size: size_of::<ProcmapQuery>() as u64, query_addr: cur as u64, ..Default::default() };
-            // SAFETY: `q` is a valid, writable procmap_query whose `size` says its length; with
-            // vma_name_size and build_id_size zero the kernel writes nothing outside it.
-            let rc = unsafe { libc::ioctl(fd, PROCMAP_QUERY as _, &mut q as *mut ProcmapQuery) };
-            if rc != 0 {
-                return match std::io::Error::last_os_error().raw_os_error() {
-                    Some(libc::ENOENT) => Some(Err(format!("{cur:#x} (within {:#x}..{:#x}) is not mapped", want.start, want.end))),
-                    _ => None,
-                };
-            }
-            let (start, end) = (q.vma_start as usize, q.vma_end as usize);
-            if start > cur || end <= cur {
-                // Not an answer about `cur`: do not trust this kernel's reply.
-                return None;
-            }
-            let (read, write) = (q.vma_flags & VMA_READABLE != 0, q.vma_flags & VMA_WRITABLE != 0);
-            if !(read && write) {
-                return Some(Err(format!(
-                    "{start:#x}..{end:#x} is mapped {}{}: registration needs read-write memory",
-                    if read { "r" } else { "-" },
-                    if write { "w" } else { "-" }
-                )));
-            }
-            cur = end;
+    /// The mapping that covers `addr`, asked of the kernel (`Some(None)`: none does; `None`: no
+    /// answer to trust).
+    fn at(fd: libc::c_int, addr: usize) -> Option<Option<Mapping>> {
+        let mut q = ProcmapQuery { size: size_of::<ProcmapQuery>() as u64, query_addr: addr as u64, ..Default::default() };
+        // SAFETY: `q` is a valid, writable procmap_query whose `size` says its length; with
+        // vma_name_size and build_id_size zero the kernel writes nothing outside it.
+        let rc = unsafe { libc::ioctl(fd, PROCMAP_QUERY as _, &mut q as *mut ProcmapQuery) };
+        if rc != 0 {
+            return match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::ENOENT) => Some(None),
+                _ => None,
+            };
         }
-        Some(Ok(()))
+        let range = q.vma_start as usize..q.vma_end as usize;
+        // Not an answer about `addr`: do not trust this kernel's reply.
+        range.contains(&addr).then_some(Some(Mapping {
+            range,
+            read: q.vma_flags & VMA_READABLE != 0,
+            write: q.vma_flags & VMA_WRITABLE != 0,
+            shared: q.vma_flags & VMA_SHARED != 0,
+        }))
     }
 }
 
