@@ -20,6 +20,20 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Median µs of `n` synchronous writes and of `n` reads of `len` bytes between `host` and `buf`.
+fn sync_copies(buf: &vkhost::DeviceBuffer, host: &mut PinnedBuffer, len: usize, n: usize) -> vkhost::Result<(f64, f64)> {
+    let (mut w, mut r) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let t = Instant::now();
+        buf.write(0, &host[..len])?;
+        w.push(t.elapsed().as_secs_f64() * 1e6);
+        let t = Instant::now();
+        buf.read(0, &mut host[..len])?;
+        r.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok((median(w), median(r)))
+}
+
 fn main() -> vkhost::Result<()> {
     let rounds: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(1).max(1);
     for k in 0..rounds {
@@ -59,16 +73,8 @@ fn round() -> vkhost::Result<()> {
     }
     let mut out = Vec::new();
     for (len, n) in [(4096usize, 200), (1 << 20, 50)] {
-        let (mut w, mut r) = (Vec::new(), Vec::new());
-        for _ in 0..n {
-            let t = Instant::now();
-            buf.write(0, &host[..len])?;
-            w.push(t.elapsed().as_secs_f64() * 1e6);
-            let t = Instant::now();
-            buf.read(0, &mut host[..len])?;
-            r.push(t.elapsed().as_secs_f64() * 1e6);
-        }
-        out.push(format!("{} h2d {:6.1} us d2h {:6.1} us", if len == 4096 { "4 KiB" } else { "1 MiB" }, median(w), median(r)));
+        let (w, r) = sync_copies(&buf, &mut host, len, n)?;
+        out.push(format!("{} h2d {w:6.1} us d2h {r:6.1} us", if len == 4096 { "4 KiB" } else { "1 MiB" }));
     }
     println!("synchronous copies: {}", out.join("; "));
     let cpus: Vec<usize> = std::env::var("PIN_CPUS").unwrap_or_default().split(',').filter_map(|c| c.trim().parse().ok()).collect();
@@ -84,16 +90,8 @@ fn round() -> vkhost::Result<()> {
             println!("cannot pin to CPU {cpu}");
             continue;
         }
-        let (mut w, mut r) = (Vec::new(), Vec::new());
-        for _ in 0..200 {
-            let t = Instant::now();
-            buf.write(0, &host[..4096])?;
-            w.push(t.elapsed().as_secs_f64() * 1e6);
-            let t = Instant::now();
-            buf.read(0, &mut host[..4096])?;
-            r.push(t.elapsed().as_secs_f64() * 1e6);
-        }
-        println!("pinned to CPU {cpu:2}: synchronous 4 KiB h2d {:6.1} us d2h {:6.1} us", median(w), median(r));
+        let (w, r) = sync_copies(&buf, &mut host, 4096, 200)?;
+        println!("pinned to CPU {cpu:2}: synchronous 4 KiB h2d {w:6.1} us d2h {r:6.1} us");
     }
     drop(host);
     drop(buf);
