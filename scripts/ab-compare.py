@@ -8,21 +8,14 @@ the H200 moves one binary's own points by more than 3%, does not count either wa
 
 Reads schema 2 JSON or the bare array of the 2026-11-29 runs (as scripts/regress-check.py).
 """
-import json, sys
+import os, sys
 
-def points(path):
-    d = json.load(open(path))
-    rows = d if isinstance(d, list) else d["results"]
-    out = {}
-    for p in rows:
-        if p.get("api") != "vulkan" or p.get("sm") or str(p.get("testcase", "")).endswith("_sm"):
-            continue
-        key = (p.get("kind"), p.get("path"), p.get("dir"), p.get("size"), p.get("variant") or "")
-        if key[4] == "copy-copy":
-            key = key[:4] + ("",)
-        if p.get("median_s"):
-            out[key] = p["median_s"]
-    return out
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchpoints import points
+
+
+def medians(path):
+    return {k: p["median_s"] for k, p in points(path).items() if p.get("median_s")}
 
 def main(argv):
     tol = float(argv[argv.index("--tol") + 1]) if "--tol" in argv else 0.03
@@ -35,7 +28,7 @@ def main(argv):
             out.append(argv[i])
             i += 1
         return out
-    old, new = [points(f) for f in files("--old")], [points(f) for f in files("--new")]
+    old, new = [medians(f) for f in files("--old")], [medians(f) for f in files("--new")]
     if not old or not new:
         sys.exit("need at least one run of each build")
     keys = set.intersection(*(set(r) for r in old + new))
@@ -49,7 +42,7 @@ def main(argv):
             faster.append((k, min(o), max(n)))
     print(f"{len(keys)} points in every run; {len(slower)} slower in every new run than in every old one, {len(faster)} faster likewise (tolerance {tol:.0%})")
     for k, o, n in slower:
-        kind, path, d, size, var = k
+        kind, path, d, size, _sm, var = k
         print(f"slower  {kind:11s} {path:10s} {d:6s} {size:>11d} {var}: {o*1e6:10.1f} us -> {n*1e6:10.1f} us ({o/n:.2f}x)")
 
 if __name__ == "__main__":

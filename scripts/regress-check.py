@@ -6,21 +6,10 @@ than --tol (default 3%) worse in the newer run (time per operation; costs and fi
 
     python3 scripts/regress-check.py OLD.json NEW.json [--tol 0.03]
 """
-import json, sys
+import os, sys
 
-def points(path):
-    d = json.load(open(path))
-    rows = d if isinstance(d, list) else d["results"]
-    out = {}
-    for p in rows:
-        if p.get("api") != "vulkan" or p.get("sm") or str(p.get("testcase", "")).endswith("_sm"):
-            continue
-        key = (p.get("kind"), p.get("path"), p.get("dir"), p.get("size"), bool(p.get("sm")), p.get("variant") or "")
-        # The old array has no variant: its bidir rows are the default queue pair.
-        if key[5] == "copy-copy":
-            key = key[:5] + ("",)
-        out[key] = p
-    return out
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchpoints import points
 
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 tol = float(sys.argv[sys.argv.index("--tol") + 1]) if "--tol" in sys.argv else 0.03
