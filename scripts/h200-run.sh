@@ -241,7 +241,24 @@ if [ "$what" = pinlead ]; then
   for k in 1 2 3; do
     echo "== pinned memory only ($k)"; $v bench -t $P --sizes 4K,1M,4M,1G --no-costs 2>&1 | grep -E "^(host_to_device_ce|device_to_host_ce) "
     echo "== every path's memory ($k)"; $v bench -t $P,host_to_device_registered_ce,host_to_device_pageable_ce --sizes 4K,1M,4M,1G --no-costs 2>&1 | grep -E "^(host_to_device_ce|device_to_host_ce) "
+    echo "== pinned memory only, 4 MiB blocks ($k)"; $v bench -t $P --sizes 4K,1M,4M --no-costs 2>&1 | grep -E "^(host_to_device_ce|device_to_host_ce) "
   done 2>&1 | tee "$OUT/pinlead.txt"
+  # The same process: the default sweep's pinned rows and the latency testcase's (a small block).
+  $v bench -t $P,latency --sizes 4K,1M,4M,1G --no-costs 2>&1 | grep -E "^(host_to_device_ce|device_to_host_ce|latency)" | tee -a "$OUT/pinlead.txt"
+fi
+if [ "$what" = churn ]; then
+  # pinlead (2026-12-02) refuted the live-memory lead: slow pinned processes came with either.
+  # Next lead: the costs testcase, which now runs before the copies (aac0277 ran it after).
+  P=host_to_device_ce,device_to_host_ce
+  for k in 1 2 3; do
+    echo "== no costs ($k)"; $v bench -t $P --sizes 4K,1M,4M,1G --no-costs 2>&1 | grep -E "^(host_to_device_ce|device_to_host_ce) "
+    echo "== costs first ($k)"; $v bench -t $P,costs --sizes 4K,1M,4M,1G 2>&1 | grep -E "^(host_to_device_ce|device_to_host_ce) "
+  done 2>&1 | tee "$OUT/churn.txt"
+  for k in 1 2; do
+    for c in "" find10k pinned1g reg1g; do
+      echo "== pinned_small CHURN=$c ($k)"; CHURN=$c ./.h200/pinned_small 2 1024 2>&1 | grep -E "^(churn|pinned)"
+    done
+  done 2>&1 | tee -a "$OUT/churn.txt"
 fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"

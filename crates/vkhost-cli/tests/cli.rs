@@ -497,14 +497,42 @@ fn planted_mismatch_exits_2() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("FAIL"));
 }
 
+/// Costs beside copies: measured in a process of their own, and back in this run's table and
+/// JSON beside the copies (per size and operation, with the iterations asked for).
 #[test]
 fn bench_costs_and_find() {
-    let o = vkhost(&["bench", "--sizes", "4K,1M", "--iters", "2", "--budget", "0.1", "--paths", "pinned", "--dirs", "h2d"]);
+    let j = tmp("costs.json");
+    let o = vkhost(&[
+        "bench",
+        "--sizes",
+        "4K,1M",
+        "--iters",
+        "2",
+        "--budget",
+        "0.1",
+        "--paths",
+        "pinned",
+        "--dirs",
+        "h2d",
+        "--json",
+        j.to_str().unwrap(),
+    ]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{out}");
-    for k in ["register", "unregister", "alloc_pinned", "free_pinned", "find with"] {
+    for k in ["register", "unregister", "alloc_pinned", "free_pinned", "find with", "process of their own"] {
         assert!(out.contains(k), "missing {k}: {out}");
     }
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+    let r = doc["results"].as_array().unwrap();
+    let count = |kind: &str| r.iter().filter(|p| p["kind"] == kind).count();
+    assert_eq!(r.iter().filter(|p| p["testcase"] == "host_to_device_ce").count(), 2, "h2d at 4K and 1M");
+    assert_eq!(count("cost"), 2 * 5, "5 operations at 2 sizes");
+    assert_eq!(count("find"), 3);
+    for p in r.iter().filter(|p| p["kind"] == "cost") {
+        assert_eq!(p["iters"], 2, "{p}");
+        assert!(p["median_s"].as_f64().unwrap() > 0.0, "{p}");
+    }
+    assert!(r.iter().filter(|p| p["kind"] == "find").all(|p| p["verified"] == true));
 }
 
 #[test]

@@ -6,6 +6,11 @@
 //!
 //! For each pinned block (and one registered allocation of the same size for comparison):
 //! the median of 200 synchronous 4 KiB copies h2d and d2h from offset 0, and of 50 1 MiB copies.
+//!
+//! `CHURN=find10k|pinned1g|reg1g` first does what one part of the bench's costs testcase does
+//! (10 000 registrations of 4 KiB then their unregisters; alloc/free of a 1 GiB pinned block 10
+//! times; register/unregister of 1 GiB 10 times): does that leave the blocks allocated after it
+//! slow?
 
 use std::time::Instant;
 use vkhost::{BarWrites, Device, OpenOptions, PinnedBuffer};
@@ -29,11 +34,67 @@ fn time(buf: &vkhost::DeviceBuffer, host: &mut [u8], len: usize, n: usize) -> vk
     Ok((median(w), median(r)))
 }
 
+/// Anonymous read-write memory of `len` bytes, touched; unmapped by the caller.
+fn mapped(len: usize) -> *mut u8 {
+    // SAFETY: a fresh private anonymous mapping.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    assert!(p != libc::MAP_FAILED, "mmap {len} bytes failed");
+    // SAFETY: the mapping is `len` bytes, read-write.
+    unsafe { std::ptr::write_bytes(p as *mut u8, 1, len) };
+    p as *mut u8
+}
+
+/// What `CHURN` names, timed.
+fn churn(dev: &Device, what: &str) -> vkhost::Result<()> {
+    use vkhost::host;
+    let t = Instant::now();
+    match what {
+        "" => return Ok(()),
+        "find10k" => {
+            let (page, n) = (4096, 10_000);
+            let base = mapped(2 * n * page);
+            for i in 0..n {
+                // SAFETY: the mapping outlives the unregisters below.
+                unsafe { host::register(dev, base as usize + 2 * i * page, page) }?;
+            }
+            for i in 0..n {
+                host::unregister(dev, base as usize + 2 * i * page)?;
+            }
+            dev.release_queued();
+            // SAFETY: nothing is registered in it any more.
+            unsafe { libc::munmap(base as *mut libc::c_void, 2 * n * page) };
+        }
+        "pinned1g" => {
+            for _ in 0..10 {
+                let p = host::alloc_pinned(dev, 1 << 30)?;
+                host::free_pinned(dev, p)?;
+            }
+        }
+        "reg1g" => {
+            let base = mapped(1 << 30);
+            for _ in 0..10 {
+                // SAFETY: the mapping outlives the unregister.
+                unsafe { host::register(dev, base, 1 << 30) }?;
+                host::unregister(dev, base)?;
+                dev.release_queued();
+            }
+            // SAFETY: nothing is registered in it any more.
+            unsafe { libc::munmap(base as *mut libc::c_void, 1 << 30) };
+        }
+        other => return Err(vkhost::Error::InvalidArgument { reason: format!("CHURN={other}: find10k, pinned1g or reg1g") }),
+    }
+    println!("churn {what}: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
+    Ok(())
+}
+
 fn main() -> vkhost::Result<()> {
     let blocks: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(4);
     let mib: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(1024);
     // Copies, not BAR stores, for the writes too.
     let dev = Device::open_default_with(&OpenOptions { bar_writes: BarWrites::Off, ..OpenOptions::default() })?;
+    churn(&dev, std::env::var("CHURN").unwrap_or_default().as_str())?;
     let buf = dev.alloc_buffer(1 << 20)?;
     let mut pinned = Vec::new();
     for _ in 0..blocks {

@@ -2,7 +2,7 @@
 //! and 10 000 live registrations.
 
 use super::paths::touched_pages;
-use super::{Ctx, point};
+use super::{Ctx, Point, point};
 use crate::devices::anyhow_free::Result;
 use crate::stats::{Summary, size_label, summarize};
 use std::time::Instant;
@@ -117,4 +117,73 @@ pub(super) fn costs(cx: &mut Ctx, sizes: &[u64], notes: &mut Vec<String>) -> Res
     // The testcases after these start with no release still queued.
     dev.release_queued();
     Ok(())
+}
+
+/// What the costs process measured (`in_child`).
+pub(super) struct ChildCosts {
+    pub points: Vec<Point>,
+    pub notes: Vec<String>,
+    /// Points that failed their check there (a `find` that missed).
+    pub failures: usize,
+}
+
+/// The `costs` testcase in a process of its own: this executable, `bench -t costs` with the
+/// same sizes, iterations, device (`device`, the index this process opened) and CPUs, writing its points as JSON for this process to read.
+///
+/// Why a separate process: what costs does (allocating and freeing pinned blocks up to 1 GiB, and
+/// 10 000 registrations then their unregisters) leaves the process's later pinned blocks slower
+/// for small copies, on the H200 for the whole process (4 KiB 12.6 -> 17-21 us, 1 MiB 31 -> 22-24
+/// GB/s, 4 MiB 44 -> 34; `CHURN` in examples/pinned_small.rs, docs/PERFORMANCE.md 2026-12-02).
+/// Measured after the copies instead, costs would be those of a process that just moved ~100 GiB
+/// (register 1 GiB 73 ms against 52). A fresh process is what a user's program starts as, for both.
+pub(super) fn in_child(device: usize, cpu: Option<&str>, sizes: &[u64], iters: usize) -> Result<ChildCosts> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable to run the costs in: {e}"))?;
+    let out = std::env::temp_dir().join(format!("vkhost-bench-costs-{}.json", std::process::id()));
+    let sizes: Vec<String> = sizes.iter().map(u64::to_string).collect();
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["bench", "-t", "costs", "--sizes", &sizes.join(","), "--iters", &iters.to_string(), "--json"]).arg(&out);
+    // The device this process opened, by index (VKHOST_DEVICE already chose it).
+    cmd.args(["--device", &device.to_string()]).env_remove("VKHOST_DEVICE");
+    if let Some(c) = cpu {
+        cmd.args(["--cpu", c]);
+    }
+    // Its table is this process's to print; its errors go straight to the user.
+    cmd.stdout(std::process::Stdio::null());
+    let status = cmd.status().map_err(|e| format!("cannot run the costs process: {e}"))?;
+    // 0: all verified; 2: a check failed; 130: Ctrl-C (what was measured is still written).
+    if !matches!(status.code(), Some(0 | 2 | 130)) {
+        let _ = std::fs::remove_file(&out);
+        return Err(format!("the costs process failed ({status})").into());
+    }
+    let text = std::fs::read_to_string(&out).map_err(|e| format!("reading {}: {e}", out.display()));
+    let _ = std::fs::remove_file(&out);
+    let doc: serde_json::Value = serde_json::from_str(&text?)?;
+    let points = doc["results"].as_array().map(|v| v.iter().filter_map(from_json).collect()).unwrap_or_default();
+    let notes = doc["run"]["notes"].as_array().map(|v| v.iter().filter_map(|n| n.as_str().map(String::from)).collect()).unwrap_or_default();
+    let failures = doc["run"]["failures"].as_u64().unwrap_or(0) as usize;
+    Ok(ChildCosts { points, notes, failures })
+}
+
+/// A cost or find point back from its `--json` record (`output::to_json`); None for any other.
+fn from_json(v: &serde_json::Value) -> Option<Point> {
+    let kind = match v["kind"].as_str()? {
+        "cost" => "cost",
+        "find" => "find",
+        _ => return None,
+    };
+    let f = |k: &str| v[k].as_f64();
+    let s = Summary {
+        median: f("median_s")?,
+        mean: f("mean_s")?,
+        stddev: f("stddev_s")?,
+        min: f("min_s")?,
+        max: f("max_s")?,
+        n: v["iters"].as_u64()? as usize,
+    };
+    let mut p = point("vulkan", kind, v["path"].as_str()?, v["dir"].as_str()?, v["size"].as_u64()?, v["bytes_moved"].as_u64()?, s);
+    p.verified = v["verified"].as_bool();
+    p.note = v["note"].as_str().unwrap_or_default().to_string();
+    p.warmup = v["warmup_iters"].as_u64().unwrap_or(0) as usize;
+    p.extra = v["extra"].clone();
+    Some(p)
 }

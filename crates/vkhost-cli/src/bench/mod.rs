@@ -324,6 +324,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Some(f) => Some(compare::load(f)?),
         None => None,
     };
+    let quick = a.quick;
+    let sizes: Vec<u64> = match &a.sizes {
+        Some(v) => v.iter().map(|s| parse_size(s)).collect::<std::result::Result<_, _>>()?,
+        None if quick => vec![4 << 10, 64 << 10, 1 << 20, 16 << 20],
+        None => sweep(4 << 10, parse_size(&a.max_size)?),
+    };
+    if sizes.is_empty() {
+        return Err("no sizes".into());
+    }
+    let iters = if quick { a.iters.min(5) } else { a.iters };
     let mut opts = OpenOptions { validation: false, ..OpenOptions::default() };
     if let Some(t) = a.staging_threads {
         opts.staging_threads = t;
@@ -338,18 +348,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Some(i) => Device::open_with(i, &opts)?,
         None => Device::open_default_with(&opts)?,
     };
-    let quick = a.quick;
-    let sizes: Vec<u64> = match &a.sizes {
-        Some(v) => v.iter().map(|s| parse_size(s)).collect::<std::result::Result<_, _>>()?,
-        None if quick => vec![4 << 10, 64 << 10, 1 << 20, 16 << 20],
-        None => sweep(4 << 10, parse_size(&a.max_size)?),
-    };
-    if sizes.is_empty() {
-        return Err("no sizes".into());
-    }
+    // The costs beside other testcases run first, in a process of their own on the same device
+    // (`costs::in_child` says why); alone, here.
+    let want_costs = chosen.iter().any(|t| t.work == Work::Costs);
+    let child_costs = (want_costs && chosen.iter().any(|t| t.work != Work::Costs))
+        .then(|| costs::in_child(dev.info().index, a.cpu.as_deref(), &sizes, iters));
     let max = *sizes.iter().max().unwrap_or(&4096) as usize;
     let bar_cap = parse_size(&a.bar_read_cap)? as usize;
-    let iters = if quick { a.iters.min(5) } else { a.iters };
     let budget = Duration::from_secs_f64(if quick { a.budget.min(0.5) } else { a.budget });
     let info = dev.info().clone();
 
@@ -418,12 +423,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         })
         .collect();
     // Every path's host memory first (see `paths::Host`; the sm testcases use the same memory as
-    // the path's ce ones), then the costs, then the copies. Costs measured after the copies (as
-    // before 2026-12-02) were those of a process that had just moved and freed some 100 GiB
-    // (H200: register 1 GiB 73 ms against 52 alone, alloc_pinned 4 KiB 121 us against 56-79).
-    // Before the sweep's allocations, their gigabytes of churn would come before the sweep's
-    // memory; after them, the sweep's memory is what a program that set up first gets. (The
-    // sweep's pinned small copies were slow in some processes either way: docs/PERFORMANCE.md.)
+    // the path's ce ones), then the copies. The costs ran before all this in their own process.
     let mut work = Vec::new();
     let dbuf = if copies.is_empty() { None } else { Some([dev.alloc_buffer(max)?, dev.alloc_buffer(max)?]) };
     if dbuf.is_some() {
@@ -444,8 +444,21 @@ pub fn run(a: Args) -> Result<ExitCode> {
         cx.scratch = (vec![0u8; max], vec![0u8; max]);
     }
     // A failed cost ends the run, after the sweep's registrations are released below.
-    let costs_done =
-        if chosen.iter().any(|t| t.work == Work::Costs) && !interrupted() { costs(&mut cx, &sizes, &mut notes) } else { Ok(()) };
+    let costs_done = match child_costs {
+        Some(Ok(c)) => {
+            notes.push("costs: measured first, in a process of their own (docs/BENCH.md)".into());
+            cx.points.extend(c.points);
+            cx.failures += c.failures;
+            notes.extend(c.notes);
+            Ok(())
+        }
+        Some(Err(e)) => {
+            notes.push(format!("costs: skipped ({e})"));
+            Ok(())
+        }
+        None if want_costs && !interrupted() => costs(&mut cx, &sizes, &mut notes),
+        None => Ok(()),
+    };
     if let Some(dbuf) = dbuf.as_ref().filter(|_| costs_done.is_ok()) {
         for (path, ce, sm, host) in &mut work {
             if !ce.is_empty() && !interrupted() {
