@@ -424,6 +424,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .collect();
     // Every path's host memory first (see `paths::Host`; the sm testcases use the same memory as
     // the path's ce ones), then the copies. The costs ran before all this in their own process.
+    let lat: Vec<DirKind> = chosen.iter().filter_map(|t| if let Work::Latency(d) = t.work { Some(d) } else { None }).collect();
+    let small: Vec<bool> =
+        chosen.iter().filter_map(|t| if let Work::SmallAsync { scattered } = t.work { Some(scattered) } else { None }).collect();
+    // Their memory first too, for the reason in `latency::Mem`.
+    let mut lat_mem = (!lat.is_empty()).then(|| latency::Mem::new(&dev));
+    let mut small_mem = (!small.is_empty()).then(|| small_async::Mem::new(&dev));
     let mut work = Vec::new();
     let dbuf = if copies.is_empty() { None } else { Some([dev.alloc_buffer(max)?, dev.alloc_buffer(max)?]) };
     if dbuf.is_some() {
@@ -482,19 +488,18 @@ pub fn run(a: Args) -> Result<ExitCode> {
     drop(work);
     drop(dbuf);
     costs_done?;
-    let lat: Vec<DirKind> = chosen.iter().filter_map(|t| if let Work::Latency(d) = t.work { Some(d) } else { None }).collect();
-    if !lat.is_empty() && !interrupted() {
-        if let Err(e) = latency::latency(&mut cx, &lat) {
+    if let Some(mem) = lat_mem.as_mut().filter(|_| !interrupted()) {
+        if let Err(e) = mem.as_mut().map_err(|e| e.to_string()).and_then(|m| latency::latency(&mut cx, &lat, m).map_err(|e| e.to_string()))
+        {
             notes.push(format!("latency: skipped ({e})"));
         }
     }
-    let small: Vec<bool> =
-        chosen.iter().filter_map(|t| if let Work::SmallAsync { scattered } = t.work { Some(scattered) } else { None }).collect();
-    if !small.is_empty() && !interrupted() {
-        if let Err(e) = small_async(&mut cx, &small) {
+    if let Some(mem) = small_mem.as_mut().filter(|_| !interrupted()) {
+        if let Err(e) = mem.as_mut().map_err(|e| e.to_string()).and_then(|m| small_async(&mut cx, &small, m).map_err(|e| e.to_string())) {
             notes.push(format!("small-async: skipped ({e})"));
         }
     }
+    drop((lat_mem, small_mem));
     cx.pb.finish_and_clear();
     if interrupted() {
         notes.push("interrupted (Ctrl-C): the points measured so far are reported".into());

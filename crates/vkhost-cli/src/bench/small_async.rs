@@ -10,13 +10,26 @@ use vkhost::PinnedBuffer;
 /// stream batches adjacent copies into few regions) and to scattered offsets
 /// (`async-scattered`/`sync-scattered`: a permutation, so nothing merges; every copy is its own
 /// region for the copy engine).
-pub(super) fn small_async(cx: &mut Ctx, which: &[bool]) -> Result<()> {
-    const N: usize = 1000;
-    const K: usize = 4096;
+const N: usize = 1000;
+const K: usize = 4096;
+
+/// small-async's memory: N x K bytes pinned and on the device, allocated with the sweep's memory
+/// before any copy (as `latency::Mem`, for the same reason).
+pub(super) struct Mem {
+    src: PinnedBuffer,
+    buf: vkhost::DeviceBuffer,
+}
+
+impl Mem {
+    pub(super) fn new(dev: &vkhost::Device) -> Result<Mem> {
+        Ok(Mem { src: PinnedBuffer::new(dev, N * K)?, buf: dev.alloc_buffer(N * K)? })
+    }
+}
+
+pub(super) fn small_async(cx: &mut Ctx, which: &[bool], mem: &mut Mem) -> Result<()> {
     let dev = cx.dev.clone();
-    let mut src = PinnedBuffer::new(&dev, N * K)?;
-    pattern(&mut src, 99);
-    let buf = dev.alloc_buffer(N * K)?;
+    let Mem { src, buf } = mem;
+    pattern(src, 99);
     let stream = dev.stream()?;
     type Offset = fn(usize) -> usize;
     let patterns: [(&str, Offset); 2] = [("", |i| i * K), ("-scattered", |i| (i * 617) % N * K)];
