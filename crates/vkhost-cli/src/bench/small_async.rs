@@ -40,7 +40,7 @@ pub(super) fn small_async(cx: &mut Ctx, which: &[bool], mem: &mut Mem) -> Result
         let run_async = || -> Result<()> {
             for i in 0..N {
                 // SAFETY: the pinned block outlives the work (synchronized below).
-                unsafe { stream.copy_to_device_async(src.as_ptr().add(i * K), K, &buf, dst_of(i)) }?;
+                unsafe { stream.copy_to_device_async(src.as_ptr().add(i * K), K, buf, dst_of(i)) }?;
             }
             stream.synchronize()?;
             Ok(())
