@@ -260,6 +260,10 @@ if [ "$what" = churn ]; then
     done
   done 2>&1 | tee -a "$OUT/churn.txt"
 fi
+if [ "$what" = split ]; then
+  # A mid-size copy on one copy queue against halves on two (examples/split_copy.rs), twice.
+  for k in 1 2; do ./.h200/split_copy 50; done 2>&1 | tee "$OUT/split.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi
