@@ -264,6 +264,17 @@ if [ "$what" = split ]; then
   # A mid-size copy on one copy queue against halves on two (examples/split_copy.rs), twice.
   for k in 1 2; do ./.h200/split_copy 50; done 2>&1 | tee "$OUT/split.txt"
 fi
+if [ "$what" = exitchurn ]; then
+  # Is the slow-pinned state system-wide for a while after another process churned pinned
+  # memory? `-t costs` in its own process, then at once a pinned-only sweep; against the sweep
+  # alone.
+  P=host_to_device_ce,device_to_host_ce
+  for k in 1 2; do
+    echo "== pinned sweep alone ($k)"; $v bench -t $P --sizes 4K,1M,4M --no-costs 2>&1 | grep -E "^(host_to_device_ce|device_to_host_ce) "
+    $v bench -t costs --sizes 4K,1M,4M,1G > /dev/null 2>&1
+    echo "== pinned sweep right after a costs process ($k)"; $v bench -t $P --sizes 4K,1M,4M --no-costs 2>&1 | grep -E "^(host_to_device_ce|device_to_host_ce) "
+  done 2>&1 | tee "$OUT/exitchurn.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi

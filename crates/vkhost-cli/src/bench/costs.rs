@@ -130,12 +130,13 @@ pub(super) struct ChildCosts {
 /// The `costs` testcase in a process of its own: this executable, `bench -t costs` with the
 /// same sizes, iterations, device (`device`, the index this process opened) and CPUs, writing its points as JSON for this process to read.
 ///
-/// Why a separate process: what costs does (allocating and freeing pinned blocks up to 1 GiB, and
-/// 10 000 registrations then their unregisters) leaves the process's later pinned blocks slower
-/// for small copies, on the H200 for the whole process (4 KiB 12.6 -> 17-21 us, 1 MiB 31 -> 22-24
-/// GB/s, 4 MiB 44 -> 34; `CHURN` in examples/pinned_small.rs, docs/PERFORMANCE.md 2026-12-02).
-/// Measured after the copies instead, costs would be those of a process that just moved ~100 GiB
-/// (register 1 GiB 73 ms against 52). A fresh process is what a user's program starts as, for both.
+/// Why a separate process, run after the sweep's memory is allocated: what costs does
+/// (allocating and freeing pinned blocks up to 1 GiB, and 10 000 registrations then their
+/// unregisters) makes pinned blocks allocated after it slower for small copies on the H200
+/// (4 KiB 12.6 -> 17-21 us, 1 MiB 31 -> 22-24 GB/s, 4 MiB 44 -> 34; `CHURN` in
+/// examples/pinned_small.rs, docs/PERFORMANCE.md 2026-12-02), also when it ran in a process that
+/// exited just before the sweep allocated its blocks. Measured after the copies instead, costs
+/// would be those of a process that just moved ~100 GiB (register 1 GiB 73 ms against 52).
 pub(super) fn in_child(device: usize, cpu: Option<&str>, sizes: &[u64], iters: usize) -> Result<ChildCosts> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable to run the costs in: {e}"))?;
     let out = std::env::temp_dir().join(format!("vkhost-bench-costs-{}.json", std::process::id()));

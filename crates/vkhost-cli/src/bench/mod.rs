@@ -348,11 +348,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Some(i) => Device::open_with(i, &opts)?,
         None => Device::open_default_with(&opts)?,
     };
-    // The costs beside other testcases run first, in a process of their own on the same device
-    // (`costs::in_child` says why); alone, here.
-    let want_costs = chosen.iter().any(|t| t.work == Work::Costs);
-    let child_costs = (want_costs && chosen.iter().any(|t| t.work != Work::Costs))
-        .then(|| costs::in_child(dev.info().index, a.cpu.as_deref(), &sizes, iters));
     let max = *sizes.iter().max().unwrap_or(&4096) as usize;
     let bar_cap = parse_size(&a.bar_read_cap)? as usize;
     let budget = Duration::from_secs_f64(if quick { a.budget.min(0.5) } else { a.budget });
@@ -422,14 +417,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
             _ => None,
         })
         .collect();
-    // Every path's host memory first (see `paths::Host`; the sm testcases use the same memory as
-    // the path's ce ones), then the copies. The costs ran before all this in their own process.
+    // In this order: every path's host memory (see `paths::Host`; the sm testcases use the same
+    // memory as the path's ce ones), the latency and small-async testcases' memory, then the
+    // costs in a process of their own, then the copies. On the H200, pinned blocks allocated
+    // after pinned memory was freed (in this process, or in the costs process just before) are
+    // 25-40% slower for 4 KiB-4 MiB copies than blocks allocated first (`costs::in_child`,
+    // docs/PERFORMANCE.md 2026-12-02); a user's program allocates its buffers once, first.
     let lat: Vec<DirKind> = chosen.iter().filter_map(|t| if let Work::Latency(d) = t.work { Some(d) } else { None }).collect();
     let small: Vec<bool> =
         chosen.iter().filter_map(|t| if let Work::SmallAsync { scattered } = t.work { Some(scattered) } else { None }).collect();
-    // Their memory first too, for the reason in `latency::Mem`.
-    let mut lat_mem = (!lat.is_empty()).then(|| latency::Mem::new(&dev));
-    let mut small_mem = (!small.is_empty()).then(|| small_async::Mem::new(&dev));
     let mut work = Vec::new();
     let dbuf = if copies.is_empty() { None } else { Some([dev.alloc_buffer(max)?, dev.alloc_buffer(max)?]) };
     if dbuf.is_some() {
@@ -449,10 +445,17 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
         cx.scratch = (vec![0u8; max], vec![0u8; max]);
     }
-    // A failed cost ends the run, after the sweep's registrations are released below.
+    let mut lat_mem = (!lat.is_empty()).then(|| latency::Mem::new(&dev));
+    let mut small_mem = (!small.is_empty()).then(|| small_async::Mem::new(&dev));
+    // The costs beside other testcases: in a process of their own on the same device
+    // (`costs::in_child` says why); alone, here. A failed cost ends the run, after the sweep's
+    // registrations are released below.
+    let want_costs = chosen.iter().any(|t| t.work == Work::Costs);
+    let child_costs = (want_costs && chosen.iter().any(|t| t.work != Work::Costs) && !interrupted())
+        .then(|| costs::in_child(dev.info().index, a.cpu.as_deref(), &sizes, iters));
     let costs_done = match child_costs {
         Some(Ok(c)) => {
-            notes.push("costs: measured first, in a process of their own (docs/BENCH.md)".into());
+            notes.push("costs: measured in a process of their own, before the copies (docs/BENCH.md)".into());
             cx.points.extend(c.points);
             cx.failures += c.failures;
             notes.extend(c.notes);
