@@ -128,23 +128,28 @@ pub(super) struct ChildCosts {
 }
 
 /// The `costs` testcase in a process of its own: this executable, `bench -t costs` with the
-/// same sizes, iterations, device (`device`, the index this process opened) and CPUs, writing its points as JSON for this process to read.
+/// same sizes, iterations, device and CPUs, writing its points as JSON for this process to read.
+/// Run before this process opens its device.
 ///
-/// Why a separate process, run after the sweep's memory is allocated: what costs does
-/// (allocating and freeing pinned blocks up to 1 GiB, and 10 000 registrations then their
-/// unregisters) makes pinned blocks allocated after it slower for small copies on the H200
-/// (4 KiB 12.6 -> 17-21 us, 1 MiB 31 -> 22-24 GB/s, 4 MiB 44 -> 34; `CHURN` in
-/// examples/pinned_small.rs, docs/PERFORMANCE.md 2026-12-02), also when it ran in a process that
-/// exited just before the sweep allocated its blocks. Measured after the copies instead, costs
-/// would be those of a process that just moved ~100 GiB (register 1 GiB 73 ms against 52).
-pub(super) fn in_child(device: usize, cpu: Option<&str>, sizes: &[u64], iters: usize) -> Result<ChildCosts> {
+/// Why (H200, docs/PERFORMANCE.md 2026-12-02): what costs does (allocating and freeing pinned
+/// blocks up to 1 GiB, 10 000 registrations then their unregisters) leaves pinned blocks slower
+/// for 4 KiB-4 MiB copies (4 KiB 12.6 -> 17-21 us, 1 MiB 31 -> 21-24 GB/s, 4 MiB 44 -> 34) in the
+/// process that did it (`CHURN` in examples/pinned_small.rs), and in a process whose device was
+/// already open while another process did it (whether its blocks were allocated before or after),
+/// but not in a process that opens its device after the churning one exited (`exitchurn` in
+/// scripts/h200-run.sh: 2 of 2 fast). Measured after the copies instead, costs would be those of
+/// a process that just moved ~100 GiB (register 1 GiB 73 ms against 52).
+pub(super) fn in_child(device: Option<usize>, cpu: Option<&str>, sizes: &[u64], iters: usize) -> Result<ChildCosts> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable to run the costs in: {e}"))?;
     let out = std::env::temp_dir().join(format!("vkhost-bench-costs-{}.json", std::process::id()));
     let sizes: Vec<String> = sizes.iter().map(u64::to_string).collect();
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["bench", "-t", "costs", "--sizes", &sizes.join(","), "--iters", &iters.to_string(), "--json"]).arg(&out);
-    // The device this process opened, by index (VKHOST_DEVICE already chose it).
-    cmd.args(["--device", &device.to_string()]).env_remove("VKHOST_DEVICE");
+    // The device this process will open: the same --device, or the same default and
+    // VKHOST_DEVICE (inherited).
+    if let Some(d) = device {
+        cmd.args(["--device", &d.to_string()]);
+    }
     if let Some(c) = cpu {
         cmd.args(["--cpu", c]);
     }

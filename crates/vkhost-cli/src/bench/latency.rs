@@ -16,9 +16,9 @@ const MIN_ITERS: usize = 50;
 
 /// The latency testcases' memory: a pinned block and a device buffer of the largest size.
 ///
-/// Allocated with the sweep's memory, before any copy or cost: allocated after pinned memory was
-/// freed (the sweep's 1 GiB blocks, or the costs' churn), a pinned block is slower for small
-/// copies on the H200 (4 KiB d2h 14.9 us against 13.0-13.5; `costs::in_child` has the figures).
+/// Allocated with the sweep's memory, before any copy: allocated after the sweep freed its 1 GiB
+/// pinned blocks, a pinned block is slower for small copies on the H200 (4 KiB d2h 14.9 us
+/// against 13.0-13.5; the same churn as in `costs::in_child`).
 pub(super) struct Mem {
     host: PinnedBuffer,
     dbuf: vkhost::DeviceBuffer,

@@ -334,6 +334,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
         return Err("no sizes".into());
     }
     let iters = if quick { a.iters.min(5) } else { a.iters };
+    // The costs beside other testcases: first, in a process of their own that exits before this
+    // one opens the device (`costs::in_child` says why); alone, here.
+    let want_costs = chosen.iter().any(|t| t.work == Work::Costs);
+    let child_costs =
+        (want_costs && chosen.iter().any(|t| t.work != Work::Costs)).then(|| costs::in_child(a.device, a.cpu.as_deref(), &sizes, iters));
     let mut opts = OpenOptions { validation: false, ..OpenOptions::default() };
     if let Some(t) = a.staging_threads {
         opts.staging_threads = t;
@@ -417,12 +422,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
             _ => None,
         })
         .collect();
-    // In this order: every path's host memory (see `paths::Host`; the sm testcases use the same
-    // memory as the path's ce ones), the latency and small-async testcases' memory, then the
-    // costs in a process of their own, then the copies. On the H200, pinned blocks allocated
-    // after pinned memory was freed (in this process, or in the costs process just before) are
-    // 25-40% slower for 4 KiB-4 MiB copies than blocks allocated first (`costs::in_child`,
-    // docs/PERFORMANCE.md 2026-12-02); a user's program allocates its buffers once, first.
+    // Every path's host memory (see `paths::Host`; the sm testcases use the same memory as the
+    // path's ce ones) and the latency and small-async testcases' memory, then the copies: pinned
+    // blocks allocated after the sweep freed its own are slower for small copies on the H200
+    // (`latency::Mem`); a user's program allocates its buffers once, first.
     let lat: Vec<DirKind> = chosen.iter().filter_map(|t| if let Work::Latency(d) = t.work { Some(d) } else { None }).collect();
     let small: Vec<bool> =
         chosen.iter().filter_map(|t| if let Work::SmallAsync { scattered } = t.work { Some(scattered) } else { None }).collect();
@@ -447,15 +450,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     let mut lat_mem = (!lat.is_empty()).then(|| latency::Mem::new(&dev));
     let mut small_mem = (!small.is_empty()).then(|| small_async::Mem::new(&dev));
-    // The costs beside other testcases: in a process of their own on the same device
-    // (`costs::in_child` says why); alone, here. A failed cost ends the run, after the sweep's
-    // registrations are released below.
-    let want_costs = chosen.iter().any(|t| t.work == Work::Costs);
-    let child_costs = (want_costs && chosen.iter().any(|t| t.work != Work::Costs) && !interrupted())
-        .then(|| costs::in_child(dev.info().index, a.cpu.as_deref(), &sizes, iters));
+    // A failed cost (alone, in this process) ends the run, after the sweep's registrations are
+    // released below.
     let costs_done = match child_costs {
         Some(Ok(c)) => {
-            notes.push("costs: measured in a process of their own, before the copies (docs/BENCH.md)".into());
+            notes.push("costs: measured first, in a process of their own (docs/BENCH.md)".into());
             cx.points.extend(c.points);
             cx.failures += c.failures;
             notes.extend(c.notes);
