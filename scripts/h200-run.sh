@@ -275,6 +275,25 @@ if [ "$what" = exitchurn ]; then
     echo "== pinned sweep right after a costs process ($k)"; $v bench -t $P --sizes 4K,1M,4M --no-costs 2>&1 | grep -E "^(host_to_device_ce|device_to_host_ce) "
   done 2>&1 | tee "$OUT/exitchurn.txt"
 fi
+if [ "$what" = pagesplit ]; then
+  # Staged copies below four chunks split into up to four batches (this build) against one
+  # batch per chunk (.h200/vkhost-prev), alternated; then two whole sweeps of this build, and
+  # --devices all against the plain bench (issue 15's pageable rows).
+  T=host_to_device_pageable_ce,device_to_host_pageable_ce
+  for k in 1 2 3; do
+    for b in vkhost-prev vkhost; do
+      echo "== $b ($k)"; ./.h200/$b bench -t $T --sizes 1M,2M,4M,8M,16M,32M,64M,256M --no-costs --iters 20 2>&1 | grep -E "_pageable_ce "
+    done
+  done 2>&1 | tee "$OUT/pagesplit.txt"
+  for k in 1 2; do
+    echo "== sweep ($k)"; $v bench --json "$OUT/sweep-$k.json" 2>&1 | grep -E "^(host_to_device_ce|device_to_host_ce) +(4K|1M|4M) |_pageable_ce +(16M|256M|1G) "
+    python3 scripts/regress-check.py docs/h200-bench.json "$OUT/sweep-$k.json" 2>&1 | tail -1
+  done 2>&1 | tee -a "$OUT/pagesplit.txt"
+  {
+    echo "== vkhost bench --devices all --iters 30"; $v bench --devices all --iters 30 | grep pageable
+    echo "== plain bench, 30 iterations"; $v bench -t host_to_device_pageable_ce,device_to_host_pageable_ce --sizes 16M,256M,1G --no-costs --iters 30 | grep -E "_ce"
+  } 2>&1 | tee -a "$OUT/pagesplit.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi

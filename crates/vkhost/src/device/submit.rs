@@ -355,10 +355,26 @@ const RAMP_MIN: u64 = 1 << 20;
 /// each at least 1 MiB). The first DMA waits for the first memcpy (h2d) and the last memcpy
 /// for the last DMA (d2h), so small first and last batches shorten the pipeline's fill and
 /// drain: on the H200 a 256 MiB pageable copy with 16 MiB chunks spent about one chunk's time
-/// (0.35 ms of 6) in them. An empty schedule means full chunks throughout.
+/// (0.35 ms of 6) in them. A copy of less than four chunks, which would be one or a few full
+/// batches (one memcpy, then its DMA, then the next), is split into up to four equal batches of
+/// at least 1 MiB, so the memcpy of one overlaps the DMA of the one before. An empty schedule
+/// means full chunks throughout.
 fn ramp(total: u64, chunk: u64) -> Vec<u64> {
     if total < 4 * chunk {
-        return Vec::new();
+        let n = (total / RAMP_MIN).min(4);
+        if n < 2 {
+            return Vec::new();
+        }
+        // Equal parts, each a multiple of 64 KiB and at most a chunk; the last takes the rest.
+        let each = total.div_ceil(n).next_multiple_of(64 << 10).min(chunk);
+        let mut v = Vec::new();
+        let mut left = total;
+        while left > 0 {
+            let c = each.min(left);
+            v.push(c);
+            left -= c;
+        }
+        return v;
     }
     let up: Vec<u64> = [16, 8, 4, 2].iter().map(|d| chunk / d).filter(|&c| c >= RAMP_MIN).collect();
     let mid = total - 2 * up.iter().sum::<u64>();
@@ -749,7 +765,17 @@ mod tests {
     #[test]
     fn large_staged_copies_ramp_up_and_down() {
         let m = 1u64 << 20;
-        assert!(ramp(3 * 16 * m, 16 * m).is_empty());
+        // Below four chunks: up to four equal batches of at least 1 MiB, none above a chunk.
+        assert_eq!(ramp(16 * m, 16 * m), [4 * m; 4]);
+        assert_eq!(ramp(3 * 16 * m, 16 * m), [12 * m; 4]);
+        assert_eq!(ramp(2 * m, 16 * m), [m, m]);
+        assert!(ramp(m, 16 * m).is_empty() && ramp(2 * m - 1, 16 * m).is_empty());
+        let odd = ramp(5 * m + 12345, 16 * m);
+        assert_eq!(odd.iter().sum::<u64>(), 5 * m + 12345);
+        assert!(odd.len() == 4 && odd.iter().all(|&c| c > 0 && c <= 16 * m));
+        let r7 = ramp(7 * m, 2 * m);
+        assert_eq!(r7.iter().sum::<u64>(), 7 * m);
+        assert!(r7.iter().all(|&c| c <= 2 * m), "never above a chunk: {r7:?}");
         let r = ramp(256 * m + 4096, 16 * m);
         assert_eq!(r[..4], [m, 2 * m, 4 * m, 8 * m]);
         assert_eq!(r[r.len() - 4..], [8 * m, 4 * m, 2 * m, m]);
