@@ -355,13 +355,16 @@ const RAMP_MIN: u64 = 1 << 20;
 /// each at least 1 MiB). The first DMA waits for the first memcpy (h2d) and the last memcpy
 /// for the last DMA (d2h), so small first and last batches shorten the pipeline's fill and
 /// drain: on the H200 a 256 MiB pageable copy with 16 MiB chunks spent about one chunk's time
-/// (0.35 ms of 6) in them. A copy of less than four chunks, which would be one or a few full
-/// batches (one memcpy, then its DMA, then the next), is split into up to four equal batches of
-/// at least 1 MiB, so the memcpy of one overlaps the DMA of the one before. An empty schedule
-/// means full chunks throughout.
-fn ramp(total: u64, chunk: u64) -> Vec<u64> {
+/// (0.35 ms of 6) in them. An h2d copy of less than four chunks, which would be one or a few
+/// full batches (one memcpy, then its DMA, then the next), is split into up to four equal
+/// batches of at least 1 MiB, so the memcpy of one overlaps the DMA of the one before: on the
+/// H200 8 MiB went from 16.0-16.7 to 19.6-22.7 GB/s, 16 MiB from 19.2-22.2 to 22.0-25.1, 32 MiB
+/// from 25.0-28.8 to 27.1-31.5 (three runs each, alternated; docs/h200/s5/call6-pagesplit.txt).
+/// Not d2h, whose DMAs are all submitted before the first memcpy anyway: there the split cost
+/// 32 MiB 35.7-37.1 -> 22.4-27.6 GB/s. An empty schedule means full chunks throughout.
+fn ramp(total: u64, chunk: u64, dir: Dir) -> Vec<u64> {
     if total < 4 * chunk {
-        let n = (total / RAMP_MIN).min(4);
+        let n = if dir == Dir::ToDevice { (total / RAMP_MIN).min(4) } else { 0 };
         if n < 2 {
             return Vec::new();
         }
@@ -387,9 +390,9 @@ fn ramp(total: u64, chunk: u64) -> Vec<u64> {
     v
 }
 
-fn batches(pieces: &[Piece], chunk: u64) -> Vec<Vec<Op>> {
+fn batches(pieces: &[Piece], chunk: u64, dir: Dir) -> Vec<Vec<Op>> {
     let staged: u64 = pieces.iter().filter(|p| matches!(p.host, HostSide::Staged { .. })).map(|p| p.len).sum();
-    let sched = ramp(staged, chunk);
+    let sched = ramp(staged, chunk, dir);
     let mut out = Vec::new();
     let mut cur = Vec::new();
     let mut used = 0u64;
@@ -475,7 +478,7 @@ unsafe fn execute_in(
 ) -> Result<Moved> {
     let mut g = acquire(s, l, prefer, kind)?;
     let ctx = g.ctx();
-    let batches = batches(pieces, ctx.chunk);
+    let batches = batches(pieces, ctx.chunk, dir);
     let any_staged = pieces.iter().any(|p| matches!(p.host, HostSide::Staged { .. }));
     let staging = if any_staged { Some(ctx.staging(s, l)?) } else { None };
     let queue = queue_of(l, ctx.queue)?;
@@ -748,7 +751,7 @@ mod tests {
             Piece { dev_offset: 10, len: 100, host: HostSide::Direct { buffer: vk::Buffer::null(), offset: 5, addr: 0 } },
             Piece { dev_offset: 110, len: 25, host: HostSide::Staged { addr: 2000 } },
         ];
-        let b = batches(&pieces, 16);
+        let b = batches(&pieces, 16, Dir::ToHost);
         // 10 staged + direct + 6 staged | 16 staged | 3 staged
         assert_eq!(b.len(), 3);
         let staged: Vec<u64> =
@@ -765,27 +768,35 @@ mod tests {
     #[test]
     fn large_staged_copies_ramp_up_and_down() {
         let m = 1u64 << 20;
-        // Below four chunks: up to four equal batches of at least 1 MiB, none above a chunk.
-        assert_eq!(ramp(16 * m, 16 * m), [4 * m; 4]);
-        assert_eq!(ramp(3 * 16 * m, 16 * m), [12 * m; 4]);
-        assert_eq!(ramp(2 * m, 16 * m), [m, m]);
-        assert!(ramp(m, 16 * m).is_empty() && ramp(2 * m - 1, 16 * m).is_empty());
-        let odd = ramp(5 * m + 12345, 16 * m);
+        let up = Dir::ToDevice;
+        // h2d below four chunks: up to four equal batches of at least 1 MiB, none above a chunk.
+        assert_eq!(ramp(16 * m, 16 * m, up), [4 * m; 4]);
+        assert_eq!(ramp(3 * 16 * m, 16 * m, up), [12 * m; 4]);
+        assert_eq!(ramp(2 * m, 16 * m, up), [m, m]);
+        assert!(ramp(m, 16 * m, up).is_empty() && ramp(2 * m - 1, 16 * m, up).is_empty());
+        let odd = ramp(5 * m + 12345, 16 * m, up);
         assert_eq!(odd.iter().sum::<u64>(), 5 * m + 12345);
         assert!(odd.len() == 4 && odd.iter().all(|&c| c > 0 && c <= 16 * m));
-        let r7 = ramp(7 * m, 2 * m);
+        let r7 = ramp(7 * m, 2 * m, up);
         assert_eq!(r7.iter().sum::<u64>(), 7 * m);
         assert!(r7.iter().all(|&c| c <= 2 * m), "never above a chunk: {r7:?}");
-        let r = ramp(256 * m + 4096, 16 * m);
+        // d2h below four chunks: full chunks.
+        assert!(ramp(3 * 16 * m, 16 * m, Dir::ToHost).is_empty() && ramp(16 * m, 16 * m, Dir::ToHost).is_empty());
+        let sizes: Vec<u64> = batches(&[Piece { dev_offset: 0, len: 16 * m, host: HostSide::Staged { addr: 1 << 40 } }], 16 * m, up)
+            .iter()
+            .map(|ops| ops.iter().map(|o| o.len).sum())
+            .collect();
+        assert_eq!(sizes, [4 * m; 4]);
+        let r = ramp(256 * m + 4096, 16 * m, Dir::ToHost);
         assert_eq!(r[..4], [m, 2 * m, 4 * m, 8 * m]);
         assert_eq!(r[r.len() - 4..], [8 * m, 4 * m, 2 * m, m]);
         assert_eq!(r.iter().sum::<u64>(), 256 * m + 4096);
         assert!(r.iter().all(|&c| c > 0 && c <= 16 * m));
         // Chunks too small to ramp: no ramp steps, full chunks.
-        assert!(ramp(1 << 30, 64 << 10).iter().all(|&c| c == 64 << 10));
+        assert!(ramp(1 << 30, 64 << 10, up).iter().all(|&c| c == 64 << 10));
         // batches() follows the schedule, staging offsets within each batch's slot.
         let pieces = [Piece { dev_offset: 0, len: 256 * m + 4096, host: HostSide::Staged { addr: 1 << 40 } }];
-        let b = batches(&pieces, 16 * m);
+        let b = batches(&pieces, 16 * m, Dir::ToHost);
         let sizes: Vec<u64> = b.iter().map(|ops| ops.iter().map(|o| o.len).sum()).collect();
         assert_eq!(sizes, r);
         let mut at = 0;
@@ -803,7 +814,7 @@ mod tests {
         let pieces: Vec<Piece> = (0..5)
             .map(|i| Piece { dev_offset: i * 100, len: 100, host: HostSide::Direct { buffer: vk::Buffer::null(), offset: 0, addr: 0 } })
             .collect();
-        assert_eq!(batches(&pieces, 16).len(), 1);
+        assert_eq!(batches(&pieces, 16, Dir::ToHost).len(), 1);
     }
 
     #[test]
