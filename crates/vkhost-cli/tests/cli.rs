@@ -526,7 +526,7 @@ fn bench_costs_and_find() {
     let r = doc["results"].as_array().unwrap();
     let count = |kind: &str| r.iter().filter(|p| p["kind"] == kind).count();
     assert_eq!(r.iter().filter(|p| p["testcase"] == "host_to_device_ce").count(), 2, "h2d at 4K and 1M");
-    assert_eq!(count("cost"), 2 * 5, "5 operations at 2 sizes");
+    assert_eq!(count("cost"), 2 * 6, "6 operations at 2 sizes");
     assert_eq!(count("find"), 3);
     for p in r.iter().filter(|p| p["kind"] == "cost") {
         assert_eq!(p["iters"], 2, "{p}");

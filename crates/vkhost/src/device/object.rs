@@ -53,6 +53,9 @@ pub(crate) struct BufferObj {
     /// Where the memory is mapped, for buffers allocated mapped (pinned blocks, staging, device
     /// buffers in mapped VRAM): valid while the memory exists (see [`BufferObj::mapped`]).
     map: Option<super::SendPtr>,
+    /// Set by [`BufferObj::release_in_background_when_dropped`]: the last owner's drop hands the
+    /// objects to the background releaser instead of freeing them on its own thread.
+    background: std::sync::atomic::AtomicBool,
 }
 
 /// Something that must outlive a `BufferObj`'s memory.
@@ -77,7 +80,17 @@ impl BufferObj {
             present: std::sync::atomic::AtomicBool::new(true),
             backing: None,
             map: b.ptr,
+            background: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// From now on, the last owner's drop queues the objects for the background releaser
+    /// ([`Shared::release_in_background`]) rather than freeing them itself: for a pinned block
+    /// the caller let go of (`free_pinned`, a `PinnedBuffer`'s drop), whose vkFreeMemory takes
+    /// 0.2-0.4 ms even at 4 KiB on the H200 (docs/PERFORMANCE.md). Nothing changes for work
+    /// that still holds the object: it goes when the last of them is reaped, as before.
+    pub(crate) fn release_in_background_when_dropped(&self) {
+        self.background.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// The mapping of the memory, if it was allocated mapped. Using it is sound only while the
@@ -116,7 +129,7 @@ impl BufferObj {
             g.take()
         };
         if let Some(m) = m {
-            s.release_in_background(self.buffer, m);
+            s.release_in_background(self.buffer, m, None);
         }
     }
 
@@ -165,6 +178,11 @@ impl Drop for BufferObj {
         // gone, its teardown released everything (and `memory` was already taken).
         let Some(m) = m else { return };
         match self.shared.upgrade() {
+            Some(s) if *self.background.get_mut() => {
+                s.release_in_background(self.buffer, m, self.backing.take());
+                // The releaser now has the device to drain: never leave it the last owner.
+                drop_shared(s);
+            }
             Some(s) => s.release_or_defer(self.buffer, m, self.backing.take()),
             None => {
                 // Unreachable by construction (teardown holds every child until its objects
@@ -200,8 +218,8 @@ impl Shared {
     /// that hands it over returns once no work can touch the pages, without that wait. The
     /// pages stay pinned, and so physically allocated, until then: unmapping them meanwhile is
     /// harmless (nothing names the import any more).
-    pub(crate) fn release_in_background(self: &Arc<Shared>, buffer: vk::Buffer, memory: vk::DeviceMemory) {
-        lock(&self.garbage).push((buffer, memory, None));
+    pub(crate) fn release_in_background(self: &Arc<Shared>, buffer: vk::Buffer, memory: vk::DeviceMemory, backing: Option<Backing>) {
+        lock(&self.garbage).push((buffer, memory, backing));
         self.has_garbage.store(true, Ordering::Release);
         releaser().send(Arc::downgrade(self));
     }
@@ -404,6 +422,9 @@ mod tests {
     static PAUSE_ID: AtomicU64 = AtomicU64::new(0);
     static REACHED: AtomicBool = AtomicBool::new(false);
 
+    /// The tests below share the pause: one at a time.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
     pub(super) fn pause_point(s: &Shared) {
         if PAUSE_ID.load(Ordering::Acquire) != s.id.get() {
             return;
@@ -421,6 +442,8 @@ mod tests {
     /// vkhost would use the caller's VkDevice after the caller's drop returned).
     #[test]
     fn the_last_drop_tears_down_even_while_the_releaser_holds_the_device() {
+        let _one = lock(&SERIAL);
+        REACHED.store(false, Ordering::Release);
         let dev = match crate::Device::open_default() {
             Ok(d) => d,
             Err(e) => {
@@ -457,5 +480,51 @@ mod tests {
         // SAFETY: allocated above with this layout; no import of it is left.
         unsafe { std::alloc::dealloc(page, layout) };
         assert!(torn_down, "the last Device drop returned while the releaser still held the device");
+    }
+
+    /// `free_pinned` and a `PinnedBuffer`'s drop hand the block to the background releaser
+    /// (freeing driver memory took 0.2-0.4 ms per block on the H200): the releaser is sent the
+    /// device, and while it is held there the block waits in the garbage, counted as gone by
+    /// `live_objects` (which frees it on the caller's thread).
+    #[test]
+    fn free_pinned_hands_the_block_to_the_background_releaser() {
+        let _one = lock(&SERIAL);
+        REACHED.store(false, Ordering::Release);
+        let dev = match crate::Device::open_default() {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("skipped: no Vulkan device ({e})");
+                return;
+            }
+        };
+        let before = dev.live_objects();
+        PAUSE_ID.store(dev.id().get(), Ordering::Release);
+        for guard in [false, true] {
+            REACHED.store(false, Ordering::Release);
+            if guard {
+                drop(crate::PinnedBuffer::new(&dev, 4096).unwrap());
+            } else {
+                let p = crate::host::alloc_pinned(&dev, 4096).unwrap();
+                crate::host::free_pinned(&dev, p).unwrap();
+            }
+            let t = Instant::now();
+            while !REACHED.load(Ordering::Acquire) {
+                if t.elapsed() > Duration::from_secs(10) {
+                    PAUSE_ID.store(0, Ordering::Release);
+                    panic!("the block was freed on the caller's thread, not handed to the releaser (guard: {guard})");
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(lock(&dev.shared.garbage).len(), 1, "the block waits for the held releaser (guard: {guard})");
+            // `live_objects` frees it here while the releaser is held.
+            assert_eq!(dev.live_objects(), before);
+            assert!(lock(&dev.shared.garbage).is_empty());
+            PAUSE_ID.store(0, Ordering::Release);
+            // Let the releaser move on before the next round pauses it again.
+            std::thread::sleep(Duration::from_millis(20));
+            PAUSE_ID.store(dev.id().get(), Ordering::Release);
+        }
+        PAUSE_ID.store(0, Ordering::Release);
+        dev.destroy().unwrap();
     }
 }
