@@ -145,7 +145,8 @@ pub(super) struct ChildCosts {
 /// a process that just moved ~100 GiB (register 1 GiB 73 ms against 52).
 pub(super) fn in_child(device: Option<usize>, cpu: Option<&str>, sizes: &[u64], iters: usize) -> Result<ChildCosts> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable to run the costs in: {e}"))?;
-    let out = std::env::temp_dir().join(format!("vkhost-bench-costs-{}.json", std::process::id()));
+    let dir = PrivateDir::new()?;
+    let out = dir.0.join("costs.json");
     let sizes: Vec<String> = sizes.iter().map(u64::to_string).collect();
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["bench", "-t", "costs", "--sizes", &sizes.join(","), "--iters", &iters.to_string(), "--json"]).arg(&out);
@@ -160,18 +161,54 @@ pub(super) fn in_child(device: Option<usize>, cpu: Option<&str>, sizes: &[u64], 
     // Its table is this process's to print; its errors go straight to the user.
     cmd.stdout(std::process::Stdio::null());
     let status = cmd.status().map_err(|e| format!("cannot run the costs process: {e}"))?;
-    // 0: all verified; 2: a check failed; 130: Ctrl-C (what was measured is still written).
+    // 0: all verified; 2: a check failed; 130: Ctrl-C (what was measured is still written, and
+    // this process, which got the same Ctrl-C, stops too).
     if !matches!(status.code(), Some(0 | 2 | 130)) {
-        let _ = std::fs::remove_file(&out);
-        return Err(format!("the costs process failed ({status})").into());
+        return Err(format!("the costs process failed ({status}); `vkhost bench -t costs` alone shows why").into());
     }
-    let text = std::fs::read_to_string(&out).map_err(|e| format!("reading {}: {e}", out.display()));
-    let _ = std::fs::remove_file(&out);
-    let doc: serde_json::Value = serde_json::from_str(&text?)?;
+    let text = std::fs::read_to_string(&out).map_err(|e| format!("reading the costs process's {}: {e}", out.display()))?;
+    let doc: serde_json::Value = serde_json::from_str(&text)?;
     let points = doc["results"].as_array().map(|v| v.iter().filter_map(from_json).collect()).unwrap_or_default();
-    let notes = doc["run"]["notes"].as_array().map(|v| v.iter().filter_map(|n| n.as_str().map(String::from)).collect()).unwrap_or_default();
+    // Its Ctrl-C note is this process's to make (it got the same Ctrl-C).
+    let notes = doc["run"]["notes"]
+        .as_array()
+        .map(|v| v.iter().filter_map(|n| n.as_str()).filter(|n| !n.starts_with("interrupted")).map(String::from).collect())
+        .unwrap_or_default();
     let failures = doc["run"]["failures"].as_u64().unwrap_or(0) as usize;
     Ok(ChildCosts { points, notes, failures })
+}
+
+/// A directory only this user can enter, made new for one costs process (never one left by an
+/// earlier run, nor a path another user prepared), removed with what is in it on drop.
+struct PrivateDir(std::path::PathBuf);
+
+impl PrivateDir {
+    fn new() -> Result<PrivateDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        let base = std::env::temp_dir();
+        let mut last = None;
+        for k in 0..16u32 {
+            let d = base.join(format!("vkhost-bench-{}-{nanos:x}-{k}", std::process::id()));
+            // `create` fails if anything is already there: nothing of someone else's is reused.
+            match std::fs::DirBuilder::new().mode(0o700).create(&d) {
+                Ok(()) => return Ok(PrivateDir(d)),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(format!(
+            "cannot make a directory in {} for the costs process: {}",
+            base.display(),
+            last.map(|e| e.to_string()).unwrap_or_default()
+        )
+        .into())
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// A cost or find point back from its `--json` record (`output::to_json`); None for any other.

@@ -334,11 +334,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
         return Err("no sizes".into());
     }
     let iters = if quick { a.iters.min(5) } else { a.iters };
-    // The costs beside other testcases: first, in a process of their own that exits before this
-    // one opens the device (`costs::in_child` says why); alone, here.
-    let want_costs = chosen.iter().any(|t| t.work == Work::Costs);
-    let child_costs =
-        (want_costs && chosen.iter().any(|t| t.work != Work::Costs)).then(|| costs::in_child(a.device, a.cpu.as_deref(), &sizes, iters));
     let mut opts = OpenOptions { validation: false, ..OpenOptions::default() };
     if let Some(t) = a.staging_threads {
         opts.staging_threads = t;
@@ -349,12 +344,28 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if let Some(n) = a.staging_slots {
         opts.staging_slots = n;
     }
+    if let Some(c) = a.cpu.as_deref().filter(|c| c.trim() != "none") {
+        meta::parse_cpu_list(c)?;
+    }
+    let bar_cap = parse_size(&a.bar_read_cap)? as usize;
+    // From here Ctrl-C stops between points (the costs process stops too: it gets the same
+    // signal) and the run still writes its files.
+    catch_sigint();
+    // The costs beside other testcases: first, in a process of their own that exits before this
+    // one opens the device (`costs::in_child` says why); alone, here.
+    let want_costs = chosen.iter().any(|t| t.work == Work::Costs);
+    // A failed costs process ends the run, as a failed cost measured here does.
+    let child_costs = match (want_costs && chosen.iter().any(|t| t.work != Work::Costs))
+        .then(|| costs::in_child(a.device, a.cpu.as_deref(), &sizes, iters))
+    {
+        Some(r) => Some(r?),
+        None => None,
+    };
     let dev = match a.device {
         Some(i) => Device::open_with(i, &opts)?,
         None => Device::open_default_with(&opts)?,
     };
     let max = *sizes.iter().max().unwrap_or(&4096) as usize;
-    let bar_cap = parse_size(&a.bar_read_cap)? as usize;
     let budget = Duration::from_secs_f64(if quick { a.budget.min(0.5) } else { a.budget });
     let info = dev.info().clone();
 
@@ -374,8 +385,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let pb = if std::io::stderr().is_terminal() { ProgressBar::new(npoints as u64) } else { ProgressBar::hidden() };
     pb.set_style(ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
 
-    // From here Ctrl-C stops between points and the run still writes its files.
-    catch_sigint();
     println!(
         "vkhost bench on [{}] {} ({}, {}), API {}",
         info.index,
@@ -430,7 +439,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let small: Vec<bool> =
         chosen.iter().filter_map(|t| if let Work::SmallAsync { scattered } = t.work { Some(scattered) } else { None }).collect();
     let mut work = Vec::new();
-    let dbuf = if copies.is_empty() { None } else { Some([dev.alloc_buffer(max)?, dev.alloc_buffer(max)?]) };
+    let dbuf = if copies.is_empty() || interrupted() { None } else { Some([dev.alloc_buffer(max)?, dev.alloc_buffer(max)?]) };
     if dbuf.is_some() {
         for path in [PathKind::Pinned, PathKind::Registered, PathKind::Pageable, PathKind::Bar, PathKind::Device] {
             let dirs = |sm: bool| -> Vec<DirKind> { copies.iter().filter(|c| c.0 == path && c.2 == sm).map(|c| c.1).collect() };
@@ -448,20 +457,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
         cx.scratch = (vec![0u8; max], vec![0u8; max]);
     }
-    let mut lat_mem = (!lat.is_empty()).then(|| latency::Mem::new(&dev));
-    let mut small_mem = (!small.is_empty()).then(|| small_async::Mem::new(&dev));
+    let mut lat_mem = (!lat.is_empty() && !interrupted()).then(|| latency::Mem::new(&dev));
+    let mut small_mem = (!small.is_empty() && !interrupted()).then(|| small_async::Mem::new(&dev));
     // A failed cost (alone, in this process) ends the run, after the sweep's registrations are
     // released below.
     let costs_done = match child_costs {
-        Some(Ok(c)) => {
+        Some(c) => {
             notes.push("costs: measured first, in a process of their own (docs/BENCH.md)".into());
             cx.points.extend(c.points);
             cx.failures += c.failures;
             notes.extend(c.notes);
-            Ok(())
-        }
-        Some(Err(e)) => {
-            notes.push(format!("costs: skipped ({e})"));
             Ok(())
         }
         None if want_costs && !interrupted() => costs(&mut cx, &sizes, &mut notes),

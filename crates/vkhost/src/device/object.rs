@@ -129,7 +129,7 @@ impl BufferObj {
             g.take()
         };
         if let Some(m) = m {
-            s.release_in_background(self.buffer, m, None);
+            s.release_in_background(self.buffer, m);
         }
     }
 
@@ -179,9 +179,15 @@ impl Drop for BufferObj {
         let Some(m) = m else { return };
         match self.shared.upgrade() {
             Some(s) if *self.background.get_mut() => {
-                s.release_in_background(self.buffer, m, self.backing.take());
-                // The releaser now has the device to drain: never leave it the last owner.
+                // Queue, let go of the device, then wake the releaser: woken first, it could
+                // take the device before `drop_shared`, which would then wait out its whole
+                // drain (an earlier unregister's 1 GiB unpin: ~30 ms) on this thread. If this
+                // was the last reference, the teardown just freed the queue and the releaser's
+                // upgrade fails.
+                let w = Arc::downgrade(&s);
+                s.queue_garbage(self.buffer, m, self.backing.take());
                 drop_shared(s);
+                releaser().send(w);
             }
             Some(s) => s.release_or_defer(self.buffer, m, self.backing.take()),
             None => {
@@ -218,10 +224,16 @@ impl Shared {
     /// that hands it over returns once no work can touch the pages, without that wait. The
     /// pages stay pinned, and so physically allocated, until then: unmapping them meanwhile is
     /// harmless (nothing names the import any more).
-    pub(crate) fn release_in_background(self: &Arc<Shared>, buffer: vk::Buffer, memory: vk::DeviceMemory, backing: Option<Backing>) {
+    pub(crate) fn release_in_background(self: &Arc<Shared>, buffer: vk::Buffer, memory: vk::DeviceMemory) {
+        self.queue_garbage(buffer, memory, None);
+        releaser().send(Arc::downgrade(self));
+    }
+
+    /// Queues a buffer and its memory for the next drain (the releaser's, an allocation's,
+    /// `Device::release_queued`'s or teardown's).
+    fn queue_garbage(&self, buffer: vk::Buffer, memory: vk::DeviceMemory, backing: Option<Backing>) {
         lock(&self.garbage).push((buffer, memory, backing));
         self.has_garbage.store(true, Ordering::Release);
-        releaser().send(Arc::downgrade(self));
     }
 
     /// Releases queued garbage, buffers and pipelines (called with the device lock held). While
@@ -290,6 +302,9 @@ impl Shared {
 /// The process's background releaser: one thread that drains the garbage of devices sent to it
 /// (started on first use; it waits on a condition variable when idle).
 struct Releaser {
+    /// The fork generation whose thread this is: in a forked child the parent's releaser has
+    /// no thread and its locks may have been held at the fork, so the child starts its own.
+    fork_gen: u64,
     queue: Mutex<Vec<Weak<Shared>>>,
     cv: std::sync::Condvar,
     /// The address of the device state the releaser holds an `Arc` to now (0: none). Set under
@@ -299,7 +314,16 @@ struct Releaser {
     idle: std::sync::Condvar,
 }
 
-static RELEASER: std::sync::OnceLock<&'static Releaser> = std::sync::OnceLock::new();
+/// This process's releaser (null until first use); replaced in a forked child (see `fork_gen`).
+static RELEASER: std::sync::atomic::AtomicPtr<Releaser> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+/// The releaser of this fork generation, if one was started.
+fn current_releaser() -> Option<&'static Releaser> {
+    let p = RELEASER.load(Ordering::Acquire);
+    // SAFETY: only ever set to a leaked `Box<Releaser>`, never freed.
+    let r = unsafe { p.as_ref() }?;
+    (r.fork_gen == super::fork_generation()).then_some(r)
+}
 
 thread_local! {
     /// Set while this thread holds the releaser's `holding` lock to drop a device's state: a
@@ -314,8 +338,9 @@ thread_local! {
 /// last reference, the teardown runs here and the releaser's later upgrade fails. Holding the
 /// lock through a teardown only delays the releaser, which never waits on a teardown.
 pub(crate) fn drop_shared(s: Arc<Shared>) {
-    let Some(r) = RELEASER.get() else {
-        // No releaser was ever started: nothing else can hold the state.
+    let Some(r) = current_releaser() else {
+        // No releaser was started in this process (since the fork): nothing else can hold
+        // the state.
         drop(s);
         return;
     };
@@ -335,21 +360,29 @@ pub(crate) fn drop_shared(s: Arc<Shared>) {
     drop(h);
 }
 
+/// This fork generation's releaser, started on first use. If its thread cannot be started,
+/// what is sent to it goes at the next allocation, `Device::release_queued` or teardown.
 fn releaser() -> &'static Releaser {
-    RELEASER.get_or_init(|| {
-        let r: &'static Releaser = Box::leak(Box::new(Releaser {
-            queue: Mutex::new(Vec::new()),
-            cv: std::sync::Condvar::new(),
-            holding: Mutex::new(0),
-            idle: std::sync::Condvar::new(),
-        }));
-        let spawned = std::thread::Builder::new().name("vkhost-release".into()).spawn(move || r.run());
-        if let Err(e) = spawned {
-            // Nothing is lost: whatever is queued goes at the next allocation or at teardown.
-            log::warn!("no background releaser thread ({e}): queued releases wait for the next allocation or teardown");
-        }
-        r
-    })
+    if let Some(r) = current_releaser() {
+        return r;
+    }
+    let r: &'static Releaser = Box::leak(Box::new(Releaser {
+        fork_gen: super::fork_generation(),
+        queue: Mutex::new(Vec::new()),
+        cv: std::sync::Condvar::new(),
+        holding: Mutex::new(0),
+        idle: std::sync::Condvar::new(),
+    }));
+    let old = RELEASER.load(Ordering::Acquire);
+    // Another thread may have started one meanwhile: theirs wins, ours is never used (a few
+    // leaked bytes, no thread).
+    if RELEASER.compare_exchange(old, r as *const Releaser as *mut Releaser, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return current_releaser().unwrap_or(r);
+    }
+    if let Err(e) = std::thread::Builder::new().name("vkhost-release".into()).spawn(move || r.run()) {
+        log::warn!("no background releaser thread ({e}): queued releases wait for the next allocation or teardown");
+    }
+    r
 }
 
 impl Releaser {
@@ -498,6 +531,15 @@ mod tests {
             }
         };
         let before = dev.live_objects();
+        /// Lets the releaser go however the test ends (a failed assert must not leave it
+        /// paused for the rest of the binary).
+        struct Unpause;
+        impl Drop for Unpause {
+            fn drop(&mut self) {
+                PAUSE_ID.store(0, Ordering::Release);
+            }
+        }
+        let _unpause = Unpause;
         PAUSE_ID.store(dev.id().get(), Ordering::Release);
         for guard in [false, true] {
             REACHED.store(false, Ordering::Release);
@@ -509,10 +551,10 @@ mod tests {
             }
             let t = Instant::now();
             while !REACHED.load(Ordering::Acquire) {
-                if t.elapsed() > Duration::from_secs(10) {
-                    PAUSE_ID.store(0, Ordering::Release);
-                    panic!("the block was freed on the caller's thread, not handed to the releaser (guard: {guard})");
-                }
+                assert!(
+                    t.elapsed() < Duration::from_secs(10),
+                    "the block was freed on the caller's thread, not handed to the releaser (guard: {guard})"
+                );
                 std::thread::sleep(Duration::from_millis(1));
             }
             assert_eq!(lock(&dev.shared.garbage).len(), 1, "the block waits for the held releaser (guard: {guard})");
@@ -520,8 +562,13 @@ mod tests {
             assert_eq!(dev.live_objects(), before);
             assert!(lock(&dev.shared.garbage).is_empty());
             PAUSE_ID.store(0, Ordering::Release);
-            // Let the releaser move on before the next round pauses it again.
-            std::thread::sleep(Duration::from_millis(20));
+            // Let the releaser let go of the device before the next round pauses it again.
+            let r = current_releaser().expect("the releaser was started");
+            let t = Instant::now();
+            while *lock(&r.holding) != 0 {
+                assert!(t.elapsed() < Duration::from_secs(10), "the releaser kept the device");
+                std::thread::sleep(Duration::from_millis(1));
+            }
             PAUSE_ID.store(dev.id().get(), Ordering::Release);
         }
         PAUSE_ID.store(0, Ordering::Release);

@@ -535,9 +535,9 @@ fn on_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<
 /// destroyed has nothing left to release: `Ok`. Returns at once: the entry goes now (the
 /// address is no longer found), and the memory goes when the last work that names the block
 /// is reaped, on vkhost's background releaser thread (freeing driver memory takes 0.2-0.4 ms
-/// per block on the H200, whatever its size below a few MiB); the next allocation or
-/// [`Device::release_queued`](crate::Device::release_queued) frees it on the calling thread if
-/// the releaser has not yet. See the module docs for the address-reuse caveat.
+/// per block on the H200, whatever its size below a few MiB);
+/// [`Device::release_queued`](crate::Device::release_queued) waits until it is freed. See the
+/// module docs for the address-reuse caveat.
 ///
 /// # Example
 ///
