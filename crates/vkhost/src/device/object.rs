@@ -458,6 +458,20 @@ mod tests {
     /// The tests below share the pause: one at a time.
     static SERIAL: Mutex<()> = Mutex::new(());
 
+    /// For a test of the pause: the other one kept out, `REACHED` cleared, and a device (None,
+    /// after saying why the test is skipped, if there is none).
+    fn setup() -> Option<(std::sync::MutexGuard<'static, ()>, crate::Device)> {
+        let one = lock(&SERIAL);
+        REACHED.store(false, Ordering::Release);
+        match crate::Device::open_default() {
+            Ok(d) => Some((one, d)),
+            Err(e) => {
+                eprintln!("skipped: no Vulkan device ({e})");
+                None
+            }
+        }
+    }
+
     pub(super) fn pause_point(s: &Shared) {
         if PAUSE_ID.load(Ordering::Acquire) != s.id.get() {
             return;
@@ -475,15 +489,7 @@ mod tests {
     /// vkhost would use the caller's VkDevice after the caller's drop returned).
     #[test]
     fn the_last_drop_tears_down_even_while_the_releaser_holds_the_device() {
-        let _one = lock(&SERIAL);
-        REACHED.store(false, Ordering::Release);
-        let dev = match crate::Device::open_default() {
-            Ok(d) => d,
-            Err(e) => {
-                eprintln!("skipped: no Vulkan device ({e})");
-                return;
-            }
-        };
+        let Some((_one, dev)) = setup() else { return };
         if let Err(e) = dev.host_registration() {
             eprintln!("skipped: host registration unavailable ({e})");
             return;
@@ -521,15 +527,7 @@ mod tests {
     /// `live_objects` (which frees it on the caller's thread).
     #[test]
     fn free_pinned_hands_the_block_to_the_background_releaser() {
-        let _one = lock(&SERIAL);
-        REACHED.store(false, Ordering::Release);
-        let dev = match crate::Device::open_default() {
-            Ok(d) => d,
-            Err(e) => {
-                eprintln!("skipped: no Vulkan device ({e})");
-                return;
-            }
-        };
+        let Some((_one, dev)) = setup() else { return };
         let before = dev.live_objects();
         /// Lets the releaser go however the test ends (a failed assert must not leave it
         /// paused for the rest of the binary).
