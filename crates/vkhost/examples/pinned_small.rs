@@ -15,24 +15,9 @@
 use std::time::Instant;
 use vkhost::{BarWrites, Device, OpenOptions, PinnedBuffer};
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Median µs of `n` writes and reads of `len` bytes between `host` and `dev`.
-fn time(buf: &vkhost::DeviceBuffer, host: &mut [u8], len: usize, n: usize) -> vkhost::Result<(f64, f64)> {
-    let (mut w, mut r) = (Vec::new(), Vec::new());
-    for _ in 0..n {
-        let t = Instant::now();
-        buf.write(0, &host[..len])?;
-        w.push(t.elapsed().as_secs_f64() * 1e6);
-        let t = Instant::now();
-        buf.read(0, &mut host[..len])?;
-        r.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    Ok((median(w), median(r)))
-}
+#[path = "support/timing.rs"]
+mod timing;
+use timing::sync_copies;
 
 /// Anonymous read-write memory of `len` bytes, touched; unmapped by the caller.
 fn mapped(len: usize) -> *mut u8 {
@@ -106,8 +91,8 @@ fn main() -> vkhost::Result<()> {
         pinned.push(p);
     }
     for (i, p) in pinned.iter_mut().enumerate() {
-        let (w4, r4) = time(&buf, p, 4096, 200)?;
-        let (w1, r1) = time(&buf, p, 1 << 20, 50)?;
+        let (w4, r4) = sync_copies(&buf, p, 4096, 200)?;
+        let (w1, r1) = sync_copies(&buf, p, 1 << 20, 50)?;
         println!("pinned block {i} ({mib} MiB): 4 KiB h2d {w4:6.1} us d2h {r4:6.1} us; 1 MiB h2d {w1:6.1} us d2h {r1:6.1} us");
     }
     let mut mine = vec![1u8; mib << 20];
@@ -117,8 +102,8 @@ fn main() -> vkhost::Result<()> {
     let skew = reg.as_ptr() as usize % 4096;
     let aligned = (4096 - skew) % 4096;
     for (what, off) in [(format!("start, {skew} B into a page"), 0), ("first page boundary".to_string(), aligned)] {
-        let (w4, r4) = time(&buf, &mut reg[off..], 4096, 200)?;
-        let (w1, r1) = time(&buf, &mut reg[off..], 1 << 20, 50)?;
+        let (w4, r4) = sync_copies(&buf, &mut reg[off..], 4096, 200)?;
+        let (w1, r1) = sync_copies(&buf, &mut reg[off..], 1 << 20, 50)?;
         println!("registered Vec ({mib} MiB), {what}: 4 KiB h2d {w4:6.1} us d2h {r4:6.1} us; 1 MiB h2d {w1:6.1} us d2h {r1:6.1} us");
     }
     drop(reg);
@@ -134,8 +119,8 @@ fn main() -> vkhost::Result<()> {
         let m = unsafe { std::slice::from_raw_parts_mut(base as *mut u8, len) };
         m.fill(1);
         let mut reg = dev.register(m)?;
-        let (w4, r4) = time(&buf, &mut reg, 4096, 200)?;
-        let (w1, r1) = time(&buf, &mut reg, 1 << 20, 50)?;
+        let (w4, r4) = sync_copies(&buf, &mut reg, 4096, 200)?;
+        let (w1, r1) = sync_copies(&buf, &mut reg, 1 << 20, 50)?;
         println!("registered mmap ({mib} MiB), page-aligned: 4 KiB h2d {w4:6.1} us d2h {r4:6.1} us; 1 MiB h2d {w1:6.1} us d2h {r1:6.1} us");
         drop(reg);
         // SAFETY: the registration is gone; nothing else uses the mapping.

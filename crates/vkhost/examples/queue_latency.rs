@@ -15,24 +15,9 @@
 use std::time::Instant;
 use vkhost::{BarWrites, Device, OpenOptions, PinnedBuffer, QueueKind};
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Median µs of `n` synchronous writes and of `n` reads of `len` bytes between `host` and `buf`.
-fn sync_copies(buf: &vkhost::DeviceBuffer, host: &mut PinnedBuffer, len: usize, n: usize) -> vkhost::Result<(f64, f64)> {
-    let (mut w, mut r) = (Vec::new(), Vec::new());
-    for _ in 0..n {
-        let t = Instant::now();
-        buf.write(0, &host[..len])?;
-        w.push(t.elapsed().as_secs_f64() * 1e6);
-        let t = Instant::now();
-        buf.read(0, &mut host[..len])?;
-        r.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    Ok((median(w), median(r)))
-}
+#[path = "support/timing.rs"]
+mod timing;
+use timing::{median, sync_copies};
 
 fn main() -> vkhost::Result<()> {
     let rounds: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(1).max(1);

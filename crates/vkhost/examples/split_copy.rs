@@ -13,10 +13,9 @@
 use std::time::Instant;
 use vkhost::{BarWrites, Device, OpenOptions, PinnedBuffer, QueueKind};
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
+#[path = "support/timing.rs"]
+mod timing;
+use timing::median;
 
 fn main() -> vkhost::Result<()> {
     let iters: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(50).max(1);
