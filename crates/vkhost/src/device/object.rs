@@ -312,6 +312,11 @@ struct Releaser {
     /// waits on `idle` while it names the device being dropped.
     holding: Mutex<usize>,
     idle: std::sync::Condvar,
+    /// Devices sent and not yet done with (dropped, or found gone): zero when the releaser has
+    /// nothing queued or in hand. Tests wait for it before they pause the releaser, so that it
+    /// cannot stop on an earlier send (a device's open-time import probe) while holding the
+    /// device a test thread is about to drop.
+    pending: std::sync::atomic::AtomicUsize,
 }
 
 /// This process's releaser (null until first use); replaced in a forked child (see `fork_gen`).
@@ -333,10 +338,18 @@ thread_local! {
 
 /// Drops an owner's reference to a device's state so that the background releaser is never the
 /// last owner (which would run the device's teardown on its thread, after the user's last drop
-/// returned). While the releaser holds this device, waits for it to let go; then drops under
-/// the releaser's `holding` lock, so the releaser cannot upgrade in between: if this was the
-/// last reference, the teardown runs here and the releaser's later upgrade fails. Holding the
-/// lock through a teardown only delays the releaser, which never waits on a teardown.
+/// returned). While the releaser holds this device and no other owner is left (the count is
+/// this reference and the releaser's), waits for it to let go; then drops under the releaser's
+/// `holding` lock, so the releaser cannot upgrade in between: if this was the last reference,
+/// the teardown runs here and the releaser's later upgrade fails. Holding the lock through a
+/// teardown only delays the releaser, which never waits on a teardown.
+///
+/// With another owner left, the drop does not wait: that owner's own drop takes this lock too,
+/// so it cannot go meanwhile, and it is the one that waits if it turns out last. Waiting in
+/// every case made a guard's drop wait out the releaser's whole drain of the same device (a
+/// `PinnedBuffer` whose block it had just handed over, then its `Device` handle: up to ~30 ms
+/// behind an earlier 1 GiB unregister's unpin on the H200), and a test that paused the releaser
+/// there hung.
 pub(crate) fn drop_shared(s: Arc<Shared>) {
     let Some(r) = current_releaser() else {
         // No releaser was started in this process (since the fork): nothing else can hold
@@ -351,7 +364,9 @@ pub(crate) fn drop_shared(s: Arc<Shared>) {
     }
     let me = Arc::as_ptr(&s) as usize;
     let mut h = lock(&r.holding);
-    while *h == me {
+    // Other references than this and the releaser's are owners (whose drops take this lock) or
+    // transient clones inside a call on an owner's handle.
+    while *h == me && Arc::strong_count(&s) <= 2 {
         h = r.idle.wait(h).unwrap_or_else(std::sync::PoisonError::into_inner);
     }
     DROPPING.with(|d| d.set(true));
@@ -372,6 +387,7 @@ fn releaser() -> &'static Releaser {
         cv: std::sync::Condvar::new(),
         holding: Mutex::new(0),
         idle: std::sync::Condvar::new(),
+        pending: std::sync::atomic::AtomicUsize::new(0),
     }));
     let old = RELEASER.load(Ordering::Acquire);
     // Another thread may have started one meanwhile: theirs wins, ours is never used (a few
@@ -387,6 +403,7 @@ fn releaser() -> &'static Releaser {
 
 impl Releaser {
     fn send(&self, s: Weak<Shared>) {
+        self.pending.fetch_add(1, Ordering::AcqRel);
         lock(&self.queue).push(s);
         self.cv.notify_one();
     }
@@ -405,7 +422,10 @@ impl Releaser {
                 // finishes first (then this fails), and one that starts later waits for us.
                 let s = {
                     let mut h = lock(&self.holding);
-                    let Some(s) = w.upgrade() else { continue };
+                    let Some(s) = w.upgrade() else {
+                        self.pending.fetch_sub(1, Ordering::AcqRel);
+                        continue;
+                    };
                     *h = Arc::as_ptr(&s) as usize;
                     s
                 };
@@ -439,6 +459,7 @@ impl Releaser {
                 DROPPING.with(|d| d.set(false));
                 *h = 0;
                 drop(h);
+                self.pending.fetch_sub(1, Ordering::AcqRel);
                 self.idle.notify_all();
             }
         }
@@ -464,11 +485,55 @@ mod tests {
         let one = lock(&SERIAL);
         REACHED.store(false, Ordering::Release);
         match crate::Device::open_default() {
-            Ok(d) => Some((one, d)),
+            Ok(d) => {
+                // The open-time import probe's unregister sent the device to the releaser:
+                // let that go by before a test arms the pause, or the releaser could stop on
+                // it, holding the device, and a drop on the test's thread would wait for it
+                // forever (seen once in CI).
+                settle();
+                Some((one, d))
+            }
             Err(e) => {
                 eprintln!("skipped: no Vulkan device ({e})");
                 None
             }
+        }
+    }
+
+    /// Waits until the releaser has nothing sent and not done with (none started: nothing to
+    /// wait for).
+    fn settle() {
+        let Some(r) = current_releaser() else { return };
+        let t = Instant::now();
+        while r.pending.load(Ordering::Acquire) != 0 {
+            assert!(t.elapsed() < Duration::from_secs(10), "the releaser never finished what it was sent");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Lets the releaser go after `secs` if the test has not by then (a test thread blocked on
+    /// the paused releaser would otherwise hang the binary); the test asserts it did not fire.
+    /// Dropping it disarms it.
+    struct Watchdog {
+        fired: Arc<AtomicBool>,
+        _disarm: std::sync::mpsc::Sender<()>,
+    }
+    impl Watchdog {
+        fn start(secs: u64) -> Watchdog {
+            let fired = Arc::new(AtomicBool::new(false));
+            let f = fired.clone();
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            std::thread::spawn(move || {
+                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(secs)) {
+                    if PAUSE_ID.swap(0, Ordering::AcqRel) != 0 {
+                        f.store(true, Ordering::Release);
+                    }
+                }
+            });
+            Watchdog { fired, _disarm: tx }
+        }
+        fn fired(&self) -> bool {
+            self.fired.load(Ordering::Acquire)
         }
     }
 
@@ -483,7 +548,8 @@ mod tests {
     }
 
     /// The user's last drop of a device while the background releaser holds its state: the
-    /// drop must return only once the device is torn down (on the user's thread), never leave
+    /// drop of another handle first returns at once, and the last drop must return only once
+    /// the device is torn down (on the user's thread), never leave
     /// the teardown to the releaser for later (found by a doc example under validation: a
     /// segfault in the layer when the teardown raced process exit; for a borrowed device,
     /// vkhost would use the caller's VkDevice after the caller's drop returned).
@@ -509,6 +575,11 @@ mod tests {
             assert!(t.elapsed() < Duration::from_secs(10), "the releaser never took the device");
             std::thread::sleep(Duration::from_millis(1));
         }
+        // A handle that is not the last goes at once, held releaser or not.
+        let watchdog = Watchdog::start(20);
+        drop(dev.clone());
+        assert!(!watchdog.fired(), "dropping a second handle waited for the held releaser");
+        drop(watchdog);
         let release = std::thread::spawn(|| {
             std::thread::sleep(Duration::from_millis(200));
             PAUSE_ID.store(0, Ordering::Release);
@@ -538,6 +609,7 @@ mod tests {
             }
         }
         let _unpause = Unpause;
+        let watchdog = Watchdog::start(60);
         PAUSE_ID.store(dev.id().get(), Ordering::Release);
         for guard in [false, true] {
             REACHED.store(false, Ordering::Release);
@@ -560,16 +632,15 @@ mod tests {
             assert_eq!(dev.live_objects(), before);
             assert!(lock(&dev.shared.garbage).is_empty());
             PAUSE_ID.store(0, Ordering::Release);
-            // Let the releaser let go of the device before the next round pauses it again.
-            let r = current_releaser().expect("the releaser was started");
-            let t = Instant::now();
-            while *lock(&r.holding) != 0 {
-                assert!(t.elapsed() < Duration::from_secs(10), "the releaser kept the device");
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            // Let the releaser finish with the device before the next round pauses it again:
+            // paused on this round's send while the next round's drop waits for it to let go
+            // of the device, the two would wait for each other.
+            assert!(current_releaser().is_some(), "the releaser was started");
+            settle();
             PAUSE_ID.store(dev.id().get(), Ordering::Release);
         }
         PAUSE_ID.store(0, Ordering::Release);
+        assert!(!watchdog.fired(), "the releaser had to be let go by the watchdog: the test's drop waited for it");
         dev.destroy().unwrap();
     }
 }
