@@ -402,6 +402,7 @@ impl vkhost_open_options {
             bar_writes: OpenOptions::default().bar_writes,
             staging_threads: OpenOptions::default().staging_threads,
             bar_write_max: OpenOptions::default().bar_write_max,
+            bar_assist: OpenOptions::default().bar_assist,
             push_descriptors: OpenOptions::default().push_descriptors,
             max_pipelines: OpenOptions::default().max_pipelines,
         })

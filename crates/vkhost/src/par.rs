@@ -17,15 +17,77 @@ pub const MAX_THREADS: usize = 64;
 /// saves (256 KiB take ~25 µs on one core).
 pub const MIN_PART: usize = 256 << 10;
 
-/// One part of a copy: raw addresses (the caller of [`copy`] keeps them valid until it
-/// returns) and the copy's completion counter.
+/// One job of a copy: raw addresses (the caller of [`copy`] or [`copy_front`] keeps them valid
+/// until it returns) and the copy's completion counter.
 struct Job {
-    dst: usize,
-    src: usize,
-    len: usize,
+    work: Work,
     /// Non-temporal stores ([`Stores::Streaming`]).
     stream: bool,
     done: Arc<Done>,
+}
+
+/// What a job copies.
+enum Work {
+    /// One fixed part.
+    Part { dst: usize, src: usize, len: usize },
+    /// Chunks taken from the front of a [`Split`] until it is used up (offsets from `dst`/`src`).
+    Front { dst: usize, src: usize, split: Arc<Split> },
+}
+
+/// A range shared by two consumers from its two ends: CPU threads take chunks from the front
+/// ([`copy_front`]), someone else (a copy engine) from the back, each until they meet, so the
+/// faster one does more without knowing the rates in advance. Chunk boundaries are multiples of
+/// 4 KiB from the start (the end of the range may be anywhere).
+pub(crate) struct Split {
+    /// `[front, back)`: what nobody has taken yet.
+    ends: Mutex<(usize, usize)>,
+    front_chunk: usize,
+}
+
+impl Split {
+    /// A range of `len` bytes whose front is taken `front_chunk` bytes at a time (rounded up to
+    /// 4 KiB).
+    pub(crate) fn new(len: usize, front_chunk: usize) -> Arc<Split> {
+        Arc::new(Split { ends: Mutex::new((0, len)), front_chunk: front_chunk.max(1).next_multiple_of(4096) })
+    }
+
+    /// The next chunk from the front, `(offset, len)`, or `None` when nothing is left.
+    pub(crate) fn take_front(&self) -> Option<(usize, usize)> {
+        let mut e = lock(&self.ends);
+        let n = self.front_chunk.min(e.1 - e.0);
+        if n == 0 {
+            return None;
+        }
+        let at = e.0;
+        e.0 += n;
+        Some((at, n))
+    }
+
+    /// The next chunk of about `chunk` bytes from the back, `(offset, len)`, starting at a
+    /// multiple of 4 KiB (or at the front), or `None` when nothing is left.
+    pub(crate) fn take_back(&self, chunk: usize) -> Option<(usize, usize)> {
+        let mut e = lock(&self.ends);
+        if e.0 >= e.1 {
+            return None;
+        }
+        let start = e.1.saturating_sub(chunk.max(1)) / 4096 * 4096;
+        let start = start.max(e.0);
+        let n = e.1 - start;
+        e.1 = start;
+        Some((start, n))
+    }
+
+    /// Bytes taken from the front so far (all of them once the split is used up).
+    pub(crate) fn front_taken(&self) -> usize {
+        lock(&self.ends).0
+    }
+
+    /// Bytes not taken yet.
+    #[cfg(test)]
+    fn left(&self) -> usize {
+        let e = lock(&self.ends);
+        e.1 - e.0
+    }
 }
 
 /// How a copy writes its destination.
@@ -90,9 +152,19 @@ impl Pool {
 }
 
 fn run(job: Job) {
-    // SAFETY: `copy`'s caller guarantees both ranges for the whole call, and `copy` does not
-    // return before this part's completion is counted below; parts are disjoint.
-    unsafe { copy_part(job.dst as *mut u8, job.src as *const u8, job.len, job.stream) };
+    match &job.work {
+        // SAFETY: `copy`'s caller guarantees both ranges for the whole call, and `copy` does
+        // not return before this part's completion is counted below; parts are disjoint.
+        &Work::Part { dst, src, len } => unsafe { copy_part(dst as *mut u8, src as *const u8, len, job.stream) },
+        Work::Front { dst, src, split } => {
+            while let Some((at, n)) = split.take_front() {
+                // SAFETY: `copy_front`'s caller guarantees `[0, len)` from both bases until it
+                // returns, which is after this job's completion is counted below; every chunk
+                // is taken once, so chunks are disjoint.
+                unsafe { copy_part((dst + at) as *mut u8, (src + at) as *const u8, n, job.stream) };
+            }
+        }
+    }
     let mut left = lock(&job.done.left);
     *left -= 1;
     if *left == 0 {
@@ -169,7 +241,11 @@ pub(crate) unsafe fn copy_with(dst: *mut u8, src: *const u8, len: usize, threads
         let mut off = step;
         while off < len {
             let n = step.min(len - off);
-            q.0.push_back(Job { dst: dst as usize + off, src: src as usize + off, len: n, stream, done: done.clone() });
+            q.0.push_back(Job {
+                work: Work::Part { dst: dst as usize + off, src: src as usize + off, len: n },
+                stream,
+                done: done.clone(),
+            });
             *lock(&done.left) += 1;
             off += step;
         }
@@ -177,11 +253,16 @@ pub(crate) unsafe fn copy_with(dst: *mut u8, src: *const u8, len: usize, threads
     p.cv.notify_all();
     // SAFETY: the first part, on this thread; disjoint from the queued ones.
     unsafe { copy_part(dst, src, step.min(len), stream) };
-    // Parts no worker has taken yet are ours too: never wait on a worker that is not there.
+    finish(p, &done);
+}
+
+/// Runs the jobs of `done` that no worker has taken yet (never wait on a worker that is not
+/// there), then waits until every job of `done` is complete.
+fn finish(p: &Pool, done: &Arc<Done>) {
     loop {
         let job = {
             let mut q = lock(&p.queue);
-            let i = q.0.iter().position(|j| Arc::ptr_eq(&j.done, &done));
+            let i = q.0.iter().position(|j| Arc::ptr_eq(&j.done, done));
             i.and_then(|i| q.0.remove(i))
         };
         match job {
@@ -193,6 +274,49 @@ pub(crate) unsafe fn copy_with(dst: *mut u8, src: *const u8, len: usize, threads
     while *left > 0 {
         left = done.cv.wait(left).unwrap_or_else(PoisonError::into_inner);
     }
+}
+
+/// Copies the front of `split` (a range of `src`/`dst`, offsets from them) on up to `threads`
+/// pool threads while the calling thread runs `back`, which takes chunks from the back of the
+/// same split and moves them some other way. Returns `back`'s result once every byte of the
+/// split was taken and every front chunk is copied: chunks no worker took are copied here,
+/// after `back` returned, so the whole range is always done (also when `back` stopped early,
+/// or unwinds: the wait is then in a drop guard of this frame, which an unwinding runs).
+///
+/// # Safety
+/// `src` is readable and `dst` writable for the split's length until this returns, and they do
+/// not overlap; `back` touches only the chunks it takes.
+pub(crate) unsafe fn copy_front<T>(
+    dst: *mut u8,
+    src: *const u8,
+    split: &Arc<Split>,
+    threads: usize,
+    stores: Stores,
+    back: impl FnOnce() -> T,
+) -> T {
+    let stream = stores == Stores::Streaming;
+    let n = threads.clamp(1, MAX_THREADS);
+    let p = pool();
+    p.grow(n);
+    let done = Arc::new(Done { left: Mutex::new(n), cv: Condvar::new() });
+    {
+        let mut q = lock(&p.queue);
+        for _ in 0..n {
+            let work = Work::Front { dst: dst as usize, src: src as usize, split: split.clone() };
+            q.0.push_back(Job { work, stream, done: done.clone() });
+        }
+    }
+    p.cv.notify_all();
+    /// Finishes the front however `back` ends: were it to unwind, the workers would otherwise
+    /// go on reading and writing the caller's ranges after this frame is gone.
+    struct Finish<'a>(&'a Pool, &'a Arc<Done>);
+    impl Drop for Finish<'_> {
+        fn drop(&mut self) {
+            finish(self.0, self.1);
+        }
+    }
+    let _finish = Finish(p, &done);
+    back()
 }
 
 /// The default thread count for staged copies: the machine's cores, at most 16 (on the H200's
@@ -233,6 +357,77 @@ mod tests {
                 assert!(dst[dof..dof + len] == src[so..so + len], "len {len}, threads {threads}, offsets {so}/{dof}");
                 assert!(dst[..dof].iter().chain(&dst[dof + len..]).all(|&b| b == 0xEE), "len {len}: bytes outside written");
             }
+        }
+    }
+
+    /// The two ends of a split never overlap and together cover the range, at any chunk sizes;
+    /// back chunks start at 4 KiB multiples.
+    #[test]
+    fn split_ends_cover_the_range_once() {
+        for (len, front, back) in
+            [(0, 4096, 4096), (1, 4096, 4096), (10_000, 4096, 5000), ((9 << 20) + 13, 1 << 20, 3 << 20), (1 << 20, 100, 1)]
+        {
+            let sp = Split::new(len, front);
+            let mut seen = vec![0u8; len];
+            let mut i = 0;
+            loop {
+                let c = if i % 3 == 0 { sp.take_back(back) } else { sp.take_front() };
+                let Some((at, n)) = c else { break };
+                assert!(n > 0);
+                if i % 3 == 0 && at > 0 {
+                    assert_eq!(at % 4096, 0, "back chunk at {at}");
+                }
+                seen[at..at + n].iter_mut().for_each(|b| *b += 1);
+                i += 1;
+            }
+            assert_eq!(sp.left(), 0);
+            assert!(seen.iter().all(|&b| b == 1), "len {len}: a byte taken twice or never");
+        }
+    }
+
+    /// `copy_front` copies what the workers take from the front while the caller takes chunks
+    /// from the back; every byte ends up copied once (front by the pool, back by the caller), and
+    /// with a back that takes nothing the whole range is copied by the front.
+    #[test]
+    fn copy_front_shares_the_range_with_the_back() {
+        let len = (8 << 20) + 4095;
+        let src: Vec<u8> = (0..len).map(|i| (i * 31 % 249) as u8).collect();
+        for (threads, stores) in [(1, Stores::Cached), (4, Stores::Streaming)] {
+            let mut dst = vec![0u8; len];
+            let sp = Split::new(len, 256 << 10);
+            let d = dst.as_mut_ptr() as usize;
+            // The back's first chunk is taken before the front starts, as a copy engine's is.
+            let first = sp.take_back(1 << 20).unwrap();
+            let back_bytes = {
+                let sp2 = sp.clone();
+                let src = &src;
+                // SAFETY: distinct vectors of `len` bytes; the back closure copies only chunks
+                // it took.
+                unsafe {
+                    copy_front(dst.as_mut_ptr(), src.as_ptr(), &sp, threads, stores, move || {
+                        let copy = |(at, n): (usize, usize)| {
+                            std::ptr::copy_nonoverlapping(src.as_ptr().add(at), (d + at) as *mut u8, n);
+                            n
+                        };
+                        let mut moved = copy(first);
+                        // Let the front take a chunk, so both ends do some.
+                        let t = std::time::Instant::now();
+                        while sp2.left() == len - first.1 && t.elapsed() < std::time::Duration::from_secs(10) {
+                            std::thread::yield_now();
+                        }
+                        while let Some(c) = sp2.take_back(1 << 20) {
+                            moved += copy(c);
+                        }
+                        moved
+                    })
+                }
+            };
+            assert!(back_bytes > 0 && back_bytes < len, "back moved {back_bytes} of {len}");
+            assert!(dst == src, "threads {threads}");
+            let mut dst = vec![0u8; len];
+            // SAFETY: distinct vectors of `len` bytes; the back takes nothing.
+            unsafe { copy_front(dst.as_mut_ptr(), src.as_ptr(), &Split::new(len, 1 << 20), threads, stores, || ()) };
+            assert!(dst == src, "front alone, threads {threads}");
         }
     }
 

@@ -170,3 +170,128 @@ fn large_split_stores_round_trip_and_stay_ordered() {
     }
     assert_eq!(d.validation_errors(), 0);
 }
+
+fn assist() -> OpenOptions {
+    OpenOptions { bar_assist: true, bar_write_max: 4096, staging_threads: 4, ..bar_on() }
+}
+
+/// Bytes written so far by the copy engine (direct or staged) and by stores.
+fn moved(d: &vkhost::Device) -> (u64, u64) {
+    let s = host::device_stats(d);
+    (s.direct_bytes + s.staged_bytes, s.mapped_bytes)
+}
+
+/// `bar_assist`: a large write into mapped memory is shared between the copy engine and CPU
+/// stores. Every byte lands once at any size and offset, from pageable (staged), pinned (direct)
+/// and partly registered (mixed) sources; nothing around it changes; the two sides' counts add
+/// up to the write.
+#[test]
+fn assisted_writes_land_every_byte_once() {
+    let Some(d) = device_with(assist()) else { return };
+    let min = OpenOptions::ASSIST_MIN;
+    let guard = 4096;
+    let sizes = [min, min + 3, (4 << 20) + 4095, 9 << 20];
+    let buf = d.alloc_buffer(2 * guard + (9 << 20) + 8192).unwrap();
+    let mut pinned = vkhost::PinnedBuffer::new(&d, 9 << 20).unwrap();
+    let mut reg = vec![0u8; (9 << 20) + 8192];
+    // Register the middle of `reg` only: a write from it is direct there and staged around it.
+    let page = 4096;
+    let base = reg.as_mut_ptr() as usize;
+    let start = (base + (2 << 20)).next_multiple_of(page);
+    // SAFETY: `reg` outlives the registration (unregistered below before it drops).
+    unsafe { host::register(&d, start as *mut u8, 4 << 20) }.unwrap();
+    for &n in &sizes {
+        for off in [guard, guard + 7] {
+            for src in 0..3 {
+                let want = pattern(n, (n + off + src) as u8);
+                let data: &[u8] = match src {
+                    0 => &want,
+                    1 => {
+                        pinned[..n].copy_from_slice(&want);
+                        &pinned[..n]
+                    }
+                    _ => {
+                        reg[..n].copy_from_slice(&want);
+                        &reg[..n]
+                    }
+                };
+                buf.write(0, &vec![0xC3; buf.len()]).unwrap();
+                let (c0, m0) = moved(&d);
+                buf.write(off, data).unwrap();
+                let (c1, m1) = moved(&d);
+                assert_eq!((c1 - c0) + (m1 - m0), n as u64, "size {n}, source {src}: the two sides' bytes do not add up");
+                let mut got = vec![0u8; buf.len()];
+                buf.read(0, &mut got).unwrap();
+                assert!(got[off..off + n] == want[..], "size {n} at {off}, source {src}: wrong bytes");
+                assert!(
+                    got[..off].iter().chain(&got[off + n..]).all(|&b| b == 0xC3),
+                    "size {n} at {off}, source {src}: bytes around changed"
+                );
+            }
+        }
+    }
+    host::unregister(&d, start as *mut u8).unwrap();
+}
+
+/// Both sides take part in a large write (the copy engine takes the first chunk from the back
+/// before any store thread can have taken the whole range, and the stores start at once): over
+/// a few 16 MiB writes, each side moved some bytes.
+#[test]
+fn assisted_writes_use_both_sides() {
+    let Some(d) = device_with(assist()) else { return };
+    let n = 16 << 20;
+    let buf = d.alloc_buffer(n).unwrap();
+    let mut src = vkhost::PinnedBuffer::new(&d, n).unwrap();
+    src.fill(5);
+    let (c0, m0) = moved(&d);
+    for _ in 0..4 {
+        buf.write(0, &src).unwrap();
+    }
+    let (c1, m1) = moved(&d);
+    assert!(c1 > c0, "the copy engine moved nothing");
+    assert!(m1 > m0, "the stores moved nothing");
+    assert_eq!((c1 - c0) + (m1 - m0), 4 * n as u64);
+}
+
+/// Stream work before an assisted write lands first; work after it sees every byte of it.
+#[test]
+fn assisted_writes_are_ordered_with_stream_work() {
+    let Some(d) = device_with(assist()) else { return };
+    let n = 4 << 20;
+    let buf = d.alloc_buffer(n + 8192).unwrap();
+    let other = d.alloc_buffer(n + 8192).unwrap();
+    let s = d.stream().unwrap();
+    for round in 0..4u32 {
+        s.fill_async(&buf, 0, n + 8192, 0xBEEF_0000 | round).unwrap();
+        let want = pattern(n, round as u8);
+        buf.write(4096, &want).unwrap();
+        s.copy_async(&buf, 0, &other, 0, n + 8192).unwrap();
+        s.synchronize().unwrap();
+        let mut got = vec![0u8; n + 8192];
+        other.read(0, &mut got).unwrap();
+        assert!(got[4096..4096 + n] == want[..], "round {round}: the write lost to or was missed by stream work");
+        let fill = (0xBEEF_0000u32 | round).to_le_bytes();
+        assert!(got[..4096].chunks(4).chain(got[4096 + n..].chunks(4)).all(|c| c == fill), "round {round}: the fill around the write");
+    }
+}
+
+/// Off (the default), or with stores off (`bar_write_max: 0`), or below `ASSIST_MIN`, a large
+/// write is the copy engine's alone.
+#[test]
+fn assist_applies_only_when_asked_and_large() {
+    let min = OpenOptions::ASSIST_MIN;
+    for (o, n) in [
+        (OpenOptions { bar_assist: false, ..assist() }, 2 * min),
+        (OpenOptions { bar_write_max: 0, ..assist() }, 2 * min),
+        (assist(), min - 1),
+    ] {
+        let Some(d) = device_with(o) else { return };
+        let buf = d.alloc_buffer(n).unwrap();
+        let want = pattern(n, 9);
+        buf.write(0, &want).unwrap();
+        assert_eq!(mapped(&d), 0, "{n} bytes: stores took part");
+        let mut got = vec![0u8; n];
+        buf.read(0, &mut got).unwrap();
+        assert!(got == want);
+    }
+}

@@ -250,6 +250,16 @@ pub struct OpenOptions {
     /// ways together against 57-61 (`vkhost bench -t bidir_ce,bidir_bar`, docs/PERFORMANCE.md);
     /// measure it on your device before raising it for that.
     pub bar_write_max: usize,
+    /// Share a [`DeviceBuffer::write`](crate::DeviceBuffer::write) larger than `bar_write_max`
+    /// (and of at least [`ASSIST_MIN`](Self::ASSIST_MIN)) into mapped device memory between the
+    /// copy engine and CPU stores: the copy engine takes chunks from the back of the range, the
+    /// staging threads store chunks from the front, until they meet, so each side does what its
+    /// speed allows. Where stores reach the device over a path the copy engine leaves idle (the
+    /// H200's BAR beside a copy in the other direction: 16 GB/s of stores while the copy engine
+    /// did 50.5 GB/s device-to-host), a write can move faster than the copy engine alone.
+    /// Off by default until measured on a device; `VKHOST_BAR_ASSIST=1` sets it. Needs mapped
+    /// device buffers (`bar_writes`) and `bar_write_max > 0`.
+    pub bar_assist: bool,
     /// The largest single import or pinned allocation, in bytes. A registration or pinned block
     /// larger than this becomes several imports behind one entry (see [`crate::host`]). `None`
     /// (the default): the device's maxMemoryAllocationSize. `Some(n)`: `n` must be a multiple of
@@ -305,6 +315,28 @@ impl OpenOptions {
     /// # Ok(()) }
     /// ```
     pub const STAGING_SLOTS: std::ops::RangeInclusive<usize> = 2..=16;
+    /// The smallest write that [`bar_assist`](Self::bar_assist) shares between the copy engine
+    /// and CPU stores (4 MiB): the copy engine takes chunks of at least 1 MiB, each a submitted
+    /// copy (~12 us of submit and wait on the H200), so a smaller write is done by one side
+    /// before the other has started.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::{BarWrites, Device, OpenOptions};
+    ///
+    /// let dev = Device::open_default_with(&OpenOptions { bar_writes: BarWrites::On, bar_assist: true, ..Default::default() })?;
+    /// let n = 2 * OpenOptions::ASSIST_MIN;
+    /// let buf = dev.alloc_buffer(n)?;
+    /// let data: Vec<u8> = (0..n).map(|i| i as u8).collect();
+    /// buf.write(0, &data)?; // stores and a copy, where the device has mapped memory
+    /// let mut back = vec![0u8; n];
+    /// buf.read(0, &mut back)?;
+    /// assert_eq!(back, data);
+    /// # Ok(()) }
+    /// ```
+    pub const ASSIST_MIN: usize = 4 << 20;
 
     /// Checks the options against a device's facts: `staging_chunk` at least 4 KiB and a
     /// multiple of 4 KiB, `staging_slots` in 2..=16, `max_pipelines` at least 1, and `staging_chunk × staging_slots` (the size
@@ -399,6 +431,7 @@ impl Default for OpenOptions {
                 _ => BarWrites::Auto,
             },
             bar_write_max: env_usize("VKHOST_BAR_WRITE_MAX").unwrap_or(256 << 10),
+            bar_assist: matches!(std::env::var("VKHOST_BAR_ASSIST").as_deref(), Ok("1") | Ok("on")),
             push_descriptors: !matches!(std::env::var("VKHOST_PUSH_DESCRIPTORS").as_deref(), Ok("0") | Ok("off") | Ok("never")),
             max_pipelines: env_usize("VKHOST_MAX_PIPELINES").unwrap_or(256),
         }

@@ -1052,6 +1052,14 @@ unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer
             return Ok(CopyPath::Mapped);
         }
     }
+    if stores && dir == Dir::ToDevice && s.options.bar_assist && s.options.bar_write_max > 0 && len >= crate::OpenOptions::ASSIST_MIN {
+        if let Some(map) = buf.res.obj.mapped().filter(|_| buf.res.obj.alive()) {
+            // SAFETY: as for the stores above (the caller's contract for the source; the
+            // mapping alive under `l` and `buf`, earlier device work settled); the copy-engine
+            // side holds what it names until each of its copies returns.
+            return unsafe { assisted_write(s, &l, addr, len, buf, off, map) };
+        }
+    }
     let p = plan(s, addr, len, off as u64);
     // SAFETY: staged host ranges are the caller's (readable or writable per the contract); the
     // direct buffers are held (and owned through `p.held`) until this returns; device ranges
@@ -1059,6 +1067,71 @@ unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer
     let moved = unsafe { submit::execute(s, &l, dir, buf.raw(), &p.pieces, thread_hint()) }?;
     record(s, moved.direct, moved.staged);
     Ok(path_of(&p.pieces))
+}
+
+/// `OpenOptions::bar_assist`: a write into mapped device memory shared between the copy engine
+/// (chunks from the back of the range, on this thread, each a normal planned copy: direct from
+/// pinned or registered memory, else staged) and CPU stores (chunks from the front, on the
+/// staging threads), until they meet. Returns when both sides are done; an error from the copy
+/// engine's side is returned after the stores finished the rest of the range.
+///
+/// # Safety
+/// As for the stores in [`copy`]: `[addr, addr+len)` readable during the call; `map` is `buf`'s
+/// mapping, alive while `l` and `buf` are held; every device access to the buffer enqueued
+/// before the call has completed; `[off, off+len)` is in range.
+unsafe fn assisted_write(
+    s: &Shared,
+    l: &crate::device::Live,
+    addr: usize,
+    len: usize,
+    buf: &DeviceBuffer,
+    off: usize,
+    map: std::ptr::NonNull<u8>,
+) -> Result<CopyPath> {
+    // One CPU writer per buffer at a time (see `DeviceBuffer::stores`).
+    let _g = buf.stores.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Front chunks small enough that the threads end together (1 MiB takes ~0.3 ms at the
+    // ~3 GB/s one thread stores into the H200's BAR); copy-engine chunks of a quarter of the
+    // write, at least 1 MiB (the ~12 us between two synchronous copies is then under 40% of a
+    // chunk's time even at the smallest, and ~1% at 32 MiB) and at most 32 MiB, so the two
+    // sides meet near where their speeds say.
+    let threads = s.options.staging_threads.max(2) - 1;
+    let split = crate::par::Split::new(len, (len / (16 * threads)).clamp(256 << 10, 1 << 20));
+    let ce_chunk = (len / 4).clamp(1 << 20, 32 << 20);
+    let mut moved = submit::Moved::default();
+    let mut path: Option<CopyPath> = None;
+    let back = || -> Result<()> {
+        while let Some((at, n)) = split.take_back(ce_chunk) {
+            let p = plan(s, addr + at, n, (off + at) as u64);
+            // SAFETY: the source range is the caller's (readable); the direct buffers are held
+            // by `p.held` until this iteration ends; the device range is within the checked
+            // `[off, off+len)`; the stores never touch this chunk (taken once from the split).
+            // `execute` never returns with work in flight.
+            let m = unsafe { submit::execute(s, l, Dir::ToDevice, buf.raw(), &p.pieces, thread_hint()) }?;
+            moved.direct += m.direct;
+            moved.staged += m.staged;
+            let this = path_of(&p.pieces);
+            path = Some(match path {
+                Some(q) if q != this => CopyPath::Mixed,
+                _ => this,
+            });
+        }
+        Ok(())
+    };
+    // SAFETY: the destination is the buffer's mapping at `off` for `len` bytes (in range, alive
+    // under `l` and `buf`, no other CPU writer under `stores`, earlier device work settled); the
+    // source is readable for `len`; `back` touches only the chunks it takes, through the copy
+    // engine. `copy_front` returns after every front chunk is stored.
+    let r = unsafe { crate::par::copy_front(map.as_ptr().add(off), addr as *const u8, &split, threads, crate::par::Stores::Cached, back) };
+    let stored = split.front_taken() as u64;
+    record(s, moved.direct, moved.staged);
+    record_mapped(s, stored);
+    r?;
+    // The copy engine's path if it did all, else the stores took part.
+    Ok(match path {
+        Some(p) if stored == 0 => p,
+        _ => CopyPath::Mapped,
+    })
 }
 
 /// Counts a write done by CPU stores into mapped device memory.
