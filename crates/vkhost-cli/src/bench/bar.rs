@@ -218,6 +218,7 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
     };
     let stores = Stores::new(threads);
     let mut bidir: Option<Result<BidirBar>> = None;
+    let mut assist: Option<Result<BidirBar>> = None;
     let mut host = vec![1u8; max];
     let mut back = vec![0u8; max.min(cap)];
     for &size in sizes {
@@ -228,9 +229,9 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
             }
             cx.pb.set_message(format!("bar {} {}", dir.name(), size_label(size)));
             if dir == DirKind::Bidir {
-                match bidir.get_or_insert_with(|| BidirBar::new(&cx.dev, max)) {
+                match bidir.get_or_insert_with(|| BidirBar::new(&cx.dev, max, false)) {
                     Ok(b) => {
-                        let (s, ok, note) = b.measure(cx, n)?;
+                        let (s, ok, note) = b.measure(cx, n, true)?;
                         let mut p = point("vulkan", "copy", "bar", dir.name(), size, 2 * size, s);
                         p.verified = Some(ok);
                         p.note = note;
@@ -242,6 +243,7 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
                         cx.pb.inc(1);
                     }
                 }
+                assisted(cx, &mut assist, max, n, dir)?;
                 continue;
             }
             if dir == DirKind::D2h && n > cap {
@@ -294,10 +296,44 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
             }
             p.note = notes.join("; ");
             cx.push(p);
+            if dir == DirKind::H2d {
+                assisted(cx, &mut assist, max, n, dir)?;
+            }
         }
     }
     let cap_note = format!("bar: d2h reads capped at {} (--bar-read-cap): on discrete GPUs they run at ~0.03 GB/s", size_label(cap as u64));
     cx.pb.suspend(|| eprintln!("{cap_note}"));
+    Ok(())
+}
+
+/// The `assist` variant of a bar h2d or bidir point (see [`BidirBar`]), for writes of at least
+/// `OpenOptions::ASSIST_MIN`: an extra point beside the row (not counted in the progress bar).
+/// A device that cannot open with it is said once and skipped.
+fn assisted(cx: &mut Ctx, state: &mut Option<Result<BidirBar>>, max: usize, n: usize, dir: DirKind) -> Result<()> {
+    if n < vkhost::OpenOptions::ASSIST_MIN {
+        return Ok(());
+    }
+    let fresh = state.is_none();
+    match state.get_or_insert_with(|| BidirBar::new(&cx.dev, max, true)) {
+        Ok(b) => {
+            let both = dir == DirKind::Bidir;
+            let (s, ok, note) = b.measure(cx, n, both)?;
+            let size = n as u64;
+            let mut p = point("vulkan", "copy", "bar", dir.name(), size, if both { 2 * size } else { size }, s);
+            p.verified = Some(ok);
+            p.note = note;
+            p.variant = "assist".into();
+            if !ok {
+                cx.failures += 1;
+            }
+            cx.points.push(p);
+        }
+        Err(e) if fresh => {
+            let e = format!("bar assist: skipped ({e})");
+            cx.pb.suspend(|| eprintln!("{e}"));
+        }
+        Err(_) => {}
+    }
     Ok(())
 }
 
@@ -307,59 +343,127 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
 /// buffer (split over the staging threads) for every size; on another thread at the same time,
 /// `DeviceBuffer::read` of a second buffer into pinned memory runs on the copy engine. Sum of
 /// both directions over the wall time.
+///
+/// The `assist` variant opens its device with `bar_assist` instead (`bar_write_max` left as it
+/// is): a write of 1 MiB and more is shared between the copy engine (from the back, reading a
+/// pinned source directly) and the CPU stores (from the front) until they meet. Its h2d rows
+/// (variant `assist` of `host_to_device_bar`) time that write alone.
 struct BidirBar {
     dev: Device,
     up: vkhost::DeviceBuffer,
     down: vkhost::DeviceBuffer,
-    src: Vec<u8>,
+    /// The h2d source: a `Vec` for the stores (where memory type does not matter to the CPU),
+    /// a pinned block for `assist` (so the copy engine's share is direct).
+    src: Src,
     dst: vkhost::PinnedBuffer,
+    assist: bool,
+}
+
+enum Src {
+    Plain(Vec<u8>),
+    Pinned(vkhost::PinnedBuffer),
+}
+
+impl std::ops::Deref for Src {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Src::Plain(v) => v,
+            Src::Pinned(p) => p,
+        }
+    }
 }
 
 impl BidirBar {
-    fn new(dev: &Device, max: usize) -> Result<BidirBar> {
-        let opts = vkhost::OpenOptions { bar_writes: vkhost::BarWrites::On, bar_write_max: max, ..dev.options().clone() };
+    fn new(dev: &Device, max: usize, assist: bool) -> Result<BidirBar> {
+        let base = dev.options().clone();
+        let opts = if assist {
+            vkhost::OpenOptions { bar_writes: vkhost::BarWrites::On, bar_assist: true, ..base }
+        } else {
+            vkhost::OpenOptions { bar_writes: vkhost::BarWrites::On, bar_write_max: max, ..base }
+        };
         let dev = Device::open_with(dev.info().index, &opts)?;
         let up = dev.alloc_buffer(max)?;
         let down = dev.alloc_buffer(max)?;
         let dst = vkhost::PinnedBuffer::new(&dev, max)?;
-        let mut src = vec![0u8; max];
-        pattern(&mut src, 0xB1D1);
-        Ok(BidirBar { dev, up, down, src, dst })
+        let src = if assist {
+            let mut p = vkhost::PinnedBuffer::new(&dev, max)?;
+            pattern(&mut p, 0xB1D1);
+            Src::Pinned(p)
+        } else {
+            let mut v = vec![0u8; max];
+            pattern(&mut v, 0xB1D1);
+            Src::Plain(v)
+        };
+        Ok(BidirBar { dev, up, down, src, dst, assist })
     }
 
-    /// One untimed, verified round, then the timed iterations.
-    fn measure(&mut self, cx: &Ctx, n: usize) -> Result<(crate::stats::Summary, bool, String)> {
+    /// Bytes stored by the CPU and moved by the copy engine on this device so far.
+    fn moved(&self) -> (u64, u64) {
+        let s = vkhost::host::device_stats(&self.dev);
+        (s.mapped_bytes, s.direct_bytes + s.staged_bytes)
+    }
+
+    /// The share of the h2d bytes the CPU stored since `before` (`moved()`), for the note.
+    fn stored_share(&self, before: (u64, u64), d2h_bytes: u64) -> f64 {
+        let now = self.moved();
+        let stored = (now.0 - before.0) as f64;
+        let copied = (now.1 - before.1).saturating_sub(d2h_bytes) as f64;
+        100.0 * stored / (stored + copied).max(1.0)
+    }
+
+    /// One untimed, verified round, then the timed iterations; `both`: h2d and d2h at once,
+    /// else the h2d write alone.
+    fn measure(&mut self, cx: &Ctx, n: usize, both: bool) -> Result<(crate::stats::Summary, bool, String)> {
         let mut want = vec![0u8; n];
         pattern(&mut want, n as u64 ^ 0xD0);
         self.down.write(0, &want)?;
-        let before = vkhost::host::device_stats(&self.dev).mapped_bytes;
-        self.one(n)?;
-        if vkhost::host::device_stats(&self.dev).mapped_bytes - before < n as u64 {
+        let before = self.moved();
+        self.one(n, both)?;
+        if !self.assist && self.moved().0 - before.0 < n as u64 {
             return Err("device buffers are not in mapped device memory here (no DEVICE_LOCAL|HOST_VISIBLE type)".into());
         }
         let mut back = vec![0u8; n];
         self.up.read(0, &mut back)?;
-        let ok = back == self.src[..n] && self.dst[..n] == want[..];
+        let ok = back == self.src[..n] && (!both || self.dst[..n] == want[..]);
         if !ok {
-            eprintln!("FAIL bidir_bar {n}: the bytes differ");
+            eprintln!("FAIL bidir_bar{} {n}: the bytes differ", if self.assist { " (assist)" } else { "" });
         }
         let mut runs = Vec::new();
+        let before = self.moved();
         let begin = std::time::Instant::now();
         while runs.len() < cx.iters.max(1) && (runs.is_empty() || begin.elapsed() < cx.budget) {
-            runs.push(self.one(n)?);
+            runs.push(self.one(n, both)?);
         }
         let s = crate::stats::summarize(&runs).ok_or("no samples")?;
-        let note = format!(
-            "h2d: CPU stores on {} thread(s) (DeviceBuffer::write, bar_write_max raised); d2h: copy engine into pinned memory",
-            self.dev.options().staging_threads.min((n / (256 << 10)).max(1))
-        );
+        let d2h = if both { (runs.len() * n) as u64 } else { 0 };
+        let d2h_note = if both { "; d2h: copy engine into pinned memory" } else { "" };
+        let note = if self.assist {
+            let share = self.stored_share(before, d2h);
+            // `assisted` measures only writes of at least ASSIST_MIN, above bar_write_max.
+            format!(
+                "h2d: copy engine from a pinned source plus CPU stores on up to {} thread(s) (bar_assist), stores took {share:.0}%{d2h_note}",
+                self.dev.options().staging_threads.max(2) - 1
+            )
+        } else {
+            format!(
+                "h2d: CPU stores on {} thread(s) (DeviceBuffer::write, bar_write_max raised){d2h_note}",
+                self.dev.options().staging_threads.min((n / (256 << 10)).max(1))
+            )
+        };
         Ok((s, ok, note))
     }
 
-    /// Both directions at once, one thread each; the wall time.
-    fn one(&mut self, n: usize) -> Result<f64> {
-        let barrier = std::sync::Barrier::new(2);
+    /// The h2d write, and with `both` the d2h read at the same time on another thread; the wall
+    /// time.
+    fn one(&mut self, n: usize, both: bool) -> Result<f64> {
         let (up, down, src, dst) = (&self.up, &self.down, &self.src[..n], &mut self.dst[..n]);
+        if !both {
+            let t0 = std::time::Instant::now();
+            up.write(0, src)?;
+            return Ok(t0.elapsed().as_secs_f64());
+        }
+        let barrier = std::sync::Barrier::new(2);
         let t0 = std::time::Instant::now();
         let (a, b) = std::thread::scope(|s| {
             let h = s.spawn(|| {

@@ -168,7 +168,12 @@ pub(super) fn print_table(points: &[Point], cuda: &[Point], link: Option<&Link>)
             Some(false) => "FAIL",
             None => "",
         };
-        let name = if p.api == "cuda" { format!("cuda:{}", p.testcase()) } else { p.testcase().to_string() };
+        let name = match (p.api, p.variant.as_str()) {
+            ("cuda", _) => format!("cuda:{}", p.testcase()),
+            // The bar rows' `bar_assist` variant (the bidir queue pairs say theirs in the note).
+            (_, "assist") => format!("{}+assist", p.testcase()),
+            _ => p.testcase().to_string(),
+        };
         println!(
             "{:<33} {:>6} {:>9} {:>9} {:>9} {:>6} {:>6} {:>10} {:>5} {:>5} {:1} {:>9} {:>7}{}",
             name,

@@ -71,7 +71,11 @@ pub const TESTCASES: &[Testcase] = &[
         work: Work::Copy(Pageable, Bidir),
         about: "both directions at once, pageable (staged; sum reported)",
     },
-    Testcase { name: "host_to_device_bar", work: Work::Copy(Bar, H2d), about: "CPU memcpy into mapped DEVICE_LOCAL|HOST_VISIBLE memory" },
+    Testcase {
+        name: "host_to_device_bar",
+        work: Work::Copy(Bar, H2d),
+        about: "CPU memcpy into mapped DEVICE_LOCAL|HOST_VISIBLE memory; from 4M also +assist: DeviceBuffer::write shared between the copy engine and CPU stores (bar_assist)",
+    },
     Testcase {
         name: "device_to_host_bar",
         work: Work::Copy(Bar, D2h),
@@ -80,7 +84,7 @@ pub const TESTCASES: &[Testcase] = &[
     Testcase {
         name: "bidir_bar",
         work: Work::Copy(Bar, Bidir),
-        about: "h2d by CPU stores into mapped VRAM (DeviceBuffer::write, bar_write_max raised) while the copy engine does d2h (sum)",
+        about: "h2d by CPU stores into mapped VRAM (DeviceBuffer::write, bar_write_max raised) while the copy engine does d2h (sum); from 4M also +assist: the h2d shared between the copy engine and CPU stores (bar_assist)",
     },
     Testcase {
         name: "host_to_device_sm",
