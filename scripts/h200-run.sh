@@ -294,6 +294,18 @@ if [ "$what" = pagesplit ]; then
     echo "== plain bench, 30 iterations"; $v bench -t host_to_device_pageable_ce,device_to_host_pageable_ce --sizes 16M,256M,1G --no-costs --iters 30 | grep -E "_ce"
   } 2>&1 | tee -a "$OUT/pagesplit.txt"
 fi
+if [ "$what" = assist ]; then
+  # OpenOptions::bar_assist (issue 10, bidir past the copy ceiling): the h2d write shared between
+  # the copy engine and CPU stores, alone (host_to_device_bar+assist) and beside a copy-engine
+  # d2h (bidir_bar+assist), against the copy engine alone and bidir_ce, at 4, 8 and 16 staging
+  # threads; twice. The notes say which share the stores took.
+  for k in 1 2; do
+    for t in 4 8 16; do
+      echo "== staging threads $t ($k)"
+      VKHOST_STAGING_THREADS=$t $v bench -t host_to_device_ce,bidir_ce,host_to_device_bar,bidir_bar --sizes 16M,256M,1G --no-costs --json "$OUT/assist-$t-$k.json" 2>&1 | grep -E "^(host_to_device_ce|bidir_ce|host_to_device_bar|bidir_bar)"
+    done
+  done 2>&1 | tee "$OUT/assist.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi

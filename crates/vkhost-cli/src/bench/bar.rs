@@ -419,7 +419,7 @@ impl BidirBar {
         pattern(&mut want, n as u64 ^ 0xD0);
         self.down.write(0, &want)?;
         let before = self.moved();
-        self.one(n, both)?;
+        self.rounds(cx, n, both, false)?;
         if !self.assist && self.moved().0 - before.0 < n as u64 {
             return Err("device buffers are not in mapped device memory here (no DEVICE_LOCAL|HOST_VISIBLE type)".into());
         }
@@ -429,12 +429,8 @@ impl BidirBar {
         if !ok {
             eprintln!("FAIL bidir_bar{} {n}: the bytes differ", if self.assist { " (assist)" } else { "" });
         }
-        let mut runs = Vec::new();
         let before = self.moved();
-        let begin = std::time::Instant::now();
-        while runs.len() < cx.iters.max(1) && (runs.is_empty() || begin.elapsed() < cx.budget) {
-            runs.push(self.one(n, both)?);
-        }
+        let runs = self.rounds(cx, n, both, true)?;
         let s = crate::stats::summarize(&runs).ok_or("no samples")?;
         let d2h = if both { (runs.len() * n) as u64 } else { 0 };
         let d2h_note = if both { "; d2h: copy engine into pinned memory" } else { "" };
@@ -454,29 +450,41 @@ impl BidirBar {
         Ok((s, ok, note))
     }
 
-    /// The h2d write, and with `both` the d2h read at the same time on another thread; the wall
-    /// time.
-    fn one(&mut self, n: usize, both: bool) -> Result<f64> {
+    /// The h2d write, and with `both` the d2h read at the same time on a partner thread (started
+    /// once for all rounds): one round, or with `timed` the timed rounds (`--iters` within
+    /// `--budget`); the wall time of each.
+    fn rounds(&mut self, cx: &Ctx, n: usize, both: bool, timed: bool) -> Result<Vec<f64>> {
         let (up, down, src, dst) = (&self.up, &self.down, &self.src[..n], &mut self.dst[..n]);
+        let count = |runs: &Vec<f64>, begin: std::time::Instant| {
+            if timed { runs.len() < cx.iters.max(1) && (runs.is_empty() || begin.elapsed() < cx.budget) } else { runs.is_empty() }
+        };
+        let mut runs = Vec::new();
+        let begin = std::time::Instant::now();
         if !both {
-            let t0 = std::time::Instant::now();
-            up.write(0, src)?;
-            return Ok(t0.elapsed().as_secs_f64());
+            while count(&runs, begin) {
+                let t0 = std::time::Instant::now();
+                up.write(0, src)?;
+                runs.push(t0.elapsed().as_secs_f64());
+            }
+            return Ok(runs);
         }
-        let barrier = std::sync::Barrier::new(2);
-        let t0 = std::time::Instant::now();
-        let (a, b) = std::thread::scope(|s| {
-            let h = s.spawn(|| {
-                barrier.wait();
-                down.read(0, dst)
-            });
-            barrier.wait();
-            let a = up.write(0, src);
-            (a, h.join())
-        });
-        let t = t0.elapsed().as_secs_f64();
-        a?;
-        b.map_err(|_| "bidir_bar thread panicked")??;
-        Ok(t)
+        super::bidir::with_partner(
+            || down.read(0, dst),
+            |partner| {
+                while count(&runs, begin) {
+                    partner.start()?;
+                    let t0 = std::time::Instant::now();
+                    let a = up.write(0, src);
+                    let t1 = std::time::Instant::now();
+                    let (b, c, d) = partner.finish()?;
+                    let t = t1.max(d).duration_since(t0.min(c)).as_secs_f64();
+                    a?;
+                    b?;
+                    runs.push(t);
+                }
+                Ok(())
+            },
+        )?;
+        Ok(runs)
     }
 }

@@ -33,39 +33,23 @@ pub(super) fn bidir(
     let s_up = cx.dev.stream_on_queue(ku, 0)?;
     let s_down = cx.dev.stream_on_queue(kd, if kd == ku { 1 } else { 0 })?;
     let queues = format!("h2d on queue {:?}, d2h on queue {:?} (family, index)", s_up.queue()?, s_down.queue()?);
-    // One d2h thread for the whole measurement, started once: a thread spawned per iteration
-    // paid its start (stack, first touches, scheduling onto a core) inside the timed window,
-    // and the d2h of a 4 KiB pair took ~55 us against ~20 for the h2d beside it (H200, call 5).
-    let runs = std::thread::scope(|sc| -> Result<Vec<(f64, [f64; 4])>> {
-        // `go` starts an iteration of the worker; dropping it (also by unwinding out of this
-        // closure) stops the worker, so nothing waits for a thread that is gone.
-        let (go, go_rx) = std::sync::mpsc::channel::<()>();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (s_down, dst) = (&s_down, &mut *dst);
-        let worker = sc.spawn(move || {
-            while go_rx.recv().is_ok() {
-                let c = Instant::now();
-                let r = s_down.download(down, 0, dst).and_then(|p| p.wait());
-                // The main thread always takes one result per iteration.
-                if tx.send((r, c, Instant::now())).is_err() {
-                    return;
-                }
-            }
-        });
-        // Every iteration takes the worker's result, whatever failed, before the next `go`.
-        let one = || -> Result<(f64, [f64; 4])> {
-            go.send(()).map_err(|_| "the bidir d2h thread stopped")?;
-            let a = Instant::now();
-            let r_up = s_up.upload(src, up, 0).and_then(|p| p.wait());
-            let b = Instant::now();
-            let (r_down, c, d) = rx.recv().map_err(|_| "the bidir d2h thread stopped")?;
-            r_up?;
-            r_down?;
-            let t0 = a.min(c);
-            let secs = |t: Instant| t.duration_since(t0).as_secs_f64();
-            Ok((secs(b.max(d)), [secs(a), secs(b), secs(c), secs(d)]))
-        };
-        let mut measure = || -> Result<Vec<(f64, [f64; 4])>> {
+    // The d2h on a partner thread started once for the whole measurement (see `with_partner`).
+    let runs = with_partner(
+        || s_down.download(down, 0, dst).and_then(|p| p.wait()),
+        |partner| {
+            // Every iteration takes the partner's result, whatever failed, before the next start.
+            let one = || -> Result<(f64, [f64; 4])> {
+                partner.start()?;
+                let a = Instant::now();
+                let r_up = s_up.upload(src, up, 0).and_then(|p| p.wait());
+                let b = Instant::now();
+                let (r_down, c, d) = partner.finish()?;
+                r_up?;
+                r_down?;
+                let t0 = a.min(c);
+                let secs = |t: Instant| t.duration_since(t0).as_secs_f64();
+                Ok((secs(b.max(d)), [secs(a), secs(b), secs(c), secs(d)]))
+            };
             one()?;
             let mut runs = Vec::new();
             let begin = Instant::now();
@@ -74,12 +58,8 @@ pub(super) fn bidir(
                 runs.push(one()?);
             }
             Ok(runs)
-        };
-        let runs = measure();
-        drop(go);
-        worker.join().map_err(|_| "bidir thread panicked")?;
-        runs
-    })?;
+        },
+    )?;
     let mut runs = runs;
     let s = summarize(&runs.iter().map(|r| r.0).collect::<Vec<_>>()).ok_or("no samples")?;
     runs.sort_by(|x, y| x.0.total_cmp(&y.0));
@@ -91,4 +71,49 @@ pub(super) fn bidir(
         "queues": queues,
     });
     Ok((s, extra))
+}
+
+/// The other side of a two-thread measurement (see [`with_partner`]).
+pub(super) struct Partner<R> {
+    go: std::sync::mpsc::Sender<()>,
+    done: std::sync::mpsc::Receiver<(R, Instant, Instant)>,
+}
+
+impl<R> Partner<R> {
+    /// Starts one run of the partner's work.
+    pub(super) fn start(&self) -> Result<()> {
+        self.go.send(()).map_err(|_| "the partner thread stopped".into())
+    }
+
+    /// Waits for the run started last: its result, and when it started and ended.
+    pub(super) fn finish(&self) -> Result<(R, Instant, Instant)> {
+        self.done.recv().map_err(|_| "the partner thread stopped".into())
+    }
+}
+
+/// Runs `body` with a partner thread, started once, that runs `work` each time
+/// [`Partner::start`] is called. A thread spawned per iteration paid its start (stack, first
+/// touches, scheduling onto a core, a copy context it had not used) inside the timed window:
+/// on the H200 the d2h of a 4 KiB bidir pair took ~55 us against ~20 for the h2d beside it.
+/// The partner stops when `body` returns or unwinds (its sender drops), so nothing waits on a
+/// thread that is gone.
+pub(super) fn with_partner<R: Send, T>(mut work: impl FnMut() -> R + Send, body: impl FnOnce(&Partner<R>) -> Result<T>) -> Result<T> {
+    std::thread::scope(|sc| {
+        let (go, go_rx) = std::sync::mpsc::channel::<()>();
+        let (tx, done) = std::sync::mpsc::channel();
+        let h = sc.spawn(move || {
+            while go_rx.recv().is_ok() {
+                let a = Instant::now();
+                let r = work();
+                if tx.send((r, a, Instant::now())).is_err() {
+                    return;
+                }
+            }
+        });
+        let partner = Partner { go, done };
+        let r = body(&partner);
+        drop(partner);
+        h.join().map_err(|_| "the partner thread panicked")?;
+        r
+    })
 }
