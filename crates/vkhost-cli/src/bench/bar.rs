@@ -235,6 +235,9 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
                         let mut p = point("vulkan", "copy", "bar", dir.name(), size, 2 * size, s);
                         p.verified = Some(ok);
                         p.note = note;
+                        if !ok {
+                            cx.failures += 1;
+                        }
                         cx.push(p);
                     }
                     Err(e) => {
@@ -345,7 +348,7 @@ fn assisted(cx: &mut Ctx, state: &mut Option<Result<BidirBar>>, max: usize, n: u
 /// both directions over the wall time.
 ///
 /// The `assist` variant opens its device with `bar_assist` instead (`bar_write_max` left as it
-/// is): a write of 1 MiB and more is shared between the copy engine (from the back, reading a
+/// is): a write of `ASSIST_MIN` (4 MiB) and more is shared between the copy engine (from the back, reading a
 /// pinned source directly) and the CPU stores (from the front) until they meet. Its h2d rows
 /// (variant `assist` of `host_to_device_bar`) time that write alone.
 struct BidirBar {
@@ -414,12 +417,12 @@ impl BidirBar {
 
     /// One untimed, verified round, then the timed iterations; `both`: h2d and d2h at once,
     /// else the h2d write alone.
-    fn measure(&mut self, cx: &Ctx, n: usize, both: bool) -> Result<(crate::stats::Summary, bool, String)> {
+    fn measure(&mut self, cx: &mut Ctx, n: usize, both: bool) -> Result<(crate::stats::Summary, bool, String)> {
         let mut want = vec![0u8; n];
         pattern(&mut want, n as u64 ^ 0xD0);
         self.down.write(0, &want)?;
         let before = self.moved();
-        self.rounds(cx, n, both, false)?;
+        self.rounds(n, both, 1, std::time::Duration::ZERO, &mut cx.flush)?;
         if !self.assist && self.moved().0 - before.0 < n as u64 {
             return Err("device buffers are not in mapped device memory here (no DEVICE_LOCAL|HOST_VISIBLE type)".into());
         }
@@ -430,7 +433,7 @@ impl BidirBar {
             eprintln!("FAIL bidir_bar{} {n}: the bytes differ", if self.assist { " (assist)" } else { "" });
         }
         let before = self.moved();
-        let runs = self.rounds(cx, n, both, true)?;
+        let runs = self.rounds(n, both, cx.iters, cx.budget, &mut cx.flush)?;
         let s = crate::stats::summarize(&runs).ok_or("no samples")?;
         let d2h = if both { (runs.len() * n) as u64 } else { 0 };
         let d2h_note = if both { "; d2h: copy engine into pinned memory" } else { "" };
@@ -451,17 +454,16 @@ impl BidirBar {
     }
 
     /// The h2d write, and with `both` the d2h read at the same time on a partner thread (started
-    /// once for all rounds): one round, or with `timed` the timed rounds (`--iters` within
-    /// `--budget`); the wall time of each.
-    fn rounds(&mut self, cx: &Ctx, n: usize, both: bool, timed: bool) -> Result<Vec<f64>> {
+    /// once for all rounds): up to `iters` rounds within `budget` (at least one), each after an
+    /// untimed `--flush-cache`; the wall time of each.
+    fn rounds(&mut self, n: usize, both: bool, iters: usize, budget: std::time::Duration, flush: &mut Option<Vec<u8>>) -> Result<Vec<f64>> {
         let (up, down, src, dst) = (&self.up, &self.down, &self.src[..n], &mut self.dst[..n]);
-        let count = |runs: &Vec<f64>, begin: std::time::Instant| {
-            if timed { runs.len() < cx.iters.max(1) && (runs.is_empty() || begin.elapsed() < cx.budget) } else { runs.is_empty() }
-        };
+        let count = |runs: &Vec<f64>, begin: std::time::Instant| runs.len() < iters.max(1) && (runs.is_empty() || begin.elapsed() < budget);
         let mut runs = Vec::new();
         let begin = std::time::Instant::now();
         if !both {
             while count(&runs, begin) {
+                flush_cache(flush);
                 let t0 = std::time::Instant::now();
                 up.write(0, src)?;
                 runs.push(t0.elapsed().as_secs_f64());
@@ -472,6 +474,7 @@ impl BidirBar {
             || down.read(0, dst),
             |partner| {
                 while count(&runs, begin) {
+                    flush_cache(flush);
                     partner.start()?;
                     let t0 = std::time::Instant::now();
                     let a = up.write(0, src);

@@ -106,7 +106,9 @@ impl BufferObj {
         self
     }
 
-    /// The device's state, while the device is alive.
+    /// The device's state, while the device is alive. Called only inside a call on an owner of
+    /// the device (a handle that holds it), so the clone is never the last owner: the background
+    /// releaser's rule (see `drop_shared`) rests on it.
     pub(crate) fn shared(&self) -> Option<Arc<Shared>> {
         self.shared.upgrade()
     }
@@ -451,8 +453,9 @@ impl Releaser {
                     Err(std::sync::TryLockError::WouldBlock) => {}
                 }
                 // Not the last reference: every owner's drop goes through `drop_shared`, which
-                // waits while `holding` names this device, and transient clones live inside a
-                // call on an owner's handle.
+                // waits while `holding` names this device and no other owner is left (so the
+                // last owner waits), and transient clones live inside a call on an owner's
+                // handle (a `Weak<Shared>` is upgraded only there: see `BufferObj::shared`).
                 let mut h = lock(&self.holding);
                 DROPPING.with(|d| d.set(true));
                 drop(s);
@@ -511,9 +514,10 @@ mod tests {
         }
     }
 
-    /// Lets the releaser go after `secs` if the test has not by then (a test thread blocked on
-    /// the paused releaser would otherwise hang the binary); the test asserts it did not fire.
-    /// Dropping it disarms it.
+    /// Lets the releaser go every `secs` while it is paused (a test thread blocked on the paused
+    /// releaser would otherwise hang the binary); the test asserts it did not fire. Dropping it
+    /// disarms it. `settle` waits for the process-wide count of sends: with tests on several
+    /// threads another test's sends can hold it up (the binaries run one test at a time).
     struct Watchdog {
         fired: Arc<AtomicBool>,
         _disarm: std::sync::mpsc::Sender<()>,
@@ -524,9 +528,12 @@ mod tests {
             let f = fired.clone();
             let (tx, rx) = std::sync::mpsc::channel::<()>();
             std::thread::spawn(move || {
-                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(secs)) {
-                    if PAUSE_ID.swap(0, Ordering::AcqRel) != 0 {
+                // Every `secs` until disarmed: a later round of the test may pause again.
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(secs)) {
+                    if PAUSE_ID.load(Ordering::Acquire) != 0 {
+                        // Said before the release, so the released drop cannot return first.
                         f.store(true, Ordering::Release);
+                        PAUSE_ID.store(0, Ordering::Release);
                     }
                 }
             });

@@ -200,7 +200,9 @@ pub enum CopyPath {
     /// Some of each.
     Mixed,
     /// A small write stored by the CPU into mapped device memory: no copy was submitted (see
-    /// [`BarWrites`](crate::BarWrites)).
+    /// [`BarWrites`](crate::BarWrites)). Also a write that
+    /// [`bar_assist`](crate::OpenOptions::bar_assist) shared between stores and the copy
+    /// engine (`DeviceBuffer::write`, which does not return the path).
     Mapped,
 }
 
