@@ -92,9 +92,10 @@ impl<R> Partner<R> {
 }
 
 /// Runs `body` with a partner thread, started once, that runs `work` each time
-/// [`Partner::start`] is called. A thread spawned per iteration paid its start (stack, first
-/// touches, scheduling onto a core, a copy context it had not used) inside the timed window:
-/// on the H200 the d2h of a 4 KiB bidir pair took ~55 us against ~20 for the h2d beside it.
+/// [`Partner::start`] is called. A thread spawned per iteration ran its part cold inside the
+/// timed window (the spawn itself was not timed: each side's start is taken after a barrier):
+/// a fresh stack and first touches, a wake-up onto a core it had not run on. On the H200 the
+/// d2h of a 4 KiB bidir pair took ~55 us against ~20 for the h2d beside it.
 /// The partner stops when `body` returns or unwinds (its sender drops), so nothing waits on a
 /// thread that is gone.
 pub(super) fn with_partner<R: Send, T>(mut work: impl FnMut() -> R + Send, body: impl FnOnce(&Partner<R>) -> Result<T>) -> Result<T> {
