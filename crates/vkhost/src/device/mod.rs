@@ -248,7 +248,8 @@ pub struct OpenOptions {
     /// into the H200's BAR from 4-16 threads, against ~50 for a copy). Beside a copy engine's
     /// device-to-host copy they did not beat a second copy-engine copy there: 46-50 GB/s both
     /// ways together against 57-61 (`vkhost bench -t bidir_ce,bidir_bar`, docs/PERFORMANCE.md);
-    /// measure it on your device before raising it for that.
+    /// measure it on your device before raising it for that. [`bar_assist`](Self::bar_assist)
+    /// is the other way: stores beside the copy engine within one large write.
     pub bar_write_max: usize,
     /// Share a [`DeviceBuffer::write`](crate::DeviceBuffer::write) larger than `bar_write_max`
     /// (and of at least [`ASSIST_MIN`](Self::ASSIST_MIN)) into mapped device memory between the
