@@ -311,7 +311,7 @@ struct Releaser {
     cv: std::sync::Condvar,
     /// The address of the device state the releaser holds an `Arc` to now (0: none). Set under
     /// this lock when it upgrades, cleared under it after it dropped that `Arc`; [`drop_shared`]
-    /// waits on `idle` while it names the device being dropped.
+    /// waits on `idle` while it names the device being dropped and no other owner is left.
     holding: Mutex<usize>,
     idle: std::sync::Condvar,
     /// Devices sent and not yet done with (dropped, or found gone): zero when the releaser has
@@ -491,8 +491,8 @@ mod tests {
             Ok(d) => {
                 // The open-time import probe's unregister sent the device to the releaser:
                 // let that go by before a test arms the pause, or the releaser could stop on
-                // it, holding the device, and a drop on the test's thread would wait for it
-                // forever (seen once in CI).
+                // that send, holding the device before the test's own send, where the test
+                // does not expect it.
                 settle();
                 Some((one, d))
             }
