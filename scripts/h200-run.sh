@@ -98,6 +98,9 @@ if [ "$what" = final ]; then
   # registration, the pipeline demo.
   echo "== vkhost bench --baseline cuda"
   $v bench --baseline cuda --json "$OUT/bench.json" --plot "$OUT/bench.svg" 2>&1 | tee "$OUT/bench.txt" | grep -vE "^ +[0-9]+/[0-9]+"
+  # Issue 9's line: no figure more than 3% below the record (docs/h200-bench.json).
+  echo "== regress-check against docs/h200-bench.json"
+  python3 scripts/regress-check.py docs/h200-bench.json "$OUT/bench.json" 2>&1 | tee "$OUT/regress.txt" | tail -n 40
   echo "== cuda_baseline.py"
   PYTHONUNBUFFERED=1 python3 .gl/cuda_baseline.py --sizes 4K,64K,1M,16M,256M,1G > "$OUT/cuda_baseline.txt" 2>&1; tail -n 25 "$OUT/cuda_baseline.txt"
   {
