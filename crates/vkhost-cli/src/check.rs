@@ -517,33 +517,48 @@ fn bar_writes(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>, split: bool
     }
     rows.push(row);
     // Stream work before a store on the same bytes lands first; work after it sees it.
-    let mut order = Row { name: order_name.into(), passed: 0, total: 0, detail: String::new() };
-    if let Ok(s) = dev.stream() {
-        // A write the stores take (split over the threads in the `split` pass).
-        let w = if split { 1 << 20 } else { 4096 };
-        let n = w + (60 << 10);
-        let other = dev.alloc_buffer(n)?;
-        for round in 0..8u32 {
-            order.total += 1;
-            let want = pattern(w, round as usize);
-            s.fill_async(&dbuf, 0, n, 0xBEEF_0000 | round)?;
-            dbuf.write(4096, &want)?;
-            s.copy_async(&dbuf, 0, &other, 0, n)?;
-            s.synchronize()?;
-            let mut got = vec![0u8; n];
-            other.read(0, &mut got)?;
-            let fill = (0xBEEF_0000u32 | round).to_le_bytes();
-            if got[4096..4096 + w] == want[..] && got[..4096].chunks(4).chain(got[4096 + w..].chunks(4)).all(|c| c == fill) {
-                order.passed += 1;
-            } else if order.detail.is_empty() {
-                order.detail = format!("round {round}: a store and stream work on the same bytes ran out of order");
-            }
-        }
-    }
+    // A write the stores take (split over the threads in the `split` pass).
+    let w = if split { 1 << 20 } else { 4096 };
+    let order = ordered_with_streams(&dev, &dbuf, order_name, w, 60 << 10, 8, "a store")?;
     rows.push(order);
     drop(dbuf);
     dev.destroy()?;
     Ok(dev.validation_errors())
+}
+
+/// Rounds of: a stream fill of `dbuf`, a `DeviceBuffer::write` of `w` bytes at 4096 (the path
+/// under test: `what`), a stream copy of the whole range out, read back. The write must land
+/// after the fill and be seen by the copy. A device without a stream gives an empty row.
+fn ordered_with_streams(
+    dev: &Device,
+    dbuf: &vkhost::DeviceBuffer,
+    name: &str,
+    w: usize,
+    tail: usize,
+    rounds: u32,
+    what: &str,
+) -> Result<Row> {
+    let mut order = Row { name: name.into(), passed: 0, total: 0, detail: String::new() };
+    let Ok(s) = dev.stream() else { return Ok(order) };
+    let n = 4096 + w + tail;
+    let other = dev.alloc_buffer(n)?;
+    for round in 0..rounds {
+        order.total += 1;
+        let want = pattern(w, round as usize);
+        s.fill_async(dbuf, 0, n, 0xBEEF_0000 | round)?;
+        dbuf.write(4096, &want)?;
+        s.copy_async(dbuf, 0, &other, 0, n)?;
+        s.synchronize()?;
+        let mut got = vec![0u8; n];
+        other.read(0, &mut got)?;
+        let fill = (0xBEEF_0000u32 | round).to_le_bytes();
+        if got[4096..4096 + w] == want[..] && got[..4096].chunks(4).chain(got[4096 + w..].chunks(4)).all(|c| c == fill) {
+            order.passed += 1;
+        } else if order.detail.is_empty() {
+            order.detail = format!("round {round}: {what} and stream work on the same bytes ran out of order");
+        }
+    }
+    Ok(order)
 }
 
 /// `DeviceBuffer::write` with `bar_assist` (`BarWrites::On`, 4 staging threads): writes of
@@ -603,27 +618,7 @@ fn bar_assist(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u
         }
     }
     rows.push(row);
-    let mut order = Row { name: "bar assist ordered with stream work".into(), passed: 0, total: 0, detail: String::new() };
-    if let Ok(s) = dev.stream() {
-        let n = min + 8192;
-        let other = dev.alloc_buffer(n)?;
-        for round in 0..4u32 {
-            order.total += 1;
-            let want = pattern(min, round as usize);
-            s.fill_async(&dbuf, 0, n, 0xBEEF_0000 | round)?;
-            dbuf.write(4096, &want)?;
-            s.copy_async(&dbuf, 0, &other, 0, n)?;
-            s.synchronize()?;
-            let mut got = vec![0u8; n];
-            other.read(0, &mut got)?;
-            let fill = (0xBEEF_0000u32 | round).to_le_bytes();
-            if got[4096..4096 + min] == want[..] && got[..4096].chunks(4).chain(got[4096 + min..].chunks(4)).all(|c| c == fill) {
-                order.passed += 1;
-            } else if order.detail.is_empty() {
-                order.detail = format!("round {round}: an assisted write and stream work on the same bytes ran out of order");
-            }
-        }
-    }
+    let order = ordered_with_streams(&dev, &dbuf, "bar assist ordered with stream work", min, 8192, 4, "an assisted write")?;
     rows.push(order);
     drop((dbuf, pinned));
     dev.destroy()?;
