@@ -187,18 +187,21 @@ fn moved(d: &vkhost::Device) -> (u64, u64) {
 /// up to the write.
 #[test]
 fn assisted_writes_land_every_byte_once() {
+    // Before the device: dropped after it, so the registration never outlives these bytes, even
+    // if an assert fails before the unregister (the device's teardown releases its imports).
+    let mut reg = vec![0u8; (9 << 20) + 8192];
     let Some(d) = device_with(assist()) else { return };
     let min = OpenOptions::ASSIST_MIN;
     let guard = 4096;
     let sizes = [min, min + 3, (4 << 20) + 4095, 9 << 20];
     let buf = d.alloc_buffer(2 * guard + (9 << 20) + 8192).unwrap();
     let mut pinned = vkhost::PinnedBuffer::new(&d, 9 << 20).unwrap();
-    let mut reg = vec![0u8; (9 << 20) + 8192];
     // Register the middle of `reg` only: a write from it is direct there and staged around it.
     let page = 4096;
     let base = reg.as_mut_ptr() as usize;
     let start = (base + (2 << 20)).next_multiple_of(page);
-    // SAFETY: `reg` outlives the registration (unregistered below before it drops).
+    // SAFETY: `reg` is declared before `d`, so it is freed only after the device (and with it
+    // every import) is gone, whether or not the unregister below is reached.
     unsafe { host::register(&d, start as *mut u8, 4 << 20) }.unwrap();
     for &n in &sizes {
         for off in [guard, guard + 7] {
