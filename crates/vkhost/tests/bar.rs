@@ -14,6 +14,16 @@ fn mapped(d: &vkhost::Device) -> u64 {
     host::device_stats(d).mapped_bytes
 }
 
+/// The first `n` bytes of `buf` as stream work enqueued now sees them: copied by `s` into
+/// `other`, then read back.
+fn later_read(s: &vkhost::Stream, buf: &vkhost::DeviceBuffer, other: &vkhost::DeviceBuffer, n: usize) -> Vec<u8> {
+    s.copy_async(buf, 0, other, 0, n).unwrap();
+    s.synchronize().unwrap();
+    let mut got = vec![0u8; n];
+    other.read(0, &mut got).unwrap();
+    got
+}
+
 #[test]
 fn small_writes_are_stores_and_round_trip() {
     let Some(d) = device_with(bar_on()) else { return };
@@ -59,10 +69,7 @@ fn stores_are_ordered_after_and_before_stream_work() {
         let want = pattern(4096, round as u8);
         buf.write(1024, &want).unwrap();
         // Later device work reads them: it must see the store.
-        s.copy_async(&buf, 0, &other, 0, n).unwrap();
-        s.synchronize().unwrap();
-        let mut got = vec![0u8; n];
-        other.read(0, &mut got).unwrap();
+        let got = later_read(&s, &buf, &other, n);
         assert!(got[1024..1024 + 4096] == want[..], "round {round}: the store lost to or was missed by stream work");
         let fill = (0xDEAD_0000u32 | round).to_le_bytes();
         assert!(got[..1024].chunks(4).all(|c| c == fill), "round {round}: the fill before the store");
@@ -159,10 +166,7 @@ fn large_split_stores_round_trip_and_stay_ordered() {
         });
         assert_eq!(mapped(&d) - before, n as u64, "round {round}: the large write is stores");
         assert!(back == down_want, "round {round}: the concurrent read");
-        s.copy_async(&buf, 0, &other, 0, n + 8192).unwrap();
-        s.synchronize().unwrap();
-        let mut got = vec![0u8; n + 8192];
-        other.read(0, &mut got).unwrap();
+        let got = later_read(&s, &buf, &other, n + 8192);
         assert!(got[4096..4096 + n] == want[..], "round {round}: the split stores");
         let fill = (0xBEEF_0000u32 | round).to_le_bytes();
         assert!(got[..4096].chunks(4).all(|c| c == fill), "round {round}: the fill before the stores");
@@ -268,10 +272,7 @@ fn assisted_writes_are_ordered_with_stream_work() {
         s.fill_async(&buf, 0, n + 8192, 0xBEEF_0000 | round).unwrap();
         let want = pattern(n, round as u8);
         buf.write(4096, &want).unwrap();
-        s.copy_async(&buf, 0, &other, 0, n + 8192).unwrap();
-        s.synchronize().unwrap();
-        let mut got = vec![0u8; n + 8192];
-        other.read(0, &mut got).unwrap();
+        let got = later_read(&s, &buf, &other, n + 8192);
         assert!(got[4096..4096 + n] == want[..], "round {round}: the write lost to or was missed by stream work");
         let fill = (0xBEEF_0000u32 | round).to_le_bytes();
         assert!(got[..4096].chunks(4).chain(got[4096 + n..].chunks(4)).all(|c| c == fill), "round {round}: the fill around the write");
