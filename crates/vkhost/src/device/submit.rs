@@ -371,23 +371,23 @@ fn ramp(total: u64, chunk: u64, dir: Dir) -> Vec<u64> {
         // Equal parts, each a multiple of 64 KiB and at most a chunk; the last takes the rest.
         let each = total.div_ceil(n).next_multiple_of(64 << 10).min(chunk);
         let mut v = Vec::new();
-        let mut left = total;
-        while left > 0 {
-            let c = each.min(left);
-            v.push(c);
-            left -= c;
-        }
+        cut(&mut v, total, each);
         return v;
     }
     let up: Vec<u64> = [16, 8, 4, 2].iter().map(|d| chunk / d).filter(|&c| c >= RAMP_MIN).collect();
     let mid = total - 2 * up.iter().sum::<u64>();
     let mut v = up.clone();
-    v.extend(std::iter::repeat_n(chunk, (mid / chunk) as usize));
-    if mid % chunk != 0 {
-        v.push(mid % chunk);
-    }
+    cut(&mut v, mid, chunk);
     v.extend(up.iter().rev());
     v
+}
+
+/// Appends `total` cut into batches of `each`, the rest (if any) last.
+fn cut(v: &mut Vec<u64>, total: u64, each: u64) {
+    v.extend(std::iter::repeat_n(each, (total / each) as usize));
+    if total % each != 0 {
+        v.push(total % each);
+    }
 }
 
 fn batches(pieces: &[Piece], chunk: u64, dir: Dir) -> Vec<Vec<Op>> {
