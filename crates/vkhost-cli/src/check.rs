@@ -487,18 +487,11 @@ fn bar_writes(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>, split: bool
     let mut row = Row { name: what.into(), passed: 0, total: 0, detail: String::new() };
     let case = |len: usize, (hoff, doff): (usize, usize)| -> Result<()> {
         let payload = pattern(len, len + hoff + 1);
-        let dguard = 0xC3u8;
-        dbuf.write(0, &vec![dguard; doff + len + GUARD])?;
-        let before = host::device_stats(&dev).mapped_bytes;
-        dbuf.write(doff, &payload)?;
-        let stored = host::device_stats(&dev).mapped_bytes - before;
-        let mut dv = vec![0u8; doff + len + GUARD];
-        dbuf.read(0, &mut dv)?;
+        let (err, before, after) = guarded_write(&dbuf, doff, &payload, &payload, || host::device_stats(&dev).mapped_bytes)?;
+        let stored = after - before;
         let fail = |what: &str| -> Result<()> { Err(format!("{what} (len {len}, device offset {doff})").into()) };
-        if dv[..doff].iter().any(|&b| b != dguard) || dv[doff + len..].iter().any(|&b| b != dguard) {
-            fail("device guard bytes changed")
-        } else if dv[doff..doff + len] != payload[..] {
-            fail("payload mismatch")
+        if let Some(e) = err {
+            fail(e)
         } else if (len <= max) != (stored == len as u64) {
             fail(&format!("{stored} bytes stored; stores apply up to {max}"))
         } else {
@@ -524,6 +517,35 @@ fn bar_writes(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>, split: bool
     drop(dbuf);
     dev.destroy()?;
     Ok(dev.validation_errors())
+}
+
+/// Fills `dbuf` with guard bytes up to `GUARD` past `[doff, doff + payload.len())`, writes
+/// `src` (which holds `payload`'s bytes) at `doff` with `DeviceBuffer::write`, and reads it all
+/// back: the first of "device guard bytes changed" and "payload mismatch" that applies, and
+/// `stats()` just before and after the write.
+fn guarded_write<T>(
+    dbuf: &vkhost::DeviceBuffer,
+    doff: usize,
+    src: &[u8],
+    payload: &[u8],
+    stats: impl Fn() -> T,
+) -> Result<(Option<&'static str>, T, T)> {
+    const DGUARD: u8 = 0xC3;
+    let len = payload.len();
+    dbuf.write(0, &vec![DGUARD; doff + len + GUARD])?;
+    let before = stats();
+    dbuf.write(doff, src)?;
+    let after = stats();
+    let mut dv = vec![0u8; doff + len + GUARD];
+    dbuf.read(0, &mut dv)?;
+    let err = if dv[..doff].iter().chain(&dv[doff + len..]).any(|&b| b != DGUARD) {
+        Some("device guard bytes changed")
+    } else if dv[doff..doff + len] != payload[..] {
+        Some("payload mismatch")
+    } else {
+        None
+    };
+    Ok((err, before, after))
 }
 
 /// Rounds of: a stream fill of `dbuf`, a `DeviceBuffer::write` of `w` bytes at 4096 (the path
@@ -592,23 +614,10 @@ fn bar_assist(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u
                     plain = payload.clone();
                     &plain
                 };
-                dbuf.write(0, &vec![0xC3; doff + len + GUARD])?;
-                let before = counts(&dev);
-                dbuf.write(doff, src)?;
-                let after = counts(&dev);
-                let mut dv = vec![0u8; doff + len + GUARD];
-                dbuf.read(0, &mut dv)?;
+                let (err, before, after) = guarded_write(&dbuf, doff, src, &payload, || counts(&dev))?;
                 let what = format!("len {len}, device offset {doff}, {} source", if from_pinned { "pinned" } else { "plain" });
                 let moved = (after.0 - before.0) + (after.1 - before.1);
-                let err = if dv[..doff].iter().chain(&dv[doff + len..]).any(|&b| b != 0xC3) {
-                    Some("device guard bytes changed")
-                } else if dv[doff..doff + len] != payload[..] {
-                    Some("payload mismatch")
-                } else if moved != len as u64 {
-                    Some("stores and copies do not add up to the write")
-                } else {
-                    None
-                };
+                let err = err.or((moved != len as u64).then_some("stores and copies do not add up to the write"));
                 match err {
                     None => row.passed += 1,
                     Some(e) if row.detail.is_empty() => row.detail = format!("{e} ({what})"),
