@@ -309,6 +309,17 @@ if [ "$what" = assist ]; then
     done
   done 2>&1 | tee "$OUT/assist.txt"
 fi
+if [ "$what" = assist2 ]; then
+  # BarAssist::Bidir (the default): bidir_bar+assist against bidir_ce at 1-4 store threads
+  # (VKHOST_ASSIST_THREADS), and the h2d write alone (no read about: the copy engine's alone);
+  # then `always` at the default thread count, whose write alone shares.
+  for t in 1 2 3 4; do
+    echo "== assist threads $t"
+    VKHOST_ASSIST_THREADS=$t $v bench -t bidir_ce,host_to_device_bar,bidir_bar --sizes 64M,256M,1G --no-costs --json "$OUT/assist2-$t.json" 2>&1 | grep -E "^(bidir_ce|host_to_device_bar\+|bidir_bar\+)"
+  done 2>&1 | tee "$OUT/assist2.txt"
+  echo "== VKHOST_BAR_ASSIST=always" | tee -a "$OUT/assist2.txt"
+  VKHOST_BAR_ASSIST=always $v bench -t host_to_device_ce,host_to_device_bar,bidir_bar --sizes 64M,256M,1G --no-costs 2>&1 | grep -E "^(host_to_device_ce|host_to_device_bar\+|bidir_bar\+)" | tee -a "$OUT/assist2.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi

@@ -403,6 +403,7 @@ impl vkhost_open_options {
             staging_threads: OpenOptions::default().staging_threads,
             bar_write_max: OpenOptions::default().bar_write_max,
             bar_assist: OpenOptions::default().bar_assist,
+            assist_threads: OpenOptions::default().assist_threads,
             push_descriptors: OpenOptions::default().push_descriptors,
             max_pipelines: OpenOptions::default().max_pipelines,
         })

@@ -583,13 +583,13 @@ fn ordered_with_streams(
     Ok(order)
 }
 
-/// `DeviceBuffer::write` with `bar_assist` (`BarWrites::On`, 4 staging threads): writes of
+/// `DeviceBuffer::write` with `bar_assist: Always` (`BarWrites::On`, 3 store threads): writes of
 /// `ASSIST_MIN` and more shared between the copy engine and CPU stores. Sizes x offsets from a
 /// plain `Vec` (the copy engine's share staged) and from a pinned block (direct), with guard
 /// bytes; the two sides' byte counts must add up to each write; and stream work before and
 /// after a write on the same bytes stays in order.
 fn bar_assist(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
-    let o = OpenOptions { bar_writes: vkhost::BarWrites::On, bar_assist: true, staging_threads: 4, ..opts.clone() };
+    let o = OpenOptions { bar_writes: vkhost::BarWrites::On, bar_assist: vkhost::BarAssist::Always, assist_threads: 3, ..opts.clone() };
     let dev = Device::open_with(index, &o)?;
     let min = OpenOptions::ASSIST_MIN;
     let sizes = [min, min + 5, 2 * min + 4095];

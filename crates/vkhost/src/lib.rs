@@ -128,7 +128,7 @@ pub use buffer::DeviceBuffer;
 pub use device::info::{ApiVersion, DeviceInfo, DeviceType, MemoryHeap, MemoryType, QueueFamily, fmt_bytes};
 pub use device::queues::{CopyQueues, QueueFigures};
 pub use device::{
-    BarWrites, BorrowedDevice, Device, DeviceHold, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership, QueueKind,
+    BarAssist, BarWrites, BorrowedDevice, Device, DeviceHold, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership, QueueKind,
     RawDevice, devices, validation_layer_installed,
 };
 pub use error::{Error, Result};

@@ -4,7 +4,7 @@
 
 mod common;
 use common::*;
-use vkhost::{BarWrites, CopyPath, OpenOptions, host};
+use vkhost::{BarAssist, BarWrites, CopyPath, OpenOptions, host};
 
 fn bar_on() -> OpenOptions {
     OpenOptions { bar_writes: BarWrites::On, ..opts() }
@@ -176,7 +176,7 @@ fn large_split_stores_round_trip_and_stay_ordered() {
 }
 
 fn assist() -> OpenOptions {
-    OpenOptions { bar_assist: true, bar_write_max: 4096, staging_threads: 4, ..bar_on() }
+    OpenOptions { bar_assist: BarAssist::Always, bar_write_max: 4096, assist_threads: 3, ..bar_on() }
 }
 
 /// Bytes written so far by the copy engine (direct or staged) and by stores.
@@ -279,13 +279,15 @@ fn assisted_writes_are_ordered_with_stream_work() {
     }
 }
 
-/// Off (the default), or with stores off (`bar_write_max: 0`), or below `ASSIST_MIN`, a large
-/// write is the copy engine's alone.
+/// Off, or with stores off (`bar_write_max: 0`), or below `ASSIST_MIN`, or `Bidir` (the
+/// default) on a device that has not read, a large write is the copy engine's alone.
 #[test]
 fn assist_applies_only_when_asked_and_large() {
     let min = OpenOptions::ASSIST_MIN;
+    assert_eq!(OpenOptions::default().bar_assist, BarAssist::Bidir);
     for (o, n) in [
-        (OpenOptions { bar_assist: false, ..assist() }, 2 * min),
+        (OpenOptions { bar_assist: BarAssist::Off, ..assist() }, 2 * min),
+        (OpenOptions { bar_assist: BarAssist::Bidir, ..assist() }, 2 * min),
         (OpenOptions { bar_write_max: 0, ..assist() }, 2 * min),
         (assist(), min - 1),
     ] {
@@ -294,6 +296,72 @@ fn assist_applies_only_when_asked_and_large() {
         let want = pattern(n, 9);
         buf.write(0, &want).unwrap();
         assert_eq!(mapped(&d), 0, "{n} bytes: stores took part");
+        let mut got = vec![0u8; n];
+        buf.read(0, &mut got).unwrap();
+        assert!(got == want);
+    }
+}
+
+/// `BarAssist::Bidir`: a large write is shared while another thread reads from the device, and
+/// is the copy engine's alone once no read has run for `ASSIST_RECENT`; every byte lands either
+/// way.
+#[test]
+fn bidir_assist_shares_only_beside_reads() {
+    let Some(d) = device_with(OpenOptions { bar_assist: BarAssist::Bidir, ..assist() }) else { return };
+    let n = 2 * OpenOptions::ASSIST_MIN;
+    let buf = d.alloc_buffer(n).unwrap();
+    let other = d.alloc_buffer(n).unwrap();
+    other.write(0, &pattern(n, 3)).unwrap();
+    let check = |round: u8| {
+        let want = pattern(n, round);
+        let before = moved(&d);
+        buf.write(0, &want).unwrap();
+        let after = moved(&d);
+        let mut got = vec![0u8; n];
+        buf.read(0, &mut got).unwrap();
+        assert!(got == want, "round {round}: the bytes differ");
+        (after.0 - before.0, after.1 - before.1)
+    };
+    // Beside a reader in a loop: shared. The reader's copies are slow on lavapipe, so one is
+    // running or just ended whenever a write starts; a few tries allow for a descheduled reader.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    /// Stops the reader however the writes end (a failed assertion included).
+    struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let shared = std::thread::scope(|sc| {
+        let _stop = Stop(&stop);
+        sc.spawn(|| {
+            let mut sink = vec![0u8; n];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                other.read(0, &mut sink).unwrap();
+            }
+        });
+        let mut shared = false;
+        for round in 0..8u8 {
+            // (The copy engine's count includes the reader's bytes here.)
+            let (_, stored) = check(round + 10);
+            assert!(stored <= n as u64, "round {round}: stored {stored} of {n}");
+            if stored > 0 {
+                shared = true;
+                break;
+            }
+        }
+        shared
+    });
+    assert!(shared, "no write was shared while another thread read");
+    // No read since (the check's own read-back above is one: wait it out as well).
+    for round in 0..2u8 {
+        std::thread::sleep(OpenOptions::ASSIST_RECENT + std::time::Duration::from_millis(5));
+        let want = pattern(n, round + 40);
+        let before = moved(&d);
+        buf.write(0, &want).unwrap();
+        let after = moved(&d);
+        assert_eq!(after.1 - before.1, 0, "round {round}: stores took part with no read about");
+        assert_eq!(after.0 - before.0, n as u64);
         let mut got = vec![0u8; n];
         buf.read(0, &mut got).unwrap();
         assert!(got == want);

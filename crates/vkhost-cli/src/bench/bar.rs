@@ -347,10 +347,12 @@ fn assisted(cx: &mut Ctx, state: &mut Option<Result<BidirBar>>, max: usize, n: u
 /// `DeviceBuffer::read` of a second buffer into pinned memory runs on the copy engine. Sum of
 /// both directions over the wall time.
 ///
-/// The `assist` variant opens its device with `bar_assist` instead (`bar_write_max` left as it
-/// is): a write of `ASSIST_MIN` (4 MiB) and more is shared between the copy engine (from the back, reading a
-/// pinned source directly) and the CPU stores (from the front) until they meet. Its h2d rows
-/// (variant `assist` of `host_to_device_bar`) time that write alone.
+/// The `assist` variant opens its device with `bar_assist` as the environment sets it (default
+/// `Bidir`; `Off` means `Always` here) and `bar_write_max` left as it is: a write of
+/// `ASSIST_MIN` (4 MiB) and more is shared between the copy engine (from the back, reading a
+/// pinned source directly) and the CPU stores (from the front) until they meet; with `Bidir`,
+/// only while the other thread reads. Its h2d rows (variant `assist` of `host_to_device_bar`)
+/// time that write alone: with `Bidir`, the copy engine's alone (the note says the stores' share).
 struct BidirBar {
     dev: Device,
     up: vkhost::DeviceBuffer,
@@ -381,7 +383,13 @@ impl BidirBar {
     fn new(dev: &Device, max: usize, assist: bool) -> Result<BidirBar> {
         let base = dev.options().clone();
         let opts = if assist {
-            vkhost::OpenOptions { bar_writes: vkhost::BarWrites::On, bar_assist: true, ..base }
+            // The mode the environment asks for (default `Bidir`: shared only beside a read);
+            // `Off` would leave nothing to measure, so it means `Always` here.
+            let bar_assist = match base.bar_assist {
+                vkhost::BarAssist::Off => vkhost::BarAssist::Always,
+                m => m,
+            };
+            vkhost::OpenOptions { bar_writes: vkhost::BarWrites::On, bar_assist, ..base }
         } else {
             vkhost::OpenOptions { bar_writes: vkhost::BarWrites::On, bar_write_max: max, ..base }
         };
@@ -441,8 +449,9 @@ impl BidirBar {
             let share = self.stored_share(before, d2h);
             // `assisted` measures only writes of at least ASSIST_MIN, above bar_write_max.
             format!(
-                "h2d: copy engine from a pinned source plus CPU stores on up to {} thread(s) (bar_assist), stores took {share:.0}%{d2h_note}",
-                self.dev.options().staging_threads.max(2) - 1
+                "h2d: copy engine from a pinned source plus CPU stores on {} thread(s) (bar_assist {:?}), stores took {share:.0}%{d2h_note}",
+                self.dev.options().assist_threads,
+                self.dev.options().bar_assist
             )
         } else {
             format!(

@@ -188,6 +188,48 @@ pub enum BarWrites {
     Off,
 }
 
+/// When a large [`DeviceBuffer::write`](crate::DeviceBuffer::write) into mapped device memory
+/// is shared between the copy engine and CPU stores ([`OpenOptions::bar_assist`]).
+///
+/// On the H200 (docs/PERFORMANCE.md), a 256 MiB-1 GiB write shared with 3 store threads moved
+/// 59-64 GB/s in sum beside a copy engine's device-to-host copy, where two copy-engine copies
+/// give 57-58; but a write alone moved 40-44 GB/s shared against 49-51 by the copy engine alone
+/// (stores take link capacity less efficiently than the engine's reads). So the default shares
+/// a write only while the other direction is busy.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::{BarAssist, BarWrites, Device, OpenOptions};
+///
+/// // Share every large write (here lavapipe's memory is mapped because of `BarWrites::On`).
+/// let dev = Device::open_default_with(&OpenOptions { bar_writes: BarWrites::On, bar_assist: BarAssist::Always, ..Default::default() })?;
+/// let n = 2 * OpenOptions::ASSIST_MIN;
+/// let buf = dev.alloc_buffer(n)?;
+/// let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+/// buf.write(0, &data)?;
+/// let mut back = vec![0u8; n];
+/// buf.read(0, &mut back)?;
+/// assert_eq!(back, data);
+/// assert_eq!(OpenOptions::default().bar_assist, BarAssist::Bidir);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BarAssist {
+    /// Share a write while a synchronous device-to-host copy runs on the same device, or ended
+    /// less than [`OpenOptions::ASSIST_RECENT`] ago (a loop of reads on another thread). A
+    /// write that starts with no read about is the copy engine's alone, as with `Off`; a
+    /// shared write whose reads stop hands the rest of its range to the copy engine.
+    /// Device-to-host copies of streams are not counted.
+    #[default]
+    Bidir,
+    /// Share every write of at least [`OpenOptions::ASSIST_MIN`] bytes.
+    Always,
+    /// Never share: large writes are the copy engine's.
+    Off,
+}
+
 /// Options for [`Device::open_with`].
 ///
 /// [`Device::open_with`] and [`Device::from_raw`] refuse options that fail
@@ -253,14 +295,19 @@ pub struct OpenOptions {
     pub bar_write_max: usize,
     /// Share a [`DeviceBuffer::write`](crate::DeviceBuffer::write) larger than `bar_write_max`
     /// (and of at least [`ASSIST_MIN`](Self::ASSIST_MIN)) into mapped device memory between the
-    /// copy engine and CPU stores: the copy engine takes chunks from the back of the range, the
-    /// staging threads store chunks from the front, until they meet, so each side does what its
-    /// speed allows. Where stores reach the device over a path the copy engine leaves idle (the
-    /// H200's BAR beside a copy in the other direction: 16 GB/s of stores while the copy engine
-    /// did 50.5 GB/s device-to-host), a write can move faster than the copy engine alone.
-    /// Off by default until measured on a device; `VKHOST_BAR_ASSIST=1` sets it. Needs mapped
-    /// device buffers (`bar_writes`) and `bar_write_max > 0`.
-    pub bar_assist: bool,
+    /// copy engine and CPU stores ([`BarAssist`]): the copy engine takes chunks from the back of
+    /// the range, [`assist_threads`](Self::assist_threads) threads store chunks from the front,
+    /// until they meet, so each side does what its speed allows. Where stores reach the device
+    /// over a path the copy engine leaves idle (the H200's BAR beside a copy in the other
+    /// direction), a write moves faster than the copy engine alone. Default
+    /// [`BarAssist::Bidir`]; `VKHOST_BAR_ASSIST=0|off`, `bidir`, `1|on|always` set it. Needs
+    /// mapped device buffers (`bar_writes`) and `bar_write_max > 0`.
+    pub bar_assist: BarAssist,
+    /// Threads that store a shared write's front ([`bar_assist`](Self::bar_assist)); default 3,
+    /// in 1..=64. On the H200, beside a copy-engine read: 3 threads 59-64 GB/s in sum, 7 threads
+    /// 58, 15 threads 56-57 (more stores take more of the write from the faster engine).
+    /// `VKHOST_ASSIST_THREADS` sets it.
+    pub assist_threads: usize,
     /// The largest single import or pinned allocation, in bytes. A registration or pinned block
     /// larger than this becomes several imports behind one entry (see [`crate::host`]). `None`
     /// (the default): the device's maxMemoryAllocationSize. `Some(n)`: `n` must be a multiple of
@@ -325,9 +372,9 @@ impl OpenOptions {
     ///
     /// ```
     /// # fn main() -> vkhost::Result<()> {
-    /// use vkhost::{BarWrites, Device, OpenOptions};
+    /// use vkhost::{BarAssist, BarWrites, Device, OpenOptions};
     ///
-    /// let dev = Device::open_default_with(&OpenOptions { bar_writes: BarWrites::On, bar_assist: true, ..Default::default() })?;
+    /// let dev = Device::open_default_with(&OpenOptions { bar_writes: BarWrites::On, bar_assist: BarAssist::Always, ..Default::default() })?;
     /// let n = 2 * OpenOptions::ASSIST_MIN;
     /// let buf = dev.alloc_buffer(n)?;
     /// let data: Vec<u8> = (0..n).map(|i| i as u8).collect();
@@ -338,6 +385,12 @@ impl OpenOptions {
     /// # Ok(()) }
     /// ```
     pub const ASSIST_MIN: usize = 4 << 20;
+    /// How recently a device-to-host copy must have ended for [`BarAssist::Bidir`] to count
+    /// the device as busy reading (10 ms). A thread that reads in a loop leaves gaps between its
+    /// copies, and a read meant to run beside a write may start a little after it: such a write
+    /// should still be shared. A write shared for nothing costs little: the copy engine takes
+    /// the rest of it once this long has passed without a read.
+    pub const ASSIST_RECENT: std::time::Duration = std::time::Duration::from_millis(10);
 
     /// Checks the options against a device's facts: `staging_chunk` at least 4 KiB and a
     /// multiple of 4 KiB, `staging_slots` in 2..=16, `max_pipelines` at least 1, and `staging_chunk × staging_slots` (the size
@@ -371,6 +424,13 @@ impl OpenOptions {
             return Err(Error::invalid(format!(
                 "OpenOptions::staging_threads = {}: it must be in 1..={}",
                 self.staging_threads,
+                crate::par::MAX_THREADS
+            )));
+        }
+        if !(1..=crate::par::MAX_THREADS).contains(&self.assist_threads) {
+            return Err(Error::invalid(format!(
+                "OpenOptions::assist_threads = {}: it must be in 1..={}",
+                self.assist_threads,
                 crate::par::MAX_THREADS
             )));
         }
@@ -432,7 +492,12 @@ impl Default for OpenOptions {
                 _ => BarWrites::Auto,
             },
             bar_write_max: env_usize("VKHOST_BAR_WRITE_MAX").unwrap_or(256 << 10),
-            bar_assist: matches!(std::env::var("VKHOST_BAR_ASSIST").as_deref(), Ok("1") | Ok("on")),
+            bar_assist: match std::env::var("VKHOST_BAR_ASSIST").as_deref() {
+                Ok("1") | Ok("on") | Ok("always") => BarAssist::Always,
+                Ok("0") | Ok("off") | Ok("never") => BarAssist::Off,
+                _ => BarAssist::Bidir,
+            },
+            assist_threads: env_usize("VKHOST_ASSIST_THREADS").unwrap_or(3),
             push_descriptors: !matches!(std::env::var("VKHOST_PUSH_DESCRIPTORS").as_deref(), Ok("0") | Ok("off") | Ok("never")),
             max_pipelines: env_usize("VKHOST_MAX_PIPELINES").unwrap_or(256),
         }
@@ -590,6 +655,11 @@ pub(crate) struct Shared {
     pub direct_bytes: AtomicU64,
     pub staged_bytes: AtomicU64,
     pub mapped_bytes: AtomicU64,
+    /// Synchronous device-to-host copies running now, and when the last one ended (nanoseconds
+    /// on a process clock; 0: never), for [`BarAssist::Bidir`]. A heuristic only: nothing's
+    /// soundness reads them.
+    pub reading: AtomicUsize,
+    pub read_ended: AtomicU64,
     /// Set when teardown begins: the device's objects are going (read lock-free by `find`).
     pub gone: AtomicBool,
     /// Bumped by every buffer destroy: a command buffer recorded at an earlier epoch may name a
@@ -1427,6 +1497,8 @@ impl Device {
                 direct_bytes: AtomicU64::new(0),
                 staged_bytes: AtomicU64::new(0),
                 mapped_bytes: AtomicU64::new(0),
+                reading: AtomicUsize::new(0),
+                read_ended: AtomicU64::new(0),
                 buffer_epoch: AtomicU64::new(0),
                 gone: AtomicBool::new(false),
                 children: Mutex::new(Vec::new()),

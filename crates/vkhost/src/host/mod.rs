@@ -1054,7 +1054,12 @@ unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer
             return Ok(CopyPath::Mapped);
         }
     }
-    if stores && dir == Dir::ToDevice && s.options.bar_assist && s.options.bar_write_max > 0 && len >= crate::OpenOptions::ASSIST_MIN {
+    if stores
+        && dir == Dir::ToDevice
+        && s.options.bar_write_max > 0
+        && len >= crate::OpenOptions::ASSIST_MIN
+        && share_write(s.options.bar_assist, reading_now(s))
+    {
         if let Some(map) = buf.res.obj.mapped().filter(|_| buf.res.obj.alive()) {
             // SAFETY: as for the stores above (the caller's contract for the source; the
             // mapping alive under `l` and `buf`, earlier device work settled); the copy-engine
@@ -1063,6 +1068,7 @@ unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer
         }
     }
     let p = plan(s, addr, len, off as u64);
+    let _reading = (dir == Dir::ToHost).then(|| Reading::start(s));
     // SAFETY: staged host ranges are the caller's (readable or writable per the contract); the
     // direct buffers are held (and owned through `p.held`) until this returns; device ranges
     // were range-checked. `execute` never returns with work in flight.
@@ -1097,13 +1103,16 @@ unsafe fn assisted_write(
     // write, at least 1 MiB (the ~12 us between two synchronous copies is then under 40% of a
     // chunk's time even at the smallest, and ~1% at 32 MiB) and at most 32 MiB, so the two
     // sides meet near where their speeds say.
-    let threads = s.options.staging_threads.max(2) - 1;
+    let threads = s.options.assist_threads;
     let split = crate::par::Split::new(len, (len / (16 * threads)).clamp(256 << 10, 1 << 20));
     let ce_chunk = (len / 4).clamp(1 << 20, 32 << 20);
     let mut moved = submit::Moved::default();
     let mut path: Option<CopyPath> = None;
     let back = || -> Result<()> {
-        while let Some((at, n)) = split.take_back(ce_chunk) {
+        // Once the reads that made this write shared stop, the copy engine takes the rest at
+        // once: alone it is the faster side.
+        let chunk = || if share_write(s.options.bar_assist, reading_now(s)) { ce_chunk } else { usize::MAX };
+        while let Some((at, n)) = split.take_back(chunk()) {
             let p = plan(s, addr + at, n, (off + at) as u64);
             // SAFETY: the source range is the caller's (readable); the direct buffers are held
             // by `p.held` until this iteration ends; the device range is within the checked
@@ -1134,6 +1143,54 @@ unsafe fn assisted_write(
         Some(p) if stored == 0 => p,
         _ => CopyPath::Mapped,
     })
+}
+
+/// What [`crate::BarAssist`] decides for a large write into mapped memory: share it between the
+/// copy engine and CPU stores, given how long ago the device was last seen reading (`Some(0)`:
+/// a device-to-host copy is running now; `None`: none since the device opened).
+pub(crate) fn share_write(mode: crate::BarAssist, since_read: Option<std::time::Duration>) -> bool {
+    match mode {
+        crate::BarAssist::Always => true,
+        crate::BarAssist::Off => false,
+        crate::BarAssist::Bidir => since_read.is_some_and(|d| d < crate::OpenOptions::ASSIST_RECENT),
+    }
+}
+
+/// Nanoseconds since this process first asked, plus one (0 stays "never").
+fn now_ns() -> u64 {
+    static T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    T0.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64 + 1
+}
+
+/// How long ago the device was last reading (zero while a synchronous device-to-host copy
+/// runs), for [`share_write`].
+fn reading_now(s: &Shared) -> Option<std::time::Duration> {
+    if s.reading.load(Ordering::Acquire) > 0 {
+        return Some(std::time::Duration::ZERO);
+    }
+    match s.read_ended.load(Ordering::Relaxed) {
+        0 => None,
+        t => Some(std::time::Duration::from_nanos(now_ns().saturating_sub(t))),
+    }
+}
+
+/// A synchronous device-to-host copy in progress, counted in `Shared::reading` (a heuristic for
+/// [`share_write`]: a leaked one only makes writes shared).
+struct Reading<'a>(&'a Shared);
+
+impl<'a> Reading<'a> {
+    fn start(s: &'a Shared) -> Reading<'a> {
+        s.reading.fetch_add(1, Ordering::Relaxed);
+        Reading(s)
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        // The end first: a writer that sees no read running then sees how recent it was.
+        self.0.read_ended.store(now_ns(), Ordering::Relaxed);
+        self.0.reading.fetch_sub(1, Ordering::Release);
+    }
 }
 
 /// Counts a write done by CPU stores into mapped device memory.
@@ -1217,7 +1274,19 @@ pub(crate) fn probe(dev: &Device) -> std::result::Result<usize, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::on_threads;
+    use super::{on_threads, share_write};
+    use crate::{BarAssist, OpenOptions};
+    use std::time::Duration;
+
+    #[test]
+    fn bar_assist_shares_beside_recent_reads_only() {
+        let recent = OpenOptions::ASSIST_RECENT;
+        for since in [None, Some(Duration::ZERO), Some(recent / 2), Some(recent), Some(recent * 100)] {
+            assert!(share_write(BarAssist::Always, since));
+            assert!(!share_write(BarAssist::Off, since));
+            assert_eq!(share_write(BarAssist::Bidir, since), since.is_some_and(|d| d < recent), "{since:?}");
+        }
+    }
 
     #[test]
     fn on_threads_keeps_order() {
