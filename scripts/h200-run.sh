@@ -324,11 +324,13 @@ if [ "$what" = assist3 ]; then
   # After the compute-queue fallback: Bidir (default) twice, the library's plain synchronous
   # bidir (VKHOST_BAR_WRITE_MAX=0: the assist rows are then copy engine both ways), Always, and
   # Bidir with 2 store threads.
+  {
   for k in 1 2; do echo "== default ($k)"; $v bench -t bidir_ce,bidir_bar --sizes 64M,256M,1G --no-costs --json "$OUT/assist3-$k.json" 2>&1 | grep -E "^bidir"; done
   echo "== VKHOST_BAR_WRITE_MAX=0 (plain synchronous bidir in the +assist rows)"; VKHOST_BAR_WRITE_MAX=0 $v bench -t bidir_bar --sizes 64M,256M,1G --no-costs 2>&1 | grep -E "^bidir_bar\+"
   echo "== VKHOST_BAR_ASSIST=always"; VKHOST_BAR_ASSIST=always $v bench -t host_to_device_bar,bidir_bar --sizes 64M,256M,1G --no-costs 2>&1 | grep -E "\+assist"
   echo "== VKHOST_ASSIST_THREADS=2"; VKHOST_ASSIST_THREADS=2 $v bench -t bidir_bar --sizes 64M,256M,1G --no-costs 2>&1 | grep -E "\+assist"
-fi 2>&1 | tee "$OUT/assist3.txt"
+  } 2>&1 | tee "$OUT/assist3.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi
