@@ -443,24 +443,10 @@ pub(crate) struct Moved {
 pub(crate) unsafe fn execute(s: &Shared, l: &Live, dir: Dir, dev: vk::Buffer, pieces: &[Piece], prefer: usize) -> Result<Moved> {
     let kind = match s.options.copy_queue {
         super::QueueKind::Compute => super::QueueKind::Compute,
-        super::QueueKind::Copy => match s.copy_choice.pick(dir, pieces.iter().map(|p| p.len).sum()) {
-            // The measured choice is one queue for both directions, but two copies on one queue
-            // run one after the other: on the H200 an h2d and a d2h of 256 MiB-1 GiB on two
-            // threads moved 52-53 GB/s in sum on the compute queue, against 57-58 on two queues.
-            // A copy that finds another on the compute queue takes a copy engine instead.
-            super::QueueKind::Compute if compute_busy(l) => super::QueueKind::Copy,
-            k => k,
-        },
+        super::QueueKind::Copy => s.copy_choice.pick(dir, pieces.iter().map(|p| p.len).sum()),
     };
     // SAFETY: the caller's contract.
     unsafe { execute_in(s, l, dir, dev, pieces, prefer, kind) }
-}
-
-/// Whether a synchronous copy runs on the compute queue now (one of its contexts is held), on a
-/// device that has copy engines to go to instead.
-fn compute_busy(l: &Live) -> bool {
-    !l.copy_queues.is_empty()
-        && ctx_range(l, super::QueueKind::Compute).any(|k| matches!(l.copy_ctxs[k].try_lock(), Err(std::sync::TryLockError::WouldBlock)))
 }
 
 /// [`execute`] on `kind`'s queue, whatever the device's choice (the queue measurement).
