@@ -1068,7 +1068,8 @@ unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer
         }
     }
     let p = plan(s, addr, len, off as u64);
-    let _reading = (dir == Dir::ToHost).then(|| Reading::start(s));
+    // The open-time probe's read is not a reader a write should be shared beside.
+    let _reading = (dir == Dir::ToHost && !s.probing.load(Ordering::Relaxed)).then(|| Reading::start(s));
     // SAFETY: staged host ranges are the caller's (readable or writable per the contract); the
     // direct buffers are held (and owned through `p.held`) until this returns; device ranges
     // were range-checked. `execute` never returns with work in flight.
