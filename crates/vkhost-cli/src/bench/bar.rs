@@ -347,12 +347,13 @@ fn assisted(cx: &mut Ctx, state: &mut Option<Result<BidirBar>>, max: usize, n: u
 /// `DeviceBuffer::read` of a second buffer into pinned memory runs on the copy engine. Sum of
 /// both directions over the wall time.
 ///
-/// The `assist` variant opens its device with `bar_assist` as the environment sets it (default
-/// `Bidir`; `Off` means `Always` here) and `bar_write_max` left as it is: a write of
+/// The `assist` variant opens its device with `bar_assist` as the environment sets it (`Off`,
+/// the default, means `Always` here) and `bar_write_max` left as it is: a write of
 /// `ASSIST_MIN` (4 MiB) and more is shared between the copy engine (from the back, reading a
-/// pinned source directly) and the CPU stores (from the front) until they meet; with `Bidir`,
-/// only while the other thread reads. Its h2d rows (variant `assist` of `host_to_device_bar`)
-/// time that write alone: with `Bidir`, the copy engine's alone (the note says the stores' share).
+/// pinned source directly) and the CPU stores (from the front) until they meet; with
+/// `VKHOST_BAR_ASSIST=bidir`, only while the other thread reads. Its h2d rows (variant `assist`
+/// of `host_to_device_bar`) time that write alone (with `bidir`, the copy engine's alone; the
+/// note says the stores' share).
 struct BidirBar {
     dev: Device,
     up: vkhost::DeviceBuffer,
@@ -383,8 +384,8 @@ impl BidirBar {
     fn new(dev: &Device, max: usize, assist: bool) -> Result<BidirBar> {
         let base = dev.options().clone();
         let opts = if assist {
-            // The mode the environment asks for (default `Bidir`: shared only beside a read);
-            // `Off` would leave nothing to measure, so it means `Always` here.
+            // The mode the environment asks for (`VKHOST_BAR_ASSIST=bidir`: shared only beside
+            // a read); `Off`, the default, would leave nothing to measure: `Always` here.
             let bar_assist = match base.bar_assist {
                 vkhost::BarAssist::Off => vkhost::BarAssist::Always,
                 m => m,

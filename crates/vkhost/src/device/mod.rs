@@ -191,11 +191,12 @@ pub enum BarWrites {
 /// When a large [`DeviceBuffer::write`](crate::DeviceBuffer::write) into mapped device memory
 /// is shared between the copy engine and CPU stores ([`OpenOptions::bar_assist`]).
 ///
-/// On the H200 (docs/PERFORMANCE.md), a 256 MiB-1 GiB write shared with 3 store threads moved
-/// 59-64 GB/s in sum beside a copy engine's device-to-host copy, where two copy-engine copies
-/// give 57-58; but a write alone moved 40-44 GB/s shared against 49-51 by the copy engine alone
-/// (stores take link capacity less efficiently than the engine's reads). So the default shares
-/// a write only while the other direction is busy.
+/// Measured on the H200 (docs/PERFORMANCE.md, 2026-12-02): beside a copy-engine read on another
+/// thread, a 256 MiB-1 GiB write shared with 3-4 store threads moved 59-64 GB/s in sum in some
+/// processes, where two copy-engine copies give 57-58 and the library's synchronous write and
+/// read on two threads 52; but a write alone moved 40-44 GB/s shared against 49-51 by the copy
+/// engine alone, and in one full `vkhost bench` sweep the shared rounds beside reads fell to
+/// 4-9 GB/s (not understood yet). So it is off by default.
 ///
 /// # Example
 ///
@@ -212,22 +213,22 @@ pub enum BarWrites {
 /// let mut back = vec![0u8; n];
 /// buf.read(0, &mut back)?;
 /// assert_eq!(back, data);
-/// assert_eq!(OpenOptions::default().bar_assist, BarAssist::Bidir);
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BarAssist {
+    /// Never share: large writes are the copy engine's (the default).
+    #[default]
+    Off,
     /// Share a write while a synchronous device-to-host copy runs on the same device, or ended
-    /// less than [`OpenOptions::ASSIST_RECENT`] ago (a loop of reads on another thread). A
-    /// write that starts with no read about is the copy engine's alone, as with `Off`; a
+    /// on another thread less than [`OpenOptions::ASSIST_RECENT`] ago (a loop of reads on
+    /// another thread). A write that starts with no such read is the copy engine's alone, as
+    /// with `Off` (so a thread that reads, then writes, gets no sharing from its own read); a
     /// shared write whose reads stop hands the rest of its range to the copy engine.
     /// Device-to-host copies of streams are not counted.
-    #[default]
     Bidir,
     /// Share every write of at least [`OpenOptions::ASSIST_MIN`] bytes.
     Always,
-    /// Never share: large writes are the copy engine's.
-    Off,
 }
 
 /// Options for [`Device::open_with`].
@@ -299,9 +300,9 @@ pub struct OpenOptions {
     /// the range, [`assist_threads`](Self::assist_threads) threads store chunks from the front,
     /// until they meet, so each side does what its speed allows. Where stores reach the device
     /// over a path the copy engine leaves idle (the H200's BAR beside a copy in the other
-    /// direction), a write moves faster than the copy engine alone. Default
-    /// [`BarAssist::Bidir`]; `VKHOST_BAR_ASSIST=0|off`, `bidir`, `1|on|always` set it. Needs
-    /// mapped device buffers (`bar_writes`) and `bar_write_max > 0`.
+    /// direction), a write can move faster than the copy engine alone. Default
+    /// [`BarAssist::Off`] (see there for why); `VKHOST_BAR_ASSIST=bidir`, `1|on|always`,
+    /// `0|off` set it. Needs mapped device buffers (`bar_writes`) and `bar_write_max > 0`.
     pub bar_assist: BarAssist,
     /// Threads that store a shared write's front ([`bar_assist`](Self::bar_assist)); default 3,
     /// in 1..=64. On the H200, beside a copy-engine read: 3 threads 59-64 GB/s in sum, 7 threads
@@ -494,8 +495,8 @@ impl Default for OpenOptions {
             bar_write_max: env_usize("VKHOST_BAR_WRITE_MAX").unwrap_or(256 << 10),
             bar_assist: match std::env::var("VKHOST_BAR_ASSIST").as_deref() {
                 Ok("1") | Ok("on") | Ok("always") => BarAssist::Always,
-                Ok("0") | Ok("off") | Ok("never") => BarAssist::Off,
-                _ => BarAssist::Bidir,
+                Ok("bidir") => BarAssist::Bidir,
+                _ => BarAssist::Off,
             },
             assist_threads: env_usize("VKHOST_ASSIST_THREADS").unwrap_or(3),
             push_descriptors: !matches!(std::env::var("VKHOST_PUSH_DESCRIPTORS").as_deref(), Ok("0") | Ok("off") | Ok("never")),
@@ -655,11 +656,12 @@ pub(crate) struct Shared {
     pub direct_bytes: AtomicU64,
     pub staged_bytes: AtomicU64,
     pub mapped_bytes: AtomicU64,
-    /// Synchronous device-to-host copies running now, and when the last one ended (nanoseconds
-    /// on a process clock; 0: never), for [`BarAssist::Bidir`]. A heuristic only: nothing's
-    /// soundness reads them.
+    /// Synchronous device-to-host copies running now, when the last one ended (nanoseconds
+    /// on a process clock; 0: never) and on which thread (a per-thread number), for
+    /// [`BarAssist::Bidir`]. A heuristic only: nothing's soundness reads them.
     pub reading: AtomicUsize,
     pub read_ended: AtomicU64,
+    pub read_thread: AtomicU64,
     /// Set when teardown begins: the device's objects are going (read lock-free by `find`).
     pub gone: AtomicBool,
     /// Bumped by every buffer destroy: a command buffer recorded at an earlier epoch may name a
@@ -1499,6 +1501,7 @@ impl Device {
                 mapped_bytes: AtomicU64::new(0),
                 reading: AtomicUsize::new(0),
                 read_ended: AtomicU64::new(0),
+                read_thread: AtomicU64::new(0),
                 buffer_epoch: AtomicU64::new(0),
                 gone: AtomicBool::new(false),
                 children: Mutex::new(Vec::new()),

@@ -1163,11 +1163,22 @@ fn now_ns() -> u64 {
     T0.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64 + 1
 }
 
-/// How long ago the device was last reading (zero while a synchronous device-to-host copy
-/// runs), for [`share_write`].
+/// This thread's number (from 1), to tell whose read ended last.
+fn thread_number() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! { static N: u64 = NEXT.fetch_add(1, Ordering::Relaxed) }
+    N.with(|n| *n)
+}
+
+/// How long ago the device was last reading on another thread (zero while a synchronous
+/// device-to-host copy runs: the caller, writing, is not the one reading), for [`share_write`].
+/// A read this thread finished before its write does not count: nothing runs beside the write.
 fn reading_now(s: &Shared) -> Option<std::time::Duration> {
     if s.reading.load(Ordering::Acquire) > 0 {
         return Some(std::time::Duration::ZERO);
+    }
+    if s.read_thread.load(Ordering::Relaxed) == thread_number() {
+        return None;
     }
     match s.read_ended.load(Ordering::Relaxed) {
         0 => None,
@@ -1190,6 +1201,7 @@ impl Drop for Reading<'_> {
     fn drop(&mut self) {
         // The end first: a writer that sees no read running then sees how recent it was.
         self.0.read_ended.store(now_ns(), Ordering::Relaxed);
+        self.0.read_thread.store(thread_number(), Ordering::Relaxed);
         self.0.reading.fetch_sub(1, Ordering::Release);
     }
 }
