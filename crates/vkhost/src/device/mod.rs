@@ -2287,7 +2287,12 @@ impl Device {
         let host_bits = self.probe_import_bits();
         MemoryChoices {
             pinned: memtype::pinned(&types, u32::MAX),
-            device_local: memtype::device_local(&types, u32::MAX),
+            // Where `bar_writes` maps device buffers, they live in the mapped VRAM type.
+            device_local: if self.shared.mapped_buffers {
+                memtype::device_mapped(&types, u32::MAX)
+            } else {
+                memtype::device_local(&types, u32::MAX)
+            },
             import: host_bits.clone().ok().and_then(|b| memtype::import(&types, b)),
             import_bits: host_bits,
         }
@@ -2361,7 +2366,9 @@ impl Drop for DeviceHold {
 pub struct MemoryChoices {
     /// The type of pinned blocks and staging buffers ([`memtype::pinned`]).
     pub pinned: Option<Choice>,
-    /// The type of device buffers ([`memtype::device_local`]).
+    /// The type of device buffers: [`memtype::device_mapped`] where
+    /// [`OpenOptions::bar_writes`] maps them (a full BAR with `Auto`, or `On`), else
+    /// [`memtype::device_local`].
     pub device_local: Option<Choice>,
     /// The type imports of an anonymous page get ([`memtype::import`]); `None` when
     /// registration is off or no allowed type is host-coherent.
