@@ -391,6 +391,18 @@ impl OpenOptions {
     /// copies, and a read meant to run beside a write may start a little after it: such a write
     /// should still be shared. A write shared for nothing costs little: the copy engine takes
     /// the rest of it once this long has passed without a read.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use vkhost::{BarAssist, OpenOptions};
+    ///
+    /// // A reader thread that pauses longer than this between its reads gets no sharing.
+    /// assert_eq!(OpenOptions::ASSIST_RECENT, std::time::Duration::from_millis(10));
+    /// let opts = OpenOptions { bar_assist: BarAssist::Bidir, ..Default::default() };
+    /// assert!(opts.validate(&vkhost::devices()?[0]).is_ok());
+    /// # Ok::<(), vkhost::Error>(())
+    /// ```
     pub const ASSIST_RECENT: std::time::Duration = std::time::Duration::from_millis(10);
 
     /// Checks the options against a device's facts: `staging_chunk` at least 4 KiB and a
