@@ -128,8 +128,8 @@ pub use buffer::DeviceBuffer;
 pub use device::info::{ApiVersion, DeviceInfo, DeviceType, MemoryHeap, MemoryType, QueueFamily, fmt_bytes};
 pub use device::queues::{CopyQueues, QueueFigures};
 pub use device::{
-    BarAssist, BarWrites, BorrowedDevice, Device, DeviceHold, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership, QueueKind,
-    RawDevice, devices, validation_layer_installed,
+    BarAssist, BarWrites, BorrowedDevice, Device, DeviceHold, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership,
+    QueueKind, RawDevice, devices, validation_layer_installed,
 };
 pub use error::{Error, Result};
 pub use host::range::{HostRange, broadcast, gather};
