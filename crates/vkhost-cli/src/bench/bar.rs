@@ -5,7 +5,7 @@
 //! stores into the H200's BAR reach about 9 GB/s sustained, 4-16 threads 29-31 GB/s (the write
 //! side of the link), so one thread would measure the CPU, not the BAR.
 
-use super::{Ctx, DirKind, flush_cache, measure_with, point, point::pattern};
+use super::{Ctx, DirKind, flush_cache, measure_with, point, point::pattern, point::runs_within};
 use crate::devices::anyhow_free::Result;
 use crate::stats::size_label;
 use std::sync::Arc;
@@ -468,36 +468,38 @@ impl BidirBar {
     /// untimed `--flush-cache`; the wall time of each.
     fn rounds(&mut self, n: usize, both: bool, iters: usize, budget: std::time::Duration, flush: &mut Option<Vec<u8>>) -> Result<Vec<f64>> {
         let (up, down, src, dst) = (&self.up, &self.down, &self.src[..n], &mut self.dst[..n]);
-        let count = |runs: &Vec<f64>, begin: std::time::Instant| runs.len() < iters.max(1) && (runs.is_empty() || begin.elapsed() < budget);
-        let mut runs = Vec::new();
-        let begin = std::time::Instant::now();
         if !both {
-            while count(&runs, begin) {
-                flush_cache(flush);
-                let t0 = std::time::Instant::now();
-                up.write(0, src)?;
-                runs.push(t0.elapsed().as_secs_f64());
-            }
-            return Ok(runs);
+            return runs_within(
+                iters,
+                budget,
+                || flush_cache(flush),
+                || {
+                    let t0 = std::time::Instant::now();
+                    up.write(0, src)?;
+                    Ok(t0.elapsed().as_secs_f64())
+                },
+            );
         }
         super::bidir::with_partner(
             || down.read(0, dst),
             |partner| {
-                while count(&runs, begin) {
-                    flush_cache(flush);
-                    partner.start()?;
-                    let t0 = std::time::Instant::now();
-                    let a = up.write(0, src);
-                    let t1 = std::time::Instant::now();
-                    let (b, c, d) = partner.finish()?;
-                    let t = t1.max(d).duration_since(t0.min(c)).as_secs_f64();
-                    a?;
-                    b?;
-                    runs.push(t);
-                }
-                Ok(())
+                runs_within(
+                    iters,
+                    budget,
+                    || flush_cache(flush),
+                    || {
+                        partner.start()?;
+                        let t0 = std::time::Instant::now();
+                        let a = up.write(0, src);
+                        let t1 = std::time::Instant::now();
+                        let (b, c, d) = partner.finish()?;
+                        let t = t1.max(d).duration_since(t0.min(c)).as_secs_f64();
+                        a?;
+                        b?;
+                        Ok(t)
+                    },
+                )
             },
-        )?;
-        Ok(runs)
+        )
     }
 }

@@ -51,13 +51,7 @@ pub(super) fn bidir(
                 Ok((secs(b.max(d)), [secs(a), secs(b), secs(c), secs(d)]))
             };
             one()?;
-            let mut runs = Vec::new();
-            let begin = Instant::now();
-            while runs.len() < cx.iters.max(1) && (runs.is_empty() || begin.elapsed() < cx.budget) {
-                between();
-                runs.push(one()?);
-            }
-            Ok(runs)
+            super::point::runs_within(cx.iters, cx.budget, &mut *between, one)
         },
     )?;
     let mut runs = runs;

@@ -45,17 +45,26 @@ pub fn measure(iters: usize, budget: Duration, f: impl FnMut() -> Result<()>) ->
 }
 
 /// `measure`, calling `between` untimed before every timed run (`--flush-cache`).
-pub fn measure_with(iters: usize, budget: Duration, mut between: impl FnMut(), mut f: impl FnMut() -> Result<()>) -> Result<Summary> {
+pub fn measure_with(iters: usize, budget: Duration, between: impl FnMut(), mut f: impl FnMut() -> Result<()>) -> Result<Summary> {
     f()?;
-    let mut t = Vec::with_capacity(iters);
-    let start = Instant::now();
-    while t.len() < iters.max(1) && (t.is_empty() || start.elapsed() < budget) {
-        between();
+    let t = runs_within(iters, budget, between, || {
         let t0 = Instant::now();
         f()?;
-        t.push(t0.elapsed().as_secs_f64());
-    }
+        Ok(t0.elapsed().as_secs_f64())
+    })?;
     summarize(&t).ok_or_else(|| "no samples".into())
+}
+
+/// Up to `iters` runs of `one` (at least one) while within `budget`, each after an untimed
+/// `between`; what each run returns (for runs that time themselves, such as a pair of threads).
+pub fn runs_within<T>(iters: usize, budget: Duration, mut between: impl FnMut(), mut one: impl FnMut() -> Result<T>) -> Result<Vec<T>> {
+    let mut runs = Vec::with_capacity(iters.max(1));
+    let start = Instant::now();
+    while runs.len() < iters.max(1) && (runs.is_empty() || start.elapsed() < budget) {
+        between();
+        runs.push(one()?);
+    }
+    Ok(runs)
 }
 
 /// CPU time of the whole process (every thread, user + system), in seconds.
