@@ -670,7 +670,7 @@ pub(crate) struct Shared {
     pub mapped_bytes: AtomicU64,
     /// Synchronous device-to-host copies running now, when the last one ended (nanoseconds
     /// on a process clock; 0: never) and on which thread (a per-thread number), for
-    /// [`BarAssist::Bidir`]. A heuristic only: nothing's soundness reads them.
+    /// [`BarAssist::Bidir`] (kept only under it). A heuristic only: nothing's soundness reads them.
     pub reading: AtomicUsize,
     pub read_ended: AtomicU64,
     pub read_thread: AtomicU64,

@@ -1068,8 +1068,10 @@ unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer
         }
     }
     let p = plan(s, addr, len, off as u64);
-    // The open-time probe's read is not a reader a write should be shared beside.
-    let _reading = (dir == Dir::ToHost && !s.probing.load(Ordering::Relaxed)).then(|| Reading::start(s));
+    // Only `BarAssist::Bidir` asks who reads; the open-time probe's read is not a reader a
+    // write should be shared beside.
+    let counted = dir == Dir::ToHost && s.options.bar_assist == crate::BarAssist::Bidir && !s.probing.load(Ordering::Relaxed);
+    let _reading = counted.then(|| Reading::start(s));
     // SAFETY: staged host ranges are the caller's (readable or writable per the contract); the
     // direct buffers are held (and owned through `p.held`) until this returns; device ranges
     // were range-checked. `execute` never returns with work in flight.
