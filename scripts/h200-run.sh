@@ -331,6 +331,73 @@ if [ "$what" = assist3 ]; then
   echo "== VKHOST_ASSIST_THREADS=2"; VKHOST_ASSIST_THREADS=2 $v bench -t bidir_bar --sizes 64M,256M,1G --no-costs 2>&1 | grep -E "\+assist"
   } 2>&1 | tee "$OUT/assist3.txt"
 fi
+if [ "$what" = m16 ] || [ "$what" = s7 ]; then
+  # Issue 15: --devices all against the plain bench at 16 MiB, alternated three times in one
+  # call (one pair differed 4-8% pinned, 16% pageable), then one pair at every size.
+  {
+  for k in 1 2 3; do
+    echo "== devices all 16M ($k)"; $v bench --devices all --sizes 16M --iters 30 | grep -E "16M"
+    echo "== plain 16M ($k)"; $v bench -t host_to_device_ce,device_to_host_ce,host_to_device_registered_ce,device_to_host_registered_ce,host_to_device_pageable_ce,device_to_host_pageable_ce --sizes 16M --no-costs --iters 30 | grep -E "_ce"
+  done
+  } 2>&1 | tee "$OUT/m16.txt"
+fi
+if [ "$what" = faults ] || [ "$what" = s7 ]; then
+  # bar_assist's slow rounds (4-9 GB/s, time in proportion to size, ~1 us per 4 KiB page): are
+  # they page faults on the device buffer's mapping? Minor faults of the whole bench process,
+  # per size, with and without the assisted rows, and with 16 store threads.
+  rf() { python3 -c 'import resource,subprocess,sys
+r=subprocess.run(sys.argv[1:],capture_output=True,text=True)
+print("\n".join(l for l in r.stdout.splitlines() if l.startswith("bidir") or l.startswith("host_to")))
+print("minor faults", resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt, "major", resource.getrusage(resource.RUSAGE_CHILDREN).ru_majflt)' "$@"; }
+  {
+  for sz in 64M 1G; do
+    echo "== off $sz"; rf $v bench -t bidir_bar --sizes $sz --no-costs
+    echo "== always $sz"; VKHOST_BAR_ASSIST=always rf $v bench -t bidir_bar --sizes $sz --no-costs
+    echo "== always, 16 store threads $sz"; VKHOST_BAR_ASSIST=always VKHOST_ASSIST_THREADS=16 rf $v bench -t bidir_bar --sizes $sz --no-costs
+    echo "== always, write alone $sz"; VKHOST_BAR_ASSIST=always rf $v bench -t host_to_device_bar --sizes $sz --no-costs
+  done
+  } 2>&1 | tee "$OUT/faults.txt"
+fi
+if [ "$what" = linkgen ] || [ "$what" = s7b ]; then
+  # bar_assist's slow rounds, round by round (examples/assist_rounds.rs) beside nvidia-smi's
+  # samples every 50 ms of the PCIe link generation, clocks and power: is the slow state the
+  # link or clocks dropping while CPU stores leave the GPU's engines idle?
+  nvidia-smi --query-gpu=timestamp,pcie.link.gen.current,pcie.link.width.current,clocks.sm,clocks.mem,power.draw,pstate --format=csv,noheader -lms 50 > "$OUT/smi.csv" 2>&1 &
+  smi=$!
+  {
+  for k in 1 2 3 4; do echo "== write alone 64 MiB ($k)"; ./.h200/assist_rounds 64 40 0; done
+  for k in 1 2; do echo "== beside a read 64 MiB ($k)"; ./.h200/assist_rounds 64 40 1; done
+  } 2>&1 | tee "$OUT/linkgen.txt"
+  kill $smi
+fi
+if [ "$what" = stall ]; then
+  # bar_assist beside a read: in some processes every round stalled (64 MiB in 20-35 ms, the
+  # stores' share stuck at 50%: stores and copy engine both slow). Four processes with the
+  # copy-engine chunks and the read on the compute queue (the default for >= 4 MiB), four with
+  # both on the copy engines (VKHOST_COPY_QUEUE=copy), alternated; nvidia-smi sampled, and the
+  # whole output in one archive.
+  mkdir -p "$OUT/stall"
+  nvidia-smi --query-gpu=timestamp,pcie.link.gen.current,clocks.sm,clocks.mem,power.draw,pstate --format=csv,noheader -lms 50 > "$OUT/stall/smi.csv" 2>&1 &
+  smi=$!
+  for k in 1 2 3 4; do
+    ./.h200/assist_rounds 64 30 1 > "$OUT/stall/default-$k.txt" 2>&1
+    VKHOST_COPY_QUEUE=copy ./.h200/assist_rounds 64 30 1 > "$OUT/stall/copy-$k.txt" 2>&1
+  done
+  for sz in 256 1024; do ./.h200/assist_rounds $sz 20 1 > "$OUT/stall/default-$sz-MiB.txt" 2>&1; done
+  kill $smi
+  for f in "$OUT"/stall/default-* "$OUT"/stall/copy-*; do
+    awk -v f="$(basename "$f")" '$3+0>0 {n++; g+=$3; if ($3+0<15) s++; st+=$4} END {printf "%-22s rounds %d  slow (<15 GB/s) %d  mean GB/s %.1f  stores %.0f%%\n", f, n, s, g/n, st/n}' "$f"
+  done
+  tar -C "$OUT" -czf "$OUT/stall.tgz" stall && rm -rf "$OUT/stall"
+fi
+if [ "$what" = pinreg ]; then
+  # The per-process slow state of small copies: pinned blocks (driver allocations) against
+  # registered memory (imports) in the same process, four processes.
+  for k in 1 2 3 4; do
+    echo "== process $k"
+    $v bench -t host_to_device_ce,device_to_host_ce,host_to_device_registered_ce,device_to_host_registered_ce --sizes 4K,1M --no-costs 2>&1 | grep -E "_ce "
+  done 2>&1 | tee "$OUT/pinreg.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi

@@ -325,7 +325,7 @@ pub(crate) fn measure(s: &Shared, l: &Live) -> Result<CopyQueues> {
         let t = Instant::now();
         // SAFETY: both buffers are ours, alive until released below, after every copy returned;
         // the piece is direct (no host bytes are touched) and lies in both buffers.
-        unsafe { submit::execute_on(s, l, dir, dev.buffer, &[piece], kind) }?;
+        unsafe { submit::execute_on(s, l, dir, dev.buffer, &[piece], 0, kind) }?;
         Ok(t.elapsed().as_secs_f64())
     };
     let r = (|| {

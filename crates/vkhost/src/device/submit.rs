@@ -449,7 +449,8 @@ pub(crate) unsafe fn execute(s: &Shared, l: &Live, dir: Dir, dev: vk::Buffer, pi
     unsafe { execute_in(s, l, dir, dev, pieces, prefer, kind) }
 }
 
-/// [`execute`] on `kind`'s queue, whatever the device's choice (the queue measurement).
+/// [`execute`] on `kind`'s queue, whatever the device's choice (the queue measurement); a
+/// device without copy engines runs `Copy` on the compute queue.
 ///
 /// # Safety
 /// As for [`execute`].
@@ -459,10 +460,11 @@ pub(crate) unsafe fn execute_on(
     dir: Dir,
     dev: vk::Buffer,
     pieces: &[Piece],
+    prefer: usize,
     kind: super::QueueKind,
 ) -> Result<Moved> {
     // SAFETY: the caller's contract.
-    unsafe { execute_in(s, l, dir, dev, pieces, 0, kind) }
+    unsafe { execute_in(s, l, dir, dev, pieces, prefer, kind) }
 }
 
 /// # Safety

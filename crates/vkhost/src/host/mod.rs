@@ -1109,6 +1109,14 @@ unsafe fn assisted_write(
     let threads = s.options.assist_threads;
     let split = crate::par::Split::new(len, (len / (16 * threads)).clamp(256 << 10, 1 << 20));
     let ce_chunk = (len / 4).clamp(1 << 20, 32 << 20);
+    // The copy-engine side runs on a copy engine whatever its size, leaving the compute queue
+    // (where synchronous reads of 4 MiB and more go on the H200) to the reads beside it. With
+    // both on the compute queue, 2 of 6 processes on the H200 stalled every round of a 64 MiB
+    // shared write beside a read (20-35 ms a round: stores and copy engine both slow); with the
+    // write's chunks on a copy engine, none of 6 did, and the write beside the read went from
+    // 27.5 to 29-30 GB/s (2026-12-02, examples/assist_rounds.rs; docs/PERFORMANCE.md).
+    // (`copy_queue: Compute` keeps every synchronous copy on the compute queue, this one too.)
+    let ce_queue = s.options.copy_queue;
     let mut moved = submit::Moved::default();
     let mut path: Option<CopyPath> = None;
     let back = || -> Result<()> {
@@ -1121,7 +1129,7 @@ unsafe fn assisted_write(
             // by `p.held` until this iteration ends; the device range is within the checked
             // `[off, off+len)`; the stores never touch this chunk (taken once from the split).
             // `execute` never returns with work in flight.
-            let m = unsafe { submit::execute(s, l, Dir::ToDevice, buf.raw(), &p.pieces, thread_hint()) }?;
+            let m = unsafe { submit::execute_on(s, l, Dir::ToDevice, buf.raw(), &p.pieces, thread_hint(), ce_queue) }?;
             moved.direct += m.direct;
             moved.staged += m.staged;
             let this = path_of(&p.pieces);
