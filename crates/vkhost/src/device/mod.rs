@@ -195,8 +195,10 @@ pub enum BarWrites {
 /// thread, a 256 MiB-1 GiB write shared with 3-4 store threads moved 59-64 GB/s in sum in some
 /// processes, where two copy-engine copies give 57-58 and the library's synchronous write and
 /// read on two threads 52; but a write alone moved 40-44 GB/s shared against 49-51 by the copy
-/// engine alone, and in one full `vkhost bench` sweep the shared rounds beside reads fell to
-/// 4-9 GB/s (not understood yet). So it is off by default.
+/// engine alone. (Shared rounds beside reads that fell to 4-9 GB/s in some processes were the
+/// write's copy-engine chunks sharing the compute queue with the read: they now run on a copy
+/// engine, and the full sweep gave 60.1 / 60.4 GB/s at 256 MiB / 1 GiB.) Since a write alone
+/// loses a fifth, it is off by default.
 ///
 /// # Example
 ///
