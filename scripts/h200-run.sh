@@ -398,6 +398,24 @@ if [ "$what" = pinreg ]; then
     $v bench -t host_to_device_ce,device_to_host_ce,host_to_device_registered_ce,device_to_host_registered_ce --sizes 4K,1M --no-costs 2>&1 | grep -E "_ce "
   done 2>&1 | tee "$OUT/pinreg.txt"
 fi
+if [ "$what" = costab ]; then
+  # Issue 9's 3% line: alloc_pinned 16 KiB-4 MiB measured about twice docs/h200-bench.json's
+  # (aac0277) in this session's sweeps. The aac0277 binary (.h200/vkhost-old, built from a
+  # worktree) against this one, alternated: its costs ran after pinned copies in the same
+  # process; this build's `-t costs` alone runs them in process, `-t host_to_device_ce,costs`
+  # in a child before the copies. nvidia-smi sampled (P-state, clocks).
+  nvidia-smi --query-gpu=timestamp,pstate,clocks.sm,clocks.mem,power.draw --format=csv,noheader -lms 100 > "$OUT/costab-smi.csv" 2>&1 &
+  smi=$!
+  c="alloc_pinned|free_pinned|^register|^unregister"
+  {
+  for k in 1 2; do
+    echo "== old aac0277 ($k) $(date +%T)"; ./.h200/vkhost-old bench --paths pinned --dirs h2d --sizes 4K,64K,1M,4M,256M 2>&1 | grep -E "$c"
+    echo "== new, -t costs ($k) $(date +%T)"; $v bench -t costs --sizes 4K,64K,1M,4M,256M 2>&1 | grep -E "$c"
+    echo "== new, -t host_to_device_ce,costs ($k) $(date +%T)"; $v bench -t host_to_device_ce,costs --sizes 4K,64K,1M,4M,256M 2>&1 | grep -E "$c"
+  done
+  } 2>&1 | tee "$OUT/costab.txt"
+  kill $smi
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi
