@@ -416,6 +416,17 @@ if [ "$what" = costab ]; then
   } 2>&1 | tee "$OUT/costab.txt"
   kill $smi
 fi
+if [ "$what" = syncbidir ]; then
+  # Synchronous write and read on two threads at once (examples/sync_bidir.rs): the default
+  # queue choice (the compute queue for both from ~4 MiB) against every copy on the copy
+  # engines (VKHOST_COPY_QUEUE=copy), alternated, twice each.
+  for sz in 16 64 256; do
+    for k in 1 2; do
+      echo "== default $sz MiB ($k)"; ./.h200/sync_bidir $sz 20
+      echo "== copy engines $sz MiB ($k)"; VKHOST_COPY_QUEUE=copy ./.h200/sync_bidir $sz 20
+    done
+  done 2>&1 | tee "$OUT/syncbidir.txt"
+fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi

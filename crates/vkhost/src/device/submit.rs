@@ -441,12 +441,24 @@ pub(crate) struct Moved {
 /// Every `Staged` address range must be readable (h2d) or writable (d2h) for its length, and
 /// every `Direct` buffer must stay alive until this returns; the device ranges must lie in `dev`.
 pub(crate) unsafe fn execute(s: &Shared, l: &Live, dir: Dir, dev: vk::Buffer, pieces: &[Piece], prefer: usize) -> Result<Moved> {
+    use super::QueueKind::{Compute, Copy};
     let kind = match s.options.copy_queue {
-        super::QueueKind::Compute => super::QueueKind::Compute,
-        super::QueueKind::Copy => s.copy_choice.pick(dir, pieces.iter().map(|p| p.len).sum()),
+        Compute => Compute,
+        Copy => s.copy_choice.pick(dir, pieces.iter().map(|p| p.len).sum()),
+    };
+    // A bulk copy the choice sends to the compute queue while one runs the other way goes to
+    // a copy engine instead, to-device on the first and to-host on the second (the contexts
+    // alternate between the two engines), where both run at once (see `Choice::enter_bulk`);
+    // with fewer than two engines both would share one queue anyway.
+    let bulk = (kind == Compute && s.options.copy_queue == Copy && l.copy_queues.len() >= 2).then(|| s.copy_choice.enter_bulk(dir));
+    let (kind, prefer) = match &bulk {
+        Some(b) if b.both_ways => (Copy, if dir == Dir::ToDevice { 0 } else { 1 }),
+        _ => (kind, prefer),
     };
     // SAFETY: the caller's contract.
-    unsafe { execute_in(s, l, dir, dev, pieces, prefer, kind) }
+    let r = unsafe { execute_in(s, l, dir, dev, pieces, prefer, kind) };
+    drop(bulk);
+    r
 }
 
 /// [`execute`] on `kind`'s queue, whatever the device's choice (the queue measurement); a
