@@ -258,7 +258,7 @@ pub(crate) struct Choice {
     /// Synchronous copies in flight that the choice sent to the compute queue, by direction
     /// (`[to device, to host]`).
     bulk: [AtomicU64; 2],
-    /// When bulk copies last ran both ways at once ([`now_ns`]; 0: never).
+    /// When a bulk copy that ran beside the other direction last ended ([`now_ns`]; 0: never).
     both_ways: AtomicU64,
 }
 
@@ -269,16 +269,38 @@ pub(crate) struct Bulk<'a> {
     dir: usize,
     /// Whether the copy runs beside the other direction's, now or within [`BOTH_WAYS_RECENT`].
     pub both_ways: bool,
+    /// Whether one in the other direction was in flight when this one entered.
+    beside: bool,
 }
 
 impl Drop for Bulk<'_> {
     fn drop(&mut self) {
-        self.choice.bulk[self.dir].fetch_sub(1, Ordering::AcqRel);
+        let c = self.choice;
+        // The window runs from the end of the last copy that ran beside the other direction,
+        // not its start: a 256 MiB pair takes ~9 ms, so the next round started after a window
+        // counted from the start had closed, and went one to the compute queue and one to a
+        // copy engine (52 GB/s in sum on the H200, where two copy engines give 58). A copy
+        // that only fell in the window (alone) does not extend it: one thread's back-to-back
+        // copies go back to the compute queue once the other direction stopped.
+        if self.beside || c.bulk[1 - self.dir].load(Ordering::Acquire) > 0 {
+            c.both_ways.store(now_ns(), Ordering::Relaxed);
+        }
+        c.bulk[self.dir].fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// A test's clock for [`now_ns`] on this thread (`None`: the real one).
+    static FAKE_NOW: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
 }
 
 /// Nanoseconds since this process first asked, plus one (0 stays "never").
 fn now_ns() -> u64 {
+    #[cfg(test)]
+    if let Some(t) = FAKE_NOW.with(|c| c.get()) {
+        return t;
+    }
     static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     T0.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
 }
@@ -308,17 +330,14 @@ impl Choice {
             Dir::ToHost => (1, 0),
         };
         self.bulk[me].fetch_add(1, Ordering::AcqRel);
-        let now = now_ns();
-        let both_ways = if self.bulk[other].load(Ordering::Acquire) > 0 {
-            self.both_ways.store(now, Ordering::Relaxed);
-            true
-        } else {
-            match self.both_ways.load(Ordering::Relaxed) {
+        // (The time of the last pair is written when its copies leave: see `Bulk`'s drop.)
+        let beside = self.bulk[other].load(Ordering::Acquire) > 0;
+        let both_ways = beside
+            || match self.both_ways.load(Ordering::Relaxed) {
                 0 => false,
-                t => now.saturating_sub(t) < BOTH_WAYS_RECENT.as_nanos() as u64,
-            }
-        };
-        Bulk { choice: self, dir: me, both_ways }
+                t => now_ns().saturating_sub(t) < BOTH_WAYS_RECENT.as_nanos() as u64,
+            };
+        Bulk { choice: self, dir: me, both_ways, beside }
     }
 
     pub(crate) fn set(&self, c: CopyQueues) {
@@ -445,11 +464,15 @@ mod tests {
     use super::*;
 
     /// A bulk copy alone stays where the choice put it; beside one in the other direction (and
-    /// for `BOTH_WAYS_RECENT` after) it is flagged for the copy engines; the same direction
-    /// twice is not "both ways", and the flag lapses once the window passed.
+    /// for `BOTH_WAYS_RECENT` after the end of the last such copy) it is flagged for the copy
+    /// engines; the same direction twice is not "both ways", and the flag lapses once the
+    /// window passed. On a fake clock, so a slow machine cannot stretch the window.
     #[test]
     fn bulk_copies_both_ways_are_flagged_and_the_flag_lapses() {
+        let at = |ms: u64| FAKE_NOW.with(|c| c.set(Some(1 + ms * 1_000_000)));
+        let window = BOTH_WAYS_RECENT.as_millis() as u64;
         let c = Choice::new(CopyQueues::fixed(QueueKind::Compute));
+        at(100);
         {
             let a = c.enter_bulk(Dir::ToDevice);
             assert!(!a.both_ways, "alone");
@@ -458,13 +481,27 @@ mod tests {
             let r = c.enter_bulk(Dir::ToHost);
             assert!(r.both_ways, "beside a write");
         }
-        // All three left; the next write comes within the window.
+        at(100 + window - 1);
         let w = c.enter_bulk(Dir::ToDevice);
         assert!(w.both_ways, "within BOTH_WAYS_RECENT of the last pair");
         drop(w);
-        std::thread::sleep(BOTH_WAYS_RECENT + std::time::Duration::from_millis(5));
+        // That write ran alone: it does not extend the window.
+        at(100 + window + 1);
+        assert!(!c.enter_bulk(Dir::ToDevice).both_ways, "one thread's copies after the pair");
+        // A long pair: the window counts from its end, not its start.
+        at(1000);
+        {
+            let w = c.enter_bulk(Dir::ToDevice);
+            let r = c.enter_bulk(Dir::ToHost);
+            assert!(!w.both_ways && r.both_ways, "the first of a pair alone, the second beside it");
+            at(1000 + 3 * window);
+        }
+        at(1000 + 4 * window - 1);
+        assert!(c.enter_bulk(Dir::ToDevice).both_ways, "within BOTH_WAYS_RECENT of the end of a long pair");
+        at(1000 + 6 * window);
         assert!(!c.enter_bulk(Dir::ToHost).both_ways, "after the window");
         assert!(c.bulk.iter().all(|b| b.load(Ordering::Relaxed) == 0), "every guard left");
+        FAKE_NOW.with(|c| c.set(None));
     }
 
     fn f(b2d: f64, b2h: f64, s2d: f64, s2h: f64) -> QueueFigures {
