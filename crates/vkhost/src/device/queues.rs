@@ -241,9 +241,10 @@ impl CopyQueues {
     }
 }
 
-/// How long after synchronous bulk copies last ran both ways at once the next ones still go
-/// to the copy engines (see [`Choice::enter_bulk`]): a loop of writes on one thread beside reads
-/// on another starts its copies a few microseconds apart, not always overlapping.
+/// How long after the end of the last synchronous bulk copy that ran beside the other
+/// direction the next ones still go to the copy engines (see [`Choice::enter_bulk`]): a loop
+/// of writes on one thread beside reads on another starts its copies a few microseconds
+/// apart, not always overlapping.
 pub const BOTH_WAYS_RECENT: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// The device's current choice: the kinds as bits and the thresholds (read on every copy),
@@ -319,7 +320,8 @@ impl Choice {
 
     /// Counts a synchronous copy in `dir` that [`Choice::pick`] sent to the compute queue, for
     /// as long as the returned guard lives, and says whether it runs beside one in the other
-    /// direction (now, or within [`BOTH_WAYS_RECENT`] of the last time both ran). Such pairs
+    /// direction (now, or within [`BOTH_WAYS_RECENT`] of the end of the last copy that ran
+    /// beside the other direction). Such pairs
     /// go to the copy engines instead, one direction on each: on the H200 (2026-12-02,
     /// examples/sync_bidir.rs) a write and a read at once on two threads moved 47.6-53.3 GB/s in
     /// sum on the one compute queue and 57.6-58.6 on two copy engines, where alone the compute
