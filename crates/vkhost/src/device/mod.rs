@@ -197,8 +197,8 @@ pub enum BarWrites {
 /// read on two threads 52; but a write alone moved 40-44 GB/s shared against 49-51 by the copy
 /// engine alone. (Shared rounds beside reads that fell to 4-9 GB/s in some processes were the
 /// write's copy-engine chunks sharing the compute queue with the read: they now run on a copy
-/// engine, and the full sweep gave 60.1 / 60.4 GB/s at 256 MiB / 1 GiB.) Since a write alone
-/// loses a fifth, it is off by default.
+/// engine where the device has one and `copy_queue` is `Copy`, and the full sweep gave 60.1 /
+/// 60.4 GB/s at 256 MiB / 1 GiB.) Since a write alone loses a fifth, it is off by default.
 ///
 /// # Example
 ///
@@ -273,8 +273,10 @@ pub struct OpenOptions {
     /// staging buffer) must fit the device's maxMemoryAllocationSize.
     pub staging_slots: usize,
     /// The queue synchronous copies use: `Copy` (default) lets vkhost choose between the copy
-    /// engines and the compute queue by measurement (see `measure_copy_queues`); `Compute` sends
-    /// every synchronous copy to the compute queue. `VKHOST_COPY_QUEUE=compute` sets `Compute`.
+    /// engines and the compute queue by measurement (see `measure_copy_queues`; bulk copies
+    /// running both ways at once take the copy engines, see [`Device::copy_queues`]); `Compute`
+    /// sends every synchronous copy to the compute queue. `VKHOST_COPY_QUEUE=compute` sets
+    /// `Compute`.
     pub copy_queue: QueueKind,
     /// With `copy_queue: Copy`, measure at open which queue is faster for each direction and
     /// size class ([`CopyQueues`]; about 30 ms, once per physical device and process) on devices

@@ -259,6 +259,9 @@ pub(crate) struct Choice {
     /// Synchronous copies in flight that the choice sent to the compute queue, by direction
     /// (`[to device, to host]`).
     bulk: [AtomicU64; 2],
+    /// How many such copies ever entered, by direction: a copy that sees the other
+    /// direction's count change while it ran had one beside it.
+    entered: [AtomicU64; 2],
     /// When a bulk copy that ran beside the other direction last ended ([`now_ns`]; 0: never).
     both_ways: AtomicU64,
 }
@@ -272,21 +275,24 @@ pub(crate) struct Bulk<'a> {
     pub both_ways: bool,
     /// Whether one in the other direction was in flight when this one entered.
     beside: bool,
+    /// The other direction's `entered` count when this one entered.
+    other_entered: u64,
 }
 
 impl Drop for Bulk<'_> {
     fn drop(&mut self) {
         let c = self.choice;
-        // The window runs from the end of the last copy that ran beside the other direction,
-        // not its start: a 256 MiB pair takes ~9 ms, so the next round started after a window
+        // The window runs from the end of the last copy that ran beside the other direction
+        // (one was in flight when it entered, or one entered while it ran), not its start: a 256 MiB pair takes ~9 ms, so the next round started after a window
         // counted from the start had closed, and went one to the compute queue and one to a
         // copy engine (52 GB/s in sum on the H200, where two copy engines give 58). A copy
         // that only fell in the window (alone) does not extend it: one thread's back-to-back
         // copies go back to the compute queue once the other direction stopped.
-        if self.beside || c.bulk[1 - self.dir].load(Ordering::Acquire) > 0 {
-            c.both_ways.store(now_ns(), Ordering::Relaxed);
+        if self.beside || c.entered[1 - self.dir].load(Ordering::SeqCst) != self.other_entered {
+            // The later of two racing ends wins.
+            c.both_ways.fetch_max(now_ns(), Ordering::Relaxed);
         }
-        c.bulk[self.dir].fetch_sub(1, Ordering::AcqRel);
+        c.bulk[self.dir].fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -299,7 +305,7 @@ thread_local! {
 /// Nanoseconds since this process first asked, plus one (0 stays "never").
 fn now_ns() -> u64 {
     #[cfg(test)]
-    if let Some(t) = FAKE_NOW.with(|c| c.get()) {
+    if let Ok(Some(t)) = FAKE_NOW.try_with(|c| c.get()) {
         return t;
     }
     static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
@@ -314,6 +320,7 @@ impl Choice {
             min_to_host: AtomicU64::new(c.bulk_min_to_host),
             record: Mutex::new(c),
             bulk: [AtomicU64::new(0), AtomicU64::new(0)],
+            entered: [AtomicU64::new(0), AtomicU64::new(0)],
             both_ways: AtomicU64::new(0),
         }
     }
@@ -331,15 +338,28 @@ impl Choice {
             Dir::ToDevice => (0, 1),
             Dir::ToHost => (1, 0),
         };
-        self.bulk[me].fetch_add(1, Ordering::AcqRel);
+        // SeqCst on both sides: of two copies entering at once, at least one sees the other
+        // (with acquire/release both could read the other's count before its increment).
+        self.bulk[me].fetch_add(1, Ordering::SeqCst);
+        self.entered[me].fetch_add(1, Ordering::SeqCst);
         // (The time of the last pair is written when its copies leave: see `Bulk`'s drop.)
-        let beside = self.bulk[other].load(Ordering::Acquire) > 0;
+        let other_entered = self.entered[other].load(Ordering::SeqCst);
+        let beside = self.bulk[other].load(Ordering::SeqCst) > 0;
         let both_ways = beside
             || match self.both_ways.load(Ordering::Relaxed) {
                 0 => false,
                 t => now_ns().saturating_sub(t) < BOTH_WAYS_RECENT.as_nanos() as u64,
             };
-        Bulk { choice: self, dir: me, both_ways, beside }
+        Bulk { choice: self, dir: me, both_ways, beside, other_entered }
+    }
+
+    /// Whether a copy of `bytes` in `dir` is of the bulk class (at least the choice's
+    /// threshold for that direction), whichever queue the class goes to.
+    pub(crate) fn is_bulk(&self, dir: Dir, bytes: u64) -> bool {
+        match dir {
+            Dir::ToDevice => bytes >= self.min_to_device.load(Ordering::Relaxed),
+            Dir::ToHost => bytes >= self.min_to_host.load(Ordering::Relaxed),
+        }
     }
 
     pub(crate) fn set(&self, c: CopyQueues) {
@@ -500,10 +520,33 @@ mod tests {
         }
         at(1000 + 4 * window - 1);
         assert!(c.enter_bulk(Dir::ToDevice).both_ways, "within BOTH_WAYS_RECENT of the end of a long pair");
-        at(1000 + 6 * window);
+        // The first of a pair (entered alone) ending well after the second: the window runs
+        // from its end.
+        at(2000);
+        let first = c.enter_bulk(Dir::ToHost);
+        {
+            let second = c.enter_bulk(Dir::ToDevice);
+            assert!(!first.both_ways && second.both_ways);
+        }
+        at(2000 + 3 * window);
+        drop(first);
+        at(2000 + 4 * window - 1);
+        assert!(c.enter_bulk(Dir::ToDevice).both_ways, "within BOTH_WAYS_RECENT of the later end");
+        at(2000 + 4 * window + 1);
+        assert!(!c.enter_bulk(Dir::ToDevice).both_ways, "past it");
+        at(3000);
         assert!(!c.enter_bulk(Dir::ToHost).both_ways, "after the window");
         assert!(c.bulk.iter().all(|b| b.load(Ordering::Relaxed) == 0), "every guard left");
         FAKE_NOW.with(|c| c.set(None));
+    }
+
+    /// Only copies of the bulk class count as bulk, by each direction's threshold.
+    #[test]
+    fn the_bulk_class_is_each_directions_threshold() {
+        let q = CopyQueues { bulk_min_to_device: 4 << 20, bulk_min_to_host: 5 << 20, ..CopyQueues::fixed(QueueKind::Copy) };
+        let c = Choice::new(q);
+        assert!(!c.is_bulk(Dir::ToDevice, (4 << 20) - 1) && c.is_bulk(Dir::ToDevice, 4 << 20));
+        assert!(!c.is_bulk(Dir::ToHost, 4 << 20) && c.is_bulk(Dir::ToHost, 5 << 20));
     }
 
     fn f(b2d: f64, b2h: f64, s2d: f64, s2h: f64) -> QueueFigures {

@@ -216,8 +216,11 @@ impl CtxGuard<'_> {
     }
 }
 
-/// Takes a free copy context on `kind`'s queue (or waits for one), creating it on first use.
-pub(crate) fn acquire<'a>(s: &Shared, l: &'a Live, prefer: usize, kind: super::QueueKind) -> Result<CtxGuard<'a>> {
+/// Takes a free copy context on `kind`'s queue (or waits for one), creating it on first use:
+/// the `prefer`red one if free, else the next free one. With `same_queue_first`, free contexts
+/// on the preferred context's queue come before those on another queue (a copy that runs
+/// beside the other direction keeps off that direction's copy engine while it can).
+pub(crate) fn acquire<'a>(s: &Shared, l: &'a Live, prefer: usize, kind: super::QueueKind, same_queue_first: bool) -> Result<CtxGuard<'a>> {
     // A borrowed device has no queues and no copy contexts.
     l.compute_queue()?;
     let range = ctx_range(l, kind);
@@ -226,8 +229,7 @@ pub(crate) fn acquire<'a>(s: &Shared, l: &'a Live, prefer: usize, kind: super::Q
         return Err(Error::unsupported(super::NO_QUEUES));
     }
     let mut guard = None;
-    for i in 0..n {
-        let k = range.start + (prefer + i) % n;
+    for k in context_order(range.clone(), l.copy_queues.len(), prefer, same_queue_first) {
         if let Ok(g) = l.copy_ctxs[k].try_lock() {
             guard = Some((k, g));
             break;
@@ -241,6 +243,21 @@ pub(crate) fn acquire<'a>(s: &Shared, l: &'a Live, prefer: usize, kind: super::Q
         *g = Some(CopyCtx::new(s, l, k)?);
     }
     Ok(CtxGuard { guard: g })
+}
+
+/// The order in which [`acquire`] tries the contexts of `range` (indices into the device's
+/// contexts; contexts `0..2n` alternate between the `n` copy-engine queues, see [`queue_of`]):
+/// from `prefer` on, wrapping; with `same_queue_first`, those on `prefer`'s queue first.
+fn context_order(range: std::ops::Range<usize>, copy_queues: usize, prefer: usize, same_queue_first: bool) -> impl Iterator<Item = usize> {
+    let (start, len) = (range.start, range.len());
+    let n = len.max(1);
+    let queue = move |k: usize| if k < 2 * copy_queues { k % copy_queues } else { usize::MAX };
+    let mine = queue(start + prefer % n);
+    // No allocation: this runs on every synchronous copy.
+    let from_prefer = move || (0..len).map(move |i| start + (prefer + i) % n);
+    let same = from_prefer().filter(move |&k| !same_queue_first || queue(k) == mine);
+    let other = from_prefer().filter(move |&k| same_queue_first && queue(k) != mine);
+    same.chain(other)
 }
 
 /// How long to poll a fence before sleeping in vkWaitForFences. Polling cuts the wake-up latency
@@ -442,23 +459,30 @@ pub(crate) struct Moved {
 /// every `Direct` buffer must stay alive until this returns; the device ranges must lie in `dev`.
 pub(crate) unsafe fn execute(s: &Shared, l: &Live, dir: Dir, dev: vk::Buffer, pieces: &[Piece], prefer: usize) -> Result<Moved> {
     use super::QueueKind::{Compute, Copy};
+    let bytes = pieces.iter().map(|p| p.len).sum();
     let kind = match s.options.copy_queue {
         Compute => Compute,
-        Copy => s.copy_choice.pick(dir, pieces.iter().map(|p| p.len).sum()),
+        Copy => s.copy_choice.pick(dir, bytes),
     };
     // A bulk copy the choice sends to the compute queue while one runs the other way goes to
-    // a copy engine instead, to-device on the first and to-host on the second (the contexts
-    // alternate between the two engines), where both run at once (see `Choice::enter_bulk`);
-    // with fewer than two engines both would share one queue anyway.
-    let bulk = (kind == Compute && s.options.copy_queue == Copy && l.copy_queues.len() >= 2).then(|| s.copy_choice.enter_bulk(dir));
-    let (kind, prefer) = match &bulk {
-        Some(b) if b.both_ways => (Copy, if dir == Dir::ToDevice { 0 } else { 1 }),
-        _ => (kind, prefer),
+    // the copy engines instead (see `Choice::enter_bulk` and `both_ways_route`).
+    let counted = kind == Compute && s.options.copy_queue == Copy && s.copy_choice.is_bulk(dir, bytes) && l.copy_queues.len() >= 2;
+    let bulk = counted.then(|| s.copy_choice.enter_bulk(dir));
+    let (kind, prefer, same_queue_first) = match &bulk {
+        Some(b) if b.both_ways => both_ways_route(dir),
+        _ => (kind, prefer, false),
     };
     // SAFETY: the caller's contract.
-    let r = unsafe { execute_in(s, l, dir, dev, pieces, prefer, kind) };
+    let r = unsafe { execute_in(s, l, dir, dev, pieces, prefer, kind, same_queue_first) };
     drop(bulk);
     r
+}
+
+/// Where a bulk copy that runs beside the other direction goes: the copy engines, to-device
+/// copies preferring engine 0 and to-host copies engine 1 (contexts 0 and 1; see
+/// [`queue_of`]), each trying its own engine's contexts before the other's.
+fn both_ways_route(dir: Dir) -> (super::QueueKind, usize, bool) {
+    (super::QueueKind::Copy, if dir == Dir::ToDevice { 0 } else { 1 }, true)
 }
 
 /// [`execute`] on `kind`'s queue, whatever the device's choice (the queue measurement); a
@@ -476,11 +500,12 @@ pub(crate) unsafe fn execute_on(
     kind: super::QueueKind,
 ) -> Result<Moved> {
     // SAFETY: the caller's contract.
-    unsafe { execute_in(s, l, dir, dev, pieces, prefer, kind) }
+    unsafe { execute_in(s, l, dir, dev, pieces, prefer, kind, false) }
 }
 
 /// # Safety
 /// As for [`execute`].
+#[allow(clippy::too_many_arguments)]
 unsafe fn execute_in(
     s: &Shared,
     l: &Live,
@@ -489,8 +514,9 @@ unsafe fn execute_in(
     pieces: &[Piece],
     prefer: usize,
     kind: super::QueueKind,
+    same_queue_first: bool,
 ) -> Result<Moved> {
-    let mut g = acquire(s, l, prefer, kind)?;
+    let mut g = acquire(s, l, prefer, kind, same_queue_first)?;
     let ctx = g.ctx();
     let batches = batches(pieces, ctx.chunk, dir);
     let any_staged = pieces.iter().any(|p| matches!(p.host, HostSide::Staged { .. }));
@@ -744,6 +770,35 @@ fn reusable(recorded: &Option<(u64, Recorded)>, epoch: u64, want: &Recorded) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The contexts `acquire` tries: from the preferred one, wrapping; with `same_queue_first`,
+    /// the preferred context's copy engine first. Two engines: contexts 0..4 alternate between
+    /// them, 4 and 5 are the compute queue's.
+    #[test]
+    fn contexts_are_tried_from_the_preferred_one_same_engine_first() {
+        let order = |r: std::ops::Range<usize>, q: usize, p: usize, same: bool| context_order(r, q, p, same).collect::<Vec<_>>();
+        assert_eq!(order(0..4, 2, 1, false), [1, 2, 3, 0]);
+        assert_eq!(order(0..4, 2, 1, true), [1, 3, 2, 0]);
+        assert_eq!(order(0..4, 2, 0, true), [0, 2, 1, 3]);
+        assert_eq!(order(0..4, 2, 6, true), [2, 0, 3, 1], "prefer wraps");
+        assert_eq!(order(4..6, 2, 1, true), [5, 4], "the compute queue's contexts: one queue");
+        assert_eq!(order(0..2, 1, 1, true), [1, 0], "one engine");
+        assert_eq!(order(0..2, 0, 0, true), [0, 1], "no engines: the compute queue's contexts");
+        assert!(order(0..0, 0, 3, true).is_empty());
+    }
+
+    /// A bulk copy beside the other direction: the copy engines, uploads from engine 0's
+    /// context and downloads from engine 1's, each keeping to its own engine first.
+    #[test]
+    fn both_ways_copies_take_one_engine_each() {
+        assert_eq!(both_ways_route(Dir::ToDevice), (crate::QueueKind::Copy, 0, true));
+        assert_eq!(both_ways_route(Dir::ToHost), (crate::QueueKind::Copy, 1, true));
+        // With two engines the two preferred contexts are on different engines, and neither
+        // direction's first try is the other's engine.
+        let up: Vec<_> = context_order(0..4, 2, 0, true).collect();
+        let down: Vec<_> = context_order(0..4, 2, 1, true).collect();
+        assert_eq!((up[0] % 2, up[1] % 2, down[0] % 2, down[1] % 2), (0, 0, 1, 1));
+    }
 
     #[test]
     fn recorded_commands_are_reused_only_in_the_same_epoch() {

@@ -1128,7 +1128,7 @@ unsafe fn assisted_write(
             // SAFETY: the source range is the caller's (readable); the direct buffers are held
             // by `p.held` until this iteration ends; the device range is within the checked
             // `[off, off+len)`; the stores never touch this chunk (taken once from the split).
-            // `execute` never returns with work in flight.
+            // `execute_on` never returns with work in flight.
             let m = unsafe { submit::execute_on(s, l, Dir::ToDevice, buf.raw(), &p.pieces, thread_hint(), ce_queue) }?;
             moved.direct += m.direct;
             moved.staged += m.staged;
