@@ -41,6 +41,24 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+#[cfg(test)]
+thread_local! {
+    /// A test's clock for [`now_ns`] on this thread (`None`: the real one).
+    pub(crate) static FAKE_NOW: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// Nanoseconds since this process first asked, plus one (0 stays "never"): the clock of the
+/// copy heuristics (`queues::BOTH_WAYS_RECENT`, `BarAssist::Bidir`'s recent reads). A test may
+/// set it for its own thread ([`FAKE_NOW`]).
+pub(crate) fn now_ns() -> u64 {
+    #[cfg(test)]
+    if let Ok(Some(t)) = FAKE_NOW.try_with(|c| c.get()) {
+        return t;
+    }
+    static T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    T0.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64 + 1
+}
+
 /// Bumped in every forked child (a `pthread_atfork` handler), so "was this object created before
 /// this process was forked" is one atomic load, cheap enough for every operation.
 static FORK_GEN: AtomicU64 = AtomicU64::new(0);

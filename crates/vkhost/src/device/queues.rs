@@ -13,7 +13,7 @@
 //! The result is cached per physical device for the process (a second open does not measure).
 
 use super::submit::{self, Dir, HostSide, Piece};
-use super::{Live, QueueKind, Shared};
+use super::{Live, QueueKind, Shared, now_ns};
 use crate::error::Result;
 use crate::memtype;
 use ash::vk;
@@ -262,7 +262,7 @@ pub(crate) struct Choice {
     /// How many such copies ever entered, by direction: a copy that sees the other
     /// direction's count change while it ran had one beside it.
     entered: [AtomicU64; 2],
-    /// When a bulk copy that ran beside the other direction last ended ([`now_ns`]; 0: never).
+    /// When a bulk copy that ran beside the other direction last ended (`now_ns`; 0: never).
     both_ways: AtomicU64,
 }
 
@@ -283,33 +283,18 @@ impl Drop for Bulk<'_> {
     fn drop(&mut self) {
         let c = self.choice;
         // The window runs from the end of the last copy that ran beside the other direction
-        // (one was in flight when it entered, or one entered while it ran), not its start: a 256 MiB pair takes ~9 ms, so the next round started after a window
-        // counted from the start had closed, and went one to the compute queue and one to a
-        // copy engine (52 GB/s in sum on the H200, where two copy engines give 58). A copy
-        // that only fell in the window (alone) does not extend it: one thread's back-to-back
-        // copies go back to the compute queue once the other direction stopped.
+        // (one was in flight when it entered, or one entered while it ran), not its start: a
+        // 256 MiB pair takes ~9 ms, so the next round started after a window counted from the
+        // start had closed, and went one to the compute queue and one to a copy engine (52
+        // GB/s in sum on the H200, where two copy engines give 58). A copy that only fell in
+        // the window (alone) does not extend it: one thread's back-to-back copies go back to
+        // the compute queue once the other direction stopped.
         if self.beside || c.entered[1 - self.dir].load(Ordering::SeqCst) != self.other_entered {
             // The later of two racing ends wins.
             c.both_ways.fetch_max(now_ns(), Ordering::Relaxed);
         }
         c.bulk[self.dir].fetch_sub(1, Ordering::SeqCst);
     }
-}
-
-#[cfg(test)]
-thread_local! {
-    /// A test's clock for [`now_ns`] on this thread (`None`: the real one).
-    static FAKE_NOW: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
-}
-
-/// Nanoseconds since this process first asked, plus one (0 stays "never").
-fn now_ns() -> u64 {
-    #[cfg(test)]
-    if let Ok(Some(t)) = FAKE_NOW.try_with(|c| c.get()) {
-        return t;
-    }
-    static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    T0.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
 }
 
 impl Choice {
@@ -328,11 +313,10 @@ impl Choice {
     /// Counts a synchronous copy in `dir` that [`Choice::pick`] sent to the compute queue, for
     /// as long as the returned guard lives, and says whether it runs beside one in the other
     /// direction (now, or within [`BOTH_WAYS_RECENT`] of the end of the last copy that ran
-    /// beside the other direction). Such pairs
-    /// go to the copy engines instead, one direction on each: on the H200 (2026-12-02,
-    /// examples/sync_bidir.rs) a write and a read at once on two threads moved 47.6-53.3 GB/s in
-    /// sum on the one compute queue and 57.6-58.6 on two copy engines, where alone the compute
-    /// queue is 1-3.5% faster.
+    /// beside the other direction). Such pairs go to the copy engines instead, one direction on
+    /// each: on the H200 (2026-12-02, examples/sync_bidir.rs) a write and a read at once on two
+    /// threads moved 47.6-53.3 GB/s in sum on the one compute queue and 57.6-58.6 on two copy
+    /// engines, where alone the compute queue is 1-3.5% faster.
     pub(crate) fn enter_bulk(&self, dir: Dir) -> Bulk<'_> {
         let (me, other) = match dir {
             Dir::ToDevice => (0, 1),
@@ -491,6 +475,7 @@ mod tests {
     /// window passed. On a fake clock, so a slow machine cannot stretch the window.
     #[test]
     fn bulk_copies_both_ways_are_flagged_and_the_flag_lapses() {
+        use crate::device::FAKE_NOW;
         let at = |ms: u64| FAKE_NOW.with(|c| c.set(Some(1 + ms * 1_000_000)));
         let window = BOTH_WAYS_RECENT.as_millis() as u64;
         let c = Choice::new(CopyQueues::fixed(QueueKind::Compute));

@@ -1167,17 +1167,10 @@ pub(crate) fn share_write(mode: crate::BarAssist, since_read: Option<std::time::
     }
 }
 
-/// Nanoseconds since this process first asked, plus one (0 stays "never").
-fn now_ns() -> u64 {
-    static T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    T0.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64 + 1
-}
-
-/// This thread's number (from 1), to tell whose read ended last.
+/// This thread's number (from 1: 0 in `read_thread` is "nobody"), to tell whose read ended
+/// last.
 fn thread_number() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    thread_local! { static N: u64 = NEXT.fetch_add(1, Ordering::Relaxed) }
-    N.with(|n| *n)
+    thread_hint() as u64 + 1
 }
 
 /// How long ago the device was last reading on another thread (zero while a synchronous
@@ -1192,7 +1185,7 @@ fn reading_now(s: &Shared) -> Option<std::time::Duration> {
     }
     match s.read_ended.load(Ordering::Relaxed) {
         0 => None,
-        t => Some(std::time::Duration::from_nanos(now_ns().saturating_sub(t))),
+        t => Some(std::time::Duration::from_nanos(crate::device::now_ns().saturating_sub(t))),
     }
 }
 
@@ -1210,7 +1203,7 @@ impl<'a> Reading<'a> {
 impl Drop for Reading<'_> {
     fn drop(&mut self) {
         // The end first: a writer that sees no read running then sees how recent it was.
-        self.0.read_ended.store(now_ns(), Ordering::Relaxed);
+        self.0.read_ended.store(crate::device::now_ns(), Ordering::Relaxed);
         self.0.read_thread.store(thread_number(), Ordering::Relaxed);
         self.0.reading.fetch_sub(1, Ordering::Release);
     }
