@@ -24,9 +24,10 @@ for l in sys.stdin:
 [ -n "$f" ] && cp "$f" .h200/tests/fault
 cp target/release/vkhost .h200/vkhost
 # The minimal program the bench is checked against (docs/PERFORMANCE.md).
-cargo build --release -p vkhost --example plain_copy --example bar_cost --example big_register --example register_cost --example pinned_small --example queue_latency --example split_copy --example assist_rounds --example sync_bidir
-cp target/release/examples/plain_copy target/release/examples/bar_cost target/release/examples/big_register target/release/examples/register_cost target/release/examples/pinned_small target/release/examples/queue_latency target/release/examples/split_copy target/release/examples/assist_rounds target/release/examples/sync_bidir .h200/
-strip .h200/vkhost .h200/plain_copy .h200/bar_cost .h200/big_register .h200/register_cost .h200/pinned_small .h200/queue_latency .h200/split_copy .h200/assist_rounds .h200/sync_bidir .h200/tests/*
+ex="plain_copy bar_cost big_register register_cost pinned_small queue_latency split_copy assist_rounds sync_bidir alloc_cost"
+cargo build --release -p vkhost $(for e in $ex; do printf -- '--example %s ' "$e"; done)
+for e in $ex; do cp "target/release/examples/$e" .h200/; done
+strip .h200/vkhost .h200/tests/* $(for e in $ex; do printf '.h200/%s ' "$e"; done)
 # Compressed: the working tree that travels is limited to 64 MiB; h200-run.sh unpacks it.
 tar -C .h200 -cJf .h200/tests.tar.xz tests && rm -rf .h200/tests
 ls -la .h200; du -sh .h200
