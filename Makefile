@@ -32,9 +32,10 @@ bench-full: build
 fmt:
 	$(CARGO) fmt --all -- --check
 
+# In the release profile, as the tests build: build scripts and proc macros compile once for both.
 clippy:
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) clippy -p vkhost --all-targets --features fault-injection -- -D warnings
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --release -p vkhost --all-targets --features fault-injection -- -D warnings
 
 # Device tests run with the Khronos validation layer (each opens its device with validation on)
 # and its synchronization validation, and assert zero errors and hazards. One test at a time
