@@ -6,8 +6,9 @@
  * 95 s for the soundness tests, 32 s with this. Loading both once, RTLD_NODELETE, keeps them
  * mapped for the whole process; RTLD_LOCAL keeps their symbols out of the global scope (the
  * layer exports vkCreateInstance & co., which must keep resolving to the loader). A library
- * that is not installed is skipped: dlopen fails, nothing else changes. Only the time changes:
- * the same code runs, and valgrind still checks every access of it. */
+ * that is not installed is skipped: dlopen fails, nothing else changes. The same code runs and
+ * valgrind still checks every access of it; what this run no longer exercises, a driver unloaded
+ * and reloaded between instances, the normal test run (`cargo test`, no preload) still does. */
 #include <dlfcn.h>
 
 __attribute__((constructor)) static void vkhost_keep_loaded(void) {
