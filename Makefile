@@ -61,7 +61,7 @@ test: setup fmt clippy
 
 # Every device test binary under valgrind memcheck (0 errors, 0 definite leaks); about 4 minutes
 # on 2 cores. `make test` (and CI) runs `bash scripts/memcheck ci` (the soundness and fork
-# tests under valgrind, about a minute) to stay inside its 20-minute budget with the wgpu
+# tests under valgrind, under 2 minutes) to stay inside its 20-minute budget with the wgpu
 # crate's build; `bash scripts/memcheck quick` is the middle set.
 memcheck: setup
 	bash scripts/memcheck full
