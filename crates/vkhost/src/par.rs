@@ -6,8 +6,8 @@
 //! the calling thread too, runs any job no worker picked up yet, and returns only once every
 //! job is done: the wait is in the function body, so nothing here rests on a destructor
 //! running. Chunks rather than one fixed part per thread, so that a worker that wakes late
-//! delays nothing: the others take its share. Spawning threads per copy instead cost 10–20 µs a thread,
-//! which at 16 threads is a third of the time a 16 MiB chunk takes to copy at 40 GB/s.
+//! delays nothing: the others take its share. Spawning threads per copy instead cost 10–20 µs
+//! a thread, which at 16 threads is a third of the time a 16 MiB chunk takes to copy at 40 GB/s.
 //! Pure host code: no Vulkan.
 
 use std::collections::VecDeque;
