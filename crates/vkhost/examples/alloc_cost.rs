@@ -19,6 +19,11 @@
 use std::time::Instant;
 use vkhost::{Device, host, vk};
 
+/// The error of a failed Vulkan `call`.
+fn failed(call: &'static str) -> impl Fn(vk::Result) -> vkhost::Error {
+    move |code| vkhost::Error::Vulkan { call, code }
+}
+
 fn main() -> vkhost::Result<()> {
     let rounds: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(15).max(1);
     let sizes: Vec<u64> = std::env::args()
@@ -75,16 +80,13 @@ fn main() -> vkhost::Result<()> {
                         };
                         // SAFETY: a valid create info; every object is destroyed below, unused.
                         unsafe {
-                            let b = d.create_buffer(&info, None).map_err(|e| vkhost::Error::Vulkan { call: "vkCreateBuffer", code: e })?;
+                            let b = d.create_buffer(&info, None).map_err(failed("vkCreateBuffer"))?;
                             let req = d.get_buffer_memory_requirements(b);
                             let index = vkhost::memtype::pinned(&types, req.memory_type_bits).expect("a pinned type").index;
                             let ai = vk::MemoryAllocateInfo::default().allocation_size(req.size).memory_type_index(index);
-                            let m =
-                                d.allocate_memory(&ai, None).map_err(|e| vkhost::Error::Vulkan { call: "vkAllocateMemory", code: e })?;
-                            d.bind_buffer_memory(b, m, 0).map_err(|e| vkhost::Error::Vulkan { call: "vkBindBufferMemory", code: e })?;
-                            let p = d
-                                .map_memory(m, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty())
-                                .map_err(|e| vkhost::Error::Vulkan { call: "vkMapMemory", code: e })?;
+                            let m = d.allocate_memory(&ai, None).map_err(failed("vkAllocateMemory"))?;
+                            d.bind_buffer_memory(b, m, 0).map_err(failed("vkBindBufferMemory"))?;
+                            let p = d.map_memory(m, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()).map_err(failed("vkMapMemory"))?;
                             std::hint::black_box(p);
                             let freed = Instant::now();
                             d.unmap_memory(m);
@@ -98,13 +100,9 @@ fn main() -> vkhost::Result<()> {
                         let ai = vk::MemoryAllocateInfo::default().allocation_size(size).memory_type_index(index);
                         // SAFETY: a valid allocate info; the memory is freed below, unused.
                         unsafe {
-                            let m =
-                                d.allocate_memory(&ai, None).map_err(|e| vkhost::Error::Vulkan { call: "vkAllocateMemory", code: e })?;
+                            let m = d.allocate_memory(&ai, None).map_err(failed("vkAllocateMemory"))?;
                             let p = if map {
-                                Some(
-                                    d.map_memory(m, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty())
-                                        .map_err(|e| vkhost::Error::Vulkan { call: "vkMapMemory", code: e })?,
-                                )
+                                Some(d.map_memory(m, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()).map_err(failed("vkMapMemory"))?)
                             } else {
                                 None
                             };

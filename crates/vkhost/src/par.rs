@@ -33,7 +33,8 @@ struct Job {
 
 /// A range shared by two consumers from its two ends: CPU threads take chunks from the front
 /// ([`copy_front`]), someone else (a copy engine) from the back, each until they meet, so the
-/// faster one does more without knowing the rates in advance. Chunk boundaries are multiples of
+/// faster one does more without knowing the rates in advance ([`copy_with`] uses the front
+/// only, the calling thread among the takers). Chunk boundaries are multiples of
 /// 4 KiB from the start (the end of the range may be anywhere).
 pub(crate) struct Split {
     /// `[front, back)`: what nobody has taken yet.
@@ -149,16 +150,27 @@ impl Pool {
 }
 
 fn run(job: Job) {
-    while let Some((at, n)) = job.split.take_front() {
-        // SAFETY: the caller of `copy_with` or `copy_front` guarantees `[0, len)` from both
-        // bases until it returns, which is after this job's completion is counted below; every
-        // chunk is taken once, so chunks are disjoint.
-        unsafe { copy_part((job.dst + at) as *mut u8, (job.src + at) as *const u8, n, job.stream) };
-    }
+    // SAFETY: the caller of `copy_front` guarantees `[0, len)` from both bases until it
+    // returns, which is after this job's completion is counted below.
+    unsafe { copy_front_chunks(job.dst as *mut u8, job.src as *const u8, &job.split, job.stream) };
     let mut left = lock(&job.done.left);
     *left -= 1;
     if *left == 0 {
         job.done.cv.notify_all();
+    }
+}
+
+/// Copies chunks taken from the front of `split` until it is used up: a worker's job, and the
+/// calling thread's share in [`copy_with`].
+///
+/// # Safety
+/// `src` is readable and `dst` writable for the split's length, and they do not overlap; every
+/// chunk is taken once, so whoever else takes chunks of `split` copies disjoint bytes.
+unsafe fn copy_front_chunks(dst: *mut u8, src: *const u8, split: &Split, stream: bool) {
+    while let Some((at, n)) = split.take_front() {
+        // SAFETY: `[at, at + n)` lies within the split's length (the caller's contract), and
+        // was taken by no one else.
+        unsafe { copy_part(dst.add(at), src.add(at), n, stream) };
     }
 }
 
@@ -222,27 +234,15 @@ pub(crate) unsafe fn copy_with(dst: *mut u8, src: *const u8, len: usize, threads
         unsafe { copy_part(dst, src, len, stream) };
         return;
     }
-    let p = pool();
-    p.grow(parts - 1);
     // The caller and `parts - 1` workers take MIN_PART chunks from one shared range until it is
     // used up, rather than one fixed part each: a worker that wakes late (tens to hundreds of
     // microseconds on a busy or virtualized machine) finds less or nothing left, instead of
-    // holding the whole copy until its part is done.
+    // holding the whole copy until its part is done. The caller is `copy_front`'s "back" that
+    // takes from the front too.
     let split = Split::new(len, MIN_PART);
-    let done = Arc::new(Done { left: Mutex::new(parts - 1), cv: Condvar::new() });
-    {
-        let mut q = lock(&p.queue);
-        for _ in 1..parts {
-            q.0.push_back(Job { dst: dst as usize, src: src as usize, split: split.clone(), stream, done: done.clone() });
-        }
-    }
-    p.cv.notify_all();
-    while let Some((at, n)) = split.take_front() {
-        // SAFETY: the caller's contract covers `[0, len)` from both bases; every chunk is taken
-        // once, so this one is disjoint from the workers'.
-        unsafe { copy_part(dst.add(at), src.add(at), n, stream) };
-    }
-    finish(p, &done);
+    // SAFETY: the caller's contract covers `[0, len)`, the split's length, from both bases; the
+    // closure copies only chunks it takes.
+    unsafe { copy_front(dst, src, &split, parts - 1, stores, || copy_front_chunks(dst, src, &split, stream)) }
 }
 
 /// Runs the jobs of `done` that no worker has taken yet (never wait on a worker that is not
