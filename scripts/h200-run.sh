@@ -297,6 +297,23 @@ if [ "$what" = pagesplit ]; then
     echo "== plain bench, 30 iterations"; $v bench -t host_to_device_pageable_ce,device_to_host_pageable_ce --sizes 16M,256M,1G --no-costs --iters 30 | grep -E "_ce"
   } 2>&1 | tee -a "$OUT/pagesplit.txt"
 fi
+if [ "$what" = spin ]; then
+  # Staging workers that poll for the next batch before parking (VKHOST_STAGING_SPIN_US),
+  # alternated per process; CPU time per process from bash's `time`. Then --devices all against
+  # the plain bench with and without polling (issue 15's pageable rows).
+  T=host_to_device_ce,host_to_device_pageable_ce,device_to_host_pageable_ce
+  TIMEFORMAT="cpu: %U s user, %S s sys, %R s wall"
+  {
+  for r in 1 2; do for sp in ${SPINS:-0 100 1000}; do
+    echo "== spin $sp us, round $r"
+    time (VKHOST_STAGING_SPIN_US=$sp $v bench -t $T --sizes 4M,16M,64M,256M,1G --iters 30 --no-costs 2>&1 | grep -E "_ce ")
+  done; done
+  for sp in ${PAIR_SPINS:-0 1000}; do
+    echo "== spin $sp us: vkhost bench --devices all --iters 30"; VKHOST_STAGING_SPIN_US=$sp $v bench --devices all --iters 30 2>&1 | grep -E "^(pinned|registered|pageable)"
+    echo "== spin $sp us: plain bench, 30 iterations"; VKHOST_STAGING_SPIN_US=$sp $v bench -t host_to_device_ce,device_to_host_ce,host_to_device_registered_ce,device_to_host_registered_ce,host_to_device_pageable_ce,device_to_host_pageable_ce --sizes 16M,256M,1G --no-costs --iters 30 2>&1 | grep -E "_ce "
+  done
+  } 2>&1 | tee "$OUT/spin.txt"
+fi
 if [ "$what" = assist ]; then
   # OpenOptions::bar_assist (issue 10, bidir past the copy ceiling): the h2d write shared between
   # the copy engine and CPU stores, alone (host_to_device_bar+assist) and beside a copy-engine

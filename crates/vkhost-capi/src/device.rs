@@ -401,6 +401,7 @@ impl vkhost_open_options {
             measure_copy_queues: OpenOptions::default().measure_copy_queues,
             bar_writes: OpenOptions::default().bar_writes,
             staging_threads: OpenOptions::default().staging_threads,
+            staging_spin: OpenOptions::default().staging_spin,
             bar_write_max: OpenOptions::default().bar_write_max,
             bar_assist: OpenOptions::default().bar_assist,
             assist_threads: OpenOptions::default().assist_threads,

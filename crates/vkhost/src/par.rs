@@ -11,7 +11,9 @@
 //! Pure host code: no Vulkan.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 /// The most threads one copy uses (and the pool holds).
 pub const MAX_THREADS: usize = 64;
@@ -28,6 +30,8 @@ struct Job {
     split: Arc<Split>,
     /// Non-temporal stores ([`Stores::Streaming`]).
     stream: bool,
+    /// How long the worker that ran this job polls for the next one before it parks.
+    spin: Duration,
     done: Arc<Done>,
 }
 
@@ -106,8 +110,11 @@ struct Done {
 }
 
 struct Pool {
+    /// Jobs not taken yet, and the number of workers.
     queue: Mutex<(VecDeque<Job>, usize)>,
     cv: Condvar,
+    /// The queue's length, kept with it under its lock, read without it by spinning workers.
+    queued: AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -116,7 +123,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 fn pool() -> &'static Pool {
     static P: OnceLock<Pool> = OnceLock::new();
-    P.get_or_init(|| Pool { queue: Mutex::new((VecDeque::new(), 0)), cv: Condvar::new() })
+    P.get_or_init(|| Pool { queue: Mutex::new((VecDeque::new(), 0)), cv: Condvar::new(), queued: AtomicUsize::new(0) })
 }
 
 impl Pool {
@@ -134,17 +141,40 @@ impl Pool {
     }
 
     fn work(&self) {
+        let mut spin = Duration::ZERO;
         loop {
+            // A staged copy runs in batches a few microseconds apart (memcpy, submit, the next
+            // memcpy), and a parked worker can take tens of microseconds to wake on a busy or
+            // virtualized machine: poll for the next job a while before parking.
+            self.poll(spin);
             let job = {
                 let mut q = lock(&self.queue);
                 loop {
                     if let Some(j) = q.0.pop_front() {
+                        self.queued.store(q.0.len(), Ordering::Relaxed);
                         break j;
                     }
                     q = self.cv.wait(q).unwrap_or_else(PoisonError::into_inner);
                 }
             };
+            spin = job.spin;
             run(job);
+        }
+    }
+
+    /// Returns once a job is queued or `spin` has passed.
+    fn poll(&self, spin: Duration) {
+        if spin.is_zero() {
+            return;
+        }
+        let t = Instant::now();
+        let mut i = 0u32;
+        while self.queued.load(Ordering::Relaxed) == 0 {
+            std::hint::spin_loop();
+            i = i.wrapping_add(1);
+            if i % 64 == 0 && t.elapsed() >= spin {
+                return;
+            }
         }
     }
 }
@@ -219,14 +249,15 @@ unsafe fn copy_part(dst: *mut u8, src: *const u8, len: usize, stream: bool) {
 /// overlap.
 pub(crate) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize, threads: usize) {
     // SAFETY: forwarded contract.
-    unsafe { copy_with(dst, src, len, threads, Stores::Cached) }
+    unsafe { copy_with(dst, src, len, threads, Stores::Cached, Duration::ZERO) }
 }
 
-/// [`copy`], writing the destination as `stores` says.
+/// [`copy`], writing the destination as `stores` says; the workers poll for a next job for
+/// `spin` before they park.
 ///
 /// # Safety
 /// As for [`copy`].
-pub(crate) unsafe fn copy_with(dst: *mut u8, src: *const u8, len: usize, threads: usize, stores: Stores) {
+pub(crate) unsafe fn copy_with(dst: *mut u8, src: *const u8, len: usize, threads: usize, stores: Stores, spin: Duration) {
     let stream = stores == Stores::Streaming;
     let parts = (len / MIN_PART).clamp(1, threads.clamp(1, MAX_THREADS));
     if parts <= 1 {
@@ -242,7 +273,7 @@ pub(crate) unsafe fn copy_with(dst: *mut u8, src: *const u8, len: usize, threads
     let split = Split::new(len, MIN_PART);
     // SAFETY: the caller's contract covers `[0, len)`, the split's length, from both bases; the
     // closure copies only chunks it takes.
-    unsafe { copy_front(dst, src, &split, parts - 1, stores, || copy_front_chunks(dst, src, &split, stream)) }
+    unsafe { copy_front(dst, src, &split, parts - 1, stores, spin, || copy_front_chunks(dst, src, &split, stream)) }
 }
 
 /// Runs the jobs of `done` that no worker has taken yet (never wait on a worker that is not
@@ -252,7 +283,9 @@ fn finish(p: &Pool, done: &Arc<Done>) {
         let job = {
             let mut q = lock(&p.queue);
             let i = q.0.iter().position(|j| Arc::ptr_eq(&j.done, done));
-            i.and_then(|i| q.0.remove(i))
+            let j = i.and_then(|i| q.0.remove(i));
+            p.queued.store(q.0.len(), Ordering::Relaxed);
+            j
         };
         match job {
             Some(j) => run(j),
@@ -266,7 +299,8 @@ fn finish(p: &Pool, done: &Arc<Done>) {
 }
 
 /// Copies the front of `split` (a range of `src`/`dst`, offsets from them) on up to `threads`
-/// pool threads while the calling thread runs `back`, which takes chunks from the back of the
+/// pool threads (which poll for a next job for `spin` before they park) while the calling
+/// thread runs `back`, which takes chunks from the back of the
 /// same split and moves them some other way. Returns `back`'s result once every byte of the
 /// split was taken and every front chunk is copied: chunks no worker took are copied here,
 /// after `back` returned, so the whole range is always done (also when `back` stopped early,
@@ -281,6 +315,7 @@ pub(crate) unsafe fn copy_front<T>(
     split: &Arc<Split>,
     threads: usize,
     stores: Stores,
+    spin: Duration,
     back: impl FnOnce() -> T,
 ) -> T {
     let stream = stores == Stores::Streaming;
@@ -291,8 +326,9 @@ pub(crate) unsafe fn copy_front<T>(
     {
         let mut q = lock(&p.queue);
         for _ in 0..n {
-            q.0.push_back(Job { dst: dst as usize, src: src as usize, split: split.clone(), stream, done: done.clone() });
+            q.0.push_back(Job { dst: dst as usize, src: src as usize, split: split.clone(), stream, spin, done: done.clone() });
         }
+        p.queued.store(q.0.len(), Ordering::Relaxed);
     }
     p.cv.notify_all();
     /// Finishes the front however `back` ends: were it to unwind, the workers would otherwise
@@ -341,7 +377,7 @@ mod tests {
                 let src: Vec<u8> = (0..len + 16).map(|i| (i * 13 % 253) as u8).collect();
                 let mut dst = vec![0xEEu8; len + 32];
                 // SAFETY: distinct vectors; `src[so..so+len]` and `dst[dof..dof+len]` lie within them.
-                unsafe { copy_with(dst.as_mut_ptr().add(dof), src.as_ptr().add(so), len, threads, Stores::Streaming) };
+                unsafe { copy_with(dst.as_mut_ptr().add(dof), src.as_ptr().add(so), len, threads, Stores::Streaming, Duration::ZERO) };
                 assert!(dst[dof..dof + len] == src[so..so + len], "len {len}, threads {threads}, offsets {so}/{dof}");
                 assert!(dst[..dof].iter().chain(&dst[dof + len..]).all(|&b| b == 0xEE), "len {len}: bytes outside written");
             }
@@ -392,7 +428,7 @@ mod tests {
                 // SAFETY: distinct vectors of `len` bytes; the back closure copies only chunks
                 // it took.
                 unsafe {
-                    copy_front(dst.as_mut_ptr(), src.as_ptr(), &sp, threads, stores, move || {
+                    copy_front(dst.as_mut_ptr(), src.as_ptr(), &sp, threads, stores, Duration::ZERO, move || {
                         let copy = |(at, n): (usize, usize)| {
                             std::ptr::copy_nonoverlapping(src.as_ptr().add(at), (d + at) as *mut u8, n);
                             n
@@ -414,7 +450,9 @@ mod tests {
             assert!(dst == src, "threads {threads}");
             let mut dst = vec![0u8; len];
             // SAFETY: distinct vectors of `len` bytes; the back takes nothing.
-            unsafe { copy_front(dst.as_mut_ptr(), src.as_ptr(), &Split::new(len, 1 << 20), threads, stores, || ()) };
+            unsafe {
+                copy_front(dst.as_mut_ptr(), src.as_ptr(), &Split::new(len, 1 << 20), threads, stores, Duration::from_micros(50), || ())
+            };
             assert!(dst == src, "front alone, threads {threads}");
         }
     }

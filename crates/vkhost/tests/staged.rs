@@ -92,3 +92,51 @@ fn many_threads_share_one_device() {
         }
     });
 }
+
+/// Staging threads that poll for the next batch before they sleep (`staging_spin`; the default
+/// leaves it off on CPU drivers such as lavapipe, so this turns it on): multi-batch copies both
+/// ways, synchronous and on a stream, from two threads at once, every byte checked. Each
+/// thread's copies and the other's take parts from one process-wide pool of polling workers.
+#[test]
+fn polling_staging_threads_copy_exactly() {
+    let o = vkhost::OpenOptions {
+        staging_spin: Some(std::time::Duration::from_micros(300)),
+        staging_chunk: 1 << 20,
+        staging_threads: 4,
+        ..opts()
+    };
+    let d = device_with(o).unwrap();
+    assert_eq!(d.options().staging_spin, Some(std::time::Duration::from_micros(300)));
+    std::thread::scope(|sc| {
+        for t in 0..2u8 {
+            let d = &d;
+            sc.spawn(move || {
+                let st = d.stream().unwrap();
+                for (k, (len, off)) in [((9 << 20) + 13, 5), (4 << 20, 0), (300 << 10, 4097)].into_iter().enumerate() {
+                    let buf = d.alloc_buffer(len + off).unwrap();
+                    let src = pattern(len, t.wrapping_mul(17).wrapping_add(k as u8));
+                    buf.write(off, &src).unwrap();
+                    let mut out = vec![0u8; len];
+                    buf.read(off, &mut out).unwrap();
+                    assert!(out == src, "synchronous, thread {t}, len {len}");
+                    let src2: Vec<u8> = src.iter().map(|b| b ^ 0xA5).collect();
+                    st.upload(&src2, &buf, off).unwrap().wait().unwrap();
+                    let mut out2 = vec![0u8; len];
+                    st.download(&buf, off, &mut out2).unwrap().wait().unwrap();
+                    assert!(out2 == src2, "stream, thread {t}, len {len}");
+                }
+            });
+        }
+    });
+}
+
+/// `staging_spin` is bounded: more than `OpenOptions::STAGING_SPIN_MAX` is refused at open,
+/// naming the field, before anything is created.
+#[test]
+fn staging_spin_over_the_maximum_is_refused() {
+    let o = vkhost::OpenOptions { staging_spin: Some(vkhost::OpenOptions::STAGING_SPIN_MAX * 2), ..opts() };
+    match vkhost::Device::open_default_with(&o) {
+        Err(Error::InvalidArgument { reason }) => assert!(reason.contains("staging_spin"), "{reason}"),
+        other => panic!("expected InvalidArgument, got {:?}", other.map(|_| ())),
+    }
+}

@@ -176,6 +176,11 @@ pub struct Args {
     /// default: the library's, VKHOST_STAGING_THREADS or the cores up to 16).
     #[arg(long)]
     staging_threads: Option<usize>,
+    /// Microseconds the staging threads poll for the next batch before they sleep
+    /// (OpenOptions::staging_spin; default: the library's, VKHOST_STAGING_SPIN_US or 1000 on
+    /// GPUs, 0 on CPU drivers).
+    #[arg(long, value_name = "US")]
+    staging_spin_us: Option<u64>,
     /// Bytes per staging chunk (OpenOptions::staging_chunk), e.g. 16M.
     #[arg(long)]
     staging_chunk: Option<String>,
@@ -334,16 +339,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         return Err("no sizes".into());
     }
     let iters = if quick { a.iters.min(5) } else { a.iters };
-    let mut opts = OpenOptions { validation: false, ..OpenOptions::default() };
-    if let Some(t) = a.staging_threads {
-        opts.staging_threads = t;
-    }
-    if let Some(c) = &a.staging_chunk {
-        opts.staging_chunk = parse_size(c)? as usize;
-    }
-    if let Some(n) = a.staging_slots {
-        opts.staging_slots = n;
-    }
+    let opts = open_options(&a)?;
     if let Some(c) = a.cpu.as_deref().filter(|c| c.trim() != "none") {
         meta::parse_cpu_list(c)?;
     }
@@ -561,6 +557,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "threads": dev.options().staging_threads,
             "chunk_bytes": dev.options().staging_chunk,
             "slots": dev.options().staging_slots,
+            "spin_us": dev.staging_spin().as_micros() as u64,
         }),
         "bar_threads": cx.bar_threads,
         "flush_cache_bytes": cx.flush.as_ref().map(|_| flush_bytes),
@@ -626,4 +623,25 @@ fn pin(cpu: Option<&str>, local: Option<Vec<usize>>) -> Result<Value> {
         "scope": if requested.is_some() { "every thread of the process" } else { "not pinned" },
         "reason": reason,
     }))
+}
+
+/// The options a bench opens its devices with: no validation layer, and the staging flags
+/// (`--staging-threads`, `--staging-spin-us`, `--staging-chunk`, `--staging-slots`) over the
+/// library's defaults. The single-device sweep and `--devices` share them, so that the two
+/// measure the same configuration.
+pub(super) fn open_options(a: &Args) -> Result<OpenOptions> {
+    let mut opts = OpenOptions { validation: false, ..OpenOptions::default() };
+    if let Some(t) = a.staging_threads {
+        opts.staging_threads = t;
+    }
+    if let Some(us) = a.staging_spin_us {
+        opts.staging_spin = Some(std::time::Duration::from_micros(us));
+    }
+    if let Some(c) = &a.staging_chunk {
+        opts.staging_chunk = parse_size(c)? as usize;
+    }
+    if let Some(n) = a.staging_slots {
+        opts.staging_slots = n;
+    }
+    Ok(opts)
 }

@@ -11,7 +11,7 @@ use crate::pages::Pages;
 use crate::stats::{gbps, parse_size, size_label};
 use std::process::ExitCode;
 use std::time::Duration;
-use vkhost::{Device, DeviceBuffer, OpenOptions, PinnedBuffer};
+use vkhost::{Device, DeviceBuffer, PinnedBuffer};
 
 /// One device's side of a point: its host memory (by path) and device buffer.
 struct Side {
@@ -138,7 +138,7 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
     if idx.is_empty() {
         return Err("--devices: no Vulkan device".into());
     }
-    let opts = OpenOptions { validation: false, ..OpenOptions::default() };
+    let opts = super::open_options(a)?;
     let devs: Vec<Device> = idx.iter().map(|&i| Device::open_with(i, &opts)).collect::<vkhost::Result<_>>()?;
     let sizes: Vec<u64> = match &a.sizes {
         Some(v) => v.iter().map(|s| parse_size(s)).collect::<std::result::Result<_, _>>()?,

@@ -286,6 +286,15 @@ pub struct OpenOptions {
     /// pool workers, each part at least 256 KiB. Default: the machine's cores, at most 16
     /// (`VKHOST_STAGING_THREADS` overrides). In 1..=64.
     pub staging_threads: usize,
+    /// How long a staging thread polls for the next piece of work before it sleeps, after it
+    /// copied a part of a staged copy. A staged copy runs in batches microseconds apart, and
+    /// copies often come back to back, while a sleeping thread can take tens of microseconds to
+    /// wake (longer on a busy or virtualized machine); polling keeps them at hand, for CPU time.
+    /// `None` (the default): 1 ms on GPUs, none on CPU drivers (their copies run on the cores a
+    /// polling thread would take). On the H200, 1 ms against none: pageable 4-16 MiB 20-110%
+    /// faster, 64 MiB-1 GiB 0-5%, for ~40% more CPU time over a whole bench run
+    /// (docs/PERFORMANCE.md). At most 100 ms. `VKHOST_STAGING_SPIN_US=N` sets N microseconds.
+    pub staging_spin: Option<std::time::Duration>,
     /// Staging chunks in flight per copy context and per stream (default 3). In
     /// [`STAGING_SLOTS`](Self::STAGING_SLOTS) (2..=16); `staging_chunk × staging_slots` (one
     /// staging buffer) must fit the device's maxMemoryAllocationSize.
@@ -426,9 +435,26 @@ impl OpenOptions {
     /// # Ok::<(), vkhost::Error>(())
     /// ```
     pub const ASSIST_RECENT: std::time::Duration = std::time::Duration::from_millis(10);
+    /// The longest [`staging_spin`](Self::staging_spin) (100 ms).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use vkhost::OpenOptions;
+    ///
+    /// let info = &vkhost::devices()?[0];
+    /// let ok = OpenOptions { staging_spin: Some(OpenOptions::STAGING_SPIN_MAX), ..Default::default() };
+    /// assert!(ok.validate(info).is_ok());
+    /// let long = OpenOptions { staging_spin: Some(Duration::from_secs(1)), ..Default::default() };
+    /// assert!(long.validate(info).is_err());
+    /// # Ok::<(), vkhost::Error>(())
+    /// ```
+    pub const STAGING_SPIN_MAX: std::time::Duration = std::time::Duration::from_millis(100);
 
     /// Checks the options against a device's facts: `staging_chunk` at least 4 KiB and a
-    /// multiple of 4 KiB, `staging_slots` in 2..=16, `max_pipelines` at least 1, and `staging_chunk × staging_slots` (the size
+    /// multiple of 4 KiB, `staging_slots` in 2..=16, `max_pipelines` at least 1, `staging_spin`
+    /// at most [`STAGING_SPIN_MAX`](Self::STAGING_SPIN_MAX), and `staging_chunk × staging_slots` (the size
     /// of one staging buffer) no more than `info.max_memory_allocation_size`. Any failure is
     /// `Error::InvalidArgument` naming the field. Called by [`Device::open_with`] and
     /// [`Device::from_raw`] before they create anything.
@@ -471,6 +497,9 @@ impl OpenOptions {
         }
         if self.max_pipelines == 0 {
             return Err(Error::invalid("OpenOptions::max_pipelines = 0: the pipeline cache holds at least one pipeline"));
+        }
+        if let Some(d) = self.staging_spin.filter(|&d| d > Self::STAGING_SPIN_MAX) {
+            return Err(Error::invalid(format!("OpenOptions::staging_spin = {d:?}: it must be at most {:?}", Self::STAGING_SPIN_MAX)));
         }
         if !Self::STAGING_SLOTS.contains(&slots) {
             return Err(Error::invalid(format!(
@@ -515,6 +544,7 @@ impl Default for OpenOptions {
             staging_chunk: env_usize("VKHOST_STAGING_CHUNK").unwrap_or(16 << 20),
             staging_slots: env_usize("VKHOST_STAGING_SLOTS").unwrap_or(3),
             staging_threads: env_usize("VKHOST_STAGING_THREADS").unwrap_or_else(crate::par::default_threads),
+            staging_spin: env_usize("VKHOST_STAGING_SPIN_US").map(|us| std::time::Duration::from_micros(us as u64)),
             max_import_piece: env_usize("VKHOST_IMPORT_PIECE"),
             copy_queue: match std::env::var("VKHOST_COPY_QUEUE").as_deref() {
                 Ok("compute") => QueueKind::Compute,
@@ -1974,6 +2004,24 @@ impl Device {
     /// ```
     pub fn options(&self) -> &OpenOptions {
         &self.shared.options
+    }
+
+    /// How long this device's staging threads poll for the next batch before they sleep:
+    /// [`OpenOptions::staging_spin`] where set, else the default for the device's kind (1 ms on
+    /// GPUs, none on CPU drivers).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use std::time::Duration;
+    /// let opts = vkhost::OpenOptions { staging_spin: Some(Duration::from_micros(50)), ..Default::default() };
+    /// let dev = vkhost::Device::open_default_with(&opts)?;
+    /// assert_eq!(dev.staging_spin(), Duration::from_micros(50));
+    /// # Ok(()) }
+    /// ```
+    pub fn staging_spin(&self) -> std::time::Duration {
+        submit::staging_spin(&self.shared)
     }
 
     /// Validation-layer error messages seen so far (0 when validation is off).

@@ -336,16 +336,35 @@ pub(crate) fn wait_fence(s: &Shared, l: &Live, fence: vk::Fence, spin: Duration)
     }
 }
 
-/// memcpy of a staged copy's bytes, split over up to `threads` threads when large
+/// memcpy of a staged copy's bytes, split over up to `s`'s staging threads when large
 /// ([`crate::par`]); `dir` says which side is the caller's memory: `ToHost` copies out of
-/// staging into it, `ToDevice` into staging. Stores as [`staging_stores`] says.
+/// staging into it, `ToDevice` into staging. Stores as [`staging_stores`] says; the workers
+/// poll for the next batch as [`staging_spin`] says.
 ///
 /// # Safety
 /// `src` is readable and `dst` writable for `len` bytes, and they do not overlap.
-pub(crate) unsafe fn par_copy(dst: *mut u8, src: *const u8, len: usize, threads: usize, dir: Dir) {
+pub(crate) unsafe fn par_copy(s: &Shared, dst: *mut u8, src: *const u8, len: usize, dir: Dir) {
     // SAFETY: the caller's contract.
-    unsafe { crate::par::copy_with(dst, src, len, threads, staging_stores(dir)) }
+    unsafe { crate::par::copy_with(dst, src, len, s.options.staging_threads, staging_stores(dir), staging_spin(s)) }
 }
+
+/// How long a staging worker polls for the next batch before it parks
+/// (`OpenOptions::staging_spin`): as set, else [`STAGING_SPIN`] on GPUs and none on CPU
+/// drivers, whose copies run on the cores a polling worker would take.
+pub(crate) fn staging_spin(s: &Shared) -> Duration {
+    match s.options.staging_spin {
+        Some(d) => d,
+        None if s.info.device_type == crate::DeviceType::Cpu => Duration::ZERO,
+        None => STAGING_SPIN,
+    }
+}
+
+/// The default of [`staging_spin`] on GPUs. On the H200 (docs/h200/s9/call1-spin.txt, two
+/// processes each, 30 iterations) against no polling: pageable 16 MiB h2d 23.6-23.9 ->
+/// 29.3-30.0 GB/s and d2h 27.5-29.0 -> 33.8-34.2, 4 MiB d2h 12.3-12.5 -> 20.9-26.1, 64 MiB h2d
+/// 38.2 -> 40.1-40.5, 256 MiB-1 GiB within 0-4%; the bench process's user CPU time 25-26 s ->
+/// 37 s. 100 us caught only the h2d batches of one copy, not the next copy.
+const STAGING_SPIN: Duration = Duration::from_millis(1);
 
 /// How staged copies write their destination: `VKHOST_STAGING_STORES=cached` (memcpy), `out`
 /// (streaming stores for copies out of staging into the caller's memory) or `all` (into staging
@@ -590,7 +609,7 @@ fn complete(s: &Shared, l: &Live, slot: &mut Slot, timeline: Option<vk::Semaphor
         for (soff, addr, len) in outs {
             // SAFETY: the fence signalled, so the device's writes to staging are complete and
             // (through the barrier to HOST) visible; `addr` is writable per `execute`'s contract.
-            unsafe { par_copy(addr as *mut u8, st.0.as_ptr().add(soff as usize), len as usize, s.options.staging_threads, Dir::ToHost) };
+            unsafe { par_copy(s, addr as *mut u8, st.0.as_ptr().add(soff as usize), len as usize, Dir::ToHost) };
         }
     }
     Ok(())
@@ -667,15 +686,7 @@ unsafe fn submit_batch(
             if let (OpSrc::Staged { addr, staging_off }, Some((_, st))) = (op.src, staging) {
                 // SAFETY: `addr` is readable for op.len (execute's contract); the staging slot is
                 // idle (its previous submission was completed) and large enough (batches()).
-                unsafe {
-                    par_copy(
-                        st.0.as_ptr().add((base + staging_off) as usize),
-                        addr as *const u8,
-                        op.len as usize,
-                        s.options.staging_threads,
-                        Dir::ToDevice,
-                    )
-                };
+                unsafe { par_copy(s, st.0.as_ptr().add((base + staging_off) as usize), addr as *const u8, op.len as usize, Dir::ToDevice) };
             }
         }
     }
@@ -891,7 +902,9 @@ mod tests {
         let src: Vec<u8> = (0..(9 << 20)).map(|i| (i * 7 % 251) as u8).collect();
         let mut dst = vec![0u8; src.len()];
         // SAFETY: distinct vectors of equal length.
-        unsafe { par_copy(dst.as_mut_ptr(), src.as_ptr(), src.len(), 8, Dir::ToHost) };
+        unsafe {
+            crate::par::copy_with(dst.as_mut_ptr(), src.as_ptr(), src.len(), 8, staging_stores(Dir::ToHost), Duration::from_micros(20))
+        };
         assert_eq!(src, dst);
     }
 }

@@ -1144,7 +1144,17 @@ unsafe fn assisted_write(
     // under `l` and `buf`, no other CPU writer under `stores`, earlier device work settled); the
     // source is readable for `len`; `back` touches only the chunks it takes, through the copy
     // engine. `copy_front` returns after every front chunk is stored.
-    let r = unsafe { crate::par::copy_front(map.as_ptr().add(off), addr as *const u8, &split, threads, crate::par::Stores::Cached, back) };
+    let r = unsafe {
+        crate::par::copy_front(
+            map.as_ptr().add(off),
+            addr as *const u8,
+            &split,
+            threads,
+            crate::par::Stores::Cached,
+            std::time::Duration::ZERO,
+            back,
+        )
+    };
     let stored = split.front_taken() as u64;
     record(s, moved.direct, moved.staged);
     record_mapped(s, stored);

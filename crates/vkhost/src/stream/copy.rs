@@ -108,15 +108,7 @@ impl StreamInner {
                         if to_device {
                             // SAFETY: the source is readable (contract); the ring range is ours
                             // and idle (ring_alloc waited for its previous use).
-                            unsafe {
-                                par_copy(
-                                    rp.add(roff as usize),
-                                    (a + done as usize) as *const u8,
-                                    n as usize,
-                                    s.options.staging_threads,
-                                    Dir::ToDevice,
-                                )
-                            };
+                            unsafe { par_copy(s, rp.add(roff as usize), (a + done as usize) as *const u8, n as usize, Dir::ToDevice) };
                             let acc = [Access::buf(rb, roff, n, false), Access::buf(dev, dev_off, n, true)];
                             let region = vk::BufferCopy { src_offset: roff, dst_offset: dev_off, size: n };
                             self.push_copy(l, st, rb, dev, region, false, acc, &owners)?;

@@ -273,13 +273,7 @@ impl StreamInner {
                     // the batch ends with a transfer → host barrier); `addr` is the caller's
                     // writable memory, valid until synchronize/wait per the async contract.
                     unsafe {
-                        par_copy(
-                            c.addr as *mut u8,
-                            p.0.as_ptr().add(c.ring_off as usize),
-                            c.len as usize,
-                            self.shared.options.staging_threads,
-                            Dir::ToHost,
-                        )
+                        par_copy(&self.shared, c.addr as *mut u8, p.0.as_ptr().add(c.ring_off as usize), c.len as usize, Dir::ToHost)
                     };
                 }
             }
