@@ -327,6 +327,19 @@ if [ "$what" = matrix ]; then
   done
   } 2>&1 | tee "$OUT/matrix.txt"
 fi
+if [ "$what" = huge ]; then
+  # Pinned blocks from the driver against vkhost's own huge-page memory imported
+  # (VKHOST_PINNED_HUGE_MIN), alternated per process: pinned d2h has landed at 37-38 GB/s (and
+  # small copies at 18-21 us) in some processes, registered huge-page memory never did.
+  T=host_to_device_ce,device_to_host_ce,bidir_ce,costs
+  {
+  for r in 1 2 3 4; do for h in driver 2097152; do
+    echo "== pinned blocks: $h, round $r"
+    if [ $h = driver ]; then e=off; else e=$h; fi
+    VKHOST_PINNED_HUGE_MIN=$e $v bench -t $T --sizes 4K,1M,16M,256M,1G --iters 20 2>&1 | grep -E "_ce |alloc_pinned|free_pinned"
+  done; done
+  } 2>&1 | tee "$OUT/huge.txt"
+fi
 if [ "$what" = assist ]; then
   # OpenOptions::bar_assist (issue 10, bidir past the copy ceiling): the h2d write shared between
   # the copy engine and CPU stores, alone (host_to_device_bar+assist) and beside a copy-engine

@@ -175,10 +175,31 @@ fn one(
 }
 
 fn matrix(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
+    matrix_of(
+        dev,
+        rows,
+        &[("pinned", Path::Pinned), ("registered", Path::Registered), ("pageable", Path::Pageable), ("mixed", Path::Mixed)],
+    )
+}
+
+/// The matrix with pinned blocks of vkhost's own huge-page memory (`pinned_huge_min` at one
+/// page, so every block of the matrix is one), on a device of its own.
+fn huge_pinned(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
+    let dev = Device::open_with(index, &OpenOptions { pinned_huge_min: Some(4096), ..opts.clone() })?;
+    if let Err(why) = dev.host_registration() {
+        rows.push(Row { name: format!("huge-page pinned blocks: skipped ({why})"), passed: 0, total: 0, detail: String::new() });
+    } else {
+        matrix_of(&dev, rows, &[("huge-page pinned", Path::Pinned)])?;
+    }
+    dev.destroy()?;
+    Ok(dev.validation_errors())
+}
+
+/// Every size and offset through each of `paths`, both directions, synchronous and on a stream.
+fn matrix_of(dev: &Device, rows: &mut Vec<Row>, paths: &[(&str, Path)]) -> Result<()> {
     let dbuf = dev.alloc_buffer(7 + (1 << 20) + 3 + GUARD + 4096)?;
     let stream = dev.stream().ok();
-    for (pname, path) in [("pinned", Path::Pinned), ("registered", Path::Registered), ("pageable", Path::Pageable), ("mixed", Path::Mixed)]
-    {
+    for &(pname, path) in paths {
         for (dname, up) in [("h2d", true), ("d2h", false)] {
             for mode in ["sync", "stream"] {
                 let s = if mode == "stream" {
@@ -657,6 +678,7 @@ fn check_device(index: usize) -> Result<bool> {
         + bar_writes(index, &opts, &mut rows, false)?
         + bar_writes(index, &opts, &mut rows, true)?
         + bar_assist(index, &opts, &mut rows)?
+        + huge_pinned(index, &opts, &mut rows)?
         + kernels_with_sets(index, &opts, &mut rows)?;
     rows.push(Row {
         name: "registry empty at the end".into(),

@@ -406,3 +406,36 @@ fn lost_copy_out_error_survives_other_waits() {
     d.destroy().unwrap();
     assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
 }
+
+/// A pinned block of vkhost's own huge-page memory (`pinned_huge_min`) whose import fails is
+/// the driver's allocation instead: the call succeeds, the block is not an import, and nothing
+/// of the failed attempt stays (objects, mapping, entry). Without a fault the block is an import.
+#[test]
+fn huge_page_block_falls_back_to_the_driver() {
+    let dev = Device::open_default_with(&OpenOptions { pinned_huge_min: Some(2 << 20), ..fopts() }).unwrap();
+    let before = dev.live_objects();
+    let entries = entries_of(&dev);
+    for (point, code) in [
+        (Point::AllocateMemory, vk::Result::ERROR_OUT_OF_HOST_MEMORY),
+        (Point::CreateBuffer, vk::Result::ERROR_OUT_OF_DEVICE_MEMORY),
+        (Point::BindBufferMemory, vk::Result::ERROR_OUT_OF_HOST_MEMORY),
+    ] {
+        inject(point, 0, code);
+        let b = PinnedBuffer::new(&dev, 4 << 20);
+        assert!(disarm(), "{point:?}: the fault fired");
+        let b = b.unwrap_or_else(|e| panic!("{point:?}: the driver's allocation should follow a failed import: {e}"));
+        let raw = b.raw_memory().expect("one allocation");
+        assert_eq!(raw.handle_types, vk::ExternalMemoryHandleTypeFlags::empty(), "{point:?}: a driver allocation");
+        assert_eq!(entries_of(&dev), entries + 1);
+        drop(b);
+        dev.release_queued();
+        assert_eq!(dev.live_objects(), before, "{point:?}: objects left");
+        assert_eq!(entries_of(&dev), entries);
+    }
+    let b = PinnedBuffer::new(&dev, 4 << 20).unwrap();
+    assert_eq!(b.raw_memory().expect("one import").handle_types, vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT);
+    drop(b);
+    dev.destroy().unwrap();
+    assert_eq!(dev.live_objects(), vkhost::LiveObjects::default());
+    assert_eq!(dev.validation_errors(), 0, "validation errors: {:?}", dev.last_validation_error());
+}

@@ -357,3 +357,70 @@ fn concurrency_8_threads_1000_ops() {
     assert_eq!(entries_of(&d), 0, "registry empty at the end");
     assert_eq!(device_stats(&d).staged_bytes, 0);
 }
+
+/// Whether any mapping of this process covers `addr` (/proc/self/maps).
+fn mapped(addr: usize) -> bool {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines().any(|l| {
+        let r = l.split_whitespace().next().unwrap_or("");
+        let (a, b) = r.split_once('-').unwrap_or(("0", "0"));
+        let (a, b) = (usize::from_str_radix(a, 16).unwrap_or(0), usize::from_str_radix(b, 16).unwrap_or(0));
+        (a..b).contains(&addr)
+    })
+}
+
+/// `OpenOptions::pinned_huge_min`: blocks at least that large are vkhost's own 2 MiB-aligned
+/// memory, imported, with the contract of a driver-allocated block: one entry, `find` with one
+/// buffer, direct copies both ways, `free_pinned` unmaps once the release ran, tombstones after
+/// the device's teardown, nothing leaked. Smaller blocks stay the driver's.
+#[test]
+fn huge_page_pinned_blocks_keep_the_pinned_contract() {
+    const HUGE: usize = 2 << 20;
+    let d = device_with(OpenOptions { pinned_huge_min: Some(HUGE), ..opts() }).unwrap();
+    let before = d.live_objects();
+    for n in [HUGE, (5 << 20) + 3] {
+        let p = host::alloc_pinned(&d, n).unwrap();
+        let a = p.as_ptr() as usize;
+        assert_eq!(a % HUGE, 0, "a {n}-byte block is the huge-page mapping (2 MiB aligned)");
+        let (buffer, off) = host::find(&d, p, n).expect("one buffer covers the block");
+        assert_eq!(off, 0);
+        assert_eq!(host::find(&d, a + n - 1, 1).map(|f| f.0), Some(buffer));
+        assert!(host::find(&d, p, n + 1).is_none(), "one byte past the block");
+        // SAFETY: the block is mapped for n bytes until free_pinned; no device work names it.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), n) };
+        assert!(bytes.iter().all(|&b| b == 0), "fresh blocks read as zeroes");
+        bytes.copy_from_slice(&pattern(n, 41));
+        let gpu = d.alloc_buffer(n).unwrap();
+        // SAFETY: the block is readable and writable for n bytes during the calls.
+        assert_eq!(unsafe { host::copy_to_device(&d, p.as_ptr(), n, &gpu, 0) }, Ok(CopyPath::Direct));
+        bytes.fill(0);
+        // SAFETY: as above.
+        assert_eq!(unsafe { host::copy_to_host(&d, &gpu, 0, p.as_ptr(), n) }, Ok(CopyPath::Direct));
+        assert!(bytes[..] == pattern(n, 41)[..], "round trip through a huge-page block of {n}");
+        assert_eq!(host::free_pinned(&d, p), Ok(()));
+        assert_eq!(host::free_pinned(&d, p), Err(Error::NotPinned));
+        assert!(host::find(&d, p, 1).is_none());
+        d.release_queued();
+        assert!(!mapped(a), "free_pinned unmaps the block once its release ran");
+    }
+    let small = host::alloc_pinned(&d, HUGE - 4096).unwrap();
+    assert_eq!(host::find(&d, small, 1).map(|f| f.1), Some(0));
+    host::free_pinned(&d, small).unwrap();
+    // The safe guard takes the same path; teardown with a block still listed leaves a tombstone
+    // and unmaps it.
+    let mut guard = PinnedBuffer::new(&d, 3 << 20).unwrap();
+    guard.fill(7);
+    let gpu = d.alloc_buffer(3 << 20).unwrap();
+    gpu.write(0, &guard).unwrap();
+    drop(guard);
+    drop(gpu);
+    let raw = host::alloc_pinned(&d, 4 << 20).unwrap();
+    d.release_queued();
+    assert_eq!(d.live_objects().buffers, before.buffers + 1);
+    assert_eq!(device_stats(&d).live_pinned, 1);
+    d.destroy().unwrap();
+    assert!(!mapped(raw.as_ptr() as usize), "the device's teardown unmaps its blocks");
+    assert!(host::find(&d, raw, 1).is_none());
+    assert_eq!(host::free_pinned(&d, raw), Ok(()));
+    assert_eq!(entries_of(&d), 0);
+}

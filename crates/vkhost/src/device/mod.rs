@@ -295,6 +295,21 @@ pub struct OpenOptions {
     /// faster, 64 MiB-1 GiB 0-5%, for ~40% more CPU time over a whole bench run
     /// (docs/PERFORMANCE.md). At most 100 ms. `VKHOST_STAGING_SPIN_US=N` sets N microseconds.
     pub staging_spin: Option<std::time::Duration>,
+    /// Pinned blocks of at least this many bytes are vkhost's own anonymous memory, 2 MiB
+    /// aligned, advised `MADV_HUGEPAGE` and faulted in, then imported (VK_EXT_external_memory_host)
+    /// instead of allocated by the driver: the kernel backs them with huge pages where it can,
+    /// and the device maps them with large pages. Only where the import gets the memory type a
+    /// driver-allocated block would (the pinned ranking); the same registry entry, `find` and
+    /// copies; `free_pinned` (or the device's teardown) releases the import, then unmaps. Where
+    /// imports are unavailable or refuse, the driver allocates the block. Blocks larger than
+    /// one allocation are always made this way (see [`max_import_piece`](Self::max_import_piece)).
+    ///
+    /// `None` (the default): [`PINNED_HUGE_MIN`](Self::PINNED_HUGE_MIN) on GPUs, never on CPU
+    /// drivers. On the H200, against driver blocks in alternated processes: `alloc_pinned` 1 GiB
+    /// 185-280 ms against 253-304, 256 MiB 41-59 against 57-82, `free_pinned` plus its release
+    /// of 1 GiB 36-43 ms against 53-76, copies the same (docs/PERFORMANCE.md).
+    /// `Some(usize::MAX)`: never. `VKHOST_PINNED_HUGE_MIN=N` (bytes; `off`) sets it.
+    pub pinned_huge_min: Option<usize>,
     /// Staging chunks in flight per copy context and per stream (default 3). In
     /// [`STAGING_SLOTS`](Self::STAGING_SLOTS) (2..=16); `staging_chunk × staging_slots` (one
     /// staging buffer) must fit the device's maxMemoryAllocationSize.
@@ -435,6 +450,23 @@ impl OpenOptions {
     /// # Ok::<(), vkhost::Error>(())
     /// ```
     pub const ASSIST_RECENT: std::time::Duration = std::time::Duration::from_millis(10);
+    /// The smallest pinned block made of vkhost's own huge-page memory on GPUs by default (2 MiB,
+    /// one huge page; see [`pinned_huge_min`](Self::pinned_huge_min)).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::OpenOptions;
+    /// assert_eq!(OpenOptions::PINNED_HUGE_MIN, 2 << 20);
+    /// // Every block of at least 4 MiB from huge pages, on any device that imports host memory.
+    /// let opts = OpenOptions { pinned_huge_min: Some(4 << 20), ..Default::default() };
+    /// let dev = vkhost::Device::open_default_with(&opts)?;
+    /// let block = vkhost::PinnedBuffer::new(&dev, 4 << 20)?;
+    /// assert_eq!(block.len(), 4 << 20);
+    /// # Ok(()) }
+    /// ```
+    pub const PINNED_HUGE_MIN: usize = 2 << 20;
     /// The longest [`staging_spin`](Self::staging_spin) (100 ms).
     ///
     /// # Example
@@ -544,6 +576,10 @@ impl Default for OpenOptions {
             staging_chunk: env_usize("VKHOST_STAGING_CHUNK").unwrap_or(16 << 20),
             staging_slots: env_usize("VKHOST_STAGING_SLOTS").unwrap_or(3),
             staging_threads: env_usize("VKHOST_STAGING_THREADS").unwrap_or_else(crate::par::default_threads),
+            pinned_huge_min: match std::env::var("VKHOST_PINNED_HUGE_MIN").as_deref().map(str::trim) {
+                Ok("off") | Ok("never") => Some(usize::MAX),
+                _ => env_usize("VKHOST_PINNED_HUGE_MIN"),
+            },
             staging_spin: env_usize("VKHOST_STAGING_SPIN_US").map(|us| std::time::Duration::from_micros(us as u64)),
             max_import_piece: env_usize("VKHOST_IMPORT_PIECE"),
             copy_queue: match std::env::var("VKHOST_COPY_QUEUE").as_deref() {

@@ -48,8 +48,10 @@ pub(crate) struct BufferObj {
     /// under the lock before the objects are destroyed.
     present: std::sync::atomic::AtomicBool,
     /// What must outlive the memory (the host mapping an import was made from, when vkhost
-    /// made it): dropped only after the memory is freed.
-    backing: Option<Backing>,
+    /// made it): dropped only after the memory is freed (by the release, or teardown's).
+    backing: Mutex<Option<Backing>>,
+    /// Whether a backing was given (it stays `true` after the backing went).
+    backed: bool,
     /// Where the memory is mapped, for buffers allocated mapped (pinned blocks, staging, device
     /// buffers in mapped VRAM): valid while the memory exists (see [`BufferObj::mapped`]).
     map: Option<super::SendPtr>,
@@ -78,7 +80,8 @@ impl BufferObj {
             size,
             memory: Mutex::new(Some(b.memory)),
             present: std::sync::atomic::AtomicBool::new(true),
-            backing: None,
+            backing: Mutex::new(None),
+            backed: false,
             map: b.ptr,
             background: std::sync::atomic::AtomicBool::new(false),
         }
@@ -102,7 +105,8 @@ impl BufferObj {
 
     /// Keeps `backing` alive until the memory is freed.
     pub(crate) fn with_backing(mut self, backing: Backing) -> BufferObj {
-        self.backing = Some(backing);
+        self.backing = Mutex::new(Some(backing));
+        self.backed = true;
         self
     }
 
@@ -140,10 +144,11 @@ impl BufferObj {
         *lock(&self.memory)
     }
 
-    /// Whether the memory was imported from a host mapping vkhost made (a pinned block larger
-    /// than one allocation, see `host::alloc_pinned`): only such imports carry a backing.
+    /// Whether the memory was imported from a host mapping vkhost made (a pinned block of
+    /// vkhost's own huge-page memory, see `host::alloc_pinned`): only such imports carry a
+    /// backing.
     pub(crate) fn has_backing(&self) -> bool {
-        self.backing.is_some()
+        self.backed
     }
 
     /// Destroys the objects now (no-op if already gone).
@@ -159,7 +164,19 @@ impl BufferObj {
         if let Some(m) = m {
             // SAFETY: the caller's contract; `take` makes this the only release.
             unsafe { s.release_bound(l, self.buffer, m) };
+            // The import is gone, so the mapping it was made from may go too (teardown unmaps
+            // a block as it frees a driver-allocated one). Other pieces of the same block keep
+            // their share of it until they are released.
+            drop(lock(&self.backing).take());
         }
+    }
+}
+
+/// The backing out of its lock, poisoned or not (for `Drop`, which has the object to itself).
+fn take_backing(b: &mut Mutex<Option<Backing>>) -> Option<Backing> {
+    match b.get_mut() {
+        Ok(b) => b.take(),
+        Err(p) => p.into_inner().take(),
     }
 }
 
@@ -167,7 +184,7 @@ impl Drop for BufferObj {
     fn drop(&mut self) {
         if super::fork_generation() != self.fork_gen {
             // Nothing here is the child's to release, not even a mapping vkhost made.
-            std::mem::forget(self.backing.take());
+            std::mem::forget(take_backing(&mut self.backing));
             return;
         }
         let m = match self.memory.get_mut() {
@@ -187,17 +204,17 @@ impl Drop for BufferObj {
                 // was the last reference, the teardown just freed the queue and the releaser's
                 // upgrade fails.
                 let w = Arc::downgrade(&s);
-                s.queue_garbage(self.buffer, m, self.backing.take());
+                s.queue_garbage(self.buffer, m, take_backing(&mut self.backing));
                 drop_shared(s);
                 releaser().send(w);
             }
-            Some(s) => s.release_or_defer(self.buffer, m, self.backing.take()),
+            Some(s) => s.release_or_defer(self.buffer, m, take_backing(&mut self.backing)),
             None => {
                 // Unreachable by construction (teardown holds every child until its objects
                 // are released), so a leak: keep the mapping too, never unmap pages an import
                 // that still exists was made from.
                 log::error!("{}: a buffer outlived its device's teardown with its memory: leaked", self.device);
-                std::mem::forget(self.backing.take());
+                std::mem::forget(take_backing(&mut self.backing));
             }
         }
     }

@@ -30,9 +30,10 @@ pub(crate) fn host_pointer_bits(s: &Shared, l: &Live, ptr: *const u8) -> Result<
     Ok(props.memory_type_bits)
 }
 
-/// Imports the host pages `covered` (already rounded, validated and reserved).
+/// Imports the host pages `covered` (already rounded, validated and reserved), into memory
+/// type `want` when given (`Unsupported` if the import would get another type).
 /// On failure nothing is left behind.
-pub(crate) fn import_range(s: &Shared, l: &Live, covered: &Range<usize>) -> Result<Bound> {
+pub(crate) fn import_range(s: &Shared, l: &Live, covered: &Range<usize>, want: Option<u32>) -> Result<Bound> {
     let len = covered.len() as u64;
     if len > s.info.max_memory_allocation_size {
         return Err(Error::invalid(format!(
@@ -57,6 +58,9 @@ pub(crate) fn import_range(s: &Shared, l: &Live, covered: &Range<usize>) -> Resu
                 req.memory_type_bits
             ))
         })?;
+        if let Some(w) = want.filter(|&w| w != choice.index) {
+            return Err(Error::unsupported(format!("the import would be memory type {}, not {w}", choice.index)));
+        }
         let mut imp = vk::ImportMemoryHostPointerInfoEXT::default()
             .handle_type(vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT)
             .host_pointer(covered.start as *mut std::ffi::c_void);

@@ -175,14 +175,18 @@ pub fn page_size() -> usize {
     if p > 0 { p as usize } else { 4096 }
 }
 
-/// An anonymous, private, read-write mapping vkhost made (the host side of a pinned block too
-/// large for one allocation), unmapped when dropped: after every import of it was freed (the
-/// imports hold it as their backing).
+/// An anonymous, private, read-write mapping vkhost made (the host side of a pinned block
+/// made of imports), unmapped when dropped: after every import of it was freed (the imports
+/// hold it as their backing).
 #[derive(Debug)]
 pub(crate) struct AnonMap {
     addr: usize,
     len: usize,
 }
+
+/// The huge-page size [`AnonMap::new_huge`] aligns to (x86-64's and AArch64's 4 KiB-granule
+/// PMD size).
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
 
 impl AnonMap {
     /// Maps `len` (> 0, a page multiple) fresh zeroed bytes.
@@ -195,6 +199,49 @@ impl AnonMap {
             return Err(Error::OutOfHostMemory);
         }
         Ok(AnonMap { addr: p as usize, len })
+    }
+
+    /// Maps `len` (> 0, a page multiple) fresh zeroed bytes at a [`HUGE_PAGE`]-aligned address,
+    /// advised `MADV_HUGEPAGE` and faulted in (written) before it returns, so that the kernel
+    /// backs it with transparent huge pages where it can: a device then maps it with large
+    /// pages, and an import pins pages that exist instead of faulting them in itself. Where the
+    /// kernel has no transparent huge pages the advice fails and the bytes are faulted in as
+    /// small pages.
+    pub(crate) fn new_huge(len: usize) -> Result<AnonMap> {
+        let over = len.checked_add(HUGE_PAGE).ok_or(Error::OutOfHostMemory)?;
+        let raw = AnonMap::new(over)?;
+        let start = raw.addr.next_multiple_of(HUGE_PAGE);
+        let (head, tail) = (start - raw.addr, raw.addr + over - (start + len));
+        let (base, total) = (raw.addr, raw.len);
+        std::mem::forget(raw);
+        // SAFETY: `[base, base+total)` is the mapping made above, now ours alone (its guard
+        // forgotten); the head and tail trimmed here lie inside it and outside `[start,
+        // start+len)`, which stays mapped and is owned by the returned map.
+        unsafe {
+            if head > 0 {
+                libc::munmap(base as *mut libc::c_void, head);
+            }
+            if tail > 0 {
+                libc::munmap((start + len) as *mut libc::c_void, tail);
+            }
+        }
+        debug_assert_eq!(head + len + tail, total);
+        let map = AnonMap { addr: start, len };
+        // SAFETY: advice on our own mapping; failure (no THP in this kernel) changes nothing.
+        unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
+        // MADV_POPULATE_WRITE (Linux 5.14) faults the whole range in, writable, in one call;
+        // elsewhere one write per page does.
+        const MADV_POPULATE_WRITE: libc::c_int = 23;
+        // SAFETY: our own read-write mapping.
+        if unsafe { libc::madvise(start as *mut libc::c_void, len, MADV_POPULATE_WRITE) } != 0 {
+            let page = page_size();
+            for off in (0..len).step_by(page) {
+                // SAFETY: `start + off` lies in our read-write mapping; it holds zeroes, and
+                // writing a zero keeps it so while making the kernel allocate the page.
+                unsafe { std::ptr::write_volatile((start + off) as *mut u8, 0) };
+            }
+        }
+        Ok(map)
     }
 
     /// The first byte.

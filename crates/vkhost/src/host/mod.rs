@@ -379,14 +379,23 @@ impl HostPtr for usize {
     }
 }
 
-/// Allocates `len` bytes of driver memory, mapped for its whole life and bound to a VkBuffer
-/// (TRANSFER_SRC | TRANSFER_DST | STORAGE_BUFFER), and lists it in the registry.
+/// Allocates `len` bytes of pinned host memory, mapped for its whole life and bound to a
+/// VkBuffer (TRANSFER_SRC | TRANSFER_DST | STORAGE_BUFFER), and lists it in the registry.
+/// Driver memory, except blocks of at least `OpenOptions::pinned_huge_min` (2 MiB on GPUs by
+/// default), which are vkhost's own huge-page memory imported into the same memory type where
+/// the device allows it (on the H200 they allocate and free faster and copy the same).
 ///
 /// Memory type, best first: HOST_VISIBLE|HOST_COHERENT|HOST_CACHED not DEVICE_LOCAL; then
 /// HOST_VISIBLE|HOST_COHERENT not DEVICE_LOCAL; only then DEVICE_LOCAL host-visible (the only
 /// kind on UMA/CPU devices). Unaffected by the import policy.
 ///
-/// Errors: `len == 0` → `InvalidArgument`; more than maxMemoryAllocationSize → `InvalidArgument`.
+/// A block larger than maxMemoryAllocationSize (or `OpenOptions::max_import_piece`), and one of
+/// at least `OpenOptions::pinned_huge_min` bytes, is vkhost's own huge-page-aligned anonymous
+/// memory, faulted in and imported in pieces behind one entry (needs host registration; the
+/// block stays one contiguous range, `find` answers within a piece).
+///
+/// Errors: `len == 0` → `InvalidArgument`; a block too large for one allocation where imports
+/// are unavailable → `Unsupported`; no memory → `OutOfHostMemory` or the driver's error.
 ///
 /// # Example
 ///
@@ -422,23 +431,25 @@ pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guarded: bool) -> Res
     }
     let l = s.live()?;
     let page = page_size();
-    let (ptr, imports) = if len <= s.import_piece(page) {
-        let (b, ptr) = import::alloc_pinned_block(s, &l, len)?;
-        (ptr, Imports::one(Resource::new(s, BufferObj::new(s, b, len as u64)), len))
-    } else {
-        // Larger than one allocation may be: reserve the address range (one anonymous
-        // mapping, so the block stays contiguous) and import it in pieces.
-        let granule = s.registration().map_err(|why| {
-            Error::unsupported(format!(
-                "a pinned block of {len} bytes exceeds one allocation ({} bytes) and needs imports, but: {why}",
-                s.import_piece(page)
-            ))
-        })?;
-        let map = maps::AnonMap::new(len.next_multiple_of(granule))?;
-        let ptr = map.ptr();
-        let start = ptr.as_ptr() as usize;
-        let imports = import_pieces(s, &l, &(start..start + map.len()), Some(Arc::new(map)))?;
-        (ptr, imports)
+    let piece = s.import_piece(page);
+    // vkhost's own huge-page memory (`OpenOptions::pinned_huge_min`) where the device would
+    // import it into the memory type it gives driver-allocated blocks (the seed's order);
+    // anything that stops that path leaves the block to the driver.
+    let huge = (len <= piece && huge_pinned(s, len))
+        .then(|| {
+            let want = crate::memtype::pinned(&l.types, u32::MAX).map(|c| c.index);
+            want.and_then(|w| huge_block(s, &l, len, Some(w)).inspect_err(|e| log::debug!("{}: huge-page pinned block: {e}", s.id)).ok())
+        })
+        .flatten();
+    let (ptr, imports) = match huge {
+        Some(h) => h,
+        None if len <= piece => {
+            let (b, ptr) = import::alloc_pinned_block(s, &l, len)?;
+            (ptr, Imports::one(Resource::new(s, BufferObj::new(s, b, len as u64)), len))
+        }
+        // Larger than one allocation may be: imports in pieces of one mapping, so the block
+        // stays contiguous.
+        None => huge_block(s, &l, len, None)?,
     };
     let start = ptr.as_ptr() as usize;
     let entry = Entry {
@@ -461,20 +472,51 @@ pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guarded: bool) -> Res
     Ok((ptr, imports))
 }
 
+/// Whether a pinned block of `len` bytes should be vkhost's own huge-page memory:
+/// `OpenOptions::pinned_huge_min`, by default 2 MiB on GPUs and never on CPU drivers (whose
+/// "device" maps nothing), where imports work at all.
+fn huge_pinned(s: &Shared, len: usize) -> bool {
+    let min = match s.options.pinned_huge_min {
+        Some(m) => m,
+        None if s.info.device_type == crate::DeviceType::Cpu => usize::MAX,
+        None => crate::OpenOptions::PINNED_HUGE_MIN,
+    };
+    len >= min && s.registration().is_ok()
+}
+
+/// A pinned block of `len` bytes made of vkhost's own memory: one anonymous mapping, huge-page
+/// aligned, advised and faulted in ([`maps::AnonMap::new_huge`]), imported in pieces of at most
+/// the device's largest import, each into memory type `want` when given; the mapping goes with
+/// the last piece.
+fn huge_block(s: &Arc<Shared>, l: &crate::device::Live, len: usize, want: Option<u32>) -> Result<(NonNull<u8>, Arc<Imports>)> {
+    let granule = s.registration().map_err(|why| {
+        Error::unsupported(format!(
+            "a pinned block of {len} bytes exceeds one allocation ({} bytes) and needs imports, but: {why}",
+            s.import_piece(page_size())
+        ))
+    })?;
+    let map = maps::AnonMap::new_huge(len.next_multiple_of(granule))?;
+    let ptr = map.ptr();
+    let start = ptr.as_ptr() as usize;
+    let imports = import_pieces(s, l, &(start..start + map.len()), Some(Arc::new(map)), want)?;
+    Ok((ptr, imports))
+}
+
 /// Imports `covered` (validated, page-aligned) as pieces of at most the device's largest
-/// import; all or nothing.
+/// import (each into memory type `want` when given); all or nothing.
 fn import_pieces(
     s: &Arc<Shared>,
     l: &crate::device::Live,
     covered: &std::ops::Range<usize>,
     backing: Option<crate::device::object::Backing>,
+    want: Option<u32>,
 ) -> Result<Arc<Imports>> {
     let part = s.import_piece(page_size());
     let ranges: Vec<std::ops::Range<usize>> =
         (0..covered.len().div_ceil(part)).map(|i| covered.start + i * part..(covered.start + (i + 1) * part).min(covered.end)).collect();
     // Several pieces import on several threads: each import pins its pages, and pinning is the
     // cost (about 2.4 ms per 64 MiB on the H200).
-    let results = on_threads(&ranges, |r| import::import_range(s, l, r));
+    let results = on_threads(&ranges, |r| import::import_range(s, l, r, want));
     let mut parts: Vec<Arc<Resource>> = Vec::with_capacity(ranges.len());
     let mut failed = None;
     for (r, b) in ranges.iter().zip(results) {
@@ -778,7 +820,7 @@ pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guard
     // without holding the registry lock.
     let reservation = Entry { kind: Kind::Registered, user: addr..end, covered: covered.clone(), live: false, guarded, cell: None };
     registry().insert(s.id, reservation).map_err(|_| Error::AlreadyRegistered)?;
-    match import_pieces(s, &l, &covered, None) {
+    match import_pieces(s, &l, &covered, None, None) {
         Ok(res) => {
             let mut reg = registry();
             if let Some(e) = reg.get_mut(s.id, addr) {

@@ -50,7 +50,9 @@ pub struct RawMemory {
     /// The usage vkhost created `buffer` with: TRANSFER_SRC | TRANSFER_DST | STORAGE_BUFFER.
     pub usage: vk::BufferUsageFlags,
     /// The external handle types `memory` was imported with: HOST_ALLOCATION_EXT for
-    /// registrations and pinned blocks larger than one allocation, empty for driver allocations.
+    /// registrations and pinned blocks of vkhost's own memory (see
+    /// [`OpenOptions::pinned_huge_min`](crate::OpenOptions::pinned_huge_min); blocks larger than
+    /// one allocation), empty for driver allocations.
     /// A buffer bound to it must be created with the same `VkExternalMemoryBufferCreateInfo`
     /// (VUID-vkBindBufferMemory-memory-02985).
     pub handle_types: vk::ExternalMemoryHandleTypeFlags,
@@ -241,8 +243,8 @@ impl PinnedBuffer {
     /// # Ok(()) }
     /// ```
     pub fn raw_memory(&self) -> Option<RawMemory> {
-        // Only the pieces of a block larger than one allocation are imports (of vkhost's own
-        // anonymous mapping, their backing).
+        // Only blocks of vkhost's own memory (huge-page blocks, blocks larger than one
+        // allocation) are imports (of an anonymous mapping, their backing).
         raw_memory(&self.res, 0, self.len, |o| o.has_backing())
     }
 
