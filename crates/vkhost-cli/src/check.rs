@@ -189,6 +189,21 @@ fn huge_pinned(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<
     if let Err(why) = dev.host_registration() {
         rows.push(Row { name: format!("huge-page pinned blocks: skipped ({why})"), passed: 0, total: 0, detail: String::new() });
     } else {
+        // The blocks must really be imports: a silent fallback to the driver would make the
+        // rows below repeat the plain pinned ones.
+        let probe = PinnedBuffer::new(&dev, 1 << 20)?;
+        let imported = probe.raw_memory().is_some_and(|r| r.handle_types == vkhost::vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT);
+        drop(probe);
+        rows.push(Row {
+            name: "huge-page pinned blocks are imports".into(),
+            passed: usize::from(imported),
+            total: 1,
+            detail: if imported {
+                String::new()
+            } else {
+                "the driver allocated the block (memory type differs, or the import failed: RUST_LOG=vkhost=debug says which)".into()
+            },
+        });
         matrix_of(&dev, rows, &[("huge-page pinned", Path::Pinned)])?;
     }
     dev.destroy()?;

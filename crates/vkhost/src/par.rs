@@ -141,12 +141,11 @@ impl Pool {
     }
 
     fn work(&self) {
-        let mut spin = Duration::ZERO;
+        // Until when this worker polls for its next job instead of parking: a staged copy runs
+        // in batches a few microseconds apart (memcpy, submit, the next memcpy), and a parked
+        // worker can take tens of microseconds to wake on a busy or virtualized machine.
+        let mut poll_until: Option<Instant> = None;
         loop {
-            // A staged copy runs in batches a few microseconds apart (memcpy, submit, the next
-            // memcpy), and a parked worker can take tens of microseconds to wake on a busy or
-            // virtualized machine: poll for the next job a while before parking.
-            self.poll(spin);
             let job = {
                 let mut q = lock(&self.queue);
                 loop {
@@ -154,25 +153,31 @@ impl Pool {
                         self.queued.store(q.0.len(), Ordering::Relaxed);
                         break j;
                     }
-                    q = self.cv.wait(q).unwrap_or_else(PoisonError::into_inner);
+                    match poll_until {
+                        // A job seen while polling but taken by another thread: poll on for
+                        // the rest of the time rather than park.
+                        Some(t) if Instant::now() < t => {
+                            drop(q);
+                            self.poll(t);
+                            q = lock(&self.queue);
+                        }
+                        _ => q = self.cv.wait(q).unwrap_or_else(PoisonError::into_inner),
+                    }
                 }
             };
-            spin = job.spin;
+            let spin = job.spin;
             run(job);
+            poll_until = (!spin.is_zero()).then(|| Instant::now() + spin);
         }
     }
 
-    /// Returns once a job is queued or `spin` has passed.
-    fn poll(&self, spin: Duration) {
-        if spin.is_zero() {
-            return;
-        }
-        let t = Instant::now();
+    /// Returns once a job is queued or `until` has passed.
+    fn poll(&self, until: Instant) {
         let mut i = 0u32;
         while self.queued.load(Ordering::Relaxed) == 0 {
             std::hint::spin_loop();
             i = i.wrapping_add(1);
-            if i % 64 == 0 && t.elapsed() >= spin {
+            if i % 64 == 0 && Instant::now() >= until {
                 return;
             }
         }

@@ -303,6 +303,8 @@ pub struct OpenOptions {
     /// copies; `free_pinned` (or the device's teardown) releases the import, then unmaps. Where
     /// imports are unavailable or refuse, the driver allocates the block. Blocks larger than
     /// one allocation are always made this way (see [`max_import_piece`](Self::max_import_piece)).
+    /// A `fork()` copies such a block's pages into the child (Linux copies pinned anonymous
+    /// memory rather than share it), which costs time and memory in a process that forks.
     ///
     /// `None` (the default): [`PINNED_HUGE_MIN`](Self::PINNED_HUGE_MIN) on GPUs, never on CPU
     /// drivers. On the H200, against driver blocks in alternated processes: `alloc_pinned` 1 GiB

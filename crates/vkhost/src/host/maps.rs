@@ -230,10 +230,14 @@ impl AnonMap {
         // SAFETY: advice on our own mapping; failure (no THP in this kernel) changes nothing.
         unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
         // MADV_POPULATE_WRITE (Linux 5.14) faults the whole range in, writable, in one call;
-        // elsewhere one write per page does.
+        // on older kernels (EINVAL) one write per page does. Any other failure (no memory) is
+        // an error: writing the pages would invite the OOM killer instead.
         const MADV_POPULATE_WRITE: libc::c_int = 23;
         // SAFETY: our own read-write mapping.
         if unsafe { libc::madvise(start as *mut libc::c_void, len, MADV_POPULATE_WRITE) } != 0 {
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+                return Err(Error::OutOfHostMemory); // `map` drops: unmapped
+            }
             let page = page_size();
             for off in (0..len).step_by(page) {
                 // SAFETY: `start + off` lies in our read-write mapping; it holds zeroes, and

@@ -387,12 +387,13 @@ impl HostPtr for usize {
 ///
 /// Memory type, best first: HOST_VISIBLE|HOST_COHERENT|HOST_CACHED not DEVICE_LOCAL; then
 /// HOST_VISIBLE|HOST_COHERENT not DEVICE_LOCAL; only then DEVICE_LOCAL host-visible (the only
-/// kind on UMA/CPU devices). Unaffected by the import policy.
+/// kind on UMA/CPU devices). With imports off by policy every block that fits one allocation
+/// is the driver's.
 ///
-/// A block larger than maxMemoryAllocationSize (or `OpenOptions::max_import_piece`), and one of
-/// at least `OpenOptions::pinned_huge_min` bytes, is vkhost's own huge-page-aligned anonymous
-/// memory, faulted in and imported in pieces behind one entry (needs host registration; the
-/// block stays one contiguous range, `find` answers within a piece).
+/// A huge-page block is one import of vkhost's own 2 MiB-aligned anonymous memory, faulted in
+/// first. A block larger than maxMemoryAllocationSize (or `OpenOptions::max_import_piece`) is
+/// such memory imported in pieces behind one entry (needs host registration; the block stays
+/// one contiguous range, `find` answers within a piece).
 ///
 /// Errors: `len == 0` → `InvalidArgument`; a block too large for one allocation where imports
 /// are unavailable → `Unsupported`; no memory → `OutOfHostMemory` or the driver's error.
@@ -434,13 +435,18 @@ pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guarded: bool) -> Res
     let piece = s.import_piece(page);
     // vkhost's own huge-page memory (`OpenOptions::pinned_huge_min`) where the device would
     // import it into the memory type it gives driver-allocated blocks (the seed's order);
-    // anything that stops that path leaves the block to the driver.
-    let huge = (len <= piece && huge_pinned(s, len))
-        .then(|| {
-            let want = crate::memtype::pinned(&l.types, u32::MAX).map(|c| c.index);
-            want.and_then(|w| huge_block(s, &l, len, Some(w)).inspect_err(|e| log::debug!("{}: huge-page pinned block: {e}", s.id)).ok())
-        })
-        .flatten();
+    // anything else that stops that path leaves the block to the driver. (The type is ranked
+    // over every type, not the buffer's allowed ones: that can only refuse the import.)
+    let mut huge = None;
+    if len <= piece && huge_pinned(s, len) {
+        if let Some(w) = crate::memtype::pinned(&l.types, u32::MAX).map(|c| c.index) {
+            match huge_block(s, &l, len, Some(w)) {
+                Ok(h) => huge = Some(h),
+                Err(Error::DeviceLost) => return Err(Error::DeviceLost),
+                Err(e) => log::debug!("{}: huge-page pinned block of {len} bytes: {e}; the driver allocates it", s.id),
+            }
+        }
+    }
     let (ptr, imports) = match huge {
         Some(h) => h,
         None if len <= piece => {
