@@ -355,6 +355,15 @@ if [ "$what" = stage256 ]; then
   done
   } 2>&1 | tee "$OUT/stage256.txt"
 fi
+if [ "$what" = median ]; then
+  # Issue 9's 3% line against several processes rather than one: RUNS full sweeps (default 3,
+  # ~70 s each), then regress-check with each point's median over the runs.
+  js=""
+  for k in $(seq 1 "${RUNS:-3}"); do
+    echo "== sweep $k"; $v bench --json "$OUT/run-$k.json" 2>&1 | grep -E "all points|FAIL" ; js="$js $OUT/run-$k.json"
+  done
+  python3 scripts/regress-check.py docs/h200-bench.json $js 2>&1 | tee "$OUT/regress-median.txt" | tail -n 40
+fi
 if [ "$what" = assist ]; then
   # OpenOptions::bar_assist (issue 10, bidir past the copy ceiling): the h2d write shared between
   # the copy engine and CPU stores, alone (host_to_device_bar+assist) and beside a copy-engine
