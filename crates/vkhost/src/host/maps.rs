@@ -188,19 +188,17 @@ pub(crate) struct AnonMap {
 /// PMD size).
 pub(crate) const HUGE_PAGE: usize = 2 << 20;
 
-impl AnonMap {
-    /// Maps `len` (> 0, a page multiple) fresh zeroed bytes.
-    pub(crate) fn new(len: usize) -> Result<AnonMap> {
-        // SAFETY: an anonymous private mapping with no address hint has no preconditions.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-        };
-        if p == libc::MAP_FAILED {
-            return Err(Error::OutOfHostMemory);
-        }
-        Ok(AnonMap { addr: p as usize, len })
-    }
+/// Maps `len` (> 0) fresh zeroed anonymous, private, read-write bytes; their address. The
+/// caller owns the mapping and unmaps it.
+fn map_anon(len: usize) -> Result<usize> {
+    // SAFETY: an anonymous private mapping with no address hint has no preconditions.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    if p == libc::MAP_FAILED { Err(Error::OutOfHostMemory) } else { Ok(p as usize) }
+}
 
+impl AnonMap {
     /// Maps `len` (> 0, a page multiple) fresh zeroed bytes at a [`HUGE_PAGE`]-aligned address,
     /// advised `MADV_HUGEPAGE` and faulted in (written) before it returns, so that the kernel
     /// backs it with transparent huge pages where it can: a device then maps it with large
@@ -209,14 +207,12 @@ impl AnonMap {
     /// small pages.
     pub(crate) fn new_huge(len: usize) -> Result<AnonMap> {
         let over = len.checked_add(HUGE_PAGE).ok_or(Error::OutOfHostMemory)?;
-        let raw = AnonMap::new(over)?;
-        let start = raw.addr.next_multiple_of(HUGE_PAGE);
-        let (head, tail) = (start - raw.addr, raw.addr + over - (start + len));
-        let (base, total) = (raw.addr, raw.len);
-        std::mem::forget(raw);
-        // SAFETY: `[base, base+total)` is the mapping made above, now ours alone (its guard
-        // forgotten); the head and tail trimmed here lie inside it and outside `[start,
-        // start+len)`, which stays mapped and is owned by the returned map.
+        let base = map_anon(over)?;
+        let start = base.next_multiple_of(HUGE_PAGE);
+        let (head, tail) = (start - base, base + over - (start + len));
+        // SAFETY: `[base, base+over)` is the mapping just made, known to nothing else; the head
+        // and tail unmapped here lie inside it and outside `[start, start+len)`, which stays
+        // mapped and is owned by the map made next.
         unsafe {
             if head > 0 {
                 libc::munmap(base as *mut libc::c_void, head);
@@ -225,7 +221,7 @@ impl AnonMap {
                 libc::munmap((start + len) as *mut libc::c_void, tail);
             }
         }
-        debug_assert_eq!(head + len + tail, total);
+        debug_assert_eq!(head + len + tail, over);
         let map = AnonMap { addr: start, len };
         // SAFETY: advice on our own mapping; failure (no THP in this kernel) changes nothing.
         unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
@@ -270,16 +266,10 @@ impl Drop for AnonMap {
 
 /// Calls `f` with one fresh, anonymous, read-write page of `len` bytes, unmapped afterwards.
 pub(crate) fn with_probe_page<T>(len: usize, f: impl FnOnce(*mut u8) -> Result<T>) -> Result<T> {
-    // SAFETY: an anonymous private mapping with no address hint has no preconditions.
-    let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-    };
-    if p == libc::MAP_FAILED {
-        return Err(Error::OutOfHostMemory);
-    }
-    let r = f(p.cast());
+    let p = map_anon(len)?;
+    let r = f(p as *mut u8);
     // SAFETY: `p` is the mapping made above, of `len` bytes; `f` no longer uses it.
-    unsafe { libc::munmap(p, len) };
+    unsafe { libc::munmap(p as *mut libc::c_void, len) };
     r
 }
 

@@ -480,24 +480,24 @@ pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guarded: bool) -> Res
 
 /// Whether a pinned block of `len` bytes should be vkhost's own huge-page memory:
 /// `OpenOptions::pinned_huge_min`, by default 2 MiB on GPUs and never on CPU drivers (whose
-/// "device" maps nothing), where imports work at all.
+/// "device" maps nothing). Whether imports work at all, [`huge_block`] asks.
 fn huge_pinned(s: &Shared, len: usize) -> bool {
     let min = match s.options.pinned_huge_min {
         Some(m) => m,
         None if s.info.device_type == crate::DeviceType::Cpu => usize::MAX,
         None => crate::OpenOptions::PINNED_HUGE_MIN,
     };
-    len >= min && s.registration().is_ok()
+    len >= min
 }
 
 /// A pinned block of `len` bytes made of vkhost's own memory: one anonymous mapping, huge-page
 /// aligned, advised and faulted in ([`maps::AnonMap::new_huge`]), imported in pieces of at most
 /// the device's largest import, each into memory type `want` when given; the mapping goes with
-/// the last piece.
+/// the last piece. `Unsupported` where the device cannot import host memory.
 fn huge_block(s: &Arc<Shared>, l: &crate::device::Live, len: usize, want: Option<u32>) -> Result<(NonNull<u8>, Arc<Imports>)> {
     let granule = s.registration().map_err(|why| {
         Error::unsupported(format!(
-            "a pinned block of {len} bytes exceeds one allocation ({} bytes) and needs imports, but: {why}",
+            "a pinned block of {len} bytes of vkhost's own memory (needed beyond one allocation, {} bytes) needs imports, but: {why}",
             s.import_piece(page_size())
         ))
     })?;
