@@ -340,6 +340,46 @@ if [ "$what" = huge ]; then
   done; done
   } 2>&1 | tee "$OUT/huge.txt"
 fi
+if [ "$what" = small ]; then
+  # Pinned blocks below 2 MiB: the driver's allocation (the default) against vkhost's own
+  # memory imported (VKHOST_PINNED_HUGE_MIN=4096), alternated per process, three rounds: the
+  # costs of alloc_pinned / free_pinned (the driver's alloc_pinned 16-64 KiB moves 50-92 us by
+  # process; register 16 KiB is 34 us) and the copies and latency of small blocks.
+  T=host_to_device_ce,device_to_host_ce,latency,costs
+  {
+  for r in 1 2 3; do for h in driver 4096; do
+    echo "== pinned blocks below 2 MiB: $h, round $r"
+    if [ $h = driver ]; then e=2097152; else e=$h; fi
+    VKHOST_PINNED_HUGE_MIN=$e $v bench -t $T --sizes 4K,16K,64K,256K,1M --iters 20 --json "$OUT/small-$h-$r.json" 2>&1 | grep -E "_ce |^latency|alloc_pinned|free_pinned|^register"
+  done; done
+  } 2>&1 | tee "$OUT/small.txt"
+fi
+if [ "$what" = bidirsweep ]; then
+  # Pinned bidir_ce at 16-256 MiB reads ~49 GB/s inside the full sweep (four processes, the d2h
+  # side at ~30 GB/s) and ~58 in a process with only the pinned ce testcases (call 4 of the
+  # seventh session, eight processes); registered bidir reads 58 inside the sweep. Which part of
+  # the sweep does it: the size sequence, the other paths' memory, huge-page blocks?
+  {
+  g="^bidir|^== "
+  echo "== 1: pinned ce only, default sizes"; $v bench -t host_to_device_ce,device_to_host_ce,bidir_ce --no-costs 2>&1 | grep -E "$g" | grep -E "16M|64M|256M|=="
+  echo "== 2: bidir_ce 16M,256M alone"; $v bench -t bidir_ce --sizes 16M,256M --no-costs 2>&1 | grep -E "$g"
+  echo "== 3: every path's bidir, 16M,256M"; $v bench --dirs bidir --sizes 16M,256M --no-costs 2>&1 | grep -E "$g"
+  echo "== 4: ce testcases of every path, 16M,256M"; $v bench -t host_to_device,device_to_host,bidir --sizes 16M,256M --no-costs 2>&1 | grep -E "$g"
+  echo "== 5: full sweep, no costs"; $v bench --no-costs 2>&1 | grep -E "$g" | grep -E "16M|256M|=="
+  echo "== 6: full sweep, no costs, driver pinned blocks"; VKHOST_PINNED_HUGE_MIN=off $v bench --no-costs 2>&1 | grep -E "$g" | grep -E "16M|256M|=="
+  } 2>&1 | tee "$OUT/bidirsweep.txt"
+fi
+if [ "$what" = costsab ]; then
+  # The full sweep with its costs (measured first, in a child process) against the same sweep
+  # with --no-costs, alternated on one machine: pinned bidir_ce at 16-256 MiB read ~49 GB/s in
+  # every sweep with costs of three calls and 56-64 in every process without (call 2).
+  {
+  for r in 1 2; do
+    echo "== with costs, round $r"; $v bench 2>&1 | grep -E "^bidir_(ce|registered_ce) " | grep -E "16M|64M|256M|1G"
+    echo "== no costs, round $r"; $v bench --no-costs 2>&1 | grep -E "^bidir_(ce|registered_ce) " | grep -E "16M|64M|256M|1G"
+  done
+  } 2>&1 | tee "$OUT/costsab.txt"
+fi
 if [ "$what" = stage256 ]; then
   # Pageable 256 MiB h2d lands at 42.4-45.8 GB/s by process (target 44): staging chunk, slots
   # and streaming stores into staging, alternated, three rounds.
