@@ -380,6 +380,24 @@ if [ "$what" = costsab ]; then
   done
   } 2>&1 | tee "$OUT/costsab.txt"
 fi
+if [ "$what" = pagesab ]; then
+  # The slow pinned process: pinned 4 KiB copies at 18-21 us and pinned bidir at 49 GB/s while
+  # registered memory of the same process copies at 13-14 us and 58 (calls 1 and 4 of the eighth
+  # session; machine B of calls 2-3 never). Is it the blocks' large pages? Arms, alternated, four
+  # rounds: default (pinned blocks huge-page imports, registered 4 KiB pages), driver pinned
+  # blocks (VKHOST_PINNED_HUGE_MIN=off), and --hugepages (registered memory advised huge too).
+  T=host_to_device_ce,device_to_host_ce,bidir_ce,host_to_device_registered_ce,device_to_host_registered_ce,bidir_registered_ce
+  {
+  for r in 1 2 3 4; do for arm in default driver reghuge; do
+    echo "== $arm, round $r"
+    case $arm in
+      default) $v bench -t $T --sizes 4K,256M --no-costs --iters 10 ;;
+      driver) VKHOST_PINNED_HUGE_MIN=off $v bench -t $T --sizes 4K,256M --no-costs --iters 10 ;;
+      reghuge) $v bench -t $T --sizes 4K,256M --no-costs --iters 10 --hugepages ;;
+    esac 2>&1 | grep -E "_ce " | awk '{printf "%s %s %s | ", $1, $2, $3}'; echo
+  done; done
+  } 2>&1 | tee "$OUT/pagesab.txt"
+fi
 if [ "$what" = stage256 ]; then
   # Pageable 256 MiB h2d lands at 42.4-45.8 GB/s by process (target 44): staging chunk, slots
   # and streaming stores into staging, alternated, three rounds.
