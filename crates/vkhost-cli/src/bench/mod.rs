@@ -35,6 +35,7 @@
 //! - `output`: the table (with the CUDA comparison columns), the JSON record and CSV;
 //! - `compare`: `--compare OLD.json`, new/old ratios point by point.
 
+mod anomaly;
 mod bar;
 mod bidir;
 mod compare;
@@ -529,6 +530,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
         _ => Vec::new(),
     };
+    let at_open = dev.copy_queues().measured.map(|(c, _)| (c.small_to_device_us, c.small_to_host_us));
+    notes.extend(anomaly::notes(&cx.points, at_open));
     print_table(&cx.points, &cuda, link.as_ref());
     for n in &notes {
         println!("note: {n}");
