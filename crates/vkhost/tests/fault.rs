@@ -407,6 +407,43 @@ fn lost_copy_out_error_survives_other_waits() {
     assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
 }
 
+/// A refusal of vkhost's own memory that will recur (the driver refusing the pointer:
+/// `VK_ERROR_INVALID_EXTERNAL_HANDLE`) sends the device's later pinned blocks straight to the
+/// driver, with no mapping made and faulted in for nothing; registrations are not affected, and
+/// another device still makes its blocks of its own memory. A passing failure (out of memory,
+/// `huge_page_block_falls_back_to_the_driver`) does not.
+#[test]
+fn a_recurring_refusal_of_own_memory_goes_to_the_driver_from_then_on() {
+    let o = OpenOptions { pinned_huge_min: Some(2 << 20), ..fopts() };
+    let dev = Device::open_default_with(&o).unwrap();
+    let before = dev.live_objects();
+    inject(Point::GetMemoryHostPointerProperties, 0, vk::Result::ERROR_INVALID_EXTERNAL_HANDLE);
+    let b = PinnedBuffer::new(&dev, 4 << 20);
+    assert!(disarm(), "the fault fired");
+    let b = b.expect("the driver's allocation follows the refused import");
+    assert_eq!(b.raw_memory().expect("one allocation").handle_types, vk::ExternalMemoryHandleTypeFlags::empty());
+    drop(b);
+    // No fault now: the import would work, but the device remembers the refusal.
+    let c = PinnedBuffer::new(&dev, 4 << 20).unwrap();
+    assert_eq!(c.raw_memory().expect("one allocation").handle_types, vk::ExternalMemoryHandleTypeFlags::empty(), "tried again");
+    drop(c);
+    // Registrations still import.
+    let mut v = vec![7u8; 3 << 20];
+    let r = dev.register(&mut v[..]).unwrap();
+    assert!(host::find(&dev, r.as_ptr() as usize, 1).is_some());
+    drop(r);
+    dev.release_queued();
+    assert_eq!(dev.live_objects(), before, "objects left");
+    // Another device has its own memory again.
+    let other = Device::open_default_with(&o).unwrap();
+    let d = PinnedBuffer::new(&other, 4 << 20).unwrap();
+    assert_eq!(d.raw_memory().expect("one import").handle_types, vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT);
+    drop(d);
+    other.destroy().unwrap();
+    dev.destroy().unwrap();
+    assert_eq!(dev.validation_errors() + other.validation_errors(), 0, "validation errors: {:?}", dev.last_validation_error());
+}
+
 /// A pinned block of vkhost's own huge-page memory (`pinned_huge_min`) whose import fails is
 /// the driver's allocation instead: the call succeeds, the block is not an import, and nothing
 /// of the failed attempt stays (objects, mapping, entry). Without a fault the block is an import.

@@ -303,6 +303,8 @@ pub struct OpenOptions {
     /// copies; `free_pinned` (or the device's teardown) releases the import, then unmaps. Where
     /// imports are unavailable or refuse, the driver allocates the block. Blocks larger than
     /// one allocation are always made this way (see [`max_import_piece`](Self::max_import_piece)).
+    /// Once a device refuses such an import in a way that recurs (another memory type, or the
+    /// driver refusing the pointer), its later blocks below that size go to the driver at once.
     /// A `fork()` copies such a block's pages into the child (Linux copies pinned anonymous
     /// memory rather than share it), which costs time and memory in a process that forks.
     ///
@@ -786,6 +788,11 @@ pub(crate) struct Shared {
     pub probe: std::sync::OnceLock<std::result::Result<usize, String>>,
     /// True while the probe runs at open: its copies are not the user's traffic.
     pub probing: AtomicBool,
+    /// Set by the host layer once an import of vkhost's own memory for a pinned block was
+    /// refused in a way that recurs (`Unsupported`: another memory type than the pinned
+    /// ranking's; the driver refusing anonymous memory): later blocks go straight to the driver,
+    /// without first mapping and faulting in memory that cannot be used.
+    pub own_memory_refused: AtomicBool,
     /// Compute pipelines of kernels launched on this device, at most
     /// `OpenOptions::max_pipelines`, made for the device's descriptor mode (a device child:
     /// dropped at teardown, phase OBJECTS; each pipeline is a child too).
@@ -1614,6 +1621,7 @@ impl Device {
                 deferred_semaphores: Mutex::new(Vec::new()),
                 probe: std::sync::OnceLock::new(),
                 probing: AtomicBool::new(false),
+                own_memory_refused: AtomicBool::new(false),
                 pipelines: Arc::new(pipeline::PipelineCache::new(max_pipelines, mode)),
                 copy_choice: queues::Choice::new(queues::CopyQueues::fixed(QueueKind::Copy)),
                 mapped_buffers,

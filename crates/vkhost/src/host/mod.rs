@@ -437,13 +437,20 @@ pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guarded: bool) -> Res
     // import it into the memory type it gives driver-allocated blocks (the seed's order);
     // anything else that stops that path leaves the block to the driver. (The type is ranked
     // over every type, not the buffer's allowed ones: that can only refuse the import.)
+    // A refusal that will recur (see `refusal_recurs`) sends every later block of the device
+    // straight to the driver.
     let mut huge = None;
-    if len <= piece && huge_pinned(s, len) {
+    if len <= piece && huge_pinned(s, len) && !s.own_memory_refused.load(Ordering::Relaxed) {
         if let Some(w) = crate::memtype::pinned(&l.types, u32::MAX).map(|c| c.index) {
             match huge_block(s, &l, len, Some(w)) {
                 Ok(h) => huge = Some(h),
                 Err(Error::DeviceLost) => return Err(Error::DeviceLost),
-                Err(e) => log::debug!("{}: huge-page pinned block of {len} bytes: {e}; the driver allocates it", s.id),
+                Err(e) => {
+                    if refusal_recurs(&e) {
+                        s.own_memory_refused.store(true, Ordering::Relaxed);
+                    }
+                    log::debug!("{}: huge-page pinned block of {len} bytes: {e}; the driver allocates it", s.id)
+                }
             }
         }
     }
@@ -476,6 +483,14 @@ pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guarded: bool) -> Res
         return Err(Error::AlreadyRegistered);
     }
     Ok((ptr, imports))
+}
+
+/// Whether a failed import of vkhost's own memory for a pinned block will fail again for the
+/// next block: the device gives such memory another type than the pinned ranking's, cannot
+/// import at all (`Unsupported`), or the driver refuses the pointer
+/// (`VK_ERROR_INVALID_EXTERNAL_HANDLE`). Running out of memory, or a failed call, may pass.
+fn refusal_recurs(e: &Error) -> bool {
+    matches!(e, Error::Unsupported { .. } | Error::Vulkan { code: ash::vk::Result::ERROR_INVALID_EXTERNAL_HANDLE, .. })
 }
 
 /// Whether a pinned block of `len` bytes should be vkhost's own huge-page memory:
