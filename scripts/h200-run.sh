@@ -398,6 +398,22 @@ if [ "$what" = pagesab ]; then
   done; done
   } 2>&1 | tee "$OUT/pagesab.txt"
 fi
+if [ "$what" = slowcount ]; then
+  # How often a full sweep draws a slow state (the bench's own "slow small copies" / "copied
+  # slower than" notes), by arm, alternated: ROUNDS (default 3) of the default build, driver
+  # pinned blocks (VKHOST_PINNED_HUGE_MIN=off) and the sweep without costs. Eighth session:
+  # 4 of 8 sweeps with costs slow, 0 of 4 without.
+  {
+  for r in $(seq 1 "${ROUNDS:-3}"); do for arm in default driver nocosts; do
+    echo "== $arm, round $r"
+    case $arm in
+      default) $v bench ;;
+      driver) VKHOST_PINNED_HUGE_MIN=off $v bench ;;
+      nocosts) $v bench --no-costs ;;
+    esac 2>&1 | grep -E "^note: (slow small|pinned blocks copied|registered memory copied)|^(host_to_device|device_to_host)_(ce|registered_ce) +4K |^bidir_ce +256M "
+  done; done
+  } 2>&1 | tee "$OUT/slowcount.txt"
+fi
 if [ "$what" = stage256 ]; then
   # Pageable 256 MiB h2d lands at 42.4-45.8 GB/s by process (target 44): staging chunk, slots
   # and streaming stores into staging, alternated, three rounds.
