@@ -50,7 +50,22 @@ impl Split {
     /// A range of `len` bytes whose front is taken `front_chunk` bytes at a time (rounded up to
     /// 4 KiB).
     pub(crate) fn new(len: usize, front_chunk: usize) -> Arc<Split> {
-        Arc::new(Split { ends: Mutex::new((0, len)), front_chunk: front_chunk.max(1).next_multiple_of(4096) })
+        let front_chunk = front_chunk.max(1).next_multiple_of(4096);
+        // This thread's spare from an earlier copy, when no worker still holds a clone of it
+        // (then nobody else can see it): a synchronous copy allocates nothing on its hot path.
+        if let Some(mut a) = take_spare(&SPARE_SPLIT) {
+            if let Some(sp) = Arc::get_mut(&mut a) {
+                *sp.ends.get_mut().unwrap_or_else(PoisonError::into_inner) = (0, len);
+                sp.front_chunk = front_chunk;
+                return a;
+            }
+        }
+        Arc::new(Split { ends: Mutex::new((0, len)), front_chunk })
+    }
+
+    /// Keeps `this` as the thread's spare for the next [`Split::new`] (see there).
+    pub(crate) fn recycle(this: Arc<Split>) {
+        keep_spare(&SPARE_SPLIT, this);
     }
 
     /// The next chunk from the front, `(offset, len)`, or `None` when nothing is left.
@@ -101,6 +116,35 @@ pub(crate) enum Stores {
     /// them first, a third less memory traffic for a destination that is not in the cache, and
     /// nothing of it left in the cache. Elsewhere the same as `Cached`.
     Streaming,
+}
+
+/// Two spares of a thread's finished copies: a worker can hold its clone of one a moment after
+/// the copy returned (it signals completion, then drops its job), and then the other is free.
+type Spares<T> = std::cell::RefCell<[Option<Arc<T>>; 2]>;
+
+thread_local! {
+    /// [`Split`]s and [`Done`]s this thread's finished copies left for the next ones.
+    static SPARE_SPLIT: Spares<Split> = const { std::cell::RefCell::new([None, None]) };
+    static SPARE_DONE: Spares<Done> = const { std::cell::RefCell::new([None, None]) };
+}
+
+/// A spare nobody else holds (so `Arc::get_mut` succeeds on it), taken out of `spares`.
+fn take_spare<T>(spares: &'static std::thread::LocalKey<Spares<T>>) -> Option<Arc<T>> {
+    spares.with(|c| {
+        let mut c = c.try_borrow_mut().ok()?;
+        let i = c.iter_mut().position(|a| a.as_mut().is_some_and(|a| Arc::get_mut(a).is_some()))?;
+        c[i].take()
+    })
+}
+
+/// Keeps `a` for [`take_spare`]: in an empty place, else in place of one still held elsewhere.
+fn keep_spare<T>(spares: &'static std::thread::LocalKey<Spares<T>>, a: Arc<T>) {
+    spares.with(|c| {
+        if let Ok(mut c) = c.try_borrow_mut() {
+            let i = c.iter().position(Option::is_none).unwrap_or(0);
+            c[i] = Some(a);
+        }
+    })
 }
 
 /// Parts left of one copy.
@@ -278,7 +322,8 @@ pub(crate) unsafe fn copy_with(dst: *mut u8, src: *const u8, len: usize, threads
     let split = Split::new(len, MIN_PART);
     // SAFETY: the caller's contract covers `[0, len)`, the split's length, from both bases; the
     // closure copies only chunks it takes.
-    unsafe { copy_front(dst, src, &split, parts - 1, stores, spin, || copy_front_chunks(dst, src, &split, stream)) }
+    unsafe { copy_front(dst, src, &split, parts - 1, stores, spin, || copy_front_chunks(dst, src, &split, stream)) };
+    Split::recycle(split);
 }
 
 /// Runs the jobs of `done` that no worker has taken yet (never wait on a worker that is not
@@ -327,7 +372,12 @@ pub(crate) unsafe fn copy_front<T>(
     let n = threads.clamp(1, MAX_THREADS);
     let p = pool();
     p.grow(n);
-    let done = Arc::new(Done { left: Mutex::new(n), cv: Condvar::new() });
+    // This thread's spare, when no worker still holds it (as in `Split::new`).
+    let spare = take_spare(&SPARE_DONE).and_then(|mut a| {
+        *Arc::get_mut(&mut a)?.left.get_mut().unwrap_or_else(PoisonError::into_inner) = n;
+        Some(a)
+    });
+    let done = spare.unwrap_or_else(|| Arc::new(Done { left: Mutex::new(n), cv: Condvar::new() }));
     {
         let mut q = lock(&p.queue);
         for _ in 0..n {
@@ -344,8 +394,14 @@ pub(crate) unsafe fn copy_front<T>(
             finish(self.0, self.1);
         }
     }
-    let _finish = Finish(p, &done);
-    back()
+    let r = {
+        let _finish = Finish(p, &done);
+        back()
+    };
+    // Every job of this copy ran; a worker may still drop its clone of `done` a moment later
+    // (`take_spare` then passes over it).
+    keep_spare(&SPARE_DONE, done);
+    r
 }
 
 /// The default thread count for staged copies: the machine's cores, at most 16 (on the H200's

@@ -63,12 +63,20 @@ struct Slot {
     /// The context timeline's value the pending submission signals (timeline devices).
     value: u64,
     /// Submitted and not yet waited; for d2h, the memcpys still to do once it completes.
-    pending: Option<Vec<(u64, usize, u64)>>,
+    pending: Option<Outs>,
     /// Bytes of the pending submission (sets how long the wait polls).
     bytes: u64,
     /// What `cmd` holds, recorded at buffer epoch `.0` (see [`Recorded`]).
     recorded: Option<(u64, Recorded)>,
 }
+
+/// A slot's device-to-host memcpys owed once its copy completes: (staging offset, host address,
+/// length), inline for a few (a synchronous copy allocates nothing on its hot path).
+type Outs = smallvec::SmallVec<[(u64, usize, u64); 4]>;
+/// A batch's sizes from [`ramp`], inline for a short ramp.
+type Sizes = smallvec::SmallVec<[u64; 8]>;
+/// One submission's copies, inline for a few pieces.
+type Batch = smallvec::SmallVec<[Op; 4]>;
 
 /// The commands a slot's command buffer holds: the direction, the device buffer and the
 /// regions (host buffer, host offset, device offset, length). A copy that would record the same
@@ -80,7 +88,7 @@ struct Slot {
 struct Recorded {
     dir: Dir,
     dev: vk::Buffer,
-    regions: Vec<(vk::Buffer, u64, u64, u64)>,
+    regions: smallvec::SmallVec<[(vk::Buffer, u64, u64, u64); 4]>,
 }
 
 /// One copy context: a pool, slots, staging.
@@ -398,39 +406,39 @@ const RAMP_MIN: u64 = 1 << 20;
 /// from 25.0-28.8 to 27.1-31.5 (three runs each, alternated; docs/h200/s5/call6-pagesplit.txt).
 /// Not d2h, whose DMAs are all submitted before the first memcpy anyway: there the split cost
 /// 32 MiB 35.7-37.1 -> 22.4-27.6 GB/s. An empty schedule means full chunks throughout.
-fn ramp(total: u64, chunk: u64, dir: Dir) -> Vec<u64> {
+fn ramp(total: u64, chunk: u64, dir: Dir) -> Sizes {
     if total < 4 * chunk {
         let n = if dir == Dir::ToDevice { (total / RAMP_MIN).min(4) } else { 0 };
         if n < 2 {
-            return Vec::new();
+            return Sizes::new();
         }
         // Equal parts, each a multiple of 64 KiB and at most a chunk; the last takes the rest.
         let each = total.div_ceil(n).next_multiple_of(64 << 10).min(chunk);
-        let mut v = Vec::new();
+        let mut v = Sizes::new();
         cut(&mut v, total, each);
         return v;
     }
-    let up: Vec<u64> = [16, 8, 4, 2].iter().map(|d| chunk / d).filter(|&c| c >= RAMP_MIN).collect();
+    let up: Sizes = [16, 8, 4, 2].iter().map(|d| chunk / d).filter(|&c| c >= RAMP_MIN).collect();
     let mid = total - 2 * up.iter().sum::<u64>();
     let mut v = up.clone();
     cut(&mut v, mid, chunk);
-    v.extend(up.iter().rev());
+    v.extend(up.iter().rev().copied());
     v
 }
 
 /// Appends `total` cut into batches of `each`, the rest (if any) last.
-fn cut(v: &mut Vec<u64>, total: u64, each: u64) {
+fn cut(v: &mut Sizes, total: u64, each: u64) {
     v.extend(std::iter::repeat_n(each, (total / each) as usize));
     if total % each != 0 {
         v.push(total % each);
     }
 }
 
-fn batches(pieces: &[Piece], chunk: u64, dir: Dir) -> Vec<Vec<Op>> {
+fn batches(pieces: &[Piece], chunk: u64, dir: Dir) -> smallvec::SmallVec<[Batch; 4]> {
     let staged: u64 = pieces.iter().filter(|p| matches!(p.host, HostSide::Staged { .. })).map(|p| p.len).sum();
     let sched = ramp(staged, chunk, dir);
-    let mut out = Vec::new();
-    let mut cur = Vec::new();
+    let mut out = smallvec::SmallVec::<[Batch; 4]>::new();
+    let mut cur = Batch::new();
     let mut used = 0u64;
     for p in pieces {
         match p.host {
@@ -680,7 +688,7 @@ unsafe fn submit_batch(
     base: u64,
     sync: Option<(vk::Semaphore, u64)>,
 ) -> Result<()> {
-    let mut outs = Vec::new();
+    let mut outs = Outs::new();
     if dir == Dir::ToDevice {
         for op in ops {
             if let (OpSrc::Staged { addr, staging_off }, Some((_, st))) = (op.src, staging) {
@@ -693,7 +701,7 @@ unsafe fn submit_batch(
     let d = &l.device;
     let cmd = slot.cmd;
     // The regions, and the d2h memcpys the slot owes once the copy completes.
-    let mut regions = Vec::with_capacity(ops.len());
+    let mut regions = smallvec::SmallVec::<[(vk::Buffer, u64, u64, u64); 4]>::new();
     for op in ops {
         let (host_buf, host_off) = match (op.src, staging) {
             (OpSrc::Direct { buffer, offset }, _) => (buffer, offset),
@@ -814,13 +822,13 @@ mod tests {
     #[test]
     fn recorded_commands_are_reused_only_in_the_same_epoch() {
         let b = |raw: u64| <vk::Buffer as vk::Handle>::from_raw(raw);
-        let rec = |dir| Recorded { dir, dev: b(1), regions: vec![(b(2), 0, 64, 4096)] };
+        let rec = |dir| Recorded { dir, dev: b(1), regions: smallvec::smallvec![(b(2), 0, 64, 4096)] };
         let slot = Some((7, rec(Dir::ToDevice)));
         assert!(reusable(&slot, 7, &rec(Dir::ToDevice)));
         // A buffer destroyed since: the same handles may name other buffers now.
         assert!(!reusable(&slot, 8, &rec(Dir::ToDevice)));
         assert!(!reusable(&slot, 7, &rec(Dir::ToHost)));
-        assert!(!reusable(&slot, 7, &Recorded { regions: vec![(b(2), 0, 64, 4095)], ..rec(Dir::ToDevice) }));
+        assert!(!reusable(&slot, 7, &Recorded { regions: smallvec::smallvec![(b(2), 0, 64, 4095)], ..rec(Dir::ToDevice) }));
         assert!(!reusable(&None, 7, &rec(Dir::ToDevice)));
     }
 
@@ -850,9 +858,9 @@ mod tests {
         let m = 1u64 << 20;
         let up = Dir::ToDevice;
         // h2d below four chunks: up to four equal batches of at least 1 MiB, none above a chunk.
-        assert_eq!(ramp(16 * m, 16 * m, up), [4 * m; 4]);
-        assert_eq!(ramp(3 * 16 * m, 16 * m, up), [12 * m; 4]);
-        assert_eq!(ramp(2 * m, 16 * m, up), [m, m]);
+        assert_eq!(ramp(16 * m, 16 * m, up)[..], [4 * m; 4]);
+        assert_eq!(ramp(3 * 16 * m, 16 * m, up)[..], [12 * m; 4]);
+        assert_eq!(ramp(2 * m, 16 * m, up)[..], [m, m]);
         assert!(ramp(m, 16 * m, up).is_empty() && ramp(2 * m - 1, 16 * m, up).is_empty());
         let odd = ramp(5 * m + 12345, 16 * m, up);
         assert_eq!(odd.iter().sum::<u64>(), 5 * m + 12345);
@@ -878,7 +886,7 @@ mod tests {
         let pieces = [Piece { dev_offset: 0, len: 256 * m + 4096, host: HostSide::Staged { addr: 1 << 40 } }];
         let b = batches(&pieces, 16 * m, Dir::ToHost);
         let sizes: Vec<u64> = b.iter().map(|ops| ops.iter().map(|o| o.len).sum()).collect();
-        assert_eq!(sizes, r);
+        assert_eq!(sizes[..], r[..]);
         let mut at = 0;
         for ops in &b {
             for o in ops {

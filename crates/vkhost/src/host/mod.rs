@@ -1016,8 +1016,10 @@ pub(crate) unsafe fn copy_to_host_impl(s: &Shared, src: &DeviceBuffer, off: usiz
 /// A plan: pieces, and holds on the resources its direct pieces name (see `crate::track`):
 /// while the plan lives, closing them waits.
 pub(crate) struct Plan {
-    pub pieces: Vec<Piece>,
-    pub held: Vec<Held>,
+    /// Inline up to four pieces and two held owners: planning a synchronous copy allocates
+    /// nothing (a copy that crosses more entries spills to the heap).
+    pub pieces: smallvec::SmallVec<[Piece; 4]>,
+    pub held: smallvec::SmallVec<[Held; 2]>,
     /// Whether a direct piece lies in a registration (the caller's memory, not vkhost's).
     pub registered: bool,
 }
@@ -1026,9 +1028,9 @@ pub(crate) struct Plan {
 /// resource a direct piece names.
 pub(crate) fn plan(s: &Shared, addr: usize, len: usize, dev_off: u64) -> Plan {
     let reg = registry();
-    let mut held: Vec<Held> = Vec::new();
+    let mut held = smallvec::SmallVec::<[Held; 2]>::new();
     let mut registered = false;
-    let mut pieces = Vec::new();
+    let mut pieces = smallvec::SmallVec::<[Piece; 4]>::new();
     for (r, e) in reg.split(s.id, addr, len) {
         let staged = Piece { dev_offset: dev_off + (r.start - addr) as u64, len: r.len() as u64, host: HostSide::Staged { addr: r.start } };
         // Entries in the registry are never closed (removal comes first), but one whose device
@@ -1219,6 +1221,7 @@ unsafe fn assisted_write(
         )
     };
     let stored = split.front_taken() as u64;
+    crate::par::Split::recycle(split);
     record(s, moved.direct, moved.staged);
     record_mapped(s, stored);
     r?;

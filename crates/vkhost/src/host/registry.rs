@@ -39,6 +39,10 @@ pub struct Entry<T> {
     pub cell: T,
 }
 
+/// What [`Registry::split`] returns: inline for up to four pieces (a copy's range nearly always
+/// is one entry, or one entry and a gap), so a synchronous copy allocates nothing to plan.
+pub type Split<'a, T> = smallvec::SmallVec<[(Range<usize>, Option<&'a Entry<T>>); 4]>;
+
 /// Why an insertion was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -266,8 +270,8 @@ impl<D: std::hash::Hash + Eq + Copy, T> Registry<D, T> {
 
     /// Splits `[addr, addr+len)` into covered pieces and gaps, in order: `(range, Some(entry))`
     /// for a piece a live entry covers, `(range, None)` for a gap.
-    pub fn split(&self, dev: D, addr: usize, len: usize) -> Vec<(Range<usize>, Option<&Entry<T>>)> {
-        let mut out: Vec<(Range<usize>, Option<&Entry<T>>)> = Vec::new();
+    pub fn split(&self, dev: D, addr: usize, len: usize) -> Split<'_, T> {
+        let mut out: Split<'_, T> = Split::new();
         let Some(end) = addr.checked_add(len) else { return out };
         let mut cur = addr;
         while cur < end {
@@ -437,7 +441,7 @@ mod tests {
         e.live = false;
         r.insert(0, e).unwrap();
         assert!(r.find(0, 1000, 1).is_none());
-        assert_eq!(r.split(0, 1000, 10), vec![(1000..1010, None)]);
+        assert_eq!(r.split(0, 1000, 10)[..], [(1000..1010, None)]);
         // but still blocks overlapping inserts and is removable by key
         assert!(r.overlaps(0, &(1500..1600)));
         assert!(r.remove_if(0, 1000, |_| true).is_some());
