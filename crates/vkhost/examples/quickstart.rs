@@ -25,7 +25,7 @@ fn main() -> vkhost::Result<()> {
 
     // Async: copies overlap with the host; the guard waits on drop.
     let stream = dev.stream()?; // on a copy engine
-    let up = stream.upload(&pinned, &gpu, 0)?; // enqueued, returns at once
+    let up = stream.upload_pinned(&pinned, 0..pinned.len(), &gpu, 0)?; // enqueued, returns at once
     // ... other host work ...
     up.wait()?;
     let done = stream.record()?; // an event; other streams can wait_event on it

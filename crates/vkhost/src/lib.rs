@@ -40,15 +40,21 @@
 //!   `Arc` of every import, pinned block and device buffer it names until its completion is
 //!   reaped, so dropping a [`DeviceBuffer`] or [`PinnedBuffer`], or calling
 //!   [`host::free_pinned`], never frees memory the device still uses.
-//! - **The caller's memory is never lent past a call by safe code.** [`Stream::upload`] and
-//!   [`Stream::download`] are async only where the host bytes are vkhost's own (pinned
-//!   blocks). An upload from pageable memory is copied into the staging ring before it returns;
-//!   a download into pageable memory, and any copy that touches registered memory (the caller's
-//!   pages, which the caller may free once the borrow ends), completes before it returns. The
-//!   returned [`Pending`] still borrows the slice, but forgetting it exposes nothing.
-//! - **Host views wait for the device.** [`PinnedBuffer`]'s `Deref` waits for device writes still
-//!   pending on the block, `DerefMut` for any device access: a forgotten download guard cannot
-//!   let safe code read bytes the device is writing.
+//! - **A borrowed slice is never lent past a call by safe code.** [`Stream::upload`],
+//!   [`Stream::download`] and launches that bind [`Binding::Host`]/[`Binding::HostMut`] take
+//!   `&[u8]`/`&mut [u8]`, which may be a reborrow of a `&mut` the caller took before the call
+//!   (from any memory, a [`PinnedBuffer`]'s included) and uses again as soon as the returned
+//!   guard is gone, forgotten or not. So an upload has read its bytes when it returns (pageable
+//!   bytes copied into the staging ring, direct bytes waited for), and a download or a launch
+//!   that binds borrowed bytes is complete when it returns. The returned [`Pending`] still
+//!   borrows the slice, but forgetting it exposes nothing.
+//! - **Async copies borrow the owner.** [`Stream::upload_pinned`] and
+//!   [`Stream::download_pinned`] return at once: they borrow the [`PinnedBuffer`] itself
+//!   (shared for an upload, exclusively for a download) for the guard's life, so no view of
+//!   the block made before the call outlives the borrow, and every view made after it comes
+//!   from the block's `Deref` (which waits for the device's pending writes to it) or `DerefMut`
+//!   (which waits for any device access): a forgotten guard cannot let safe code see or change
+//!   bytes the device is using.
 //! - **Releases the caller makes are exact.** [`host::unregister`] (and a [`Registration`]'s
 //!   drop) returns only once no submitted work can read or write the registered bytes. Raw
 //!   [`host::free_pinned`]/[`host::unregister`] refuse entries a guard owns
@@ -88,7 +94,7 @@
 //!
 //! // Async: enqueue, keep working, wait when the bytes are needed.
 //! let stream = dev.stream()?;
-//! let pending = stream.upload(&pinned, &gpu, 0)?;
+//! let pending = stream.upload_pinned(&pinned, 0..pinned.len(), &gpu, 0)?;
 //! pending.wait()?;
 //!
 //! println!("{:?}", vkhost::host::stats()); // direct_bytes, staged_bytes, live entries

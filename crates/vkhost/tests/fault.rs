@@ -348,7 +348,7 @@ fn lost_batch_of_direct_copies_is_reported() {
     let mut pinned = PinnedBuffer::new(&d, n).unwrap();
     pinned.fill(7);
     let s = d.stream().unwrap();
-    let up = s.upload(&pinned, &b, 0).unwrap();
+    let up = s.upload_pinned(&pinned, 0..n, &b, 0).unwrap();
     s.copy_async(&a, 0, &b, 0, n / 2).unwrap();
     inject(Point::QueueSubmit, 0, vk::Result::ERROR_OUT_OF_HOST_MEMORY);
     let r = s.flush();

@@ -252,10 +252,10 @@ fn launches_order_against_copies_on_one_stream(d: &Device) {
     let want = pattern(n, 3);
     p.copy_from_slice(&want);
     for _ in 0..3 {
-        std::mem::forget(s.upload(&p, &g1, 0).unwrap()); // copy engine: pinned -> g1 (async)
+        std::mem::forget(s.upload_pinned(&p, 0..n, &g1, 0).unwrap()); // copy engine: pinned -> g1 (async)
         s.copy_sm(Binding::Device(&g1, 0, n), Binding::Device(&g2, 0, n)).unwrap(); // kernel: g1 -> g2
         s.fill_async(&g1, 0, n, 0).unwrap(); // copy engine overwrites what the kernel read
-        std::mem::forget(s.download(&g2, 0, &mut p).unwrap()); // g2 -> pinned, after the kernel
+        std::mem::forget(s.download_pinned(&g2, 0, &mut p, 0..n).unwrap()); // g2 -> pinned, after the kernel
     }
     s.synchronize().unwrap();
     assert!(p[..] == want[..], "stream order across copies and launches");

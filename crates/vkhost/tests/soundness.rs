@@ -106,7 +106,7 @@ fn polling_alone_completes_a_small_upload() {
     let mut p = PinnedBuffer::new(&d, 4096).unwrap();
     p.fill(9);
     let s = d.stream().unwrap();
-    let pending = s.upload(&p, &buf, 0).unwrap();
+    let pending = s.upload_pinned(&p, 0..4096, &buf, 0).unwrap();
     let t = std::time::Instant::now();
     while !pending.is_done().unwrap() {
         assert!(t.elapsed() < std::time::Duration::from_secs(30), "is_done never became true");
@@ -169,9 +169,11 @@ fn forgetting_every_guard_is_memory_safe() {
     // owned by the work; reading them waits for the device's writes.
     let mut pinned = PinnedBuffer::new(&d, n).unwrap();
     pinned.fill(4);
+    forget(s.upload_pinned(&pinned, 0..n, &buf, 0).unwrap());
+    forget(s.download_pinned(&buf, 0, &mut pinned, 0..n).unwrap());
+    assert!(pinned.iter().all(|&b| b == 4), "Deref waited for the forgotten download");
     forget(s.upload(&pinned, &buf, 0).unwrap());
     forget(s.download(&buf, 0, &mut pinned).unwrap());
-    assert!(pinned.iter().all(|&b| b == 4), "Deref waited for the forgotten download");
     drop(pinned); // the block goes once the work is reaped
 
     // Pending of a pageable upload and download, then the memory reused.
@@ -222,4 +224,101 @@ fn download_into_registered_memory_returns_after_the_copy() {
     assert!(p.is_done().unwrap(), "a download into registered memory completes before it returns");
     drop(p);
     assert!(reg[..] == pattern(n, 8)[..]);
+}
+
+/// A `&mut` taken from a pinned block before a borrowed-slice download, reborrowed for it, is
+/// usable again once the guard is forgotten: the download must be complete by then, or the
+/// device writes behind a live `&mut` (undefined behaviour). Before (4c7aaf5, found by a review
+/// in the eighth session): the download was async into pinned memory and the bytes read 0 here.
+#[test]
+fn a_borrowed_download_is_complete_when_its_guard_is_forgotten() {
+    let d = device().unwrap();
+    // Large enough that an async copy is still running when the call returns (lavapipe copies
+    // on a CPU thread); the last byte is written last.
+    let n = 64 << 20;
+    let gpu = d.alloc_buffer(n).unwrap();
+    gpu.write(0, &vec![6u8; n]).unwrap();
+    let stream = d.stream().unwrap();
+    let mut pinned = PinnedBuffer::new(&d, n).unwrap();
+    let s: &mut [u8] = &mut pinned; // one DerefMut, before the download
+    s.fill(0);
+    forget(stream.download(&gpu, 0, &mut s[..]).unwrap());
+    let last = std::hint::black_box(&*s)[n - 1];
+    assert_eq!(last, 6, "the device was still writing behind a live &mut");
+    assert!(s.iter().all(|&b| b == 6), "the device was still writing behind a live &mut");
+    // Through another device's registration of the block: its Deref settles only its own
+    // device's work, so the download (on the block's device) must be done at the return.
+    let d2 = device().unwrap();
+    let s2 = d.stream().unwrap();
+    pinned.fill(0);
+    let mut reg = d2.register(&mut pinned).unwrap();
+    forget(s2.download(&gpu, 0, &mut reg).unwrap());
+    assert!(reg.iter().all(|&b| b == 6), "Registration::deref showed bytes another device was writing");
+    drop(reg);
+    stream.synchronize().unwrap();
+    s2.synchronize().unwrap();
+}
+
+/// An upload from a borrowed slice has read its bytes when it returns (issue 9: "the bytes are
+/// read before the call returns"): writes through a `&mut` taken before the call, once the
+/// guard is gone, do not reach the device. Before (4c7aaf5): the upload from pinned memory
+/// waited in the stream's open batch, and the device copied the bytes written after it.
+#[test]
+fn a_borrowed_upload_has_read_its_bytes_when_it_returns() {
+    let d = device().unwrap();
+    let n = 64 << 10;
+    let gpu = d.alloc_buffer(n).unwrap();
+    let stream = d.stream().unwrap();
+    let mut pinned = PinnedBuffer::new(&d, n).unwrap();
+    let s: &mut [u8] = &mut pinned;
+    s.fill(1);
+    forget(stream.upload(&s[..], &gpu, 0).unwrap());
+    s.fill(2);
+    stream.synchronize().unwrap();
+    let mut out = vec![0u8; n];
+    gpu.read(0, &mut out).unwrap();
+    assert!(out.iter().all(|&b| b == 1), "the device read bytes written after the upload returned");
+}
+
+/// A kernel launch that binds borrowed host bytes (`Binding::Host`/`HostMut`) is complete when
+/// it returns: the borrow ends with the call. Before (4c7aaf5): a launch writing a pinned block
+/// through `HostMut` returned at once, and the kernel wrote behind the caller's live `&mut`.
+#[test]
+fn a_launch_on_borrowed_host_bytes_is_complete_when_it_returns() {
+    let d = device().unwrap();
+    let n = 1 << 20;
+    let gpu = d.alloc_buffer(n).unwrap();
+    gpu.write(0, &vec![5u8; n]).unwrap();
+    let stream = d.stream_on(vkhost::QueueKind::Compute).unwrap();
+    let mut pinned = PinnedBuffer::new(&d, n).unwrap();
+    let s: &mut [u8] = &mut pinned;
+    s.fill(0);
+    stream.copy_sm(vkhost::Binding::Device(&gpu, 0, n), vkhost::Binding::HostMut(&mut s[..])).unwrap();
+    assert!(s.iter().all(|&b| b == 5), "the kernel was still writing behind a live &mut");
+    stream.synchronize().unwrap();
+}
+
+/// The async forms on the block itself: they return before the copy ran, and every view of the
+/// block made after the guard is gone (even forgotten) waits for it.
+#[test]
+fn pinned_forms_are_async_and_views_wait_after_forgetting_their_guards() {
+    let d = device().unwrap();
+    let n = 8 << 20;
+    let gpu = d.alloc_buffer(n).unwrap();
+    gpu.write(0, &vec![3u8; n]).unwrap();
+    let stream = d.stream().unwrap();
+    let mut pinned = PinnedBuffer::new(&d, n).unwrap();
+    pinned.fill(0);
+    forget(stream.download_pinned(&gpu, 0, &mut pinned, 0..n).unwrap());
+    assert!(pinned.iter().all(|&b| b == 3), "Deref waited for the forgotten download");
+    pinned.fill(7);
+    let up = stream.upload_pinned(&pinned, 0..n, &gpu, 0).unwrap();
+    up.wait().unwrap();
+    let mut out = vec![0u8; n];
+    gpu.read(0, &mut out).unwrap();
+    assert!(out.iter().all(|&b| b == 7));
+    assert!(matches!(stream.upload_pinned(&pinned, 0..n + 1, &gpu, 0), Err(Error::OutOfRange)));
+    #[allow(clippy::reversed_empty_ranges)]
+    let backwards = 8..4;
+    assert!(matches!(stream.download_pinned(&gpu, 0, &mut pinned, backwards), Err(Error::OutOfRange)));
 }

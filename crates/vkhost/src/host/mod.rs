@@ -906,8 +906,6 @@ pub fn find(dev: &Device, ptr: impl HostPtr, len: usize) -> Option<(vk::Buffer, 
 pub(crate) struct Cover {
     pub held: Held,
     pub offset: u64,
-    /// Whether the entry is a registration (the caller's memory, not vkhost's).
-    pub registered: bool,
 }
 
 /// The live entry that covers all of `[addr, addr+len)` on `s` (preferring the one whose own
@@ -923,7 +921,7 @@ pub(crate) fn cover(s: &Shared, addr: usize, len: usize) -> Option<Cover> {
     }
     let (res, in_part) = imports.at(off);
     let held = res.hold()?;
-    Some(Cover { held, offset: in_part as u64, registered: e.kind == Kind::Registered })
+    Some(Cover { held, offset: in_part as u64 })
 }
 
 /// Copies `len` bytes from host `src` to `dst` at `dst_offset`, synchronously.

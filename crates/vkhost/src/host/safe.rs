@@ -101,7 +101,7 @@ fn raw_memory(
 /// gpu.write(0, &pinned)?; // never staged: the device reads the block itself
 /// let stream = dev.stream()?;
 /// stream.fill_async(&gpu, 0, 1 << 16, 0x0909_0909)?;
-/// stream.download(&gpu, 0, &mut pinned)?.wait()?; // async into pinned memory
+/// stream.download_pinned(&gpu, 0, &mut pinned, 0..1 << 16)?.wait()?; // async into the block
 /// assert!(pinned.iter().all(|&b| b == 9));
 /// # Ok(()) }
 /// ```

@@ -63,12 +63,13 @@
 //! transfer accesses goes only between commands that touch the same bytes with a write), and a
 //! batch whose launch writes host memory ends with a host-read barrier.
 //!
-//! **Safe launches and the caller's memory.** A safe launch with a slice binding in a
-//! registration (the caller's memory, which a forgotten `Registration` would hand back while the
-//! kernel runs) completes before [`Stream::launch`](crate::Stream::launch) returns, like safe
-//! copies. Over pinned blocks (vkhost's memory, owned by the batch, whose safe views wait for
-//! pending device access) and device buffers it is async. Raw host bindings are async; their
-//! contract says for how long the bytes must stay valid.
+//! **Safe launches and borrowed bytes.** A safe launch with a slice binding
+//! ([`Binding::Host`], [`Binding::HostMut`]) completes before
+//! [`Stream::launch`](crate::Stream::launch) returns, whatever memory the slice lies in: the
+//! borrow ends with the call, and the slice may reborrow a `&mut` (of a pinned block too) that
+//! the caller uses again at once, so the kernel must be done with the bytes by then. Launches
+//! over device buffers only are async. Raw host bindings are async; their contract says for how
+//! long the bytes must stay valid.
 //!
 //! **Queues.** Launches need a compute-capable queue family. A stream on a transfer-only family
 //! (the copy engines, [`QueueKind::Copy`](crate::QueueKind::Copy) on a device that has them)

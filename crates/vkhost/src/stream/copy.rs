@@ -19,6 +19,8 @@ pub(super) struct Enqueued {
     pub(super) registered: bool,
     /// Whether some bytes went through the staging ring.
     pub(super) staged: bool,
+    /// Whether some bytes go direct (the device reads or writes the host bytes themselves).
+    pub(super) direct: bool,
 }
 
 impl StreamInner {
@@ -40,7 +42,7 @@ impl StreamInner {
         self.check(&st)?;
         if len == 0 {
             // Nothing to guard: value 0 is complete from the start.
-            return Ok(Enqueued { value: 0, registered: false, staged: false });
+            return Ok(Enqueued { value: 0, registered: false, staged: false, direct: false });
         }
         // Holds every resource a direct piece names until this call has noted all its uses.
         let plan = host::plan(s, addr, len, off as u64);
@@ -57,7 +59,7 @@ impl StreamInner {
         host::record(s, direct, staged);
         // The value that covers this copy: the open batch, or the last submitted one.
         let value = if st.open.is_some() { st.submitted + 1 } else { st.submitted };
-        Ok(Enqueued { value, registered: plan.registered, staged: staged > 0 })
+        Ok(Enqueued { value, registered: plan.registered, staged: staged > 0, direct: direct > 0 })
     }
 
     /// Records a planned copy's pieces; returns (direct, staged) bytes.

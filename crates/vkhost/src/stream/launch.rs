@@ -27,8 +27,6 @@ struct Bound {
     res: Arc<Resource>,
     /// The hold on a host binding's import or block while the launch is recorded.
     _held: Option<Held>,
-    /// A host binding in a registration (the caller's memory).
-    registered: bool,
     host: bool,
 }
 
@@ -56,11 +54,11 @@ fn resolve(s: &Shared, b: &Binding<'_>, write: bool) -> Result<Bound> {
     if write && matches!(b, Binding::Host(_)) {
         return Err(Error::invalid("the kernel writes this binding: bind the slice with Binding::HostMut"));
     }
-    let (buffer, base, res, held, registered) = match (b, addr) {
-        (Binding::Device(buf, off, _), _) => (buf.raw(), *off as u64, buf.res.clone(), None, false),
+    let (buffer, base, res, held) = match (b, addr) {
+        (Binding::Device(buf, off, _), _) => (buf.raw(), *off as u64, buf.res.clone(), None),
         (_, Some(a)) => {
             let c = host::cover(s, a, len).ok_or(Error::NotRegistered)?;
-            (c.held.0.obj.buffer, c.offset, c.held.0.clone(), Some(c.held), c.registered)
+            (c.held.0.obj.buffer, c.offset, c.held.0.clone(), Some(c.held))
         }
         (_, None) => return Err(Error::invalid("a host binding without an address")),
     };
@@ -77,7 +75,7 @@ fn resolve(s: &Shared, b: &Binding<'_>, write: bool) -> Result<Bound> {
         Some(a) => (Access::host(a, len as u64, write), Access::host(a - delta as usize, range, write)),
         None => (Access::buf(buffer, base, len as u64, write), Access::buf(buffer, offset, range, write)),
     };
-    Ok(Bound { buffer, offset, range, delta: delta as u32, exact, bound, res, _held: held, registered, host: addr.is_some() })
+    Ok(Bound { buffer, offset, range, delta: delta as u32, exact, bound, res, _held: held, host: addr.is_some() })
 }
 
 impl StreamInner {
@@ -191,8 +189,11 @@ impl StreamInner {
         };
         self.push_launch(&l, &mut st, &pipe, bytes, host_write, &acc, &owners, rec)?;
         let value = if st.open.is_some() { st.submitted + 1 } else { st.submitted };
-        let safe_registered = bound.iter().zip(bindings).any(|(b, x)| b.registered && !matches!(x, Binding::Raw(_)));
-        Ok((value, safe_registered))
+        // A launch that binds borrowed host bytes completes before it returns: the borrow ends
+        // with the call, and a `&mut` to the same bytes taken before it is usable again at
+        // once, so the kernel may not still read or write them (pinned blocks included).
+        let borrowed = bindings.iter().any(|x| matches!(x, Binding::Host(_) | Binding::HostMut(_)));
+        Ok((value, borrowed))
     }
 }
 
@@ -285,7 +286,7 @@ impl Stream {
         self.settle_launch(value, now)
     }
 
-    /// Waits for `value` when `now` (the launch touched the caller's registered memory); a
+    /// Waits for `value` when `now` (the launch bound borrowed host bytes); a
     /// failed wait waits the queue idle before returning the error.
     fn settle_launch(&self, value: u64, now: bool) -> Result<()> {
         if !now {

@@ -10,8 +10,11 @@
 //! host barrier when it writes host memory.
 //!
 //! Host memory:
-//! - a range covered by a registration or pinned block is copied directly and the call returns
-//!   at once; the entry remembers (stream, value), and `unregister`/`free_pinned` wait for it;
+//! - a range covered by a registration or pinned block is copied directly; the entry remembers
+//!   (stream, value), and `unregister`/`free_pinned` wait for it. The raw calls and the
+//!   pinned-block forms ([`Stream::upload_pinned`], [`Stream::download_pinned`]) return at once;
+//!   the borrowed-slice forms ([`Stream::upload`], [`Stream::download`]) return once the device
+//!   has read or written the bytes (the crate docs say why);
 //! - a pageable h2d source is memcpy'd into the stream's staging ring (chunks reused once the
 //!   device is past them); the call returns once the source has been read;
 //! - a pageable d2h destination is filled from the ring by the library once the device is done,
@@ -35,7 +38,7 @@
 //! let mut pinned = vkhost::PinnedBuffer::new(&dev, 1 << 20)?;
 //! pinned.fill(1);
 //! let stream = dev.stream()?;
-//! let up = stream.upload(&pinned, &gpu, 0)?; // enqueued: the device reads the block later
+//! let up = stream.upload_pinned(&pinned, 0..1 << 20, &gpu, 0)?; // enqueued: read later
 //! stream.fill_async(&gpu, 0, 4096, 0)?; // ordered after the upload
 //! let done = stream.record()?;
 //! up.wait()?;
@@ -372,16 +375,15 @@ impl Stream {
         unsafe { self.inner.host_copy(false, dst as usize, len, src, src_offset) }.map(|_| ())
     }
 
-    /// Safe h2d from `src` (a `PinnedBuffer`, a `Registration` or any slice).
-    ///
-    /// Async only where that is sound without trusting a destructor (see the module docs):
-    /// - bytes in pinned blocks (vkhost's memory, owned by the work) are read by the device
-    ///   after the call returns;
-    /// - pageable bytes are copied into the staging ring before the call returns;
-    /// - bytes in a registration (the caller's memory) are read before the call returns: the
-    ///   call waits for the copy.
-    ///
-    /// The returned guard borrows `src` until it is dropped or waited (drop waits).
+    /// Safe h2d from `src` (a `PinnedBuffer`, a `Registration` or any slice): the bytes are read
+    /// before the call returns, so `src` may be changed or freed at once, and a leaked guard
+    /// changes nothing. Pageable bytes are copied into the staging ring (the device copy may
+    /// still run after the return); bytes the device reads directly (pinned or registered
+    /// memory) are read by the time the call returns: it waits for the copy. A borrowed slice
+    /// cannot promise more: a `&mut` taken from the same memory before the call is usable again
+    /// once the guard is gone, and a guard's destructor may never run (the `thread::scoped`
+    /// lesson, see the module docs). For an upload that returns at once from pinned memory, use
+    /// [`Stream::upload_pinned`], which borrows the block itself.
     ///
     /// # Example
     ///
@@ -390,28 +392,28 @@ impl Stream {
     /// let dev = vkhost::Device::open_default()?;
     /// let gpu = dev.alloc_buffer(1 << 20)?;
     /// let stream = dev.stream()?;
+    /// let pageable = vec![5u8; 100];
+    /// stream.upload(&pageable, &gpu, 0)?.wait()?; // `pageable` was read before the return
     /// let mut pinned = vkhost::PinnedBuffer::new(&dev, 1 << 20)?;
     /// pinned.fill(4);
-    /// let pending = stream.upload(&pinned, &gpu, 0)?; // async: the block is vkhost's memory
+    /// let pending = stream.upload_pinned(&pinned, 0..1 << 20, &gpu, 0)?; // async
     /// // ... other work while the device copies ...
     /// pending.wait()?;
-    /// let pageable = vec![5u8; 100];
-    /// stream.upload(&pageable, &gpu, 0)?.wait()?; // staged: `pageable` was read before the return
     /// # Ok(()) }
     /// ```
     pub fn upload<'a>(&self, src: &'a [u8], dst: &DeviceBuffer, dst_offset: usize) -> Result<Pending<'a>> {
-        // SAFETY: `src` is readable for the call; what the device reads after the call returns
-        // lies in pinned blocks, which the submitted work owns (their memory outlives it).
+        // SAFETY: `src` is readable for the call, and what the device reads of it directly is
+        // read before the call returns (the wait below).
         let e = unsafe { self.inner.host_copy(true, src.as_ptr() as usize, src.len(), dst, dst_offset) };
         let e = e.inspect_err(|_| self.drain_after_error())?;
-        self.finish(e.value, e.registered)
+        self.finish(e.value, e.direct)
     }
 
-    /// Safe d2h into `dst` (a `PinnedBuffer`, a `Registration` or any slice).
-    ///
-    /// Async only into pinned blocks, whose `Deref` waits for device writes still pending, so a
-    /// leaked guard cannot expose bytes being written. Into pageable or registered memory the
-    /// call returns once the bytes are in place.
+    /// Safe d2h into `dst` (a `PinnedBuffer`, a `Registration` or any slice): the call returns
+    /// once the bytes are in place, whatever the memory. A borrowed slice cannot promise more
+    /// (see [`Stream::upload`]): the device writing into memory that a `&mut` taken before the
+    /// call can reach again once the guard is leaked would be undefined behaviour. For a
+    /// download that returns at once into pinned memory, use [`Stream::download_pinned`].
     ///
     /// # Example
     ///
@@ -421,16 +423,97 @@ impl Stream {
     /// let gpu = dev.alloc_buffer(4096)?;
     /// gpu.write(0, &[6; 4096])?;
     /// let stream = dev.stream()?;
-    /// let mut pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
-    /// let pending = stream.download(&gpu, 0, &mut pinned)?; // async into pinned memory
-    /// pending.wait()?;
-    /// assert!(pinned.iter().all(|&b| b == 6));
+    /// let mut out = vec![0u8; 4096];
+    /// let pending = stream.download(&gpu, 0, &mut out)?; // done when it returns
+    /// assert!(pending.is_done()?);
+    /// drop(pending);
+    /// assert!(out.iter().all(|&b| b == 6));
     /// # Ok(()) }
     /// ```
     pub fn download<'a>(&self, src: &DeviceBuffer, src_offset: usize, dst: &'a mut [u8]) -> Result<Pending<'a>> {
-        // SAFETY: `dst` is writable for the call; what the device writes after the call returns
-        // lies in pinned blocks, owned by the submitted work, whose safe views wait for it.
+        // SAFETY: `dst` is writable for the call, and every write to it is complete before the
+        // call returns (the wait below).
         let e = unsafe { self.inner.host_copy(false, dst.as_mut_ptr() as usize, dst.len(), src, src_offset) };
+        let e = e.inspect_err(|_| self.drain_after_error())?;
+        self.finish(e.value, true)
+    }
+
+    /// Async h2d of `range` of a pinned block: the call returns once the copy is enqueued, and
+    /// the guard borrows the block until it is waited or dropped (drop waits). Sound without
+    /// trusting that destructor: while the block is borrowed shared nobody can write it through
+    /// the safe API, and once the borrow ends every `&mut` view of the block is made by its
+    /// `DerefMut`, which first waits for the device's pending reads and writes of it. The block
+    /// must belong to the stream's device to be read directly; on another device the bytes are
+    /// staged before the call returns.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(8192)?;
+    /// let stream = dev.stream()?;
+    /// let mut pinned = vkhost::PinnedBuffer::new(&dev, 8192)?;
+    /// pinned.fill(9);
+    /// let pending = stream.upload_pinned(&pinned, 4096..8192, &gpu, 0)?;
+    /// pending.wait()?;
+    /// let mut back = [0u8; 4096];
+    /// gpu.read(0, &mut back)?;
+    /// assert_eq!(back, [9; 4096]);
+    /// assert!(stream.upload_pinned(&pinned, 4096..8193, &gpu, 0).is_err(), "past the block");
+    /// # Ok(()) }
+    /// ```
+    pub fn upload_pinned<'a>(
+        &self,
+        src: &'a crate::PinnedBuffer,
+        range: std::ops::Range<usize>,
+        dst: &DeviceBuffer,
+        dst_offset: usize,
+    ) -> Result<Pending<'a>> {
+        let (addr, len) = pinned_range(src, &range)?;
+        // SAFETY: the range lies in the block, mapped while `src` lives; `src` stays borrowed
+        // shared for the guard's life, and after it the block's `&mut` views wait for this copy
+        // (`PinnedBuffer`'s `DerefMut` settles every use); registered memory (a foreign
+        // device's import of the block) is read before the return (the wait below).
+        let e = unsafe { self.inner.host_copy(true, addr, len, dst, dst_offset) };
+        let e = e.inspect_err(|_| self.drain_after_error())?;
+        self.finish(e.value, e.registered)
+    }
+
+    /// Async d2h into `range` of a pinned block: the call returns once the copy is enqueued, and
+    /// the guard borrows the block exclusively until it is waited or dropped (drop waits).
+    /// Sound without trusting that destructor: once the borrow ends, every view of the block is
+    /// made by its `Deref` or `DerefMut`, which first wait for the device's pending writes to
+    /// it, and no view made before the call can outlive the exclusive borrow. Into a block of
+    /// another device the bytes are staged and in place when the call returns.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(4096)?;
+    /// gpu.write(0, &[6; 4096])?;
+    /// let stream = dev.stream()?;
+    /// let mut pinned = vkhost::PinnedBuffer::new(&dev, 8192)?;
+    /// let pending = stream.download_pinned(&gpu, 0, &mut pinned, 4096..8192)?; // async
+    /// pending.wait()?;
+    /// assert!(pinned[4096..].iter().all(|&b| b == 6));
+    /// # Ok(()) }
+    /// ```
+    pub fn download_pinned<'a>(
+        &self,
+        src: &DeviceBuffer,
+        src_offset: usize,
+        dst: &'a mut crate::PinnedBuffer,
+        range: std::ops::Range<usize>,
+    ) -> Result<Pending<'a>> {
+        let (addr, len) = pinned_range(dst, &range)?;
+        // SAFETY: the range lies in the block, mapped while `dst` lives; `dst` stays borrowed
+        // exclusively for the guard's life, and after it the block's views wait for this copy
+        // (`Deref` and `DerefMut` settle its writes); staged or registered bytes are in place
+        // before the return (the wait below).
+        let e = unsafe { self.inner.host_copy(false, addr, len, src, src_offset) };
         let e = e.inspect_err(|_| self.drain_after_error())?;
         self.finish(e.value, e.registered || e.staged)
     }
@@ -858,7 +941,7 @@ impl Pending<'_> {
     /// let gpu = dev.alloc_buffer(1 << 20)?;
     /// let stream = dev.stream()?;
     /// let pinned = vkhost::PinnedBuffer::new(&dev, 1 << 20)?;
-    /// let pending = stream.upload(&pinned, &gpu, 0)?;
+    /// let pending = stream.upload_pinned(&pinned, 0..1 << 20, &gpu, 0)?;
     /// while !pending.is_done()? {
     ///     std::thread::yield_now(); // or do other work
     /// }
@@ -880,4 +963,12 @@ impl Drop for Pending<'_> {
             }
         }
     }
+}
+
+/// `range` of `b` as (address, length), or `OutOfRange` when it does not lie in the block.
+fn pinned_range(b: &crate::PinnedBuffer, range: &std::ops::Range<usize>) -> Result<(usize, usize)> {
+    if range.start > range.end || range.end > b.len() {
+        return Err(crate::Error::OutOfRange);
+    }
+    Ok((b.as_ptr() as usize + range.start, range.end - range.start))
 }
