@@ -128,23 +128,29 @@ thread_local! {
     static SPARE_DONE: Spares<Done> = const { std::cell::RefCell::new([None, None]) };
 }
 
-/// A spare nobody else holds (so `Arc::get_mut` succeeds on it), taken out of `spares`.
+/// A spare nobody else holds (so `Arc::get_mut` succeeds on it), taken out of `spares`. `None`
+/// also while the thread's locals are being destroyed (a copy from another local's destructor).
 fn take_spare<T>(spares: &'static std::thread::LocalKey<Spares<T>>) -> Option<Arc<T>> {
-    spares.with(|c| {
-        let mut c = c.try_borrow_mut().ok()?;
-        let i = c.iter_mut().position(|a| a.as_mut().is_some_and(|a| Arc::get_mut(a).is_some()))?;
-        c[i].take()
-    })
+    spares
+        .try_with(|c| {
+            let mut c = c.try_borrow_mut().ok()?;
+            let i = c.iter_mut().position(|a| a.as_mut().is_some_and(|a| Arc::get_mut(a).is_some()))?;
+            c[i].take()
+        })
+        .ok()
+        .flatten()
 }
 
-/// Keeps `a` for [`take_spare`]: in an empty place, else in place of one still held elsewhere.
+/// Keeps `a` for [`take_spare`]: in an empty place, else in place of one still held elsewhere,
+/// else of the first; dropped when the thread's locals are gone.
 fn keep_spare<T>(spares: &'static std::thread::LocalKey<Spares<T>>, a: Arc<T>) {
-    spares.with(|c| {
+    let _ = spares.try_with(|c| {
         if let Ok(mut c) = c.try_borrow_mut() {
-            let i = c.iter().position(Option::is_none).unwrap_or(0);
+            let held = |x: &Option<Arc<T>>| x.as_ref().is_some_and(|x| Arc::strong_count(x) > 1);
+            let i = c.iter().position(Option::is_none).or_else(|| c.iter().position(held)).unwrap_or(0);
             c[i] = Some(a);
         }
-    })
+    });
 }
 
 /// Parts left of one copy.
