@@ -403,10 +403,8 @@ impl Stream {
     /// ```
     pub fn upload<'a>(&self, src: &'a [u8], dst: &DeviceBuffer, dst_offset: usize) -> Result<Pending<'a>> {
         // SAFETY: `src` is readable for the call, and what the device reads of it directly is
-        // read before the call returns (the wait below).
-        let e = unsafe { self.inner.host_copy(true, src.as_ptr() as usize, src.len(), dst, dst_offset) };
-        let e = e.inspect_err(|_| self.drain_after_error())?;
-        self.finish(e.value, e.direct)
+        // read before the call returns (`guarded_copy` waits when some bytes went direct).
+        unsafe { self.guarded_copy(true, src.as_ptr() as usize, src.len(), dst, dst_offset, |e| e.direct) }
     }
 
     /// Safe d2h into `dst` (a `PinnedBuffer`, a `Registration` or any slice): the call returns
@@ -432,10 +430,8 @@ impl Stream {
     /// ```
     pub fn download<'a>(&self, src: &DeviceBuffer, src_offset: usize, dst: &'a mut [u8]) -> Result<Pending<'a>> {
         // SAFETY: `dst` is writable for the call, and every write to it is complete before the
-        // call returns (the wait below).
-        let e = unsafe { self.inner.host_copy(false, dst.as_mut_ptr() as usize, dst.len(), src, src_offset) };
-        let e = e.inspect_err(|_| self.drain_after_error())?;
-        self.finish(e.value, true)
+        // call returns (`guarded_copy` always waits).
+        unsafe { self.guarded_copy(false, dst.as_mut_ptr() as usize, dst.len(), src, src_offset, |_| true) }
     }
 
     /// Async h2d of `range` of a pinned block: the call returns once the copy is enqueued, and
@@ -474,10 +470,8 @@ impl Stream {
         // SAFETY: the range lies in the block, mapped while `src` lives; `src` stays borrowed
         // shared for the guard's life, and after it the block's `&mut` views wait for this copy
         // (`PinnedBuffer`'s `DerefMut` settles every use); registered memory (a foreign
-        // device's import of the block) is read before the return (the wait below).
-        let e = unsafe { self.inner.host_copy(true, addr, len, dst, dst_offset) };
-        let e = e.inspect_err(|_| self.drain_after_error())?;
-        self.finish(e.value, e.registered)
+        // device's import of the block) is read before the return (`guarded_copy` waits then).
+        unsafe { self.guarded_copy(true, addr, len, dst, dst_offset, |e| e.registered) }
     }
 
     /// Async d2h into `range` of a pinned block: the call returns once the copy is enqueued, and
@@ -512,10 +506,8 @@ impl Stream {
         // SAFETY: the range lies in the block, mapped while `dst` lives; `dst` stays borrowed
         // exclusively for the guard's life, and after it the block's views wait for this copy
         // (`Deref` and `DerefMut` settle its writes); staged or registered bytes are in place
-        // before the return (the wait below).
-        let e = unsafe { self.inner.host_copy(false, addr, len, src, src_offset) };
-        let e = e.inspect_err(|_| self.drain_after_error())?;
-        self.finish(e.value, e.registered || e.staged)
+        // before the return (`guarded_copy` waits then).
+        unsafe { self.guarded_copy(false, addr, len, src, src_offset, |e| e.registered || e.staged) }
     }
 
     /// [`Stream::upload`] of a typed slice (any [`bytemuck::Pod`] type).
@@ -577,6 +569,28 @@ impl Stream {
     /// The guard of a safe copy; waits first when `now` (the copy touches memory the caller
     /// may reuse once we return). A wait that fails waits for the queue to go idle before
     /// returning the error, so the device no longer touches the bytes either way.
+    /// A safe copy's enqueue ([`StreamInner::host_copy`]) and its guard: after a failure, what
+    /// was enqueued is drained before the error returns; the guard is complete before it is
+    /// returned when `wait` says so of what was enqueued.
+    ///
+    /// # Safety
+    /// As for [`StreamInner::host_copy`], for every byte the device may still read (h2d) or
+    /// write (d2h) after the return when `wait` is false.
+    unsafe fn guarded_copy<'a>(
+        &self,
+        h2d: bool,
+        addr: usize,
+        len: usize,
+        buf: &DeviceBuffer,
+        offset: usize,
+        wait: impl FnOnce(&copy::Enqueued) -> bool,
+    ) -> Result<Pending<'a>> {
+        // SAFETY: the caller's contract.
+        let e = unsafe { self.inner.host_copy(h2d, addr, len, buf, offset) };
+        let e = e.inspect_err(|_| self.drain_after_error())?;
+        self.finish(e.value, wait(&e))
+    }
+
     fn finish<'a>(&self, value: u64, now: bool) -> Result<Pending<'a>> {
         let event = Event { inner: self.inner.clone(), value, own: true };
         if !now {
