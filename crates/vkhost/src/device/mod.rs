@@ -773,6 +773,9 @@ pub(crate) struct Shared {
     pub buffer_epoch: AtomicU64,
     /// Children to tear down at destroy (streams, buffers, imports), see `object`.
     pub children: Mutex<Vec<std::sync::Weak<dyn object::Child>>>,
+    /// Every buffer's handles, for teardown's sweep (`object::Slot`); slots whose buffer is gone
+    /// and released are forgotten now and then.
+    pub slots: Mutex<Vec<Arc<object::Slot>>>,
     /// Buffers whose last owner dropped them while the device lock was taken.
     pub garbage: Mutex<Vec<(vk::Buffer, vk::DeviceMemory, Option<object::Backing>)>>,
     /// Pipelines whose last owner dropped them while the device lock was taken.
@@ -1059,6 +1062,9 @@ impl Shared {
         // Then objects: imports, pinned blocks, device buffers. Owners that outlive the device
         // (registry tombstones, handles) keep inert shells.
         self.teardown_children(&kids, &live, object::phase::OBJECTS);
+        // Buffers whose last owner was being dropped on another thread as the children were
+        // taken: released here, or queued by that drop for the drains below.
+        self.sweep_slots(&live);
         self.drain_garbage(&live);
         self.teardown_children(&kids, &live, object::phase::SYNC);
         // Released: their drops find nothing left to release (streams' semaphores are marked
@@ -1614,6 +1620,7 @@ impl Device {
                 buffer_epoch: AtomicU64::new(0),
                 gone: AtomicBool::new(false),
                 children: Mutex::new(Vec::new()),
+                slots: Mutex::new(Vec::new()),
                 garbage: Mutex::new(Vec::new()),
                 pipeline_garbage: Mutex::new(Vec::new()),
                 has_garbage: AtomicBool::new(false),

@@ -8,6 +8,13 @@
 //! A [`BufferObj`] dropped while the device's `live` lock cannot be taken without blocking (a
 //! destroy is waiting, or this thread is inside the teardown) is queued on `Shared::garbage` and
 //! released by the next allocation or by teardown: a drop never blocks and never panics.
+//!
+//! A buffer's handles live in a [`Slot`] that its device holds too (`Shared::slots`), and an
+//! owner's drop works on them under the slot's lock. Teardown sweeps every slot after its
+//! children: a buffer whose last owner went on another thread just before the teardown took
+//! its children (the `Weak` no longer upgrades, but the drop has not run yet) is released by
+//! the sweep or, if the drop got the lock first, queued by it before the sweep's final drain.
+//! Either way nothing of the buffer outlives the device.
 
 use super::DeviceId;
 use super::{Bound, Live, Shared, lock};
@@ -42,14 +49,8 @@ pub(crate) struct BufferObj {
     fork_gen: u64,
     pub buffer: vk::Buffer,
     pub size: u64,
-    /// `Some` while the objects exist.
-    memory: Mutex<Option<vk::DeviceMemory>>,
-    /// `memory.is_some()`, readable without the lock (`find` asks on every lookup). Cleared
-    /// under the lock before the objects are destroyed.
-    present: std::sync::atomic::AtomicBool,
-    /// What must outlive the memory (the host mapping an import was made from, when vkhost
-    /// made it): dropped only after the memory is freed (by the release, or teardown's).
-    backing: Mutex<Option<Backing>>,
+    /// The handles' state, shared with the device's teardown (see the module docs).
+    slot: Arc<Slot>,
     /// Whether a backing was given (it stays `true` after the backing went).
     backed: bool,
     /// Where the memory is mapped, for buffers allocated mapped (pinned blocks, staging, device
@@ -63,6 +64,56 @@ pub(crate) struct BufferObj {
 /// Something that must outlive a `BufferObj`'s memory.
 pub(crate) type Backing = Arc<dyn std::any::Any + Send + Sync>;
 
+/// What releasing a [`BufferObj`] takes: shared between the object and its device
+/// (`Shared::slots`), so that teardown reaches it even while the object's last owner is being
+/// dropped on another thread. Whoever takes `memory` under its lock releases the objects (or
+/// queues them for a drain) before letting go of the lock.
+pub(crate) struct Slot {
+    buffer: vk::Buffer,
+    /// `Some` while the objects exist.
+    memory: Mutex<Option<vk::DeviceMemory>>,
+    /// `memory.is_some()`, readable without the lock (`find` asks on every lookup). Cleared
+    /// under the lock before the objects are destroyed.
+    present: std::sync::atomic::AtomicBool,
+    /// What must outlive the memory (the host mapping an import was made from, when vkhost
+    /// made it): dropped only after the memory is freed (by the release, or teardown's).
+    backing: Mutex<Option<Backing>>,
+    /// The fork generation it was made in: a forked child keeps the parent's mappings.
+    fork_gen: u64,
+}
+
+impl Slot {
+    /// Whether the device can forget this slot: its object is gone (only the device holds it)
+    /// and nothing is left to release.
+    fn done(self: &Arc<Self>) -> bool {
+        Arc::strong_count(self) == 1 && !self.present.load(Ordering::Acquire)
+    }
+
+    /// Releases the objects if nobody did yet (teardown's sweep).
+    ///
+    /// # Safety
+    /// No pending or future device work may use the buffer, and `s`, `l` are its device's.
+    unsafe fn release(&self, s: &Shared, l: &Live) {
+        let mut g = lock(&self.memory);
+        self.present.store(false, Ordering::Release);
+        if let Some(m) = g.take() {
+            // SAFETY: the caller's contract; `take` under the lock makes this the only release.
+            unsafe { s.release_bound(l, self.buffer, m) };
+            drop(lock(&self.backing).take());
+        }
+        drop(g);
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if super::fork_generation() != self.fork_gen {
+            // A forked child: the mapping is the parent's too; leave it.
+            std::mem::forget(take_backing(&mut self.backing));
+        }
+    }
+}
+
 impl std::fmt::Debug for BufferObj {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BufferObj").field("device", &self.device).field("buffer", &self.buffer).field("size", &self.size).finish()
@@ -72,15 +123,21 @@ impl std::fmt::Debug for BufferObj {
 impl BufferObj {
     /// Takes ownership of a freshly bound buffer.
     pub(crate) fn new(shared: &Arc<Shared>, b: Bound, size: u64) -> BufferObj {
+        let slot = Arc::new(Slot {
+            buffer: b.buffer,
+            memory: Mutex::new(Some(b.memory)),
+            present: std::sync::atomic::AtomicBool::new(true),
+            backing: Mutex::new(None),
+            fork_gen: shared.fork_gen,
+        });
+        shared.add_slot(slot.clone());
         BufferObj {
             shared: Arc::downgrade(shared),
             device: shared.id,
             fork_gen: shared.fork_gen,
             buffer: b.buffer,
             size,
-            memory: Mutex::new(Some(b.memory)),
-            present: std::sync::atomic::AtomicBool::new(true),
-            backing: Mutex::new(None),
+            slot,
             backed: false,
             map: b.ptr,
             background: std::sync::atomic::AtomicBool::new(false),
@@ -88,7 +145,7 @@ impl BufferObj {
     }
 
     /// From now on, the last owner's drop queues the objects for the background releaser
-    /// ([`Shared::release_in_background`]) rather than freeing them itself: for a pinned block
+    /// (as [`BufferObj::release_later`] does) rather than freeing them itself: for a pinned block
     /// the caller let go of (`free_pinned`, a `PinnedBuffer`'s drop), whose vkFreeMemory takes
     /// 0.2-0.4 ms even at 4 KiB on the H200 (docs/PERFORMANCE.md). Nothing changes for work
     /// that still holds the object: it goes when the last of them is reaped, as before.
@@ -105,7 +162,7 @@ impl BufferObj {
 
     /// Keeps `backing` alive until the memory is freed.
     pub(crate) fn with_backing(mut self, backing: Backing) -> BufferObj {
-        self.backing = Mutex::new(Some(backing));
+        *lock(&self.slot.backing) = Some(backing);
         self.backed = true;
         self
     }
@@ -119,29 +176,34 @@ impl BufferObj {
 
     /// Whether the Vulkan objects still exist.
     pub(crate) fn alive(&self) -> bool {
-        self.present.load(std::sync::atomic::Ordering::Acquire)
+        self.slot.present.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Hands the objects to the background releaser ([`Shared::release_in_background`]): the
-    /// buffer counts as gone at once (`alive` is false), its memory is freed soon after on
-    /// another thread, and at the latest by the device's teardown.
+    /// Hands the objects to the background releaser thread: the buffer counts as gone at once
+    /// (`alive` is false), its memory is freed under the device's lock soon after on another
+    /// thread, and at the latest by the device's teardown. Freeing an import unpins its pages
+    /// (about 29 ms per GiB on the H200), so an unregister that hands it over returns once no
+    /// work can touch the pages, without that wait. The pages stay pinned, and so physically
+    /// allocated, until then: unmapping them meanwhile is harmless (nothing names the import
+    /// any more).
     ///
     /// # Safety
     /// As for [`BufferObj::release_now`]: no pending or future device work may use the buffer.
     pub(crate) unsafe fn release_later(&self, s: &Arc<Shared>) {
-        let m = {
-            let mut g = lock(&self.memory);
-            self.present.store(false, std::sync::atomic::Ordering::Release);
-            g.take()
-        };
-        if let Some(m) = m {
-            s.release_in_background(self.buffer, m);
+        let mut g = lock(&self.slot.memory);
+        self.slot.present.store(false, std::sync::atomic::Ordering::Release);
+        // Queued under the slot's lock, so a teardown's sweep that finds the slot empty drains
+        // it after.
+        if let Some(m) = g.take() {
+            s.queue_garbage(self.buffer, m, None);
         }
+        drop(g);
+        releaser().send(Arc::downgrade(s));
     }
 
     /// The memory the buffer is bound to (at offset 0), while the objects exist.
     pub(crate) fn memory(&self) -> Option<vk::DeviceMemory> {
-        *lock(&self.memory)
+        *lock(&self.slot.memory)
     }
 
     /// Whether the memory was imported from a host mapping vkhost made (a pinned block of
@@ -156,19 +218,10 @@ impl BufferObj {
     /// # Safety
     /// No pending or future device work may use the buffer, and `s`, `l` are its device's.
     pub(crate) unsafe fn release_now(&self, s: &Shared, l: &Live) {
-        let m = {
-            let mut g = lock(&self.memory);
-            self.present.store(false, std::sync::atomic::Ordering::Release);
-            g.take()
-        };
-        if let Some(m) = m {
-            // SAFETY: the caller's contract; `take` makes this the only release.
-            unsafe { s.release_bound(l, self.buffer, m) };
-            // The import is gone, so the mapping it was made from may go too (teardown unmaps
-            // a block as it frees a driver-allocated one). Other pieces of the same block keep
-            // their share of it until they are released.
-            drop(lock(&self.backing).take());
-        }
+        // SAFETY: the caller's contract. Once the import is gone, the mapping it was made from
+        // may go too (teardown unmaps a block as it frees a driver-allocated one); other pieces
+        // of the same block keep their share of it until they are released.
+        unsafe { self.slot.release(s, l) };
     }
 }
 
@@ -182,40 +235,52 @@ fn take_backing(b: &mut Mutex<Option<Backing>>) -> Option<Backing> {
 
 impl Drop for BufferObj {
     fn drop(&mut self) {
+        #[cfg(test)]
+        tests::drop_pause_point(self.device);
         if super::fork_generation() != self.fork_gen {
-            // Nothing here is the child's to release, not even a mapping vkhost made.
-            std::mem::forget(take_backing(&mut self.backing));
+            // Nothing here is the child's to release, not even a mapping vkhost made (the
+            // slot's drop leaves it too).
             return;
         }
-        let m = match self.memory.get_mut() {
-            Ok(m) => m.take(),
-            Err(p) => p.into_inner().take(),
-        };
-        *self.present.get_mut() = false;
         // The last owner went: no submitted work holds it (batches keep an owner until they are
-        // reaped), so it may go now, or as soon as the device lock is free. If the device is
-        // gone, its teardown released everything (and `memory` was already taken).
-        let Some(m) = m else { return };
-        match self.shared.upgrade() {
-            Some(s) if *self.background.get_mut() => {
-                // Queue, let go of the device, then wake the releaser: woken first, it could
-                // take the device before `drop_shared`, which would then wait out its whole
-                // drain (an earlier unregister's 1 GiB unpin: ~30 ms) on this thread. If this
-                // was the last reference, the teardown just freed the queue and the releaser's
-                // upgrade fails.
-                let w = Arc::downgrade(&s);
-                s.queue_garbage(self.buffer, m, take_backing(&mut self.backing));
-                drop_shared(s);
-                releaser().send(w);
-            }
-            Some(s) => s.release_or_defer(self.buffer, m, take_backing(&mut self.backing)),
-            None => {
-                // Unreachable by construction (teardown holds every child until its objects
-                // are released), so a leak: keep the mapping too, never unmap pages an import
-                // that still exists was made from.
-                log::error!("{}: a buffer outlived its device's teardown with its memory: leaked", self.device);
-                std::mem::forget(take_backing(&mut self.backing));
-            }
+        // reaped), so it may go now, or as soon as the device lock is free. Everything below
+        // runs under the slot's lock: a teardown sweeping it waits, then finds it empty and
+        // drains what this queued.
+        let mut g = lock(&self.slot.memory);
+        if g.is_none() {
+            // Released already (by an unregister, or the device's teardown).
+            return;
+        }
+        let Some(s) = self.shared.upgrade() else {
+            // The device's last handle went and its teardown is under way: its sweep of the
+            // slots waits for this lock and releases the objects (it holds the slot).
+            return;
+        };
+        self.slot.present.store(false, Ordering::Release);
+        let m = g.take();
+        let backing = lock(&self.slot.backing).take();
+        let Some(m) = m else {
+            // Checked above, under the same lock: unreachable. The slot's lock goes first.
+            drop(g);
+            drop(s);
+            return;
+        };
+        if *self.background.get_mut() {
+            s.queue_garbage(self.buffer, m, backing);
+            // Let go of the slot, then of the device, then wake the releaser: woken first, it
+            // could take the device before `drop_shared`, which would then wait out its whole
+            // drain (an earlier unregister's 1 GiB unpin: ~30 ms) on this thread. If this was
+            // the last reference, the teardown just freed the queue and the releaser's upgrade
+            // fails. (A last reference's teardown sweeps this slot: its lock must be free.)
+            drop(g);
+            let w = Arc::downgrade(&s);
+            drop_shared(s);
+            releaser().send(w);
+        } else {
+            s.release_or_defer(self.buffer, m, backing);
+            // Before `s`: if it is the last reference, its teardown sweeps this slot.
+            drop(g);
+            drop(s);
         }
     }
 }
@@ -235,17 +300,6 @@ impl Shared {
         }
         lock(&self.garbage).push((buffer, memory, backing));
         self.has_garbage.store(true, Ordering::Release);
-    }
-
-    /// Queues a buffer and its memory for release on the background releaser thread, which
-    /// frees them under the device's lock soon after; teardown frees whatever is still queued.
-    /// Freeing an import unpins its pages (about 29 ms per GiB on the H200), so an unregister
-    /// that hands it over returns once no work can touch the pages, without that wait. The
-    /// pages stay pinned, and so physically allocated, until then: unmapping them meanwhile is
-    /// harmless (nothing names the import any more).
-    pub(crate) fn release_in_background(self: &Arc<Shared>, buffer: vk::Buffer, memory: vk::DeviceMemory) {
-        self.queue_garbage(buffer, memory, None);
-        releaser().send(Arc::downgrade(self));
     }
 
     /// Queues a buffer and its memory for the next drain (the releaser's, an allocation's,
@@ -289,6 +343,29 @@ impl Shared {
             // SAFETY: queued by a drop of the last owner: nothing uses them; released once.
             unsafe { self.release_bound(l, b, m) };
             drop(backing);
+        }
+    }
+
+    /// Keeps `slot` for teardown's sweep ([`Shared::sweep_slots`]); forgets slots whose object is
+    /// gone and released now and then (amortized, as for children).
+    fn add_slot(&self, slot: Arc<Slot>) {
+        let mut g = lock(&self.slots);
+        if g.len() >= 64 && g.len().is_power_of_two() {
+            g.retain(|s| !s.done());
+        }
+        g.push(slot);
+    }
+
+    /// Teardown, after its children's `OBJECTS` phase: releases every buffer whose objects are
+    /// still there (an owner's drop that began before the children were taken), waiting for a
+    /// drop under way to let go of its slot. The drains that follow release what such drops
+    /// queued.
+    pub(crate) fn sweep_slots(&self, l: &Live) {
+        let slots = std::mem::take(&mut *lock(&self.slots));
+        for s in slots {
+            // SAFETY: teardown runs this with the device idle and every stream shut down; the
+            // last owner is gone or going (its drop finds the slot empty).
+            unsafe { s.release(self, l) };
         }
     }
 
@@ -559,6 +636,65 @@ mod tests {
         fn fired(&self) -> bool {
             self.fired.load(Ordering::Acquire)
         }
+    }
+
+    /// The device (id) the first of whose buffer drops stops at its start (after the owner's
+    /// count went to zero, before any of `BufferObj::drop` ran), until cleared.
+    static DROP_PAUSE_ID: AtomicU64 = AtomicU64::new(0);
+    static DROP_REACHED: AtomicBool = AtomicBool::new(false);
+
+    pub(super) fn drop_pause_point(d: DeviceId) {
+        if DROP_PAUSE_ID.load(Ordering::Acquire) != d.get() || DROP_REACHED.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        while DROP_PAUSE_ID.load(Ordering::Acquire) == d.get() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A device buffer whose last owner is dropped on another thread as the device is
+    /// destroyed: the drop has begun (the owner's count is zero, so teardown's children do not
+    /// include it) but none of it has run when the teardown does. Teardown must still release
+    /// the buffer before the device goes: before the slots, the drop found the device destroyed
+    /// afterwards and the objects were never freed (the validation layer reports them at
+    /// vkDestroyDevice; the counts keep them).
+    #[test]
+    fn a_buffer_dropped_on_another_thread_as_its_device_is_destroyed_is_released_first() {
+        let _one = lock(&SERIAL);
+        let validation = crate::device::validation_layer_installed();
+        let opts = crate::OpenOptions { validation, ..Default::default() };
+        let dev = match crate::Device::open_default_with(&opts) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("skipped: no Vulkan device ({e})");
+                return;
+            }
+        };
+        if !validation {
+            eprintln!("the validation layer is not installed: the counts alone are checked");
+        }
+        let buf = dev.alloc_buffer(4096).unwrap();
+        /// Lets a paused drop go however the test ends.
+        struct Unpause;
+        impl Drop for Unpause {
+            fn drop(&mut self) {
+                DROP_PAUSE_ID.store(0, Ordering::Release);
+            }
+        }
+        let unpause = Unpause;
+        DROP_REACHED.store(false, Ordering::Release);
+        DROP_PAUSE_ID.store(dev.id().get(), Ordering::Release);
+        let t = std::thread::spawn(move || drop(buf));
+        let start = Instant::now();
+        while !DROP_REACHED.load(Ordering::Acquire) {
+            assert!(start.elapsed() < Duration::from_secs(10), "the buffer's drop never began");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        dev.destroy().unwrap();
+        drop(unpause);
+        t.join().unwrap();
+        assert_eq!(dev.shared.objects.snapshot(), crate::device::LiveObjects::default(), "objects left after destroy");
+        assert_eq!(dev.validation_errors(), 0, "{:?}", dev.last_validation_error());
     }
 
     pub(super) fn pause_point(s: &Shared) {
