@@ -249,7 +249,10 @@ fn matrix_of(dev: &Device, rows: &mut Vec<Row>, paths: &[(&str, Path)]) -> Resul
 #[derive(Clone, Copy, Debug)]
 enum Kind {
     Device,
+    /// Slices of a pinned block (`Binding::Host`/`HostMut`: launches complete before they return).
     Pinned,
+    /// A pinned block bound through the block (`Binding::pinned`/`pinned_mut`: async launches).
+    PinnedBlock,
     Registered,
 }
 
@@ -302,6 +305,18 @@ fn kernel_case(dev: &Device, s: &Stream, kind: Kind, off: usize, len: usize, can
             s.fill_u32(Binding::HostMut(&mut p[off..off + len]), pat)?;
             check(&p, &filled, "fill")
         }
+        Kind::PinnedBlock => {
+            let mut p = PinnedBuffer::new(dev, total)?;
+            p.copy_from_slice(&init);
+            // Async: the block's Deref waits for the kernels' writes, with nothing waited here.
+            s.copy_sm(Binding::Device(&src, 12, len), Binding::pinned_mut(&mut p, off, len))?;
+            if s.checksum(Binding::pinned(&p, off, len))? != sum {
+                return Err("device checksum differs from the CPU's".into());
+            }
+            check(&p, &copied, "copy")?;
+            s.fill_u32(Binding::pinned_mut(&mut p, off, len), pat)?;
+            check(&p, &filled, "fill")
+        }
         Kind::Registered if can_register => {
             let mut m = Pages::map(total.next_multiple_of(4096), RW)?;
             m.slice()[..total].copy_from_slice(&init);
@@ -331,7 +346,7 @@ fn kernels(dev: &Device, rows: &mut Vec<Row>) -> Result<()> {
     }
     let a = dev.info().min_storage_buffer_offset_alignment.max(16) as usize;
     let (mut passed, mut total, mut failed) = (0, 0, Vec::new());
-    for kind in [Kind::Device, Kind::Pinned, Kind::Registered] {
+    for kind in [Kind::Device, Kind::Pinned, Kind::PinnedBlock, Kind::Registered] {
         for off in [0, 4, a + 20, 4092] {
             for len in [4, 4096 + 12, 65536] {
                 total += 1;

@@ -54,7 +54,8 @@
 //!   the block made before the call outlives the borrow, and every view made after it comes
 //!   from the block's `Deref` (which waits for the device's pending writes to it) or `DerefMut`
 //!   (which waits for any device access): a forgotten guard cannot let safe code see or change
-//!   bytes the device is using.
+//!   bytes the device is using. Kernel launches bind a block the same way, async:
+//!   [`Binding::pinned`] (shared) and [`Binding::pinned_mut`] (exclusive).
 //! - **Releases the caller makes are exact.** [`host::unregister`] (and a [`Registration`]'s
 //!   drop) returns only once no submitted work can read or write the registered bytes. Raw
 //!   [`host::free_pinned`]/[`host::unregister`] refuse entries a guard owns

@@ -291,6 +291,13 @@ impl PinnedBuffer {
     }
 }
 
+impl PinnedBuffer {
+    /// Whether `r` is one of the block's own imports (on its own device).
+    pub(crate) fn owns(&self, r: &Arc<crate::resource::Resource>) -> bool {
+        self.res.parts.iter().any(|p| Arc::ptr_eq(p, r))
+    }
+}
+
 impl std::ops::Deref for PinnedBuffer {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

@@ -49,6 +49,9 @@
 //!   or a [`Registration`](crate::Registration) (or of any memory that one registration or
 //!   pinned block covers), shared for bindings the kernel only reads, exclusive for bindings it
 //!   writes.
+//! - [`Binding::pinned`] / [`Binding::pinned_mut`]: bytes of a
+//!   [`PinnedBuffer`](crate::PinnedBuffer), named through the block itself (shared for bindings
+//!   the kernel only reads, exclusive for bindings it writes): async.
 //! - [`Binding::host`] (`unsafe`): a raw host range, async whatever covers it.
 //!
 //! A host range that no single registration or pinned block covers is
@@ -70,6 +73,16 @@
 //! the caller uses again at once, so the kernel must be done with the bytes by then. Launches
 //! over device buffers only are async. Raw host bindings are async; their contract says for how
 //! long the bytes must stay valid.
+//!
+//! **Async zero-copy over pinned blocks.** [`Binding::pinned`] and [`Binding::pinned_mut`] bind
+//! a block's bytes by borrowing the [`PinnedBuffer`](crate::PinnedBuffer), not a slice of it,
+//! and the launch returns once enqueued. That is sound without trusting any destructor: no view
+//! of the bytes made before the call can outlive the borrow (exclusive for `pinned_mut`), and
+//! every view made after it comes from the block's `Deref` (which first waits for the device's
+//! pending writes to it) or `DerefMut` (which waits for every pending use). The one exception is
+//! a block of another device, bound through a registration of its bytes on the stream's
+//! device: that registration's views know nothing of this launch, so it completes before the
+//! call returns, as slice bindings do.
 //!
 //! **Queues.** Launches need a compute-capable queue family. A stream on a transfer-only family
 //! (the copy engines, [`QueueKind::Copy`](crate::QueueKind::Copy) on a device that has them)
@@ -403,9 +416,12 @@ pub struct HostRange {
 ///
 /// Host memory is named by slices: a slice of a [`PinnedBuffer`](crate::PinnedBuffer) or a
 /// [`Registration`](crate::Registration) (through their `Deref`/`DerefMut`), or of any memory
-/// one registration or pinned block covers. A binding the kernel writes ([`Param::ReadWrite`])
-/// must be [`Binding::HostMut`]: a kernel writing through a shared borrow would change bytes
-/// that other `&[u8]` views of them may be reading (`InvalidArgument` otherwise).
+/// one registration or pinned block covers; launches with slice bindings complete before they
+/// return. Or through a pinned block itself ([`Binding::pinned`], [`Binding::pinned_mut`]):
+/// those launches are async. A binding the kernel writes ([`Param::ReadWrite`]) must be
+/// [`Binding::HostMut`] or [`Binding::pinned_mut`]: a kernel writing through a shared borrow
+/// would change bytes that other `&[u8]` views of them may be reading (`InvalidArgument`
+/// otherwise).
 ///
 /// # Example
 ///
@@ -436,8 +452,106 @@ pub enum Binding<'a> {
     Host(&'a [u8]),
     /// Host bytes the kernel may write.
     HostMut(&'a mut [u8]),
+    /// Bytes of a pinned block, named through the block (made by [`Binding::pinned`] or
+    /// [`Binding::pinned_mut`]): launches that bind it are async.
+    Pinned(PinnedRange<'a>),
     /// A raw host range (made by the `unsafe` [`Binding::host`]).
     Raw(HostRange),
+}
+
+/// Bytes of a [`PinnedBuffer`](crate::PinnedBuffer) bound through the block (see
+/// [`Binding::pinned`] and [`Binding::pinned_mut`]); its fields are private, so a binding the
+/// kernel may write can only be made from an exclusive borrow of the block.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// use vkhost::Binding;
+/// let dev = vkhost::Device::open_default()?;
+/// let block = vkhost::PinnedBuffer::new(&dev, 4096)?;
+/// let Binding::Pinned(r) = Binding::pinned(&block, 256, 1024) else { unreachable!() };
+/// assert_eq!((r.offset(), r.len(), r.writable()), (256, 1024, false));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct PinnedRange<'a> {
+    pub(crate) block: &'a crate::PinnedBuffer,
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+    pub(crate) write: bool,
+}
+
+impl PinnedRange<'_> {
+    /// The offset of the range in the block.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let block = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// let vkhost::Binding::Pinned(r) = vkhost::Binding::pinned(&block, 64, 128) else { unreachable!() };
+    /// assert_eq!(r.offset(), 64);
+    /// # Ok(()) }
+    /// ```
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The byte length of the range.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let block = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// let vkhost::Binding::Pinned(r) = vkhost::Binding::pinned(&block, 64, 128) else { unreachable!() };
+    /// assert_eq!(r.len(), 128);
+    /// # Ok(()) }
+    /// ```
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the range is empty.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let block = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// let vkhost::Binding::Pinned(r) = vkhost::Binding::pinned(&block, 64, 0) else { unreachable!() };
+    /// assert!(r.is_empty(), "refused at launch: a zero-length binding");
+    /// # Ok(()) }
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether a kernel may write it (made by [`Binding::pinned_mut`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let mut block = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// let vkhost::Binding::Pinned(r) = vkhost::Binding::pinned_mut(&mut block, 0, 4096) else { unreachable!() };
+    /// assert!(r.writable());
+    /// # Ok(()) }
+    /// ```
+    pub fn writable(&self) -> bool {
+        self.write
+    }
+
+    /// The address of its first byte (wrapping, never dereferenced: a range past the block is
+    /// refused at launch with `OutOfRange`).
+    pub(crate) fn addr(&self) -> usize {
+        (self.block.as_ptr() as usize).wrapping_add(self.offset)
+    }
 }
 
 impl<'a> Binding<'a> {
@@ -470,6 +584,54 @@ impl<'a> Binding<'a> {
         Binding::Raw(HostRange { addr: ptr as usize, len })
     }
 
+    /// `len` bytes at `offset` in a pinned block, for a binding the kernel only reads. Launches
+    /// that bind it are async (see **Async zero-copy over pinned blocks** in [`crate::kernel`]):
+    /// the block stays borrowed for the binding's life, and its `DerefMut` waits for the launch.
+    /// A range past the block is refused at launch (`OutOfRange`).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::{Binding, QueueKind};
+    /// let dev = vkhost::Device::open_default()?;
+    /// let stream = dev.stream_on(QueueKind::Compute)?;
+    /// let mut block = vkhost::PinnedBuffer::new(&dev, 4096)?;
+    /// block.fill(7);
+    /// let gpu = dev.alloc_buffer(4096)?;
+    /// stream.copy_sm(Binding::pinned(&block, 0, 4096), Binding::Device(&gpu, 0, 4096))?; // async
+    /// block.fill(1); // `DerefMut` waited for the kernel's read first
+    /// stream.synchronize()?;
+    /// let mut back = vec![0u8; 4096];
+    /// gpu.read(0, &mut back)?;
+    /// assert!(back.iter().all(|&b| b == 7));
+    /// # Ok(()) }
+    /// ```
+    pub fn pinned(block: &'a crate::PinnedBuffer, offset: usize, len: usize) -> Binding<'a> {
+        Binding::Pinned(PinnedRange { block, offset, len, write: false })
+    }
+
+    /// `len` bytes at `offset` in a pinned block, for a binding the kernel may write. Launches
+    /// that bind it are async: the block is borrowed exclusively for the binding's life, and
+    /// afterwards its `Deref` and `DerefMut` wait for the kernel's writes before handing out
+    /// the bytes, whether or not anything waited for the launch.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::{Binding, QueueKind};
+    /// let dev = vkhost::Device::open_default()?;
+    /// let stream = dev.stream_on(QueueKind::Compute)?;
+    /// let mut block = vkhost::PinnedBuffer::new(&dev, 1 << 20)?;
+    /// stream.fill_u32(Binding::pinned_mut(&mut block, 0, 1 << 20), 0x0101_0101)?; // async
+    /// assert!(block.iter().all(|&b| b == 1), "Deref waited for the fill");
+    /// # Ok(()) }
+    /// ```
+    pub fn pinned_mut(block: &'a mut crate::PinnedBuffer, offset: usize, len: usize) -> Binding<'a> {
+        Binding::Pinned(PinnedRange { block, offset, len, write: true })
+    }
+
     /// The byte length of the range.
     ///
     /// # Example
@@ -487,6 +649,7 @@ impl<'a> Binding<'a> {
             Binding::Device(_, _, n) => *n,
             Binding::Host(s) => s.len(),
             Binding::HostMut(s) => s.len(),
+            Binding::Pinned(r) => r.len,
             Binding::Raw(h) => h.len,
         }
     }
@@ -511,6 +674,9 @@ impl<'a> Binding<'a> {
             Binding::Device(b, off, len) => pieces(len).map(|(o, n)| Binding::Device(b, off + o, n)).collect(),
             Binding::Host(s) => s.chunks(size).map(Binding::Host).collect(),
             Binding::HostMut(s) => s.chunks_mut(size).map(Binding::HostMut).collect(),
+            Binding::Pinned(r) => {
+                pieces(r.len).map(|(o, n)| Binding::Pinned(PinnedRange { offset: r.offset.saturating_add(o), len: n, ..r })).collect()
+            }
             Binding::Raw(h) => pieces(h.len).map(|(o, n)| Binding::Raw(HostRange { addr: h.addr + o, len: n })).collect(),
         }
     }
@@ -521,6 +687,7 @@ impl<'a> Binding<'a> {
             Binding::Device(buf, off, len) => (Some(buf.raw()), *off, off + len),
             Binding::Host(s) => (None, s.as_ptr() as usize, s.as_ptr() as usize + s.len()),
             Binding::HostMut(s) => (None, s.as_ptr() as usize, s.as_ptr() as usize + s.len()),
+            Binding::Pinned(r) => (None, r.addr(), r.addr().saturating_add(r.len)),
             Binding::Raw(h) => (None, h.addr, h.addr.saturating_add(h.len)),
         };
         let ((k1, s1, e1), (k2, s2, e2)) = (span(self), span(o));
@@ -534,6 +701,7 @@ impl<'a> Binding<'a> {
             Binding::Device(_, off, _) => *off,
             Binding::Host(s) => s.as_ptr() as usize,
             Binding::HostMut(s) => s.as_ptr() as usize,
+            Binding::Pinned(r) => r.addr(),
             Binding::Raw(h) => h.addr,
         };
         a % 16

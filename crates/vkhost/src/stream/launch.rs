@@ -28,6 +28,9 @@ struct Bound {
     /// The hold on a host binding's import or block while the launch is recorded.
     _held: Option<Held>,
     host: bool,
+    /// The launch must complete before the call returns: the binding borrows bytes that views
+    /// made without waiting for this launch may reach once the call returned (see `launch`).
+    wait: bool,
 }
 
 /// Resolves `b` on device `s`; `write` for bindings the kernel may write.
@@ -43,6 +46,12 @@ fn resolve(s: &Shared, b: &Binding<'_>, write: bool) -> Result<Bound> {
         }
         Binding::Host(sl) => (Some(sl.as_ptr() as usize), sl.len()),
         Binding::HostMut(sl) => (Some(sl.as_ptr() as usize), sl.len()),
+        Binding::Pinned(r) => {
+            if r.offset.checked_add(r.len).is_none_or(|end| end > r.block.len()) {
+                return Err(Error::OutOfRange);
+            }
+            (Some(r.addr()), r.len)
+        }
         Binding::Raw(h) => {
             host::check_host_range(h.addr, h.len)?;
             (Some(h.addr), h.len)
@@ -54,6 +63,9 @@ fn resolve(s: &Shared, b: &Binding<'_>, write: bool) -> Result<Bound> {
     if write && matches!(b, Binding::Host(_)) {
         return Err(Error::invalid("the kernel writes this binding: bind the slice with Binding::HostMut"));
     }
+    if write && matches!(b, Binding::Pinned(r) if !r.write) {
+        return Err(Error::invalid("the kernel writes this binding: bind the block with Binding::pinned_mut"));
+    }
     let (buffer, base, res, held) = match (b, addr) {
         (Binding::Device(buf, off, _), _) => (buf.raw(), *off as u64, buf.res.clone(), None),
         (_, Some(a)) => {
@@ -61,6 +73,13 @@ fn resolve(s: &Shared, b: &Binding<'_>, write: bool) -> Result<Bound> {
             (c.held.0.obj.buffer, c.offset, c.held.0.clone(), Some(c.held))
         }
         (_, None) => return Err(Error::invalid("a host binding without an address")),
+    };
+    // Slices always; a pinned block only when what covers it on this device is not the block's
+    // own import (a registration of its bytes, whose views do not wait for this launch).
+    let wait = match b {
+        Binding::Host(_) | Binding::HostMut(_) => true,
+        Binding::Pinned(r) => !r.block.owns(&res),
+        Binding::Device(..) | Binding::Raw(_) => false,
     };
     let delta = base % align;
     let offset = base - delta;
@@ -75,7 +94,7 @@ fn resolve(s: &Shared, b: &Binding<'_>, write: bool) -> Result<Bound> {
         Some(a) => (Access::host(a, len as u64, write), Access::host(a - delta as usize, range, write)),
         None => (Access::buf(buffer, base, len as u64, write), Access::buf(buffer, offset, range, write)),
     };
-    Ok(Bound { buffer, offset, range, delta: delta as u32, exact, bound, res, _held: held, host: addr.is_some() })
+    Ok(Bound { buffer, offset, range, delta: delta as u32, exact, bound, res, _held: held, host: addr.is_some(), wait })
 }
 
 impl StreamInner {
@@ -191,8 +210,10 @@ impl StreamInner {
         let value = if st.open.is_some() { st.submitted + 1 } else { st.submitted };
         // A launch that binds borrowed host bytes completes before it returns: the borrow ends
         // with the call, and a `&mut` to the same bytes taken before it is usable again at
-        // once, so the kernel may not still read or write them (pinned blocks included).
-        let borrowed = bindings.iter().any(|x| matches!(x, Binding::Host(_) | Binding::HostMut(_)));
+        // once, so the kernel may not still read or write them (slices of pinned blocks
+        // included). Bytes bound through their block are reached afterwards only through the
+        // block's `Deref`/`DerefMut`, which wait for this launch.
+        let borrowed = bound.iter().any(|b| b.wait);
         Ok((value, borrowed))
     }
 }
@@ -231,12 +252,15 @@ impl Stream {
     /// after the one-`u32`-per-binding deltas. The launch orders against this stream's copies
     /// and launches by the bytes it binds, and owns what it binds until it completes.
     ///
-    /// Async, except that a launch with a slice binding in a registration (the caller's memory)
-    /// completes before the call returns. Errors: a binding or push size that does not match the
-    /// kernel, two bindings that overlap with a write, a zero-length binding, a shared
-    /// [`Binding::Host`] for a binding the kernel writes → `InvalidArgument`; a host range no
-    /// registration or pinned block covers → `NotRegistered`; a stream on a copy-only family →
-    /// `Unsupported`.
+    /// Async, except that a launch with a slice binding ([`Binding::Host`], [`Binding::HostMut`],
+    /// any memory), or with a pinned block bound through another import than its own (a
+    /// registration of its bytes on this stream's device), completes before the call returns
+    /// (see [`crate::kernel`], **Safe launches and borrowed bytes**). Errors: a binding or push
+    /// size that does not match the kernel, two bindings that overlap with a write, a
+    /// zero-length binding, a shared [`Binding::Host`] or [`Binding::pinned`] for a binding the
+    /// kernel writes → `InvalidArgument`; a pinned range past its block → `OutOfRange`; a host
+    /// range no registration or pinned block covers → `NotRegistered`; a stream on a copy-only
+    /// family → `Unsupported`.
     ///
     /// # Example
     ///
@@ -415,6 +439,7 @@ impl Stream {
                     Binding::HostMut(b) => Binding::HostMut(b),
                     Binding::Host(b) => Binding::Host(b),
                     Binding::Device(b, off, len) => Binding::Device(b, *off, *len),
+                    Binding::Pinned(r) => Binding::Pinned(*r),
                     Binding::Raw(h) => Binding::Raw(*h),
                 };
                 self.launch(builtin::checksum()?, groups_for(n, 256), &[s, o], &words(&[n as u32, first as u32]))?;
