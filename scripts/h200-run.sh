@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the lent H200 machine (see ../shared/GPU.md), from the project root:
-#   source .gl/on-device.sh; bash scripts/h200-run.sh [quick|bench|tests|all]
+#   source .gl/on-device.sh; bash scripts/h200-run.sh [quick|bench|tests|all|final|median|devcmp|...]
 # Carried: .gl (loader, glvnd, validation layer .debs, cuda_baseline.py),
 # and .h200/ (vkhost built with --features vkhost-cli/cuda, and the test binaries, stripped, from
 # scripts/h200-prepare.sh). Writes logs, JSON and SVG under $OUT.
@@ -428,6 +428,19 @@ if [ "$what" = stage256 ]; then
     done
   done
   } 2>&1 | tee "$OUT/stage256.txt"
+fi
+if [ "$what" = devcmp ]; then
+  # Issue 15's line: `--devices all` (one device) against the plain bench, 30 iterations each,
+  # alternated over ROUNDS (default 3) processes of each; each row's median over them.
+  ms=""; ps=""
+  for r in $(seq 1 "${ROUNDS:-3}"); do
+    echo "== round $r: vkhost bench --devices all --iters 30"
+    $v bench --devices all --iters 30 > "$OUT/devcmp-matrix-$r.txt" 2>&1; grep -E "^(pinned|registered|pageable) " "$OUT/devcmp-matrix-$r.txt"
+    echo "== round $r: plain bench, same paths and sizes, 30 iterations"
+    $v bench -t host_to_device_ce,device_to_host_ce,host_to_device_registered_ce,device_to_host_registered_ce,host_to_device_pageable_ce,device_to_host_pageable_ce --sizes 16M,256M,1G --no-costs --iters 30 --json "$OUT/devcmp-plain-$r.json" 2>&1 | grep -E "_ce "
+    ms="$ms $OUT/devcmp-matrix-$r.txt"; ps="$ps $OUT/devcmp-plain-$r.json"
+  done
+  python3 scripts/devices-compare.py $ms -- $ps 2>&1 | tee "$OUT/devcmp.txt"
 fi
 if [ "$what" = median ]; then
   # Issue 9's 3% line against several processes rather than one: RUNS full sweeps (default 3,
