@@ -446,6 +446,14 @@ fn builtins_split_ranges_longer_than_max_storage_buffer_range() {
     s.copy_sm(Binding::Device(&g, 4, len), Binding::HostMut(&mut p[8..8 + len])).unwrap();
     s.synchronize().unwrap();
     assert!(p[8..] == want[..] && p[..8] == [0xEE; 8], "copy over chunks");
+    // A range that runs past its buffer or block is refused before any piece of it runs.
+    p.fill(0xEE);
+    assert!(matches!(s.fill_u32(Binding::pinned_mut(&mut p, 8, len + 4), 0), Err(Error::OutOfRange)));
+    assert!(matches!(s.fill_u32(Binding::Device(&g, 8, len + 4), 0), Err(Error::OutOfRange)));
+    assert!(matches!(s.copy_sm(Binding::Device(&g, 0, len + 8), Binding::pinned_mut(&mut p, 4, len + 8)), Err(Error::OutOfRange)));
+    s.synchronize().unwrap();
+    assert!(p.iter().all(|&b| b == 0xEE), "a refused pinned range wrote nothing");
+    assert_eq!(s.checksum(Binding::Device(&g, 4, len)).unwrap(), checksum_cpu(&want), "a refused device range wrote nothing");
 }
 
 #[test]
@@ -514,8 +522,17 @@ fn pinned_block_bindings_are_async_and_the_blocks_views_wait_for_them() {
     unsafe { host::register(&d2, ptr, n) }.unwrap();
     s2.fill_u32(Binding::pinned_mut(&mut block, 0, n), 0x4B4B_4B4B).unwrap();
     assert!(s2.record().unwrap().is_done().unwrap(), "the launch through another device's import completed before it returned");
+    // And it comes after the block's own device's pending writes, as a slice of it would.
+    s.fill_u32(Binding::pinned_mut(&mut block, 0, n), 0x5D5D_5D5D).unwrap(); // recorded, not submitted
+    let g2 = d2.alloc_buffer(n).unwrap();
+    s2.copy_sm(Binding::pinned(&block, 0, n), Binding::Device(&g2, 0, n)).unwrap();
+    assert_eq!(
+        s2.checksum(Binding::Device(&g2, 0, n)).unwrap(),
+        checksum_cpu(&vec![0x5D; n]),
+        "the other device read the bytes after the block's own device wrote them"
+    );
     host::unregister(&d2, ptr).unwrap();
-    assert!(block.iter().all(|&b| b == 0x4B));
+    assert!(block.iter().all(|&b| b == 0x5D));
 }
 
 #[test]

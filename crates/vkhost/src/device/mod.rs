@@ -1100,8 +1100,10 @@ impl Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         if self.forked() {
-            // The owners (a wgpu device, say) would destroy the parent's driver objects.
+            // The owners (a wgpu device, say) would destroy the parent's driver objects, and
+            // queued garbage may hold a mapping vkhost made (a huge-page block's): leave both.
             std::mem::forget(std::mem::take(self.owners.get_mut().unwrap_or_else(PoisonError::into_inner)));
+            std::mem::forget(std::mem::take(self.garbage.get_mut().unwrap_or_else(PoisonError::into_inner)));
             return;
         }
         let live = self.live.get_mut().unwrap_or_else(PoisonError::into_inner).take();

@@ -7,7 +7,9 @@
 //!
 //! A [`BufferObj`] dropped while the device's `live` lock cannot be taken without blocking (a
 //! destroy is waiting, or this thread is inside the teardown) is queued on `Shared::garbage` and
-//! released by the next allocation or by teardown: a drop never blocks and never panics.
+//! released by the next allocation or by teardown: a drop never waits for the device lock and
+//! never panics (it may wait briefly for its own slot's lock, below, behind a release in
+//! progress).
 //!
 //! A buffer's handles live in a [`Slot`] that its device holds too (`Shared::slots`), and an
 //! owner's drop works on them under the slot's lock. Teardown sweeps every slot after its

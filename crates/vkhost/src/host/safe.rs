@@ -296,6 +296,12 @@ impl PinnedBuffer {
     pub(crate) fn owns(&self, r: &Arc<crate::resource::Resource>) -> bool {
         self.res.parts.iter().any(|p| Arc::ptr_eq(p, r))
     }
+
+    /// Waits for the block's device's pending work on it: writes, or every use with `all` (what
+    /// `Deref` and `DerefMut` wait for).
+    pub(crate) fn settle(&self, all: bool) {
+        if all { self.res.settle_all() } else { self.res.settle_writes() }
+    }
 }
 
 impl std::ops::Deref for PinnedBuffer {

@@ -71,8 +71,8 @@
 //! [`Stream::launch`](crate::Stream::launch) returns, whatever memory the slice lies in: the
 //! borrow ends with the call, and the slice may reborrow a `&mut` (of a pinned block too) that
 //! the caller uses again at once, so the kernel must be done with the bytes by then. Launches
-//! over device buffers only are async. Raw host bindings are async; their contract says for how
-//! long the bytes must stay valid.
+//! over device buffers and pinned blocks bound through the block (below) are async. Raw host
+//! bindings are async; their contract says for how long the bytes must stay valid.
 //!
 //! **Async zero-copy over pinned blocks.** [`Binding::pinned`] and [`Binding::pinned_mut`] bind
 //! a block's bytes by borrowing the [`PinnedBuffer`](crate::PinnedBuffer), not a slice of it,
@@ -82,7 +82,8 @@
 //! pending writes to it) or `DerefMut` (which waits for every pending use). The one exception is
 //! a block of another device, bound through a registration of its bytes on the stream's
 //! device: that registration's views know nothing of this launch, so it completes before the
-//! call returns, as slice bindings do.
+//! call returns, as slice bindings do (and, as a slice of the block would through its `Deref`,
+//! it first waits for the block's own device's pending work on the bytes).
 //!
 //! **Queues.** Launches need a compute-capable queue family. A stream on a transfer-only family
 //! (the copy engines, [`QueueKind::Copy`](crate::QueueKind::Copy) on a device that has them)
@@ -445,6 +446,7 @@ pub struct HostRange {
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Binding<'a> {
     /// `(buffer, offset, len)`: bytes of a device buffer.
     Device(&'a DeviceBuffer, usize, usize),
@@ -552,6 +554,14 @@ impl PinnedRange<'_> {
     pub(crate) fn addr(&self) -> usize {
         (self.block.as_ptr() as usize).wrapping_add(self.offset)
     }
+
+    /// `OutOfRange` unless the range lies in the block.
+    pub(crate) fn check(&self) -> crate::Result<()> {
+        match self.offset.checked_add(self.len) {
+            Some(end) if end <= self.block.len() => Ok(()),
+            _ => Err(crate::Error::OutOfRange),
+        }
+    }
 }
 
 impl<'a> Binding<'a> {
@@ -587,7 +597,9 @@ impl<'a> Binding<'a> {
     /// `len` bytes at `offset` in a pinned block, for a binding the kernel only reads. Launches
     /// that bind it are async (see **Async zero-copy over pinned blocks** in [`crate::kernel`]):
     /// the block stays borrowed for the binding's life, and its `DerefMut` waits for the launch.
-    /// A range past the block is refused at launch (`OutOfRange`).
+    /// A range past the block is refused at launch (`OutOfRange`), before any of it runs. On a
+    /// stream of another device than the block's (through a registration of its bytes there)
+    /// the launch completes before the call returns.
     ///
     /// # Example
     ///
@@ -614,7 +626,8 @@ impl<'a> Binding<'a> {
     /// `len` bytes at `offset` in a pinned block, for a binding the kernel may write. Launches
     /// that bind it are async: the block is borrowed exclusively for the binding's life, and
     /// afterwards its `Deref` and `DerefMut` wait for the kernel's writes before handing out
-    /// the bytes, whether or not anything waited for the launch.
+    /// the bytes, whether or not anything waited for the launch. Refusals and other devices as
+    /// for [`Binding::pinned`].
     ///
     /// # Example
     ///

@@ -47,9 +47,7 @@ fn resolve(s: &Shared, b: &Binding<'_>, write: bool) -> Result<Bound> {
         Binding::Host(sl) => (Some(sl.as_ptr() as usize), sl.len()),
         Binding::HostMut(sl) => (Some(sl.as_ptr() as usize), sl.len()),
         Binding::Pinned(r) => {
-            if r.offset.checked_add(r.len).is_none_or(|end| end > r.block.len()) {
-                return Err(Error::OutOfRange);
-            }
+            r.check()?;
             (Some(r.addr()), r.len)
         }
         Binding::Raw(h) => {
@@ -218,8 +216,15 @@ impl StreamInner {
     }
 }
 
-/// Checks a built-in's binding: offset (as the device sees it) and length multiples of 4.
+/// Checks a built-in's binding: the whole range lies in its buffer or block (checked before the
+/// built-in splits it, so a range that runs past the end is refused before any piece of it is
+/// launched), and offset (as the device sees it) and length are multiples of 4.
 fn check4(b: &Binding<'_>, what: &str) -> Result<()> {
+    match b {
+        Binding::Device(buf, off, len) => buf.check_range(*off, *len)?,
+        Binding::Pinned(r) => r.check()?,
+        Binding::Host(_) | Binding::HostMut(_) | Binding::Raw(_) => {}
+    }
     if b.phase() % 4 != 0 || b.len() % 4 != 0 {
         return Err(Error::invalid(format!("{what}: offsets and lengths of built-in kernels must be multiples of 4 bytes")));
     }
@@ -306,6 +311,17 @@ impl Stream {
     /// # Ok(()) }
     /// ```
     pub fn launch(&self, kernel: &Kernel, groups: [u32; 3], bindings: &[Binding<'_>], push_constants: &[u8]) -> Result<()> {
+        for b in bindings {
+            // A block of another device: bound here through another import of its bytes, the
+            // launch first waits for the block's own device's work on them, as a slice of it
+            // would (through its `Deref`/`DerefMut`). Before this device's lock: no two
+            // devices' locks are held at once.
+            if let Binding::Pinned(r) = b {
+                if r.block.device().id() != self.inner.shared.id {
+                    r.block.settle(r.write);
+                }
+            }
+        }
         let (value, now) = self.inner.launch(kernel, groups, bindings, push_constants)?;
         self.settle_launch(value, now)
     }
