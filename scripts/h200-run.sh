@@ -432,15 +432,27 @@ fi
 if [ "$what" = devcmp ]; then
   # Issue 15's line: `--devices all` (one device) against the plain bench, 30 iterations each,
   # alternated over ROUNDS (default 3) processes of each; each row's median over them.
-  ms=""; ps=""
+  # DEVCMP_PATHS (default pinned,registered,pageable) narrows both sides to those paths. The raw
+  # outputs go into one archive (the device returns at most 8 files).
+  P=${DEVCMP_PATHS:-pinned,registered,pageable}
+  T=""
+  for p in ${P//,/ }; do
+    case $p in
+      pinned) T="$T,host_to_device_ce,device_to_host_ce" ;;
+      registered) T="$T,host_to_device_registered_ce,device_to_host_registered_ce" ;;
+      pageable) T="$T,host_to_device_pageable_ce,device_to_host_pageable_ce" ;;
+    esac
+  done
+  D=$(mktemp -d); ms=""; ps=""
   for r in $(seq 1 "${ROUNDS:-3}"); do
-    echo "== round $r: vkhost bench --devices all --iters 30"
-    $v bench --devices all --iters 30 > "$OUT/devcmp-matrix-$r.txt" 2>&1; grep -E "^(pinned|registered|pageable) " "$OUT/devcmp-matrix-$r.txt"
+    echo "== round $r: vkhost bench --devices all --paths $P --iters 30"
+    $v bench --devices all --paths "$P" --iters 30 > "$D/matrix-$r.txt" 2>&1; grep -E "^(pinned|registered|pageable) " "$D/matrix-$r.txt"
     echo "== round $r: plain bench, same paths and sizes, 30 iterations"
-    $v bench -t host_to_device_ce,device_to_host_ce,host_to_device_registered_ce,device_to_host_registered_ce,host_to_device_pageable_ce,device_to_host_pageable_ce --sizes 16M,256M,1G --no-costs --iters 30 --json "$OUT/devcmp-plain-$r.json" 2>&1 | grep -E "_ce "
-    ms="$ms $OUT/devcmp-matrix-$r.txt"; ps="$ps $OUT/devcmp-plain-$r.json"
+    $v bench -t "${T#,}" --sizes 16M,256M,1G --no-costs --iters 30 --json "$D/plain-$r.json" 2>&1 | grep -E "_ce "
+    ms="$ms $D/matrix-$r.txt"; ps="$ps $D/plain-$r.json"
   done
   python3 scripts/devices-compare.py $ms -- $ps 2>&1 | tee "$OUT/devcmp.txt"
+  tar -C "$D" -czf "$OUT/devcmp-raw.tar.gz" . && rm -rf "$D"
 fi
 if [ "$what" = median ]; then
   # Issue 9's 3% line against several processes rather than one: RUNS full sweeps (default 3,
