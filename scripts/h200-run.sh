@@ -454,6 +454,17 @@ if [ "$what" = devcmp ]; then
   python3 scripts/devices-compare.py $ms -- $ps 2>&1 | tee "$OUT/devcmp.txt"
   tar -C "$D" -czf "$OUT/devcmp-raw.tar.gz" . && rm -rf "$D"
 fi
+if [ "$what" = stagethreads ]; then
+  # Pageable 16 MiB rows spread 25-37% within a run (min 10-13 GB/s) with 16 staging threads on
+  # 16 cores, the calling thread among them: are the stragglers oversubscription? THREADS arms
+  # (default 16 15 14) alternated over ROUNDS (default 3) processes, pageable testcases only.
+  {
+  for r in $(seq 1 "${ROUNDS:-3}"); do for t in ${THREADS:-16 15 14}; do
+    echo "== staging threads $t, round $r"
+    VKHOST_STAGING_THREADS=$t $v bench -t host_to_device_pageable_ce,device_to_host_pageable_ce --sizes 4M,16M,64M,256M,1G --no-costs --iters 30 2>&1 | grep -E "_ce "
+  done; done
+  } 2>&1 | tee "$OUT/stagethreads.txt"
+fi
 if [ "$what" = median ]; then
   # Issue 9's 3% line against several processes rather than one: RUNS full sweeps (default 3,
   # ~70 s each), then regress-check with each point's median over the runs.
