@@ -410,15 +410,32 @@ pub(crate) unsafe fn copy_front<T>(
     r
 }
 
-/// The default thread count for staged copies: the machine's cores, at most 16 (on the H200's
-/// 16 cores a prototype moved 46.8 GB/s h2d through a pinned ring with 16 threads).
+/// The default thread count for staged copies: the machine's cores less two (all of them on
+/// machines of up to 4 cores), at most 16. With every core copying, any other runnable thread
+/// (the driver's, the system's) preempts one, and a staged copy waits for its straggler: on the
+/// H200's 16 cores, 16 threads gave 16 MiB pageable copies a within-run spread of 34-57% (some
+/// copies at 8-10 GB/s against medians of 30-33), 14 threads 2-7%, with medians equal or
+/// better at 4 MiB-1 GiB and 2 cores' less CPU time (docs/PERFORMANCE.md, ninth session).
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(16)
+    threads_for(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+}
+
+/// [`default_threads`] for a machine of `cores` cores.
+fn threads_for(cores: usize) -> usize {
+    let n = if cores > 4 { cores - 2 } else { cores };
+    n.clamp(1, 16)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_leaves_two_cores_free_above_four() {
+        let got: Vec<usize> = [1, 2, 4, 5, 8, 16, 18, 64].into_iter().map(threads_for).collect();
+        assert_eq!(got, [1, 2, 4, 3, 6, 14, 16, 16]);
+        assert!((1..=16).contains(&default_threads()));
+    }
 
     #[test]
     fn copies_every_byte_with_any_thread_count() {

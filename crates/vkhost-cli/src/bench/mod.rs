@@ -174,7 +174,7 @@ pub struct Args {
     #[arg(long)]
     flush_cache: bool,
     /// Threads that memcpy through staging on the pageable path (OpenOptions::staging_threads;
-    /// default: the library's, VKHOST_STAGING_THREADS or the cores up to 16).
+    /// default: the library's, VKHOST_STAGING_THREADS or the cores less two, up to 16).
     #[arg(long)]
     staging_threads: Option<usize>,
     /// Microseconds the staging threads poll for the next batch before they sleep
