@@ -415,7 +415,8 @@ pub(crate) unsafe fn copy_front<T>(
 /// (the driver's, the system's) preempts one, and a staged copy waits for its straggler: on the
 /// H200's 16 cores, 16 threads gave 16 MiB pageable copies a within-run spread of 34-57% (some
 /// copies at 8-10 GB/s against medians of 30-33), 14 threads 2-7%, with medians equal or
-/// better at 4 MiB-1 GiB and 2 cores' less CPU time (docs/PERFORMANCE.md, ninth session).
+/// better at 4 MiB-1 GiB and 2 cores' less CPU time (docs/PERFORMANCE.md, ninth session; one
+/// later process still had such stragglers at 14, so other causes remain).
 pub fn default_threads() -> usize {
     threads_for(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
 }

@@ -284,9 +284,9 @@ pub struct OpenOptions {
     /// Threads that memcpy through staging (pageable copies), and that split CPU stores of
     /// 512 KiB and more into mapped device memory (see `bar_write_max`): the calling thread plus
     /// pool workers, each part at least 256 KiB. Default: the machine's cores less two (all of
-    /// them up to 4 cores), at most 16: on the H200's 16 cores, 14 threads kept the medians and
-    /// cut 16 MiB copies' spread from 34-57% to 2-7% (`VKHOST_STAGING_THREADS` overrides). In
-    /// 1..=64.
+    /// them up to 4 cores), at most 16: on the H200's 16 cores, 14 threads kept the medians and,
+    /// in three of four processes, cut 16 MiB copies' spread from 34-57% to 2-7%
+    /// (`VKHOST_STAGING_THREADS` overrides). In 1..=64.
     pub staging_threads: usize,
     /// How long a staging thread polls for the next piece of work before it sleeps, after it
     /// copied a part of a staged copy. A staged copy runs in batches microseconds apart, and
