@@ -201,3 +201,77 @@ def test_bench_returns_a_dict(dev: vkhost.Device) -> None:
     assert r["paths"]["pageable"] == {"h2d": "staged", "d2h": "staged"}
     assert r["paths"]["registered"]["h2d"] == "direct"
     assert all(v > 0 for path in r["gbps"].values() for v in path.values())
+
+
+def test_freeing_while_another_thread_copies_is_safe(dev: vkhost.Device) -> None:
+    """ctypes lets go of the GIL during a copy: a free() or close() on another thread waits for
+    the copies in flight instead of releasing a handle they use (a segfault before), and later
+    calls raise."""
+    import threading
+
+    for what in ("buffer", "stream"):
+        buf = dev.alloc_buffer(64 * MiB)
+        s = dev.stream()
+        out = np.empty(64 * MiB, dtype=np.uint8)
+        errors: list[BaseException] = []
+        started = threading.Event()
+
+        def copy_until_refused() -> None:
+            try:
+                while True:
+                    if what == "buffer":
+                        buf.read(out)
+                    else:
+                        s.download(buf, out)
+                        s.synchronize()
+                    started.set()
+            except vkhost.InvalidArgumentError as e:
+                errors.append(e)
+            except BaseException as e:  # anything else fails the test below
+                errors.append(e)
+                started.set()
+
+        t = threading.Thread(target=copy_until_refused)
+        t.start()
+        assert started.wait(30)
+        if what == "buffer":
+            buf.free()
+        else:
+            s.close()
+        t.join(30)
+        assert not t.is_alive()
+        assert len(errors) == 1 and isinstance(errors[0], vkhost.InvalidArgumentError), errors
+        s.close()
+        buf.free()
+        buf.free()  # once only: a second free is a no-op
+
+
+def test_arrays_of_python_objects_are_refused(dev: vkhost.Device) -> None:
+    """The device copies raw bytes: over an object array it would write made-up pointers."""
+    buf = dev.alloc_buffer(64)
+    buf.write(np.full(64, 0x41, np.uint8))
+    objs = np.empty(8, dtype=object)
+    with pytest.raises(vkhost.InvalidArgumentError):
+        buf.read(dtype=object)
+    with pytest.raises(vkhost.InvalidArgumentError):
+        buf.read(out=objs)
+    with pytest.raises(vkhost.InvalidArgumentError):
+        buf.write(objs)
+    with pytest.raises(vkhost.InvalidArgumentError):
+        dev.register(objs)
+    with dev.stream() as s, pytest.raises(vkhost.InvalidArgumentError):
+        s.download(buf, objs)
+    assert all(o is None for o in objs)
+    buf.free()
+
+
+def test_find_refuses_views_that_are_not_contiguous(dev: vkhost.Device) -> None:
+    """A reversed or strided view's data pointer and nbytes do not describe its bytes."""
+    p = dev.pinned(8192)
+    (b0, off0), (b1, off1) = dev.find(p), dev.find(p[4096:])
+    assert b0 == b1 and off1 - off0 == 4096
+    for view in (p[:4096][::-1], p[::2]):
+        with pytest.raises(vkhost.InvalidArgumentError):
+            dev.find(view)
+    del p
+    gc.collect()

@@ -15,8 +15,11 @@ vkCmdCopyBuffer, no staging); everything else is staged.
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from ctypes import byref, c_bool, c_int, c_size_t, c_uint64, c_void_p
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -100,14 +103,70 @@ def library_path() -> str:
     return str(_ffi.find_library())
 
 
+def _plain(dt: np.dtype[Any], what: str) -> None:
+    # The device reads and writes raw bytes: over an array of Python objects it would write
+    # made-up pointers (a crash when NumPy follows them) or read the objects' addresses.
+    if dt.hasobject:
+        raise InvalidArgumentError(f"{what} holds Python objects (dtype {dt}): only plain data can be copied", 9)
+
+
 def _contiguous(a: np.ndarray, what: str, writable: bool = False) -> np.ndarray:
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{what} must be a numpy.ndarray, not {type(a).__name__}")
+    _plain(a.dtype, what)
     if not a.flags.c_contiguous:
         raise InvalidArgumentError(f"{what} must be C-contiguous", 9)
     if writable and not a.flags.writeable:
         raise InvalidArgumentError(f"{what} must be writable", 9)
     return a
+
+
+class _Handle:
+    """A C handle that several threads may use: every call holds it (``with h.use() as raw``)
+    and ``take`` waits for the calls in flight before it hands the handle out, once, to be
+    released. ctypes lets go of the GIL during each C call, so without this a ``free()`` or
+    ``close()`` on one thread could release a handle another thread's call is still using,
+    which the C ABI leaves undefined (a crash)."""
+
+    __slots__ = ("_raw", "_users", "_cv", "_gone")
+
+    def __init__(self, raw: int, gone: type[Error], what: str) -> None:
+        self._raw: int | None = raw
+        self._users = 0
+        self._cv = threading.Condition()
+        self._gone = (gone, what)
+
+    @contextmanager
+    def use(self) -> Iterator[int]:
+        with self._cv:
+            if self._raw is None:
+                cls, what = self._gone
+                raise cls(what, 7 if cls is DeviceDestroyedError else 9)
+            self._users += 1
+            raw = self._raw
+        try:
+            yield raw
+        finally:
+            with self._cv:
+                self._users -= 1
+                if self._users == 0:
+                    self._cv.notify_all()
+
+    def take(self) -> int | None:
+        """Ends the handle's use: waits for calls in flight, then returns it (None if taken)."""
+        with self._cv:
+            raw, self._raw = self._raw, None
+            while self._users:
+                self._cv.wait()
+            return raw
+
+    @property
+    def live(self) -> bool:
+        return self._raw is not None
+
+
+_NO_HANDLE = _Handle(0, InvalidArgumentError, "not created")
+_NO_HANDLE.take()
 
 
 @dataclass(frozen=True)
@@ -200,7 +259,7 @@ class Device:
         import_host: bool | None = None,
         copy_queue: Literal["copy", "compute"] | None = None,
     ) -> None:
-        self._h: int | None = None
+        self._hd = _NO_HANDLE
         self._pinned: weakref.WeakSet[_PinnedBlock] = weakref.WeakSet()
         opts = _ffi.OpenOptionsC()
         _check(lib.vkhost_open_options_default(byref(opts)))
@@ -215,13 +274,15 @@ class Device:
         if idx < 0:
             raise NoDeviceError(f"no device at index {idx}", 3)
         _check(lib.vkhost_device_open_with(idx, byref(opts), byref(h)))
-        self._h = h.value
+        assert h.value is not None
+        self._hd = _Handle(h.value, DeviceDestroyedError, "the device handle was released")
         c = _ffi.DeviceInfoC()
-        _check(lib.vkhost_device_get_info(self._h, byref(c)))
+        with self._use() as d:
+            _check(lib.vkhost_device_get_info(d, byref(c)))
         self.info: DeviceInfo = DeviceInfo._from_c(c)
 
     def __repr__(self) -> str:
-        state = " destroyed" if self._h is None or self.is_destroyed else ""
+        state = " destroyed" if not self._hd.live or self.is_destroyed else ""
         return f"<vkhost.Device {self.info.name!r}{state}>"
 
     def __enter__(self) -> Device:
@@ -230,36 +291,39 @@ class Device:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _handle(self) -> int:
-        if self._h is None:
-            raise DeviceDestroyedError("the device handle was released", 7)
-        return self._h
+    def _use(self) -> Any:
+        """The device handle, held for one C call (see ``_Handle``)."""
+        return self._hd.use()
 
     @property
     def registration_granule(self) -> int | None:
         """Bytes a registration is rounded out to, or None when registration is unavailable."""
         g = c_size_t()
-        st = lib.vkhost_device_registration(self._handle(), byref(g))
+        with self._use() as d:
+            st = lib.vkhost_device_registration(d, byref(g))
         return g.value if st == 0 else None
 
     @property
     def is_destroyed(self) -> bool:
         """Whether ``destroy`` has run."""
         b = c_bool()
-        _check(lib.vkhost_device_is_destroyed(self._handle(), byref(b)))
+        with self._use() as d:
+            _check(lib.vkhost_device_is_destroyed(d, byref(b)))
         return bool(b.value)
 
     @property
     def validation_errors(self) -> int:
         """Validation-layer errors this device reported (counted after destroy too)."""
         n = c_uint64()
-        _check(lib.vkhost_device_validation_errors(self._handle(), byref(n)))
+        with self._use() as d:
+            _check(lib.vkhost_device_validation_errors(d, byref(n)))
         return n.value
 
     def stats(self) -> Stats:
         """This device's counters (bytes copied through it, its live entries)."""
         c = _ffi.HostStatsC()
-        _check(lib.vkhost_device_stats(self._handle(), byref(c)))
+        with self._use() as d:
+            _check(lib.vkhost_device_stats(d, byref(c)))
         return Stats._from_c(c)
 
     def alloc_buffer(self, nbytes: int) -> DeviceBuffer:
@@ -277,10 +341,14 @@ class Device:
         return Registration(self, array)
 
     def find(self, array: np.ndarray) -> tuple[int, int]:
-        """The VkBuffer handle and byte offset that cover ``array``'s bytes;
-        :class:`NotRegisteredError` if no registration or pinned block covers them all."""
+        """The VkBuffer handle and byte offset that cover ``array``'s bytes (C-contiguous, so
+        that they are ``array.nbytes`` bytes from its data pointer; a strided or reversed view
+        is :class:`InvalidArgumentError`); :class:`NotRegisteredError` if no registration or
+        pinned block covers them all."""
+        _contiguous(array, "array")
         buf, off = c_uint64(), c_uint64()
-        _check(lib.vkhost_find(self._handle(), array.ctypes.data, array.nbytes, byref(buf), byref(off)))
+        with self._use() as d:
+            _check(lib.vkhost_find(d, array.ctypes.data, array.nbytes, byref(buf), byref(off)))
         return buf.value, off.value
 
     def stream(self, kind: Literal["copy", "compute"] = "copy") -> Stream:
@@ -293,17 +361,19 @@ class Device:
         live = len(self._pinned)
         if live and not self.is_destroyed:
             raise BusyError(f"{live} PinnedArray(s) of this device still live: destroying would unmap them", 15)
-        _check(lib.vkhost_device_destroy(self._handle()))
+        with self._use() as d:
+            _check(lib.vkhost_device_destroy(d))
 
     def close(self) -> None:
-        """``destroy`` (see there), then release the handle."""
-        if self._h is None:
+        """``destroy`` (see there), then release the handle (once calls on other threads that
+        use it have returned; later calls raise :class:`DeviceDestroyedError`)."""
+        if not self._hd.live:
             return
         self.destroy()
         self._release()
 
     def _release(self) -> None:
-        h, self._h = self._h, None
+        h = self._hd.take()
         if h is not None and lib is not None:
             lib.vkhost_device_release(h)
 
@@ -331,32 +401,36 @@ class DeviceBuffer:
 
     def __init__(self, device: Device, nbytes: int) -> None:
         self.device = device
-        self._h: int | None = None
+        self._hb = _NO_HANDLE
         h = c_void_p()
-        _check(lib.vkhost_buffer_alloc(device._handle(), nbytes, byref(h)))
-        self._h = h.value
+        with device._use() as d:
+            _check(lib.vkhost_buffer_alloc(d, nbytes, byref(h)))
+        assert h.value is not None
+        self._hb = _Handle(h.value, InvalidArgumentError, "the buffer was freed")
         self.nbytes: int = nbytes
 
     def __repr__(self) -> str:
         return f"<vkhost.DeviceBuffer {self.nbytes} bytes>"
 
-    def _handle(self) -> int:
-        if self._h is None:
-            raise InvalidArgumentError("the buffer was freed", 9)
-        return self._h
+    def _use(self) -> Any:
+        """The buffer handle, held for one C call (see ``_Handle``)."""
+        return self._hb.use()
 
     @property
     def handle(self) -> int:
         """The VkBuffer handle, for the caller's own command buffers."""
         v = c_uint64()
-        _check(lib.vkhost_buffer_handle(self._handle(), byref(v)))
+        with self._use() as b:
+            _check(lib.vkhost_buffer_handle(b, byref(v)))
         return v.value
 
     def write(self, src: npt.ArrayLike, offset: int = 0) -> CopyPath:
         """Copies ``src``'s bytes into the buffer at byte ``offset``; returns the path taken."""
         a = src if isinstance(src, np.ndarray) and src.flags.c_contiguous else np.ascontiguousarray(src)
+        _plain(a.dtype, "src")
         path = c_int()
-        _check(lib.vkhost_copy_to_device(self.device._handle(), a.ctypes.data, a.nbytes, self._handle(), offset, byref(path)))
+        with self.device._use() as d, self._use() as b:
+            _check(lib.vkhost_copy_to_device(d, a.ctypes.data, a.nbytes, b, offset, byref(path)))
         return _PATHS[path.value]
 
     def read(
@@ -372,16 +446,20 @@ class DeviceBuffer:
         Returns the array."""
         if out is None:
             dt = np.dtype(dtype)
+            _plain(dt, "dtype")
             n = (self.nbytes - offset) // dt.itemsize if count is None else count
             out = np.empty(max(n, 0), dtype=dt)
         _contiguous(out, "out", writable=True)
         path = c_int()
-        _check(lib.vkhost_copy_to_host(self.device._handle(), self._handle(), offset, out.ctypes.data, out.nbytes, byref(path)))
+        with self.device._use() as d, self._use() as b:
+            _check(lib.vkhost_copy_to_host(d, b, offset, out.ctypes.data, out.nbytes, byref(path)))
         return out
 
     def free(self) -> None:
-        """Frees the buffer now (stream work that uses it keeps its memory until done)."""
-        h, self._h = self._h, None
+        """Frees the buffer now (stream work that uses it keeps its memory until done). Waits
+        for this buffer's calls in flight on other threads; later calls raise
+        :class:`InvalidArgumentError`."""
+        h = self._hb.take()
         if h is not None and lib is not None:
             lib.vkhost_buffer_free(h)
 
@@ -403,7 +481,9 @@ class Registration:
         self.device = device
         self.array = array
         self._ptr: int | None = None
-        _check(lib.vkhost_register(device._handle(), array.ctypes.data, array.nbytes))
+        self._lock = threading.Lock()
+        with device._use() as d:
+            _check(lib.vkhost_register(d, array.ctypes.data, array.nbytes))
         self._ptr = array.ctypes.data
 
     def __enter__(self) -> np.ndarray:
@@ -414,9 +494,11 @@ class Registration:
 
     def close(self) -> None:
         """Unregisters; returns once no device work can touch the array's bytes."""
-        p, self._ptr = self._ptr, None
+        with self._lock:
+            p, self._ptr = self._ptr, None
         if p is not None:
-            _check(lib.vkhost_unregister(self.device._handle(), p))
+            with self.device._use() as d:
+                _check(lib.vkhost_unregister(d, p))
 
     def __del__(self) -> None:
         try:
@@ -433,7 +515,8 @@ class _PinnedBlock:
         self.device = device
         self.ptr: int | None = None
         p = c_void_p()
-        _check(lib.vkhost_alloc_pinned(device._handle(), nbytes, byref(p)))
+        with device._use() as d:
+            _check(lib.vkhost_alloc_pinned(d, nbytes, byref(p)))
         self.ptr = p.value
         self.nbytes = nbytes
         self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (self.ptr, False), "version": 3}
@@ -443,7 +526,8 @@ class _PinnedBlock:
         p, self.ptr = self.ptr, None
         if p is not None and lib is not None:
             try:
-                lib.vkhost_free_pinned(self.device._handle(), p)
+                with self.device._use() as d:
+                    lib.vkhost_free_pinned(d, p)
             except Exception:
                 pass
 
@@ -519,16 +603,17 @@ class Stream:
 
     def __init__(self, device: Device, kind: Literal["copy", "compute"] = "copy") -> None:
         self.device = device
-        self._h: int | None = None
+        self._hs = _NO_HANDLE
         self._keep: list[Any] = []
         h = c_void_p()
-        _check(lib.vkhost_stream_create(device._handle(), _queue_kind(kind), byref(h)))
-        self._h = h.value
+        with device._use() as d:
+            _check(lib.vkhost_stream_create(d, _queue_kind(kind), byref(h)))
+        assert h.value is not None
+        self._hs = _Handle(h.value, InvalidArgumentError, "the stream was closed")
 
-    def _handle(self) -> int:
-        if self._h is None:
-            raise InvalidArgumentError("the stream was closed", 9)
-        return self._h
+    def _use(self) -> Any:
+        """The stream handle, held for one C call (see ``_Handle``)."""
+        return self._hs.use()
 
     def __enter__(self) -> Stream:
         return self
@@ -539,50 +624,64 @@ class Stream:
     def upload(self, src: np.ndarray, dst: DeviceBuffer, offset: int = 0) -> None:
         """Enqueues a copy of ``src``'s bytes into ``dst`` at byte ``offset``."""
         _contiguous(src, "src")
-        _check(lib.vkhost_stream_copy_to_device_async(self._handle(), src.ctypes.data, src.nbytes, dst._handle(), offset))
+        # Kept before the enqueue: a `synchronize` on another thread meanwhile must not let go
+        # of an array whose copy it did not wait for.
         self._keep.append(src)
+        with self._use() as s, dst._use() as b:
+            _check(lib.vkhost_stream_copy_to_device_async(s, src.ctypes.data, src.nbytes, b, offset))
 
     def download(self, src: DeviceBuffer, dst: np.ndarray, offset: int = 0) -> None:
         """Enqueues a copy from ``src`` at byte ``offset`` into ``dst`` (C-contiguous, writable);
         the bytes are there after ``synchronize`` (or an event recorded after this call)."""
         _contiguous(dst, "dst", writable=True)
-        _check(lib.vkhost_stream_copy_to_host_async(self._handle(), src._handle(), offset, dst.ctypes.data, dst.nbytes))
         self._keep.append(dst)
+        with self._use() as s, src._use() as b:
+            _check(lib.vkhost_stream_copy_to_host_async(s, b, offset, dst.ctypes.data, dst.nbytes))
 
     def copy(self, src: DeviceBuffer, dst: DeviceBuffer, nbytes: int, src_offset: int = 0, dst_offset: int = 0) -> None:
         """Enqueues a device-to-device copy."""
-        _check(lib.vkhost_stream_copy_buffer_async(self._handle(), src._handle(), src_offset, dst._handle(), dst_offset, nbytes))
         self._keep += [src, dst]
+        with self._use() as s, src._use() as a, dst._use() as b:
+            _check(lib.vkhost_stream_copy_buffer_async(s, a, src_offset, b, dst_offset, nbytes))
 
     def fill(self, dst: DeviceBuffer, value: int, offset: int = 0, nbytes: int | None = None) -> None:
         """Enqueues a fill with the repeated 32-bit ``value`` (offset and size multiples of 4)."""
         n = dst.nbytes - offset if nbytes is None else nbytes
-        _check(lib.vkhost_stream_fill_async(self._handle(), dst._handle(), offset, n, value & 0xFFFFFFFF))
         self._keep.append(dst)
+        with self._use() as s, dst._use() as b:
+            _check(lib.vkhost_stream_fill_async(s, b, offset, n, value & 0xFFFFFFFF))
 
     def flush(self) -> None:
         """Submits recorded work without waiting."""
-        _check(lib.vkhost_stream_flush(self._handle()))
+        with self._use() as s:
+            _check(lib.vkhost_stream_flush(s))
 
     def record(self) -> Event:
         """An event at the current end of the stream."""
         h = c_void_p()
-        _check(lib.vkhost_stream_record(self._handle(), byref(h)))
+        with self._use() as s:
+            _check(lib.vkhost_stream_record(s, byref(h)))
         assert h.value is not None
         return Event(h.value, self)
 
     def wait_event(self, event: Event) -> None:
         """Makes later work on this stream wait (on the device) for ``event``."""
-        _check(lib.vkhost_stream_wait_event(self._handle(), event._h))
+        with self._use() as s:
+            _check(lib.vkhost_stream_wait_event(s, event._h))
 
     def synchronize(self) -> None:
         """Waits for all enqueued work; destinations are filled."""
-        _check(lib.vkhost_stream_synchronize(self._handle()))
-        self._keep.clear()
+        # Only what was enqueued before the wait began may go: another thread's copy enqueued
+        # meanwhile keeps its array.
+        n = len(self._keep)
+        with self._use() as s:
+            _check(lib.vkhost_stream_synchronize(s))
+        del self._keep[:n]
 
     def close(self) -> None:
-        """Waits for the stream's work and destroys it."""
-        h, self._h = self._h, None
+        """Waits for the stream's work (and for its calls in flight on other threads) and
+        destroys it; later calls raise :class:`InvalidArgumentError`."""
+        h = self._hs.take()
         if h is not None and lib is not None:
             _check(lib.vkhost_stream_destroy(h))
         self._keep.clear()
@@ -600,10 +699,11 @@ def _time_copies(dev: Device, buf: DeviceBuffer, arr: np.ndarray, h2d: bool, ite
     path = c_int()
 
     def once() -> None:
-        if h2d:
-            _check(lib.vkhost_copy_to_device(dev._handle(), arr.ctypes.data, nbytes, buf._handle(), 0, byref(path)))
-        else:
-            _check(lib.vkhost_copy_to_host(dev._handle(), buf._handle(), 0, arr.ctypes.data, nbytes, byref(path)))
+        with dev._use() as d, buf._use() as b:
+            if h2d:
+                _check(lib.vkhost_copy_to_device(d, arr.ctypes.data, nbytes, b, 0, byref(path)))
+            else:
+                _check(lib.vkhost_copy_to_host(d, b, 0, arr.ctypes.data, nbytes, byref(path)))
 
     once()
     times = []

@@ -85,7 +85,8 @@ QUEUE_COPY, QUEUE_COMPUTE = 0, 1
 _P = c_void_p  # opaque handles
 _S = c_int  # vkhost_status
 
-# name: (argtypes, restype); every function of the header.
+# name: (argtypes, restype): every function of the header the package calls (not
+# vkhost_device_from_vulkan and vkhost_device_raw, which take Vulkan handles).
 _SIGNATURES: dict[str, tuple[list[object], object]] = {
     "vkhost_last_error_message": ([], c_char_p),
     "vkhost_status_name": ([c_int32], c_char_p),

@@ -36,9 +36,11 @@
 //! `host::free_pinned` already refuse guarded entries. Nothing the caller can leak stands between
 //! the device and the memory: the `Scope` lives in [`Interop::scope`]'s frame.
 //!
-//! If wgpu reports the device lost while the scope waits (its `poll` panics), the scope logs it and
-//! returns: a lost device has no pending work in Vulkan's sense (Dawn frees in-flight objects on
-//! loss for the same reason), the stance vkhost's own waits take.
+//! If wgpu fails while the scope ends (its default error handler panics: a device the caller
+//! destroyed with the safe `wgpu::Device::destroy`, which leaves work already submitted running,
+//! or a lost device), the scope does not trust that nothing runs: it waits for the Vulkan device
+//! itself to go idle (`vkDeviceWaitIdle`) before it returns, and logs the failure. A lost device
+//! answers at once (it runs nothing more, the stance vkhost's own waits take).
 
 use crate::{Error, Interop, Result};
 use std::marker::PhantomData;
@@ -428,7 +430,18 @@ impl Drop for Inner {
         // Never unwind out of here (this may run while `f` unwinds): wgpu panics on a lost
         // device, from its default error handler too.
         if std::panic::catch_unwind(AssertUnwindSafe(|| self.flush_and_wait())).is_err() {
-            log::error!("{}: wgpu failed while a scope waited for its work (device lost?); the scope ends", self.vkhost.id());
+            // wgpu refused to submit or wait: after `wgpu::Device::destroy` (safe) it refuses
+            // everything while what was submitted keeps running, writing the caller's pages, and
+            // the borrow of them ends when this returns. So wait for the device itself.
+            // SAFETY: vkDeviceWaitIdle needs every queue of the device externally synchronized:
+            // vkhost submits nothing on a borrowed device, and wgpu submits nothing more to a
+            // device it reports invalid or lost (the failures that bring us here). Waiting
+            // destroys nothing.
+            let r = unsafe { self.raw.device_wait_idle() };
+            log::error!(
+                "{}: wgpu failed while a scope waited for its work (device destroyed or lost?); waited for the device to go idle ({r:?}); the scope ends",
+                self.vkhost.id()
+            );
         }
         // `hold` drops after this: destroy may proceed.
     }

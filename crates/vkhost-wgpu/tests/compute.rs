@@ -292,6 +292,76 @@ fn a_panicking_scope_still_waits_for_its_work() {
     assert!(output[o..o + n].iter().zip(&input[i..i + n]).all(|(&y, &x)| y == x * 2.0 + 1.0));
 }
 
+/// A kernel that loops `b[1]` times on one invocation, then writes 0xDEADBEEF to word 3.
+const SLOW: &str = "
+@group(0) @binding(0) var<storage, read_write> b: array<u32>;
+@compute @workgroup_size(1) fn main() {
+  var x = b[0];
+  for (var i = 0u; i < b[1]; i++) { x = x * 1664525u + 1013904223u; }
+  b[2] = x | 1u;
+  b[3] = 0xdeadbeefu;
+}";
+
+fn slow_kernel(interop: &Interop, buf: &wgpu::Buffer) {
+    let dev = interop.device();
+    let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor { label: None, source: wgpu::ShaderSource::Wgsl(SLOW.into()) });
+    let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: None,
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let group = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[wgpu::BindGroupEntry { binding: 0, resource: buf.as_entire_binding() }],
+    });
+    let mut enc = dev.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups(1, 1, 1);
+    }
+    interop.queue().submit([enc.finish()]);
+}
+
+/// `wgpu::Device::destroy` (a safe call) inside a scope: wgpu then refuses the scope's own
+/// submission and wait, while the kernel already submitted keeps running. The scope must still
+/// return only once it is done, for a pinned block and for a registered Vec (found by a review:
+/// before, the scope returned at once and the kernel wrote the bytes after the borrow ended).
+#[test]
+fn a_scope_whose_wgpu_device_was_destroyed_still_waits_for_its_work() {
+    for registered in [false, true] {
+        let Some(interop) = open() else { return };
+        let align = interop.host_buffer_alignment();
+        let mut v = vec![0u8; 4096 + align];
+        let at = v.as_ptr().align_offset(align);
+        let mut pinned = PinnedBuffer::new(interop.vkhost(), 4096).unwrap();
+        pinned.fill(0);
+        let iters = 20_000_000u32.to_ne_bytes();
+        pinned[4..8].copy_from_slice(&iters);
+        v[at + 4..at + 8].copy_from_slice(&iters);
+        let word3 = |b: &[u8]| u32::from_ne_bytes(b[12..16].try_into().unwrap());
+        let mut reg = interop.vkhost().register(&mut v[at..at + 4096]).unwrap();
+        interop
+            .scope(|s| -> vkhost_wgpu::Result<()> {
+                let buf = if registered { s.registration(&mut reg)? } else { s.pinned(&mut pinned)? };
+                slow_kernel(&interop, &buf);
+                interop.device().destroy();
+                Ok(())
+            })
+            .unwrap();
+        let got = if registered { word3(&reg) } else { word3(&pinned) };
+        assert_eq!(got, 0xDEAD_BEEF, "the kernel had finished when the scope returned (registered: {registered})");
+        drop(reg);
+        // The wgpu device is destroyed: its messages are not this test's subject.
+        common::take_validation_errors();
+    }
+}
+
 #[test]
 fn vkhost_memory_outlives_the_interop() {
     let Some(interop) = open() else { return };
