@@ -63,8 +63,10 @@
 //! - **Recorded copies are owned by their completion, not their ticket.** A
 //!   [`host::RecordedCopy`] notes its uses and hands its `Arc`s to vkhost when it is recorded;
 //!   `unregister` waits for the caller's semaphore or fence. A forgotten ticket without a hook
-//!   makes `unregister` of its bytes block and [`Device::destroy`] `Busy`: a hang, not a
-//!   use-after-free.
+//!   makes the raw `unregister` of its bytes and [`Device::destroy`] `Busy`, and a guard's drop
+//!   over them block: a refusal or a hang, not a use-after-free. vkhost reports a recorded
+//!   copy complete only once none of its calls on the caller's semaphore or fence runs, so the
+//!   caller may destroy or reset it then.
 //! - **Leaks leak.** A forgotten [`Pending`], [`Event`] or [`Stream`] leaves its work to be
 //!   finished at device teardown; a forgotten [`PinnedBuffer`] keeps its block and makes
 //!   [`Device::destroy`] `Busy`; a forgotten [`Registration`] leaves its range registered (see

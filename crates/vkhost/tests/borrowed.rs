@@ -504,16 +504,12 @@ fn fence_hook_is_observed_before_the_caller_resets_it() {
     // SAFETY: plain fence creation.
     let fence = unsafe { c.device.create_fence(&vk::FenceCreateInfo::default(), None) }.unwrap();
     let cmd = c.begin();
-    // SAFETY: recording; registered range; hooked before the submit; the fence is unsignaled,
-    // signalled only by that submission, and reset only after vkhost observed it.
-    let t = unsafe {
-        let mut t = host::record_copy(&dev, cmd, Direction::HostToDevice, p.ptr, 2 * page, c.buffer, 0).unwrap();
-        t.completes_with_fence(fence).unwrap();
-        t
-    };
+    // SAFETY: recording; registered range; the buffer is the caller's.
+    let mut t = unsafe { host::record_copy(&dev, cmd, Direction::HostToDevice, p.ptr, 2 * page, c.buffer, 0) }.unwrap();
     assert!(!t.is_complete());
-    // The submit carries the fence.
-    // SAFETY: `cmd` is recording; the queue is used by this thread only.
+    // The submit carries the fence; the hook comes after it returned.
+    // SAFETY: `cmd` is recording; the queue is used by this thread only; the fence is
+    // unsignaled, signalled only by that submission, and reset only after vkhost observed it.
     unsafe {
         c.device.end_command_buffer(cmd).unwrap();
         let cmds = [cmd];
@@ -522,6 +518,7 @@ fn fence_hook_is_observed_before_the_caller_resets_it() {
         let mut tsi = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&v);
         let si = vk::SubmitInfo::default().command_buffers(&cmds).signal_semaphores(&sig).push_next(&mut tsi);
         c.device.queue_submit(c.queue, &[si], fence).unwrap();
+        t.completes_with_fence(fence).unwrap();
         c.device.wait_for_fences(&[fence], true, u64::MAX).unwrap();
     }
     assert!(t.is_complete());
@@ -784,5 +781,90 @@ fn from_raw_without_push_descriptors_launches_with_descriptor_sets() {
     drop(s);
     dev.destroy().unwrap();
     assert_eq!(dev.live_objects(), vkhost::LiveObjects::default(), "everything destroyed");
+    c.destroy();
+}
+
+/// vkhost reports a recorded copy complete (`reap_recorded` 0 pending, `is_complete`) only once
+/// none of its calls on the caller's semaphore or fence runs on any thread, and makes none after,
+/// so the caller may destroy the object at once. A review found threads polling `is_complete`
+/// still calling vkGetFenceStatus / vkGetSemaphoreCounterValue on the destroyed object
+/// (validation errors, then a segfault, within a few iterations for the fence). Fences are
+/// hooked after the submit that signals them returned (their contract), so no poll overlaps it.
+#[test]
+fn completion_is_reported_only_once_vkhost_is_done_with_the_callers_object() {
+    let Some(mut c) = Caller::new() else { return };
+    let dev = c.wrap();
+    let done = c.timeline(); // only so `submit` has something to signal on the fence rounds
+    let page = host::page_size();
+    let p = Pages::new(2 * page);
+    // SAFETY: `p` stays mapped until after the unregister.
+    unsafe { host::register(&dev, p.ptr, 2 * page) }.unwrap();
+    for fence_hook in [true, false] {
+        for i in 0..60u64 {
+            let cmd = c.begin();
+            // SAFETY: recording; registered range; the buffer is the caller's.
+            let mut t = unsafe { host::record_copy(&dev, cmd, Direction::HostToDevice, p.ptr, 2 * page, c.buffer, 0) }.unwrap();
+            if fence_hook {
+                // SAFETY: plain fence creation.
+                let fence = unsafe { c.device.create_fence(&vk::FenceCreateInfo::default(), None) }.unwrap();
+                // SAFETY: `cmd` is recording; the queue is used by this thread only; the fence is
+                // unsignaled and signalled only by this submission; hooked after it returned.
+                unsafe {
+                    c.device.end_command_buffer(cmd).unwrap();
+                    let cmds = [cmd];
+                    let (sig, v) = ([done], [i + 1]);
+                    let mut tsi = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&v);
+                    let si = vk::SubmitInfo::default().command_buffers(&cmds).signal_semaphores(&sig).push_next(&mut tsi);
+                    c.device.queue_submit(c.queue, &[si], fence).unwrap();
+                    t.completes_with_fence(fence).unwrap();
+                }
+                let stop = std::sync::atomic::AtomicBool::new(false);
+                std::thread::scope(|s| {
+                    for _ in 0..2 {
+                        s.spawn(|| {
+                            while !stop.load(Ordering::Relaxed) {
+                                let _ = t.is_complete();
+                            }
+                        });
+                    }
+                    // SAFETY: the fence is alive.
+                    unsafe { c.device.wait_for_fences(&[fence], true, u64::MAX) }.unwrap();
+                    while host::reap_recorded(&dev) != 0 {}
+                    // SAFETY: vkhost reported the ticket done: it no longer touches the fence.
+                    unsafe { c.device.destroy_fence(fence, None) };
+                    stop.store(true, Ordering::Relaxed);
+                });
+            } else {
+                let sem = c.timeline();
+                // SAFETY: `sem` is a timeline semaphore of this device, signalled to 1 only by
+                // the submission below, destroyed only once vkhost reported the ticket done.
+                unsafe { t.completes_at(sem, 1) }.unwrap();
+                let stop = std::sync::atomic::AtomicBool::new(false);
+                std::thread::scope(|s| {
+                    for _ in 0..2 {
+                        s.spawn(|| {
+                            while !stop.load(Ordering::Relaxed) {
+                                let _ = t.is_complete();
+                            }
+                        });
+                    }
+                    c.submit(cmd, None, sem, 1);
+                    c.wait(sem, 1);
+                    while host::reap_recorded(&dev) != 0 {}
+                    // SAFETY: vkhost reported the ticket done: it no longer touches the semaphore.
+                    unsafe { c.device.destroy_semaphore(sem, None) };
+                    stop.store(true, Ordering::Relaxed);
+                });
+                c.sems.retain(|&s| s != sem);
+            }
+            drop(t);
+            // SAFETY: the copy completed; the command buffer is ours.
+            unsafe { c.device.free_command_buffers(c.pool, &[cmd]) };
+            let n = c.counts.errors.load(Ordering::Relaxed);
+            assert_eq!(n, 0, "round {i} (fence: {fence_hook}): {:?}", c.counts.last.lock().map(|g| g.clone()));
+        }
+    }
+    host::unregister(&dev, p.ptr).unwrap();
+    dev.destroy().unwrap();
     c.destroy();
 }

@@ -91,10 +91,22 @@ enum Hook {
     Done,
 }
 
+/// A hook, and how many of vkhost's Vulkan calls on its semaphore or fence are running.
+#[derive(Debug, Clone, Copy)]
+struct HookState {
+    hook: Hook,
+    /// Calls (`vkGetSemaphoreCounterValue`, `vkGetFenceStatus`, the waits) that read the hook
+    /// before it became `Done` and have not returned yet. Completion is reported only once this
+    /// is 0: from then on vkhost never touches the caller's object again, so the caller may
+    /// destroy or reset it (a review found a poll on another thread still calling into a fence
+    /// the caller had destroyed after `reap_recorded` reported the ticket done).
+    users: usize,
+}
+
 /// One recorded copy's completion and the resources its commands name (see the module docs).
 pub(crate) struct Recorded {
     device: crate::DeviceId,
-    hook: Mutex<Hook>,
+    hook: Mutex<HookState>,
     changed: Condvar,
     /// Owners of what the commands name, dropped once completion is observed.
     keep: Mutex<Vec<Arc<Resource>>>,
@@ -106,35 +118,66 @@ static PENDING: Mutex<Vec<Arc<Recorded>>> = Mutex::new(Vec::new());
 
 impl Recorded {
     fn set(&self, h: Hook) {
-        *lock(&self.hook) = h;
+        lock(&self.hook).hook = h;
         self.changed.notify_all();
     }
 
-    /// Whether the work completed, without blocking (`false` while no hook is set).
-    fn poll(&self, l: &Live) -> bool {
-        let h = *lock(&self.hook);
-        let done = match h {
-            Hook::Unset => false,
-            Hook::Abandoned | Hook::Done => true,
-            // SAFETY: the caller of `completes_at` keeps the semaphore alive until vkhost observes
-            // completion; vkGetSemaphoreCounterValue needs no external synchronization.
-            Hook::Semaphore(sem, v) => unsafe { l.device.get_semaphore_counter_value(sem) }.is_ok_and(|c| c >= v),
-            // SAFETY: as above, for the fence of `completes_with_fence`.
-            Hook::Fence(f) => unsafe { l.device.get_fence_status(f) }.unwrap_or(false),
-        };
-        if done && matches!(h, Hook::Semaphore(..) | Hook::Fence(_)) {
-            self.set(Hook::Done);
+    /// Takes the hook for one call on the caller's object: `Err(done)` when there is nothing
+    /// to call (`done`: whether completion is observed and no other call is running).
+    fn enter(g: &mut HookState) -> std::result::Result<Hook, bool> {
+        match g.hook {
+            Hook::Unset => Err(false),
+            Hook::Abandoned => Err(true),
+            Hook::Done => Err(g.users == 0),
+            h @ (Hook::Semaphore(..) | Hook::Fence(_)) => {
+                g.users += 1;
+                Ok(h)
+            }
         }
-        done
+    }
+
+    /// Ends a call `enter` began; `complete`: the call saw the work complete. Returns whether
+    /// completion is now observed and no other call is running.
+    fn leave(&self, complete: bool) -> bool {
+        let mut g = lock(&self.hook);
+        g.users -= 1;
+        if complete {
+            g.hook = Hook::Done;
+        }
+        let quiet = g.hook == Hook::Done && g.users == 0;
+        drop(g);
+        self.changed.notify_all();
+        quiet
+    }
+
+    /// Whether the work completed and vkhost is done with the caller's object, without blocking
+    /// (`false` while no hook is set, and while another thread's call on the object runs).
+    fn poll(&self, l: &Live) -> bool {
+        let entered = Self::enter(&mut lock(&self.hook));
+        let h = match entered {
+            Ok(h) => h,
+            Err(done) => return done,
+        };
+        let complete = match h {
+            // SAFETY: the caller of `completes_at` keeps the semaphore alive until vkhost observes
+            // completion (reported only once no call like this one runs); vkGetSemaphoreCounterValue
+            // needs no external synchronization.
+            Hook::Semaphore(sem, v) => unsafe { l.device.get_semaphore_counter_value(sem) }.is_ok_and(|c| c >= v),
+            // SAFETY: as above, for the fence of `completes_with_fence`, hooked only after the
+            // caller's vkQueueSubmit of it returned (its contract), so this never overlaps it.
+            Hook::Fence(f) => unsafe { l.device.get_fence_status(f) }.unwrap_or(false),
+            Hook::Unset | Hook::Abandoned | Hook::Done => true,
+        };
+        self.leave(complete)
     }
 
     /// Blocks until the ticket was given a hook or dropped; returns the hook.
     fn wait_hook(&self) -> Hook {
         let mut g = lock(&self.hook);
-        while *g == Hook::Unset {
+        while g.hook == Hook::Unset {
             let (g2, t) = self.changed.wait_timeout(g, Duration::from_secs(10)).unwrap_or_else(std::sync::PoisonError::into_inner);
             g = g2;
-            if t.timed_out() && *g == Hook::Unset {
+            if t.timed_out() && g.hook == Hook::Unset {
                 log::warn!(
                     "{}: waiting for a host::RecordedCopy ticket that has no completion hook (completes_at / \
                      completes_with_fence) and was not dropped",
@@ -142,30 +185,68 @@ impl Recorded {
                 );
             }
         }
-        *g
+        g.hook
     }
 
-    /// Blocks until the work completed: first until a hook is given, then on the caller's
-    /// semaphore or fence.
+    /// Blocks until the work completed and no call of vkhost's on the caller's object runs:
+    /// first until a hook is given, then on the caller's semaphore or fence (saying every 10 s
+    /// that it still waits: a hook nobody signals blocks this for good).
     fn wait(&self, l: &Live) -> Result<()> {
-        match self.wait_hook() {
-            Hook::Unset | Hook::Abandoned | Hook::Done => return Ok(()),
-            Hook::Semaphore(sem, v) => {
-                let sems = [sem];
-                let values = [v];
-                let info = vk::SemaphoreWaitInfo::default().semaphores(&sems).values(&values);
-                // SAFETY: the semaphore is alive (the hook's contract); vkWaitSemaphores needs no
-                // external synchronization.
-                unsafe { l.device.wait_semaphores(&info, u64::MAX) }.call("vkWaitSemaphores")?;
+        self.wait_hook();
+        // Bound first: the guard must be gone before `quiesce` locks again.
+        let entered = Self::enter(&mut lock(&self.hook));
+        let h = match entered {
+            Ok(h) => h,
+            Err(_) => {
+                self.quiesce();
+                return Ok(());
             }
-            Hook::Fence(f) => {
-                // SAFETY: the fence is alive and not reset before vkhost observes it (the hook's
-                // contract); vkWaitForFences needs no external synchronization.
-                unsafe { l.device.wait_for_fences(&[f], true, u64::MAX) }.call("vkWaitForFences")?;
+        };
+        let r = self.wait_object(l, h);
+        self.leave(r.is_ok());
+        r?;
+        self.quiesce();
+        Ok(())
+    }
+
+    /// The wait on the caller's object itself, in 10 s steps.
+    fn wait_object(&self, l: &Live, h: Hook) -> Result<()> {
+        const STEP_NS: u64 = 10_000_000_000;
+        loop {
+            let r = match h {
+                Hook::Semaphore(sem, v) => {
+                    let sems = [sem];
+                    let values = [v];
+                    let info = vk::SemaphoreWaitInfo::default().semaphores(&sems).values(&values);
+                    // SAFETY: the semaphore is alive (the hook's contract: until completion is
+                    // reported, which waits for this call); vkWaitSemaphores needs no external
+                    // synchronization.
+                    unsafe { l.device.wait_semaphores(&info, STEP_NS) }
+                }
+                // SAFETY: the fence is alive and not reset before vkhost reports it observed
+                // (the hook's contract), and hooked only after the caller's vkQueueSubmit of it
+                // returned, so this never overlaps it.
+                Hook::Fence(f) => unsafe { l.device.wait_for_fences(&[f], true, STEP_NS) },
+                Hook::Unset | Hook::Abandoned | Hook::Done => return Ok(()),
+            };
+            match r {
+                Err(vk::Result::TIMEOUT) => log::warn!(
+                    "{}: a host::RecordedCopy's semaphore or fence has not signalled in 10 s (was the work it \
+                     completes submitted?); still waiting",
+                    self.device
+                ),
+                r => return r.call(if matches!(h, Hook::Fence(_)) { "vkWaitForFences" } else { "vkWaitSemaphores" }),
             }
         }
-        self.set(Hook::Done);
-        Ok(())
+    }
+
+    /// Once completion is observed: blocks until no other call on the caller's object runs
+    /// (their polls return at once, their waits on a signalled object promptly).
+    fn quiesce(&self) {
+        let mut g = lock(&self.hook);
+        while g.users > 0 {
+            g = self.changed.wait(g).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
     }
 }
 
@@ -190,7 +271,7 @@ impl Timeline for Recorded {
 
     /// No hook yet: only the caller can say when the commands complete (or that they never run).
     fn completion_unknown(&self) -> bool {
-        *lock(&self.hook) == Hook::Unset
+        lock(&self.hook).hook == Hook::Unset
     }
 
     fn wait_known(&self) {
@@ -211,8 +292,11 @@ impl Child for Recorded {
     }
 }
 
-/// A copy recorded by [`record_copy`]: give it a completion hook ([`RecordedCopy::completes_at`]
-/// or [`RecordedCopy::completes_with_fence`]) **before** submitting the command buffer.
+/// A copy recorded by [`record_copy`]: give it a completion hook, a timeline value
+/// ([`RecordedCopy::completes_at`], before or after submitting the command buffer) or a fence
+/// ([`RecordedCopy::completes_with_fence`], **after** the `vkQueueSubmit` that signals it
+/// returned: vkhost polls the fence from any thread once hooked, and the submit needs the fence
+/// to itself).
 ///
 /// The ticket can be dropped once hooked; vkhost keeps what the commands name until it observes
 /// the hook complete. Dropping it without a hook declares that the command buffer will never be
@@ -248,12 +332,8 @@ impl Child for Recorded {
 /// let mut src = vkhost::PinnedBuffer::new(&dev, 4096)?;
 /// src.fill(0x42);
 /// // SAFETY: `cmd` is recording and ours alone; `gpu` has TRANSFER_DST usage and 4096 bytes; the
-/// // ticket is hooked before the one submission; `src` is not written until the copy completed.
+/// // ticket is hooked after the one submission; `src` is not written until the copy completed.
 /// let mut ticket = unsafe { host::record_copy(&dev, cmd, Direction::HostToDevice, src.as_ptr(), 4096, gpu.raw(), 0) }?;
-/// // SAFETY: `fence` is of this device, unsignaled, signalled only by the submission of `cmd`,
-/// // and destroyed only after `reap_recorded` reported the ticket done.
-/// unsafe { ticket.completes_with_fence(fence) }?;
-/// drop(ticket); // hooked: vkhost keeps what the commands name until the fence signals
 /// # // SAFETY: `cmd` is complete and submitted once; no other thread uses vkhost's compute
 /// # // queue meanwhile (this example runs no stream or copy), as `Device::raw` requires.
 /// # unsafe {
@@ -261,6 +341,10 @@ impl Child for Recorded {
 /// #     let queue = d.get_device_queue(raw.compute_family, raw.compute_queue_index);
 /// #     d.queue_submit(queue, &[vk::SubmitInfo::default().command_buffers(&[cmd])], fence).unwrap();
 /// # }
+/// // SAFETY: `fence` is of this device, was unsignaled at the submission of `cmd` that signals
+/// // it (which returned), and is destroyed only after `reap_recorded` reported the ticket done.
+/// unsafe { ticket.completes_with_fence(fence) }?;
+/// drop(ticket); // hooked: vkhost keeps what the commands name until the fence signals
 /// # // SAFETY: the fence is alive.
 /// # unsafe { d.wait_for_fences(&[fence], true, u64::MAX) }.unwrap();
 /// assert_eq!(host::reap_recorded(&dev), 0);
@@ -274,7 +358,7 @@ impl Child for Recorded {
 /// # }
 /// # Ok(()) }
 /// ```
-#[must_use = "give the ticket a completion hook before submitting the command buffer"]
+#[must_use = "give the ticket a completion hook (a fence's after the vkQueueSubmit that signals it)"]
 pub struct RecordedCopy {
     rec: Arc<Recorded>,
     /// Keeps the device alive while unhooked, so its last drop cannot tear down under us.
@@ -374,7 +458,7 @@ impl RecordedCopy {
     }
 
     /// Says the recorded commands complete when timeline `semaphore` reaches `value`. Call it
-    /// before `vkQueueSubmit`.
+    /// before or after `vkQueueSubmit`.
     ///
     /// `Unsupported` below Vulkan 1.2 or without timeline semaphores on the physical device;
     /// `InvalidArgument` when a hook was already given.
@@ -386,7 +470,12 @@ impl RecordedCopy {
     ///   `value`, or a value is reached only after that work).
     /// - It is not destroyed until vkhost observed the value: [`reap_recorded`] reported this
     ///   ticket done (`0` pending), an `unregister`/`free_pinned` of the bytes returned, or the
-    ///   device was destroyed.
+    ///   device was destroyed. ([`RecordedCopy::is_complete`] returning `true` on one thread
+    ///   says the same: vkhost reports completion only once none of its calls on the semaphore
+    ///   runs on any thread, and makes none after.)
+    /// - The submission is made (or the value signalled some other way): until vkhost observes
+    ///   it, whatever waits for this ticket waits (an `unregister` or a guard's drop over its
+    ///   bytes, `Device::destroy` and the last handle's drop), saying so in the log every 10 s.
     ///
     /// # Example
     ///
@@ -452,17 +541,21 @@ impl RecordedCopy {
         self.hook(Hook::Semaphore(semaphore, value))
     }
 
-    /// Says the recorded commands complete when `fence` signals. Call it before `vkQueueSubmit`.
+    /// Says the recorded commands complete when `fence` signals. Call it **after** the
+    /// `vkQueueSubmit` that signals `fence` returned: from the hook on, vkhost may poll or wait
+    /// on the fence from any thread, and `vkQueueSubmit` needs the fence externally synchronized.
     ///
     /// `InvalidArgument` when a hook was already given.
     ///
     /// # Safety
-    /// - `fence` is a fence of this device, unsignaled now, signalled only by the submission that
-    ///   executes the recorded commands (so, after they completed).
-    /// - It is neither reset nor destroyed until vkhost observed it signalled: call
-    ///   [`reap_recorded`] after your own wait and before `vkResetFences` (it must report this
-    ///   ticket done), or let an `unregister`/`free_pinned` of the bytes or the device's destroy
-    ///   return first.
+    /// - `fence` is a fence of this device, signalled only by the submission that executes the
+    ///   recorded commands (so, after they completed); that `vkQueueSubmit` has returned, and the
+    ///   fence was unsignaled when it was made.
+    /// - It is neither reset, destroyed nor submitted again until vkhost observed it signalled:
+    ///   call [`reap_recorded`] after your own wait and before `vkResetFences` (it must report
+    ///   this ticket done; or [`RecordedCopy::is_complete`] returned `true`, which vkhost says
+    ///   only once none of its calls on the fence runs on any thread), or let an
+    ///   `unregister`/`free_pinned` of the bytes or the device's destroy return first.
     ///
     /// # Example
     ///
@@ -489,11 +582,8 @@ impl RecordedCopy {
     /// gpu.write(0, &[7; 4096])?;
     /// let mut dst = vkhost::PinnedBuffer::new(&dev, 4096)?;
     /// // SAFETY: `cmd` is recording and ours alone; `gpu` has TRANSFER_SRC usage and 4096 bytes; the
-    /// // ticket is hooked before the one submission; `dst` is not accessed until the copy completed.
+    /// // ticket is hooked after the one submission; `dst` is not accessed until the copy completed.
     /// let mut ticket = unsafe { host::record_copy(&dev, cmd, Direction::DeviceToHost, dst.as_mut_ptr(), 4096, gpu.raw(), 0) }?;
-    /// // SAFETY: `fence` is of this device, unsignaled, signalled only by the submission of `cmd`,
-    /// // and neither reset nor destroyed before `reap_recorded` reported the ticket done.
-    /// unsafe { ticket.completes_with_fence(fence) }?;
     /// # // SAFETY: `cmd` is complete and submitted once; no other thread uses vkhost's compute
     /// # // queue meanwhile (this example runs no stream or copy), as `Device::raw` requires.
     /// # unsafe {
@@ -501,6 +591,10 @@ impl RecordedCopy {
     /// #     let queue = d.get_device_queue(raw.compute_family, raw.compute_queue_index);
     /// #     d.queue_submit(queue, &[vk::SubmitInfo::default().command_buffers(&[cmd])], fence).unwrap();
     /// # }
+    /// // SAFETY: `fence` is of this device; the submission of `cmd` that signals it returned (the
+    /// // fence was unsignaled then); it is neither reset nor destroyed before `reap_recorded`
+    /// // reported the ticket done.
+    /// unsafe { ticket.completes_with_fence(fence) }?;
     /// // SAFETY: the fence is alive.
     /// unsafe { d.wait_for_fences(&[fence], true, u64::MAX) }.unwrap();
     /// assert_eq!(host::reap_recorded(&dev), 0, "observed: the fence may be reset or destroyed now");
@@ -545,11 +639,9 @@ impl RecordedCopy {
     /// let gpu = dev.alloc_buffer(4096)?;
     /// let src = vkhost::PinnedBuffer::new(&dev, 4096)?;
     /// // SAFETY: as for `completes_with_fence`: `cmd` recording and ours, `gpu` large enough with
-    /// // TRANSFER_DST usage, hooked before the one submission, `src` not written meanwhile.
+    /// // TRANSFER_DST usage, hooked after the one submission, `src` not written meanwhile.
     /// let mut ticket = unsafe { host::record_copy(&dev, cmd, Direction::HostToDevice, src.as_ptr(), 4096, gpu.raw(), 0) }?;
     /// assert!(!ticket.is_complete(), "no hook yet");
-    /// // SAFETY: `fence` is unsignaled, signalled only by the submission of `cmd`, kept until observed.
-    /// unsafe { ticket.completes_with_fence(fence) }?;
     /// # // SAFETY: `cmd` is complete and submitted once; no other thread uses vkhost's compute
     /// # // queue meanwhile (this example runs no stream or copy), as `Device::raw` requires.
     /// # unsafe {
@@ -557,6 +649,8 @@ impl RecordedCopy {
     /// #     let queue = d.get_device_queue(raw.compute_family, raw.compute_queue_index);
     /// #     d.queue_submit(queue, &[vk::SubmitInfo::default().command_buffers(&[cmd])], fence).unwrap();
     /// # }
+    /// // SAFETY: the submission that signals `fence` returned; kept until observed.
+    /// unsafe { ticket.completes_with_fence(fence) }?;
     /// while !ticket.is_complete() {
     ///     std::thread::yield_now();
     /// }
@@ -612,13 +706,9 @@ impl Drop for RecordedCopy {
 /// let gpu = dev.alloc_buffer(4096)?;
 /// let src = vkhost::PinnedBuffer::new(&dev, 4096)?;
 /// // SAFETY: `cmd` is recording and ours alone; `gpu` has TRANSFER_DST usage and 4096 bytes; the
-/// // ticket is hooked before the one submission; `src` is not written meanwhile.
+/// // ticket is hooked after the one submission; `src` is not written meanwhile.
 /// let mut ticket = unsafe { host::record_copy(&dev, cmd, Direction::HostToDevice, src.as_ptr(), 4096, gpu.raw(), 0) }?;
-/// // SAFETY: `fence` is unsignaled, signalled only by the submission of `cmd`, and destroyed only
-/// // once `reap_recorded` reported the ticket done.
-/// unsafe { ticket.completes_with_fence(fence) }?;
-/// drop(ticket);
-/// assert_eq!(host::reap_recorded(&dev), 1, "not submitted yet");
+/// assert_eq!(host::reap_recorded(&dev), 1, "no hook yet");
 /// # // SAFETY: `cmd` is complete and submitted once; no other thread uses vkhost's compute
 /// # // queue meanwhile (this example runs no stream or copy), as `Device::raw` requires.
 /// # unsafe {
@@ -626,6 +716,10 @@ impl Drop for RecordedCopy {
 /// #     let queue = d.get_device_queue(raw.compute_family, raw.compute_queue_index);
 /// #     d.queue_submit(queue, &[vk::SubmitInfo::default().command_buffers(&[cmd])], fence).unwrap();
 /// # }
+/// // SAFETY: the submission that signals `fence` returned (it was unsignaled then); destroyed
+/// // only once `reap_recorded` reported the ticket done.
+/// unsafe { ticket.completes_with_fence(fence) }?;
+/// drop(ticket);
 /// // SAFETY: the fence is alive.
 /// unsafe { d.wait_for_fences(&[fence], true, u64::MAX) }.unwrap();
 /// assert_eq!(host::reap_recorded(&dev), 0);
@@ -720,19 +814,19 @@ pub fn reap_recorded(dev: &Device) -> usize {
 /// let mut dst = vkhost::PinnedBuffer::new(&dev, 4096)?;
 /// src.fill(0x33);
 /// // SAFETY: `cmd` is recording and ours alone; `gpu` has TRANSFER_SRC and TRANSFER_DST usage and
-/// // 4096 bytes; both tickets are hooked before the one submission; the host leaves `src` and `dst`
+/// // 4096 bytes; both tickets are hooked after the one submission; the host leaves `src` and `dst`
 /// // alone until the fence signalled.
 /// unsafe {
 ///     let (s, t) = (src.as_ptr(), dst.as_mut_ptr());
 ///     let mut up = host::record_copy(&dev, cmd, Direction::HostToDevice, s, 4096, gpu.raw(), 0)?;
 ///     let mut down = host::record_copy(&dev, cmd, Direction::DeviceToHost, t, 4096, gpu.raw(), 0)?;
-///     // `fence` is unsignaled, signalled only by the submission below, kept until observed.
-///     up.completes_with_fence(fence)?;
-///     down.completes_with_fence(fence)?;
 ///     d.end_command_buffer(cmd).unwrap();
 ///     // vkhost's own queue: no other thread uses it meanwhile (no stream, no copy).
 ///     let queue = d.get_device_queue(raw.compute_family, raw.compute_queue_index);
 ///     d.queue_submit(queue, &[vk::SubmitInfo::default().command_buffers(&[cmd])], fence).unwrap();
+///     // The submission that signals `fence` returned (unsignaled then); kept until observed.
+///     up.completes_with_fence(fence)?;
+///     down.completes_with_fence(fence)?;
 ///     d.wait_for_fences(&[fence], true, u64::MAX).unwrap();
 /// }
 /// assert_eq!(host::reap_recorded(&dev), 0);
@@ -774,7 +868,12 @@ pub unsafe fn record_copy(
         }
     }
     let write = dir == Direction::DeviceToHost;
-    let rec = Arc::new(Recorded { device: s.id, hook: Mutex::new(Hook::Unset), changed: Condvar::new(), keep: Mutex::new(Vec::new()) });
+    let rec = Arc::new(Recorded {
+        device: s.id,
+        hook: Mutex::new(HookState { hook: Hook::Unset, users: 0 }),
+        changed: Condvar::new(),
+        keep: Mutex::new(Vec::new()),
+    });
     let tl: Weak<dyn Timeline> = Arc::downgrade(&rec) as Weak<Recorded>;
     {
         let mut keep = lock(&rec.keep);
