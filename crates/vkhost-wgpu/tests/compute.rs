@@ -23,31 +23,32 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 
 /// Records `dst[i] = 2 src[i] + 1` over `n` values and submits it.
 fn run_kernel(interop: &Interop, src: &wgpu::Buffer, dst: &wgpu::Buffer, n: usize) {
+    dispatch(interop, SHADER, &[src, dst], (n as u32).div_ceil(64));
+}
+
+/// Builds a pipeline from WGSL `source` (entry `main`), binds `buffers` to bindings 0.., and
+/// submits one dispatch of `groups` workgroups.
+fn dispatch(interop: &Interop, source: &str, buffers: &[&wgpu::Buffer], groups: u32) {
     let dev = interop.device();
-    let module =
-        dev.create_shader_module(wgpu::ShaderModuleDescriptor { label: Some("axpb"), source: wgpu::ShaderSource::Wgsl(SHADER.into()) });
+    let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor { label: None, source: wgpu::ShaderSource::Wgsl(source.into()) });
     let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("axpb"),
+        label: None,
         layout: None,
         module: &module,
         entry_point: Some("main"),
         compilation_options: Default::default(),
         cache: None,
     });
-    let group = dev.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &[
-            wgpu::BindGroupEntry { binding: 0, resource: src.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 1, resource: dst.as_entire_binding() },
-        ],
-    });
+    let entries: Vec<wgpu::BindGroupEntry<'_>> =
+        buffers.iter().enumerate().map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() }).collect();
+    let group =
+        dev.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &pipeline.get_bind_group_layout(0), entries: &entries });
     let mut enc = dev.create_command_encoder(&Default::default());
     {
         let mut pass = enc.begin_compute_pass(&Default::default());
         pass.set_pipeline(&pipeline);
         pass.set_bind_group(0, &group, &[]);
-        pass.dispatch_workgroups((n as u32).div_ceil(64), 1, 1);
+        pass.dispatch_workgroups(groups, 1, 1);
     }
     interop.queue().submit([enc.finish()]);
 }
@@ -303,29 +304,7 @@ const SLOW: &str = "
 }";
 
 fn slow_kernel(interop: &Interop, buf: &wgpu::Buffer) {
-    let dev = interop.device();
-    let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor { label: None, source: wgpu::ShaderSource::Wgsl(SLOW.into()) });
-    let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: None,
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
-    let group = dev.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &[wgpu::BindGroupEntry { binding: 0, resource: buf.as_entire_binding() }],
-    });
-    let mut enc = dev.create_command_encoder(&Default::default());
-    {
-        let mut pass = enc.begin_compute_pass(&Default::default());
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &group, &[]);
-        pass.dispatch_workgroups(1, 1, 1);
-    }
-    interop.queue().submit([enc.finish()]);
+    dispatch(interop, SLOW, &[buf], 1);
 }
 
 /// `wgpu::Device::destroy` (a safe call) inside a scope: wgpu then refuses the scope's own

@@ -784,6 +784,17 @@ fn from_raw_without_push_descriptors_launches_with_descriptor_sets() {
     c.destroy();
 }
 
+/// Two threads that poll `t.is_complete()` until `stop`.
+fn spawn_pollers<'s>(s: &'s std::thread::Scope<'s, '_>, t: &'s host::RecordedCopy, stop: &'s std::sync::atomic::AtomicBool) {
+    for _ in 0..2 {
+        s.spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = t.is_complete();
+            }
+        });
+    }
+}
+
 /// vkhost reports a recorded copy complete (`reap_recorded` 0 pending, `is_complete`) only once
 /// none of its calls on the caller's semaphore or fence runs on any thread, and makes none after,
 /// so the caller may destroy the object at once. A review found threads polling `is_complete`
@@ -820,13 +831,7 @@ fn completion_is_reported_only_once_vkhost_is_done_with_the_callers_object() {
                 }
                 let stop = std::sync::atomic::AtomicBool::new(false);
                 std::thread::scope(|s| {
-                    for _ in 0..2 {
-                        s.spawn(|| {
-                            while !stop.load(Ordering::Relaxed) {
-                                let _ = t.is_complete();
-                            }
-                        });
-                    }
+                    spawn_pollers(s, &t, &stop);
                     // SAFETY: the fence is alive.
                     unsafe { c.device.wait_for_fences(&[fence], true, u64::MAX) }.unwrap();
                     while host::reap_recorded(&dev) != 0 {}
@@ -841,13 +846,7 @@ fn completion_is_reported_only_once_vkhost_is_done_with_the_callers_object() {
                 unsafe { t.completes_at(sem, 1) }.unwrap();
                 let stop = std::sync::atomic::AtomicBool::new(false);
                 std::thread::scope(|s| {
-                    for _ in 0..2 {
-                        s.spawn(|| {
-                            while !stop.load(Ordering::Relaxed) {
-                                let _ = t.is_complete();
-                            }
-                        });
-                    }
+                    spawn_pollers(s, &t, &stop);
                     c.submit(cmd, None, sem, 1);
                     c.wait(sem, 1);
                     while host::reap_recorded(&dev) != 0 {}
