@@ -249,24 +249,16 @@ impl Drop for BufferObj {
         // runs under the slot's lock: a teardown sweeping it waits, then finds it empty and
         // drains what this queued.
         let mut g = lock(&self.slot.memory);
-        if g.is_none() {
-            // Released already (by an unregister, or the device's teardown).
-            return;
-        }
+        // None: released already (by an unregister, or the device's teardown).
+        let Some(m) = g.take() else { return };
         let Some(s) = self.shared.upgrade() else {
             // The device's last handle went and its teardown is under way: its sweep of the
             // slots waits for this lock and releases the objects (it holds the slot).
+            *g = Some(m);
             return;
         };
         self.slot.present.store(false, Ordering::Release);
-        let m = g.take();
         let backing = lock(&self.slot.backing).take();
-        let Some(m) = m else {
-            // Checked above, under the same lock: unreachable. The slot's lock goes first.
-            drop(g);
-            drop(s);
-            return;
-        };
         if *self.background.get_mut() {
             s.queue_garbage(self.buffer, m, backing);
             // Let go of the slot, then of the device, then wake the releaser: woken first, it

@@ -91,8 +91,14 @@ enum Hook {
     Done,
 }
 
-/// A hook, and how many of vkhost's Vulkan calls on its semaphore or fence are running.
+/// The caller's object a hook names, as vkhost calls into it.
 #[derive(Debug, Clone, Copy)]
+enum Object {
+    Semaphore(vk::Semaphore, u64),
+    Fence(vk::Fence),
+}
+
+/// A hook, and how many of vkhost's Vulkan calls on its semaphore or fence are running.
 struct HookState {
     hook: Hook,
     /// Calls (`vkGetSemaphoreCounterValue`, `vkGetFenceStatus`, the waits) that read the hook
@@ -122,18 +128,18 @@ impl Recorded {
         self.changed.notify_all();
     }
 
-    /// Takes the hook for one call on the caller's object: `Err(done)` when there is nothing
-    /// to call (`done`: whether completion is observed and no other call is running).
-    fn enter(g: &mut HookState) -> std::result::Result<Hook, bool> {
-        match g.hook {
-            Hook::Unset => Err(false),
-            Hook::Abandoned => Err(true),
-            Hook::Done => Err(g.users == 0),
-            h @ (Hook::Semaphore(..) | Hook::Fence(_)) => {
-                g.users += 1;
-                Ok(h)
-            }
-        }
+    /// Takes the hook's object for one call on it: `Err(done)` when there is nothing to call
+    /// (`done`: whether completion is observed and no other call is running).
+    fn enter(g: &mut HookState) -> std::result::Result<Object, bool> {
+        let o = match g.hook {
+            Hook::Unset => return Err(false),
+            Hook::Abandoned => return Err(true),
+            Hook::Done => return Err(g.users == 0),
+            Hook::Semaphore(sem, v) => Object::Semaphore(sem, v),
+            Hook::Fence(f) => Object::Fence(f),
+        };
+        g.users += 1;
+        Ok(o)
     }
 
     /// Ends a call `enter` began; `complete`: the call saw the work complete. Returns whether
@@ -162,11 +168,10 @@ impl Recorded {
             // SAFETY: the caller of `completes_at` keeps the semaphore alive until vkhost observes
             // completion (reported only once no call like this one runs); vkGetSemaphoreCounterValue
             // needs no external synchronization.
-            Hook::Semaphore(sem, v) => unsafe { l.device.get_semaphore_counter_value(sem) }.is_ok_and(|c| c >= v),
+            Object::Semaphore(sem, v) => unsafe { l.device.get_semaphore_counter_value(sem) }.is_ok_and(|c| c >= v),
             // SAFETY: as above, for the fence of `completes_with_fence`, hooked only after the
             // caller's vkQueueSubmit of it returned (its contract), so this never overlaps it.
-            Hook::Fence(f) => unsafe { l.device.get_fence_status(f) }.unwrap_or(false),
-            Hook::Unset | Hook::Abandoned | Hook::Done => true,
+            Object::Fence(f) => unsafe { l.device.get_fence_status(f) }.unwrap_or(false),
         };
         self.leave(complete)
     }
@@ -210,11 +215,11 @@ impl Recorded {
     }
 
     /// The wait on the caller's object itself, in 10 s steps.
-    fn wait_object(&self, l: &Live, h: Hook) -> Result<()> {
+    fn wait_object(&self, l: &Live, h: Object) -> Result<()> {
         const STEP_NS: u64 = 10_000_000_000;
         loop {
             let r = match h {
-                Hook::Semaphore(sem, v) => {
+                Object::Semaphore(sem, v) => {
                     let sems = [sem];
                     let values = [v];
                     let info = vk::SemaphoreWaitInfo::default().semaphores(&sems).values(&values);
@@ -226,8 +231,7 @@ impl Recorded {
                 // SAFETY: the fence is alive and not reset before vkhost reports it observed
                 // (the hook's contract), and hooked only after the caller's vkQueueSubmit of it
                 // returned, so this never overlaps it.
-                Hook::Fence(f) => unsafe { l.device.wait_for_fences(&[f], true, STEP_NS) },
-                Hook::Unset | Hook::Abandoned | Hook::Done => return Ok(()),
+                Object::Fence(f) => unsafe { l.device.wait_for_fences(&[f], true, STEP_NS) },
             };
             match r {
                 Err(vk::Result::TIMEOUT) => log::warn!(
@@ -235,7 +239,7 @@ impl Recorded {
                      completes submitted?); still waiting",
                     self.device
                 ),
-                r => return r.call(if matches!(h, Hook::Fence(_)) { "vkWaitForFences" } else { "vkWaitSemaphores" }),
+                r => return r.call(if matches!(h, Object::Fence(_)) { "vkWaitForFences" } else { "vkWaitSemaphores" }),
             }
         }
     }

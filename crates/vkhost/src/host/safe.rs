@@ -297,6 +297,15 @@ impl PinnedBuffer {
         self.res.parts.iter().any(|p| Arc::ptr_eq(p, r))
     }
 
+    /// `OutOfRange` unless `[offset, offset + len)` lies in the block (as
+    /// `DeviceBuffer::check_range`); else the address of its first byte.
+    pub(crate) fn range_addr(&self, offset: usize, len: usize) -> Result<usize> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(self.ptr.0.as_ptr() as usize + offset),
+            _ => Err(Error::OutOfRange),
+        }
+    }
+
     /// Waits for the block's device's pending work on it: writes, or every use with `all` (what
     /// `Deref` and `DerefMut` wait for).
     pub(crate) fn settle(&self, all: bool) {

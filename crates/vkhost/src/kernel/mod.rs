@@ -557,10 +557,7 @@ impl PinnedRange<'_> {
 
     /// `OutOfRange` unless the range lies in the block.
     pub(crate) fn check(&self) -> crate::Result<()> {
-        match self.offset.checked_add(self.len) {
-            Some(end) if end <= self.block.len() => Ok(()),
-            _ => Err(crate::Error::OutOfRange),
-        }
+        self.block.range_addr(self.offset, self.len).map(|_| ())
     }
 }
 

@@ -981,8 +981,6 @@ impl Drop for Pending<'_> {
 
 /// `range` of `b` as (address, length), or `OutOfRange` when it does not lie in the block.
 fn pinned_range(b: &crate::PinnedBuffer, range: &std::ops::Range<usize>) -> Result<(usize, usize)> {
-    if range.start > range.end || range.end > b.len() {
-        return Err(crate::Error::OutOfRange);
-    }
-    Ok((b.as_ptr() as usize + range.start, range.end - range.start))
+    let len = range.end.checked_sub(range.start).ok_or(crate::Error::OutOfRange)?;
+    Ok((b.range_addr(range.start, len)?, len))
 }
