@@ -300,6 +300,101 @@ fn device_loss_cancels_copy_outs_before_wait_returns() {
     assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
 }
 
+/// `synchronize` after another call lost the device returns `DeviceLost` only after cancelling
+/// the stream's queued copy-outs: the stream's drop (or a later reap) never writes memory the
+/// caller reused after that error. Before: it returned at once and the drop wrote it.
+#[test]
+fn synchronize_after_a_device_loss_cancels_the_copy_outs() {
+    init_log();
+    let d = Device::open_default_with(&fopts()).unwrap();
+    let n = 600 << 10;
+    let buf = d.alloc_buffer(n).unwrap();
+    buf.write(0, &pattern(n, 4)).unwrap();
+    let other = d.alloc_buffer(4096).unwrap(); // no stream work names it
+    let s = d.stream().unwrap();
+    let mut out = vec![0xEEu8; n];
+    // SAFETY: `out` stays valid and untouched until `synchronize` returned; after its error it
+    // must never be written.
+    unsafe { s.copy_to_host_async(&buf, 0, out.as_mut_ptr(), n) }.unwrap();
+    s.flush().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200)); // the device finishes before the loss
+    let wait = if d.info().timeline_semaphore { Point::WaitSemaphores } else { Point::WaitForFences };
+    inject(wait, 0, vk::Result::ERROR_DEVICE_LOST);
+    let r = other.write(0, &[1u8; 64]);
+    assert!(disarm(), "the injected loss did not fire");
+    assert_eq!(r, Err(Error::DeviceLost));
+    assert_eq!(s.synchronize(), Err(Error::DeviceLost));
+    out.fill(0x5A); // the caller reuses the memory after the error
+    drop(s);
+    let hit = out.iter().filter(|&&b| b != 0x5A).count();
+    drop((buf, other));
+    d.destroy().unwrap();
+    assert_eq!(hit, 0, "{hit} bytes written by a copy-out after synchronize returned DeviceLost");
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
+}
+
+/// `synchronize` whose own submission fails still waits for the batches submitted before it
+/// and completes their copy-outs before it returns the error: nothing this stream queued
+/// writes the caller's memory afterwards. Before: it returned at once and the next
+/// `synchronize` wrote the reused memory.
+#[test]
+fn synchronize_whose_submission_fails_finishes_the_earlier_copy_outs_first() {
+    init_log();
+    let d = Device::open_default_with(&fopts()).unwrap();
+    let n = 64 << 10;
+    let buf = d.alloc_buffer(n).unwrap();
+    buf.write(0, &pattern(n, 4)).unwrap();
+    let other = d.alloc_buffer(4096).unwrap();
+    let s = d.stream().unwrap();
+    let mut out = vec![0xEEu8; n];
+    // SAFETY: `out` stays valid and untouched until `synchronize` returned.
+    unsafe { s.copy_to_host_async(&buf, 0, out.as_mut_ptr(), n) }.unwrap();
+    s.flush().unwrap(); // batch 1: the copy, submitted; its copy-out queued
+    s.fill_async(&other, 0, 4096, 0).unwrap(); // batch 2, open
+    inject(Point::QueueSubmit, 0, vk::Result::ERROR_OUT_OF_HOST_MEMORY);
+    let r = s.synchronize();
+    assert!(disarm(), "the submission was not reached");
+    assert_eq!(r, Err(Error::OutOfHostMemory));
+    assert!(out == pattern(n, 4), "batch 1 ran: its copy-out is done when synchronize returns");
+    out.fill(0x5A); // the caller reuses the memory after the error
+    s.synchronize().unwrap();
+    let hit = out.iter().filter(|&&b| b != 0x5A).count();
+    drop(s);
+    drop((buf, other));
+    d.destroy().unwrap();
+    assert_eq!(hit, 0, "{hit} bytes written by a copy-out after synchronize returned an error");
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
+}
+
+/// A wait that fails inside the stream's drop (here out of host memory, no loss) drops the
+/// queued copy-outs; an event recorded after the copy then answers that error, not `Ok` for a
+/// destination that was never written. Before: `Ok`.
+#[test]
+fn an_event_after_a_drop_that_cancelled_its_copy_outs_is_an_error() {
+    init_log();
+    let d = Device::open_default_with(&fopts()).unwrap();
+    let n = 64 << 10;
+    let buf = d.alloc_buffer(n).unwrap();
+    buf.write(0, &pattern(n, 4)).unwrap();
+    let s = d.stream().unwrap();
+    let mut out = vec![0xEEu8; n];
+    // SAFETY: `out` stays valid and untouched until `Event::wait` returned.
+    unsafe { s.copy_to_host_async(&buf, 0, out.as_mut_ptr(), n) }.unwrap();
+    let ev = s.record().unwrap();
+    inject(Point::WaitSemaphores, 0, vk::Result::ERROR_OUT_OF_HOST_MEMORY);
+    drop(s);
+    assert!(disarm(), "the stream's drop did not wait");
+    let r = ev.wait();
+    let landed = out == pattern(n, 4);
+    assert!(!landed, "the copy-out was cancelled: nothing writes `out`");
+    assert_eq!(r, Err(Error::OutOfHostMemory), "the event reports the cancelled copy-out");
+    assert_eq!(ev.is_done(), Err(Error::OutOfHostMemory));
+    drop(ev);
+    drop(buf);
+    d.destroy().unwrap();
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
+}
+
 /// A safe download that fails part-way (here: the stream's staging ring cannot be allocated)
 /// after it recorded a direct piece (bytes of the destination that share a page with a
 /// registration go through its import): the error returns only once that piece is done, so

@@ -456,6 +456,77 @@ fn builtins_split_ranges_longer_than_max_storage_buffer_range() {
     assert_eq!(s.checksum(Binding::Device(&g, 4, len)).unwrap(), checksum_cpu(&want), "a refused device range wrote nothing");
 }
 
+/// A pinned block and a registration larger than one import (`max_import_piece`, here 64 KiB)
+/// are one range to the API: the built-ins cut their launches at the import boundaries too,
+/// for every binding kind, and a copy whose two sides are cut at different places.
+#[test]
+fn builtins_cut_at_the_imports_of_a_range_made_of_several() {
+    let d = device_with(OpenOptions { max_import_piece: Some(64 << 10), ..opts() }).unwrap();
+    if let Err(e) = d.host_registration() {
+        eprintln!("SKIPPED: this test needs host registration ({e})");
+        return;
+    }
+    let s = compute_stream(&d);
+    let n = 256 << 10;
+    let mut p = PinnedBuffer::new(&d, n).unwrap();
+    p.fill(0);
+    s.fill_u32(Binding::pinned_mut(&mut p, 0, n), 0x0101_0101).unwrap();
+    s.synchronize().unwrap();
+    assert!(p.iter().all(|&b| b == 1), "the whole block through the block");
+    s.fill_u32(Binding::HostMut(&mut p[4096..4096 + (128 << 10)]), 0x0202_0202).unwrap();
+    assert!(p[4096..4096 + (128 << 10)].iter().all(|&b| b == 2) && p[..4096].iter().all(|&b| b == 1), "a slice across two imports");
+    // A registration of several imports, copied into the block at another phase (the two sides
+    // cross their import boundaries at different offsets), and summed.
+    let mut pages = Pages::new(n);
+    for (i, b) in pages.slice().iter_mut().enumerate() {
+        *b = (i % 251) as u8;
+    }
+    let r = d.register(pages.slice()).unwrap();
+    let len = n - (8 << 10);
+    s.copy_sm(Binding::Host(&r[4 << 10..(4 << 10) + len]), Binding::pinned_mut(&mut p, 8 << 10, len)).unwrap();
+    s.synchronize().unwrap();
+    assert!(p[8 << 10..] == r[4 << 10..(4 << 10) + len], "copy across imports on both sides");
+    let want = checksum_cpu(&r[4 << 10..(4 << 10) + len]);
+    assert_eq!(s.checksum(Binding::Host(&r[4 << 10..(4 << 10) + len])).unwrap(), want, "checksum across imports");
+    assert_eq!(s.checksum(Binding::pinned(&p, 8 << 10, len)).unwrap(), want);
+    drop(r);
+}
+
+/// A refused `checksum_into` changes nothing: every launch is checked before the zero fill of
+/// the result (which was launched first, and ran, before).
+#[test]
+fn a_refused_checksum_into_writes_nothing() {
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    let b = d.alloc_buffer(64).unwrap();
+    b.write(0, &[0xAB; 64]).unwrap();
+    let r = s.checksum_into(Binding::Device(&b, 0, 64), Binding::Device(&b, 8, 8));
+    assert!(matches!(r, Err(Error::InvalidArgument { .. })), "result overlapping the source: {r:?}");
+    s.synchronize().unwrap();
+    let mut back = [0u8; 64];
+    b.read(0, &mut back).unwrap();
+    assert_eq!(back, [0xAB; 64], "a refused call wrote the device buffer");
+    let mut p = PinnedBuffer::new(&d, 4096).unwrap();
+    p.fill(0xCD);
+    let unregistered = vec![1u8; 64];
+    let r = s.checksum_into(Binding::Host(&unregistered), Binding::HostMut(&mut p[0..8]));
+    assert!(matches!(r, Err(Error::NotRegistered)), "{r:?}");
+    assert!(p.iter().all(|&x| x == 0xCD), "a refused call wrote the block: {:?}", &p[..8]);
+}
+
+/// A raw range that would run past the end of the address space is refused
+/// (`InvalidArgument`) before the built-in cuts it into pieces. Before, the cut added to the
+/// address first: "attempt to add with overflow" in builds with overflow checks (debug), a
+/// wrapped address in release builds (then refused by the first piece's launch).
+#[test]
+fn a_raw_binding_past_the_address_space_is_refused() {
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    // SAFETY: no registration covers it: the launch is refused before anything runs.
+    let raw = unsafe { Binding::host((usize::MAX - 15) as *const u8, 1 << 31) };
+    assert!(matches!(s.fill_u32(raw, 0), Err(Error::InvalidArgument { .. })));
+}
+
 #[test]
 fn safe_launches_never_leave_the_callers_memory_to_a_destructor() {
     let d = device().unwrap();

@@ -249,3 +249,39 @@ fn host_range_views_wait_for_pending_device_work() {
     drop((sa, sb, da, db));
     range.unregister().unwrap();
 }
+
+/// A pinned block's stream copies on another device (staged there: the block is not imported
+/// on it) first wait for the block's own device's work on it, as its `Deref`/`DerefMut` and
+/// launches binding it do: an upload waits for a kernel writing the block, a download for one
+/// reading it. Before: the memcpy read the block while its device wrote it (B got a torn mix),
+/// or wrote it while the device read it.
+#[test]
+fn pinned_stream_copies_on_another_device_wait_for_the_blocks_own_device() {
+    const N: usize = 64 << 20;
+    let d = device().unwrap();
+    let d2 = second(&d);
+    let s = d.stream_on(vkhost::QueueKind::Compute).unwrap();
+    let s2 = d2.stream().unwrap();
+    let g2 = d2.alloc_buffer(N).unwrap();
+    let mut block = PinnedBuffer::new(&d, N).unwrap();
+    block.fill(0);
+    s.fill_u32(vkhost::Binding::pinned_mut(&mut block, 0, N), 0x3C3C_3C3C).unwrap();
+    s.flush().unwrap(); // device A writes the block now
+    s2.upload_pinned(&block, 0..N, &g2, 0).unwrap().wait().unwrap();
+    let mut out = vec![0u8; N];
+    g2.read(0, &mut out).unwrap();
+    let good = out.iter().filter(|&&b| b == 0x3C).count();
+    assert_eq!(good, N, "upload_pinned on device B read the block while device A wrote it");
+    // A kernel of device A reads the block; device B downloads into it.
+    let ga = d.alloc_buffer(N).unwrap();
+    g2.write(0, &vec![0x22u8; N]).unwrap();
+    block.fill(0x11);
+    s.copy_sm(vkhost::Binding::pinned(&block, 0, N), vkhost::Binding::Device(&ga, 0, N)).unwrap();
+    s.flush().unwrap(); // device A reads the block now
+    s2.download_pinned(&g2, 0, &mut block, 0..N).unwrap().wait().unwrap();
+    s.synchronize().unwrap();
+    ga.read(0, &mut out).unwrap();
+    let good = out.iter().filter(|&&b| b == 0x11).count();
+    assert_eq!(good, N, "download_pinned on device B wrote the block while device A's kernel read it");
+    assert!(block.iter().all(|&b| b == 0x22));
+}

@@ -924,6 +924,17 @@ pub(crate) fn cover(s: &Shared, addr: usize, len: usize) -> Option<Cover> {
     Some(Cover { held, offset: in_part as u64 })
 }
 
+/// Bytes from `addr` to the end of the import that covers it on device `s` (one piece of a
+/// registration or pinned block made of several), or `None` where nothing live covers `addr`.
+/// A host range that starts at `addr` and is no longer than this is covered by one buffer
+/// (what [`cover`] needs); the built-in kernels cut their launches there.
+pub(crate) fn part_left(s: &Shared, addr: usize) -> Option<usize> {
+    let reg = registry();
+    let e = reg.find(s.id, addr, 1)?;
+    let imports = e.cell.as_ref().filter(|c| c.alive())?;
+    Some(imports.left_in_part(addr - e.covered.start, e.covered.len()))
+}
+
 /// Copies `len` bytes from host `src` to `dst` at `dst_offset`, synchronously.
 ///
 /// Host bytes covered by one registration or pinned block: one vkCmdCopyBuffer from that

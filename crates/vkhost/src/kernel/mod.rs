@@ -676,18 +676,49 @@ impl<'a> Binding<'a> {
         self.len() == 0
     }
 
-    /// Splits the range into consecutive pieces of `size` bytes (the last may be shorter).
-    pub(crate) fn split(self, size: usize) -> Vec<Binding<'a>> {
-        let size = size.max(1);
-        let pieces = |len: usize| (0..len).step_by(size).map(move |o| (o, size.min(len - o)));
+    /// The first `n` bytes (all of them when `n` is larger) and the rest.
+    pub(crate) fn split_at(self, n: usize) -> (Binding<'a>, Binding<'a>) {
+        let n = n.min(self.len());
         match self {
-            Binding::Device(b, off, len) => pieces(len).map(|(o, n)| Binding::Device(b, off + o, n)).collect(),
-            Binding::Host(s) => s.chunks(size).map(Binding::Host).collect(),
-            Binding::HostMut(s) => s.chunks_mut(size).map(Binding::HostMut).collect(),
-            Binding::Pinned(r) => {
-                pieces(r.len).map(|(o, n)| Binding::Pinned(PinnedRange { offset: r.offset.saturating_add(o), len: n, ..r })).collect()
+            Binding::Device(b, off, len) => (Binding::Device(b, off, n), Binding::Device(b, off.saturating_add(n), len - n)),
+            Binding::Host(s) => {
+                let (a, b) = s.split_at(n);
+                (Binding::Host(a), Binding::Host(b))
             }
-            Binding::Raw(h) => pieces(h.len).map(|(o, n)| Binding::Raw(HostRange { addr: h.addr + o, len: n })).collect(),
+            Binding::HostMut(s) => {
+                let (a, b) = s.split_at_mut(n);
+                (Binding::HostMut(a), Binding::HostMut(b))
+            }
+            Binding::Pinned(r) => (
+                Binding::Pinned(PinnedRange { len: n, ..r }),
+                Binding::Pinned(PinnedRange { offset: r.offset.saturating_add(n), len: r.len - n, ..r }),
+            ),
+            // Wrapping: never dereferenced; a range past the address space is refused first.
+            Binding::Raw(h) => {
+                (Binding::Raw(HostRange { addr: h.addr, len: n }), Binding::Raw(HostRange { addr: h.addr.wrapping_add(n), len: h.len - n }))
+            }
+        }
+    }
+
+    /// The same binding for a shorter borrow (to bind it again in the next launch).
+    pub(crate) fn reborrow(&mut self) -> Binding<'_> {
+        match self {
+            Binding::HostMut(b) => Binding::HostMut(b),
+            Binding::Host(b) => Binding::Host(b),
+            Binding::Device(b, off, len) => Binding::Device(b, *off, *len),
+            Binding::Pinned(r) => Binding::Pinned(*r),
+            Binding::Raw(h) => Binding::Raw(*h),
+        }
+    }
+
+    /// The host address of its first byte; `None` for a device buffer.
+    pub(crate) fn host_addr(&self) -> Option<usize> {
+        match self {
+            Binding::Device(..) => None,
+            Binding::Host(s) => Some(s.as_ptr() as usize),
+            Binding::HostMut(s) => Some(s.as_ptr() as usize),
+            Binding::Pinned(r) => Some(r.addr()),
+            Binding::Raw(h) => Some(h.addr),
         }
     }
 

@@ -46,7 +46,12 @@ pub(super) struct State {
     /// ran and their values are never signalled. Kept for the stream's life (one entry per
     /// failed submission), so every guard of such a batch can still tell (see [`lost_error`]).
     pub(super) lost: Vec<(u64, Error)>,
-    /// Lost batches up to this value were reported by `Stream::synchronize`.
+    /// Batches whose pageable d2h copy-outs were dropped undelivered (a failed wait, a lost
+    /// device, a shutdown whose wait failed), by value, with the error: their guards report it
+    /// as for a lost batch (see [`lost_error`]), so no guard answers `Ok` for a destination
+    /// that was never written. One entry per such batch, kept for the stream's life.
+    pub(super) cancelled: Vec<(u64, Error)>,
+    /// Lost (or cancelled) batches up to this value were reported by `Stream::synchronize`.
     pub(super) reported: u64,
     pub(super) dead: bool,
     /// Whether a kernel was launched on this stream: barriers then include compute accesses.
@@ -127,16 +132,38 @@ pub(super) fn signalled(st: &State, value: u64) -> u64 {
 /// guard (`own`: the work is in batch `value`) reports its own batch's loss, always; an event
 /// (the end of the stream when recorded) reports the first loss at or before it that
 /// `synchronize` has not reported yet.
+/// Batches whose copy-outs were cancelled count as lost here.
 pub(super) fn lost_error(st: &State, value: u64, own: bool) -> Option<Error> {
     let hit = |u: u64| if own { u == value } else { u <= value && u > st.reported };
-    st.lost.iter().find(|(u, _)| hit(*u)).map(|(_, e)| e.clone())
+    st.lost.iter().chain(&st.cancelled).filter(|(u, _)| hit(*u)).min_by_key(|(u, _)| *u).map(|(_, e)| e.clone())
 }
 
-/// The first lost batch `synchronize` has not reported yet; marks every loss so far reported.
+/// The first lost (or cancelled) batch `synchronize` has not reported yet; marks every loss so
+/// far reported.
 pub(super) fn take_unreported(st: &mut State) -> Option<Error> {
-    let e = st.lost.iter().find(|(u, _)| *u > st.reported).map(|(_, e)| e.clone());
+    let e = st.lost.iter().chain(&st.cancelled).filter(|(u, _)| *u > st.reported).min_by_key(|(u, _)| *u).map(|(_, e)| e.clone());
     st.reported = st.submitted;
     e
+}
+
+/// Drops the queued pageable d2h copy-outs `drop` selects, never to run, and records their
+/// batches as cancelled with `e` (see [`State::cancelled`]); returns how many went.
+pub(super) fn cancel_where(st: &mut State, drop: impl Fn(&super::ring::Completion) -> bool, e: &Error) -> usize {
+    let before = st.completions.len();
+    let mut values: Vec<u64> = Vec::new();
+    st.completions.retain(|c| {
+        let d = drop(c);
+        if d && !values.contains(&c.value) {
+            values.push(c.value);
+        }
+        !d
+    });
+    for v in values {
+        if !st.cancelled.iter().any(|(u, _)| *u == v) {
+            st.cancelled.push((v, e.clone()));
+        }
+    }
+    before - st.completions.len()
 }
 
 pub(super) fn relock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -292,9 +319,9 @@ impl StreamInner {
         let r = self.wait_value_inner(l, value);
         if let Err(e) = &r {
             let mut st = relock(&self.state);
-            if !st.completions.is_empty() {
-                log::warn!("{}: stream wait failed ({e}); {} pageable d2h copies cancelled", self.shared.id, st.completions.len());
-                st.completions.clear();
+            let n = cancel_where(&mut st, |_| true, e);
+            if n > 0 {
+                log::warn!("{}: stream wait failed ({e}); {n} pageable d2h copies cancelled", self.shared.id);
             }
         }
         r
@@ -353,6 +380,12 @@ impl StreamInner {
             Err(e) => {
                 log::warn!("{}: stream shutdown: {e}; waiting for the queue to go idle", s.id);
                 self.queue_idle(l);
+                // Whether their batches ran cannot be told: the copy-outs are not run, and their
+                // guards say so (an event waited after this drop answers the error, not `Ok`).
+                let n = cancel_where(&mut st, |_| true, &e);
+                if n > 0 {
+                    log::warn!("{}: {n} pageable d2h copies cancelled at shutdown", s.id);
+                }
             }
         }
         st.dead = true;

@@ -95,28 +95,60 @@ fn resolve(s: &Shared, b: &Binding<'_>, write: bool) -> Result<Bound> {
     Ok(Bound { buffer, offset, range, delta: delta as u32, exact, bound, res, _held: held, host: addr.is_some(), wait })
 }
 
+/// The checks of a launch's arguments that need no lock: binding and push-constant counts,
+/// the device's push-constant and workgroup-count limits.
+fn check_args(s: &Shared, k: &Kernel, groups: [u32; 3], bindings: &[Binding<'_>], pc: &[u8]) -> Result<()> {
+    let kd = &k.inner;
+    if bindings.len() != kd.params.len() {
+        return Err(Error::invalid(format!("kernel {} takes {} binding(s), {} given", kd.name, kd.params.len(), bindings.len())));
+    }
+    if pc.len() != kd.push_bytes {
+        return Err(Error::invalid(format!("kernel {} takes {} bytes of push constants, {} given", kd.name, kd.push_bytes, pc.len())));
+    }
+    if kd.desc.push_bytes > s.info.max_push_constants_size {
+        return Err(Error::unsupported(format!(
+            "kernel {} needs {} bytes of push constants (deltas included); this device allows {}",
+            kd.name, kd.desc.push_bytes, s.info.max_push_constants_size
+        )));
+    }
+    let max = s.info.max_compute_work_group_count;
+    if groups.iter().zip(max).any(|(&g, m)| g > m) {
+        return Err(Error::invalid(format!("{groups:?} workgroups exceed maxComputeWorkGroupCount {max:?}")));
+    }
+    Ok(())
+}
+
+/// Every binding resolved (each host binding's import held), and refused where two overlap
+/// and the kernel writes one of them.
+fn resolve_all(s: &Shared, k: &Kernel, bindings: &[Binding<'_>]) -> Result<Vec<Bound>> {
+    let bound: Vec<Bound> =
+        bindings.iter().zip(&k.inner.params).map(|(b, p)| resolve(s, b, *p == Param::ReadWrite)).collect::<Result<_>>()?;
+    for (i, a) in bound.iter().enumerate() {
+        if bound[..i].iter().any(|b| b.exact.overlaps(&a.exact) && (b.exact.is_write() || a.exact.is_write())) {
+            return Err(Error::invalid("two bindings of one launch overlap, and the kernel writes one of them"));
+        }
+    }
+    Ok(bound)
+}
+
 impl StreamInner {
+    /// Checks a launch as [`StreamInner::launch`] would, recording nothing: its arguments, the
+    /// stream, and every binding (resolved, then let go). What a later launch then finds can
+    /// differ only by what other threads changed meanwhile (an unregister, a teardown).
+    fn check_launch(&self, k: &Kernel, groups: [u32; 3], bindings: &[Binding<'_>], pc: &[u8]) -> Result<()> {
+        let s = &*self.shared;
+        check_args(s, k, groups, bindings, pc)?;
+        let _l = s.live()?;
+        self.check(&relock(&self.state))?;
+        resolve_all(s, k, bindings).map(drop)
+    }
+
     /// Records a launch (see [`Stream::launch`]); returns the value that completes it and
     /// whether a safe slice binding lies in a registration.
     fn launch(&self, k: &Kernel, groups: [u32; 3], bindings: &[Binding<'_>], pc: &[u8]) -> Result<(u64, bool)> {
         let s = &*self.shared;
         let kd = &k.inner;
-        if bindings.len() != kd.params.len() {
-            return Err(Error::invalid(format!("kernel {} takes {} binding(s), {} given", kd.name, kd.params.len(), bindings.len())));
-        }
-        if pc.len() != kd.push_bytes {
-            return Err(Error::invalid(format!("kernel {} takes {} bytes of push constants, {} given", kd.name, kd.push_bytes, pc.len())));
-        }
-        if kd.desc.push_bytes > s.info.max_push_constants_size {
-            return Err(Error::unsupported(format!(
-                "kernel {} needs {} bytes of push constants (deltas included); this device allows {}",
-                kd.name, kd.desc.push_bytes, s.info.max_push_constants_size
-            )));
-        }
-        let max = s.info.max_compute_work_group_count;
-        if groups.iter().zip(max).any(|(&g, m)| g > m) {
-            return Err(Error::invalid(format!("{groups:?} workgroups exceed maxComputeWorkGroupCount {max:?}")));
-        }
+        check_args(s, k, groups, bindings, pc)?;
         let l = s.live()?;
         let q = pick_queue(&l, self.queue_kind, self.queue_index)?;
         if !s.info.queue_families.get(q.family as usize).is_some_and(|f| f.flags.contains(vk::QueueFlags::COMPUTE)) {
@@ -137,13 +169,7 @@ impl StreamInner {
         let pipe = s.pipelines.get(&self.shared, &l, &kd.desc)?;
         let mut st = relock(&self.state);
         self.check(&st)?;
-        let bound: Vec<Bound> =
-            bindings.iter().zip(&kd.params).map(|(b, p)| resolve(s, b, *p == Param::ReadWrite)).collect::<Result<_>>()?;
-        for (i, a) in bound.iter().enumerate() {
-            if bound[..i].iter().any(|b| b.exact.overlaps(&a.exact) && (b.exact.is_write() || a.exact.is_write())) {
-                return Err(Error::invalid("two bindings of one launch overlap, and the kernel writes one of them"));
-            }
-        }
+        let bound = resolve_all(s, k, bindings)?;
         let mut push = Vec::with_capacity(kd.desc.push_bytes as usize);
         for b in &bound {
             push.extend_from_slice(&b.delta.to_ne_bytes());
@@ -223,7 +249,9 @@ fn check4(b: &Binding<'_>, what: &str) -> Result<()> {
     match b {
         Binding::Device(buf, off, len) => buf.check_range(*off, *len)?,
         Binding::Pinned(r) => r.check()?,
-        Binding::Host(_) | Binding::HostMut(_) | Binding::Raw(_) => {}
+        // A raw range must not run past the address space (the pieces' addresses are sums).
+        Binding::Raw(h) => host::check_host_range(h.addr, h.len)?,
+        Binding::Host(_) | Binding::HostMut(_) => {}
     }
     if b.phase() % 4 != 0 || b.len() % 4 != 0 {
         return Err(Error::invalid(format!("{what}: offsets and lengths of built-in kernels must be multiples of 4 bytes")));
@@ -238,6 +266,39 @@ fn piece_bytes(s: &Shared) -> usize {
     let align = s.info.min_storage_buffer_offset_alignment.max(16);
     let max = u64::from(s.info.max_storage_buffer_range).saturating_sub(align) & !0xffff;
     max.clamp(1 << 16, 1 << 30) as usize
+}
+
+/// The length of the next piece of a built-in's binding `b`: at most `size` bytes, and within
+/// the one import that covers its first byte (a registration or pinned block larger than one
+/// import is several, `OpenOptions::max_import_piece`), so that one buffer covers the piece.
+/// Host memory nothing covers: `size`, and the launch refuses it (`NotRegistered`).
+fn piece_len(s: &Shared, b: &Binding<'_>, size: usize) -> usize {
+    let left = b.host_addr().and_then(|a| host::part_left(s, a)).unwrap_or(usize::MAX);
+    size.min(left).min(b.len())
+}
+
+/// `b` cut into the pieces a built-in launches ([`piece_len`]); none for an empty binding.
+fn pieces<'a>(s: &Shared, mut b: Binding<'a>, size: usize) -> Vec<Binding<'a>> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let n = piece_len(s, &b, size).max(1);
+        let (head, rest) = b.split_at(n);
+        out.push(head);
+        b = rest;
+    }
+    out
+}
+
+/// Two bindings of equal length cut in step, each piece within one import on both sides.
+fn pieces2<'a, 'b>(s: &Shared, mut a: Binding<'a>, mut b: Binding<'b>, size: usize) -> Vec<(Binding<'a>, Binding<'b>)> {
+    let mut out = Vec::new();
+    while !a.is_empty() && !b.is_empty() {
+        let n = piece_len(s, &a, size).min(piece_len(s, &b, size)).max(1);
+        let ((ha, ra), (hb, rb)) = (a.split_at(n), b.split_at(n));
+        out.push((ha, hb));
+        (a, b) = (ra, rb);
+    }
+    out
 }
 
 /// Workgroups for a built-in over `n` items with a grid-stride loop.
@@ -311,19 +372,23 @@ impl Stream {
     /// # Ok(()) }
     /// ```
     pub fn launch(&self, kernel: &Kernel, groups: [u32; 3], bindings: &[Binding<'_>], push_constants: &[u8]) -> Result<()> {
+        let (value, now) = self.launch_settled(kernel, groups, bindings, push_constants)?;
+        self.settle_launch(value, now)
+    }
+
+    /// [`StreamInner::launch`] after the wait a pinned block of another device needs (see
+    /// [`Stream::launch`]); the caller settles the launch ([`Stream::settle_launch`]).
+    fn launch_settled(&self, kernel: &Kernel, groups: [u32; 3], bindings: &[Binding<'_>], push_constants: &[u8]) -> Result<(u64, bool)> {
         for b in bindings {
             // A block of another device: bound here through another import of its bytes, the
             // launch first waits for the block's own device's work on them, as a slice of it
             // would (through its `Deref`/`DerefMut`). Before this device's lock: no two
             // devices' locks are held at once.
             if let Binding::Pinned(r) = b {
-                if r.block.device().id() != self.inner.shared.id {
-                    r.block.settle(r.write);
-                }
+                self.settle_foreign(r.block, r.write);
             }
         }
-        let (value, now) = self.inner.launch(kernel, groups, bindings, push_constants)?;
-        self.settle_launch(value, now)
+        self.inner.launch(kernel, groups, bindings, push_constants)
     }
 
     /// Waits for `value` when `now` (the launch bound borrowed host bytes); a
@@ -362,7 +427,7 @@ impl Stream {
     /// ```
     pub fn fill_u32(&self, dst: Binding<'_>, pattern: u32) -> Result<()> {
         check4(&dst, "fill")?;
-        for d in dst.split(piece_bytes(&self.inner.shared)) {
+        for d in pieces(&self.inner.shared, dst, piece_bytes(&self.inner.shared)) {
             let n = d.len() / 4;
             self.launch(builtin::fill()?, groups_for(n, 4096), &[d], &words(&[n as u32, pattern]))?;
         }
@@ -402,7 +467,7 @@ impl Stream {
         }
         let vec4 = src.phase() == 0 && dst.phase() == 0 && src.len() % 16 == 0;
         let size = piece_bytes(&self.inner.shared);
-        for (s, d) in src.split(size).into_iter().zip(dst.split(size)) {
+        for (s, d) in pieces2(&self.inner.shared, src, dst, size) {
             if vec4 {
                 let n = s.len() / 16;
                 self.launch(builtin::copy_vec4()?, groups_for(n, 4096), &[s, d], &words(&[n as u32]))?;
@@ -444,21 +509,25 @@ impl Stream {
         if out.len() != 8 {
             return Err(Error::invalid(format!("the checksum result is 8 bytes, not {}", out.len())));
         }
+        let mut src = pieces(&self.inner.shared, src, piece_bytes(&self.inner.shared));
+        let sum = builtin::checksum()?;
+        let push = |first: usize, n: usize| words(&[n as u32, first as u32]);
+        // Every checksum launch is checked before the zero fill writes `out`: a call refused
+        // for any piece (an overlap with `out`, bytes nothing covers, ...) changes nothing.
+        let mut first = 0usize;
+        for s in &mut src {
+            let n = s.len() / 4;
+            self.inner.check_launch(sum, groups_for(n, 256), &[s.reborrow(), out.reborrow()], &push(first, n))?;
+            first += n;
+        }
         let zero = words(&[2, 0]);
-        let (zv, znow) = self.inner.launch(builtin::fill()?, [1, 1, 1], std::slice::from_mut(&mut out), &zero)?;
+        let (zv, znow) = self.launch_settled(builtin::fill()?, [1, 1, 1], std::slice::from_mut(&mut out), &zero)?;
         let mut first = 0usize;
         let r = (|| {
-            for s in src.split(piece_bytes(&self.inner.shared)) {
+            for s in src {
                 let n = s.len() / 4;
                 // `out` is bound again for each piece: the next launch reborrows it.
-                let o = match &mut out {
-                    Binding::HostMut(b) => Binding::HostMut(b),
-                    Binding::Host(b) => Binding::Host(b),
-                    Binding::Device(b, off, len) => Binding::Device(b, *off, *len),
-                    Binding::Pinned(r) => Binding::Pinned(*r),
-                    Binding::Raw(h) => Binding::Raw(*h),
-                };
-                self.launch(builtin::checksum()?, groups_for(n, 256), &[s, o], &words(&[n as u32, first as u32]))?;
+                self.launch(sum, groups_for(n, 256), &[s, out.reborrow()], &push(first, n))?;
                 first += n;
             }
             Ok(())

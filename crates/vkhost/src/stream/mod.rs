@@ -23,7 +23,18 @@
 //! Errors of work that never ran stick: a batch whose submission fails is lost (its copies never
 //! run). The call that submitted it returns the error; besides, the guards of its copies
 //! ([`Pending`]) report it whenever asked, an [`Event`] recorded after it reports it, and so does
-//! the next [`Stream::synchronize`], until a `synchronize` has reported it.
+//! the next [`Stream::synchronize`], until a `synchronize` has reported it. Pageable d2h
+//! copy-outs that cannot be confirmed (a wait that failed, a lost device, a stream dropped while
+//! its wait failed) are cancelled, never run later, and reported the same way: no guard answers
+//! `Ok` for a destination that was not written, and nothing writes it after the error.
+//!
+//! Two streams are ordered like two CUDA streams: not at all, unless one waits on an
+//! [`Event`] of the other ([`Stream::wait_event`]). Work of two streams of one device on the
+//! same bytes (a kernel writing a pinned block through [`Binding::pinned_mut`](crate::Binding::pinned_mut)
+//! on one, [`Stream::download_pinned`] into it on the other) leaves those bytes to whichever
+//! lands last; every CPU view of a block still waits for both. Across devices vkhost orders for
+//! you: a pinned block used on another device's stream first waits for its own device's work
+//! on it.
 //!
 //! Streams default to the transfer-only family (the copy engines) and alternate between its
 //! queues, so an h2d stream and a d2h stream created one after the other run on different
@@ -258,6 +269,7 @@ impl Device {
                 completions: VecDeque::new(),
                 calls: 0,
                 lost: Vec::new(),
+                cancelled: Vec::new(),
                 reported: 0,
                 dead: false,
                 launched: false,
@@ -467,6 +479,7 @@ impl Stream {
         dst_offset: usize,
     ) -> Result<Pending<'a>> {
         let (addr, len) = pinned_range(src, &range)?;
+        self.settle_foreign(src, false);
         // SAFETY: the range lies in the block, mapped while `src` lives; `src` stays borrowed
         // shared for the guard's life, and after it the block's `&mut` views wait for this copy
         // (`PinnedBuffer`'s `DerefMut` settles every use); registered memory (a foreign
@@ -503,11 +516,23 @@ impl Stream {
         range: std::ops::Range<usize>,
     ) -> Result<Pending<'a>> {
         let (addr, len) = pinned_range(dst, &range)?;
+        self.settle_foreign(dst, true);
         // SAFETY: the range lies in the block, mapped while `dst` lives; `dst` stays borrowed
         // exclusively for the guard's life, and after it the block's views wait for this copy
         // (`Deref` and `DerefMut` settle its writes); staged or registered bytes are in place
         // before the return (`guarded_copy` waits then).
         unsafe { self.guarded_copy(false, addr, len, src, src_offset, |e| e.registered || e.staged) }
+    }
+
+    /// Waits for the work of `block`'s own device on it when that is not this stream's device:
+    /// the pending writes (`all`: every access), as the block's `Deref` (`DerefMut`) would.
+    /// Here the block is reached through another import of its bytes or staged by a memcpy,
+    /// which that device's work does not order against. Before this device's lock: no two
+    /// devices' locks are held at once.
+    pub(crate) fn settle_foreign(&self, block: &crate::PinnedBuffer, all: bool) {
+        if block.device().id() != self.inner.shared.id {
+            block.settle(all);
+        }
     }
 
     /// [`Stream::upload`] of a typed slice (any [`bytemuck::Pod`] type).
@@ -812,16 +837,25 @@ impl Stream {
     /// # Ok(()) }
     /// ```
     pub fn synchronize(&self) -> Result<()> {
-        let l = self.inner.shared.live()?;
-        let v = {
+        let l = match self.inner.shared.live() {
+            Ok(l) => l,
+            Err(e) => {
+                // Nothing can be waited for (a lost device): the copy-outs queued so far never
+                // run, so no destination is written after this error lets the caller reuse it.
+                self.inner.cancel_completions(u64::MAX, &e);
+                return Err(e);
+            }
+        };
+        let (v, flushed) = {
             let mut st = relock(&self.inner.state);
             self.inner.check(&st)?;
-            if let Err(e) = self.inner.flush(&l, &mut st) {
-                return Err(take_unreported(&mut st).unwrap_or(e));
-            }
-            st.submitted
+            let f = self.inner.flush(&l, &mut st);
+            (st.submitted, f)
         };
-        let r = self.inner.wait_value(&l, v);
+        // Also after a failed submission: the batches submitted before it are waited for and
+        // their copy-outs completed (or, if that wait fails, cancelled), so nothing this stream
+        // queued writes the caller's memory after this returns.
+        let r = self.inner.wait_value(&l, v).and(flushed);
         match take_unreported(&mut relock(&self.inner.state)) {
             Some(e) => Err(e),
             None => r,
@@ -865,11 +899,12 @@ impl Event {
     /// # Ok(()) }
     /// ```
     pub fn wait(&self) -> Result<()> {
-        let Ok(l) = self.inner.shared.live_any() else { return Ok(()) };
+        // A destroyed device did its work (or cancelled its copy-outs: that is the answer).
+        let Ok(l) = self.inner.shared.live_any() else { return self.inner.lost(self.value, self.own).map_or(Ok(()), Err) };
         if self.inner.shared.lost.load(Ordering::Relaxed) {
             // Nothing will complete: cancel the copy-outs this event guards before returning,
             // so the library never writes destinations the caller may now reuse.
-            self.inner.cancel_completions(self.value);
+            self.inner.cancel_completions(self.value, &Error::DeviceLost);
             return Err(Error::DeviceLost);
         }
         let r = self.inner.wait_value(&l, self.value);
@@ -897,10 +932,15 @@ impl Event {
     /// # Ok(()) }
     /// ```
     pub fn is_done(&self) -> Result<bool> {
-        let Ok(l) = self.inner.shared.live_any() else { return Ok(true) };
+        let Ok(l) = self.inner.shared.live_any() else { return self.inner.lost(self.value, self.own).map_or(Ok(true), Err) };
+        if self.inner.shared.lost.load(Ordering::Relaxed) {
+            // As in `wait`: nothing will complete, and nothing is written later.
+            self.inner.cancel_completions(self.value, &Error::DeviceLost);
+            return Err(Error::DeviceLost);
+        }
         let mut st = relock(&self.inner.state);
         if st.dead {
-            return Ok(true);
+            return lost_error(&st, self.value, self.own).map_or(Ok(true), Err);
         }
         if self.value > st.submitted {
             // The work is still in the open batch: submit it, or polling never sees it finish.

@@ -93,13 +93,13 @@ impl StreamInner {
         }
     }
 
-    /// Drops queued pageable d2h copy-outs up to `value` (their work cannot be confirmed).
-    pub(super) fn cancel_completions(&self, value: u64) {
+    /// Drops queued pageable d2h copy-outs up to `value` (their work cannot be confirmed: `e`),
+    /// recording their batches as cancelled (`State::cancelled`).
+    pub(super) fn cancel_completions(&self, value: u64, e: &Error) {
         let mut st = relock(&self.state);
-        let before = st.completions.len();
-        st.completions.retain(|c| c.value > value);
-        if st.completions.len() != before {
-            log::warn!("{}: {} pageable d2h copies cancelled", self.shared.id, before - st.completions.len());
+        let n = super::inner::cancel_where(&mut st, |c| c.value <= value, e);
+        if n > 0 {
+            log::warn!("{}: {n} pageable d2h copies cancelled ({e})", self.shared.id);
         }
     }
 }
