@@ -231,8 +231,10 @@ vkhost_status vkhost_device_count(size_t *count);
 // `info` must be NULL or valid for a write of `vkhost_device_info`.
 vkhost_status vkhost_device_enumerate(size_t index, vkhost_device_info *info);
 
-// Fills `*options` with the defaults (which read `VKHOST_VALIDATION`, `VKHOST_IMPORT` and
-// `VKHOST_COPY_QUEUE`).
+// Fills `*options` with the defaults, which read the environment as `OpenOptions::default()`
+// does (`VKHOST_VALIDATION`, `VKHOST_IMPORT`, `VKHOST_COPY_QUEUE`, `VKHOST_STAGING_CHUNK`,
+// `VKHOST_STAGING_SLOTS`, `VKHOST_IMPORT_PIECE`; the options this struct does not carry,
+// such as the staging threads, come from the environment again when a device is opened).
 //
 // # Safety
 // `options` must be NULL or valid for a write.
@@ -265,7 +267,9 @@ vkhost_status vkhost_device_open_with(size_t index,
 // Wraps a VkDevice created elsewhere (see the Rust `Device::from_raw` for the requirements on
 // its queues and features). `owned` nonzero: vkhost destroys the VkDevice and the VkInstance
 // at `vkhost_device_destroy` (or when the last handle goes); zero: the caller destroys them,
-// after `vkhost_device_destroy` returned. `options` may be NULL (defaults).
+// after `vkhost_device_destroy` returned. `options` may be NULL (defaults). Queues the
+// physical device cannot have (a family that is not a compute family for the compute queue, an
+// index past its family's queue count, one queue named twice): `VKHOST_INVALID_ARGUMENT`.
 //
 // # Safety
 // `raw` must point to a `vkhost_raw_device` whose handles are valid and stay valid until
@@ -301,7 +305,11 @@ vkhost_status vkhost_device_registration(const vkhost_device *device, size_t *gr
 // Waits idle and destroys the Vulkan device and everything it owns. The handle stays valid:
 // late `vkhost_unregister`/`vkhost_free_pinned` of its entries succeed (once, as tombstones),
 // `vkhost_buffer_free`/`vkhost_stream_destroy`/`vkhost_event_release` still free their handles,
-// and other calls answer `VKHOST_DEVICE_DESTROYED`. Idempotent. Pinned blocks are unmapped: do
+// and other calls answer `VKHOST_DEVICE_DESTROYED`, except those that only read what the
+// handles recorded: `vkhost_device_get_info`, `vkhost_device_is_destroyed`,
+// `vkhost_device_stats`, `vkhost_device_validation_errors`, `vkhost_buffer_len`,
+// and `vkhost_event_wait`/`vkhost_event_query` (the work is done: `VKHOST_OK`, or the error of
+// work that never ran). Idempotent. Pinned blocks are unmapped: do
 // not touch their bytes afterwards.
 //
 // # Safety
@@ -336,8 +344,10 @@ uint64_t vkhost_validation_errors(void);
 
 // Allocates `len` bytes of pinned host memory (driver memory, mapped for its whole life and
 // bound to a VkBuffer) and stores its address in `*ptr`. Free it with `vkhost_free_pinned`
-// before destroying the device (destroy unmaps it). `len == 0` or more than
-// maxMemoryAllocationSize: `VKHOST_INVALID_ARGUMENT`.
+// before destroying the device (destroy unmaps it). `len == 0`: `VKHOST_INVALID_ARGUMENT`.
+// More than one allocation may hold (maxMemoryAllocationSize, or the options'
+// `max_import_piece`): one contiguous block of vkhost's own memory imported in pieces where
+// the device can import host memory, else `VKHOST_UNSUPPORTED`.
 //
 // # Safety
 // `device` must be NULL or a live handle; `ptr` NULL or valid for a write.
@@ -447,7 +457,8 @@ vkhost_status vkhost_buffer_free(vkhost_buffer *buffer);
 vkhost_status vkhost_buffer_len(const vkhost_buffer *buffer, size_t *len);
 
 // Stores the buffer's VkBuffer handle in `*vk_buffer`, for use in the caller's own command
-// buffers. Valid while the buffer handle lives and the device is not destroyed.
+// buffers. Valid while the buffer handle lives and the device is not destroyed; after
+// `vkhost_device_destroy`, `VKHOST_DEVICE_DESTROYED` (the VkBuffer is gone).
 //
 // # Safety
 // `buffer` must be NULL or a live handle; `vk_buffer` NULL or valid for a write.

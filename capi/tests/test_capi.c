@@ -341,6 +341,13 @@ int main(void) {
     bad = raw;
     bad.copy_queue_count = 5;
     EXPECT(vkhost_device_from_vulkan(&bad, 0, NULL, &dev2), VKHOST_INVALID_ARGUMENT);
+    /* queues the physical device cannot have: refused, not submitted to (a segfault before) */
+    bad = raw;
+    bad.compute_family = 99;
+    EXPECT(vkhost_device_from_vulkan(&bad, 0, NULL, &dev2), VKHOST_INVALID_ARGUMENT);
+    bad = raw;
+    bad.compute_queue_index = 1000;
+    EXPECT(vkhost_device_from_vulkan(&bad, 0, NULL, &dev2), VKHOST_INVALID_ARGUMENT);
     vkhost_open_options o2;
     OK(vkhost_open_options_default(&o2));
     o2.validation = 0; /* the layer is in the first device's dispatch chain already */
@@ -373,6 +380,9 @@ int main(void) {
     EXPECT(vkhost_copy_to_device(dev, m, G, buf, 0, &path), VKHOST_DEVICE_DESTROYED);
     EXPECT(vkhost_stream_synchronize(up), VKHOST_DEVICE_DESTROYED);
     EXPECT(vkhost_device_raw(dev, &raw), VKHOST_DEVICE_DESTROYED);
+    EXPECT(vkhost_buffer_handle(buf, &vkbuf), VKHOST_DEVICE_DESTROYED); /* the VkBuffer is gone */
+    size_t granule2 = 0;
+    EXPECT(vkhost_device_registration(dev, &granule2), VKHOST_DEVICE_DESTROYED);
     EXPECT(vkhost_find(dev, A, G, &vkbuf, &off), VKHOST_NOT_REGISTERED);
     OK(vkhost_event_wait(ev));
     OK(vkhost_event_query(ev, &done));

@@ -549,8 +549,10 @@ pub unsafe extern "C" fn vkhost_device_enumerate(index: usize, info: *mut vkhost
     })
 }
 
-/// Fills `*options` with the defaults (which read `VKHOST_VALIDATION`, `VKHOST_IMPORT` and
-/// `VKHOST_COPY_QUEUE`).
+/// Fills `*options` with the defaults, which read the environment as `OpenOptions::default()`
+/// does (`VKHOST_VALIDATION`, `VKHOST_IMPORT`, `VKHOST_COPY_QUEUE`, `VKHOST_STAGING_CHUNK`,
+/// `VKHOST_STAGING_SLOTS`, `VKHOST_IMPORT_PIECE`; the options this struct does not carry,
+/// such as the staging threads, come from the environment again when a device is opened).
 ///
 /// # Safety
 /// `options` must be NULL or valid for a write.
@@ -733,7 +735,9 @@ pub unsafe extern "C" fn vkhost_device_open_with(
 /// Wraps a VkDevice created elsewhere (see the Rust `Device::from_raw` for the requirements on
 /// its queues and features). `owned` nonzero: vkhost destroys the VkDevice and the VkInstance
 /// at `vkhost_device_destroy` (or when the last handle goes); zero: the caller destroys them,
-/// after `vkhost_device_destroy` returned. `options` may be NULL (defaults).
+/// after `vkhost_device_destroy` returned. `options` may be NULL (defaults). Queues the
+/// physical device cannot have (a family that is not a compute family for the compute queue, an
+/// index past its family's queue count, one queue named twice): `VKHOST_INVALID_ARGUMENT`.
 ///
 /// # Safety
 /// `raw` must point to a `vkhost_raw_device` whose handles are valid and stay valid until
@@ -964,6 +968,9 @@ pub unsafe extern "C" fn vkhost_device_registration(device: *const vkhost_device
         // SAFETY: forwarded contract.
         let d = unsafe { arg(device, "device") }?;
         let o = out(granule, "granule")?;
+        if d.dev.is_destroyed() {
+            return Err(vkhost::Error::DeviceDestroyed.into());
+        }
         if d.dev.options().import == ImportPolicy::Never {
             return Err(vkhost::Error::Unsupported { reason: "imports disabled by policy".into() }.into());
         }
@@ -977,7 +984,11 @@ pub unsafe extern "C" fn vkhost_device_registration(device: *const vkhost_device
 /// Waits idle and destroys the Vulkan device and everything it owns. The handle stays valid:
 /// late `vkhost_unregister`/`vkhost_free_pinned` of its entries succeed (once, as tombstones),
 /// `vkhost_buffer_free`/`vkhost_stream_destroy`/`vkhost_event_release` still free their handles,
-/// and other calls answer `VKHOST_DEVICE_DESTROYED`. Idempotent. Pinned blocks are unmapped: do
+/// and other calls answer `VKHOST_DEVICE_DESTROYED`, except those that only read what the
+/// handles recorded: `vkhost_device_get_info`, `vkhost_device_is_destroyed`,
+/// `vkhost_device_stats`, `vkhost_device_validation_errors`, `vkhost_buffer_len`,
+/// and `vkhost_event_wait`/`vkhost_event_query` (the work is done: `VKHOST_OK`, or the error of
+/// work that never ran). Idempotent. Pinned blocks are unmapped: do
 /// not touch their bytes afterwards.
 ///
 /// # Safety

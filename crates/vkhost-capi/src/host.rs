@@ -143,8 +143,10 @@ impl From<HostStats> for vkhost_host_stats {
 
 /// Allocates `len` bytes of pinned host memory (driver memory, mapped for its whole life and
 /// bound to a VkBuffer) and stores its address in `*ptr`. Free it with `vkhost_free_pinned`
-/// before destroying the device (destroy unmaps it). `len == 0` or more than
-/// maxMemoryAllocationSize: `VKHOST_INVALID_ARGUMENT`.
+/// before destroying the device (destroy unmaps it). `len == 0`: `VKHOST_INVALID_ARGUMENT`.
+/// More than one allocation may hold (maxMemoryAllocationSize, or the options'
+/// `max_import_piece`): one contiguous block of vkhost's own memory imported in pieces where
+/// the device can import host memory, else `VKHOST_UNSUPPORTED`.
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `ptr` NULL or valid for a write.
@@ -717,7 +719,8 @@ pub unsafe extern "C" fn vkhost_buffer_len(buffer: *const vkhost_buffer, len: *m
 }
 
 /// Stores the buffer's VkBuffer handle in `*vk_buffer`, for use in the caller's own command
-/// buffers. Valid while the buffer handle lives and the device is not destroyed.
+/// buffers. Valid while the buffer handle lives and the device is not destroyed; after
+/// `vkhost_device_destroy`, `VKHOST_DEVICE_DESTROYED` (the VkBuffer is gone).
 ///
 /// # Safety
 /// `buffer` must be NULL or a live handle; `vk_buffer` NULL or valid for a write.
@@ -751,6 +754,9 @@ pub unsafe extern "C" fn vkhost_buffer_handle(buffer: *const vkhost_buffer, vk_b
         // SAFETY: forwarded contract.
         let b = unsafe { arg(buffer, "buffer") }?;
         let o = out(vk_buffer, "vk_buffer")?;
+        if b.buf.device().is_destroyed() {
+            return Err(vkhost::Error::DeviceDestroyed.into());
+        }
         // SAFETY: forwarded contract.
         unsafe { o.put(b.buf.raw().as_raw()) };
         Ok(())

@@ -34,6 +34,10 @@ pub struct Plan<'a> {
     pub sm: Vec<DirKind>,
     /// The small-async figures.
     pub small_async: bool,
+    /// The Vulkan device's PCI address (`dddd:bb:dd.f`): the CUDA device measured is the one
+    /// at that address, so that the ratios compare one GPU. `None` (no VK_EXT_pci_bus_info):
+    /// CUDA device 0, with a note.
+    pub pci: Option<String>,
 }
 
 impl Plan<'_> {
@@ -149,9 +153,23 @@ pub fn run(plan: &Plan, notes: &mut Vec<String>) -> Vec<Point> {
         notes.push("CUDA baseline: libcuda.so.1 not found; CUDA columns left empty".into());
         return Vec::new();
     }
+    let ordinal = match catch_unwind(|| ordinal(plan.pci.as_deref())) {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => {
+            notes.push(format!("CUDA baseline: {e}; CUDA columns left empty"));
+            return Vec::new();
+        }
+        Err(_) => {
+            notes.push("CUDA baseline: cudarc panicked (driver too old?)".into());
+            return Vec::new();
+        }
+    };
+    if plan.pci.is_none() {
+        notes.push("CUDA baseline: the Vulkan device's PCI address is unknown (no VK_EXT_pci_bus_info): CUDA device 0 measured".into());
+    }
     let mut out = Vec::new();
     if !plan.dirs.is_empty() || plan.small_async {
-        match catch_unwind(|| imp::run(plan)) {
+        match catch_unwind(|| imp::run(plan, ordinal)) {
             Ok(Ok(v)) => out = v,
             Ok(Err(e)) => notes.push(format!("CUDA baseline failed: {e}")),
             Err(_) => notes.push("CUDA baseline: cudarc panicked (driver too old?)".into()),
@@ -160,7 +178,7 @@ pub fn run(plan: &Plan, notes: &mut Vec<String>) -> Vec<Point> {
     if !plan.sm.is_empty() {
         // The points measured before a failure stay (a panic leaves them as they were pushed).
         let mut sm_notes = Vec::new();
-        let r = catch_unwind(AssertUnwindSafe(|| sm::run(plan, &mut out, &mut sm_notes)));
+        let r = catch_unwind(AssertUnwindSafe(|| sm::run(plan, ordinal, &mut out, &mut sm_notes)));
         notes.append(&mut sm_notes);
         match r {
             Ok(Ok(())) => {}
@@ -169,6 +187,31 @@ pub fn run(plan: &Plan, notes: &mut Vec<String>) -> Vec<Point> {
         }
     }
     out
+}
+
+/// The CUDA ordinal of the GPU at PCI address `pci` (as [`Plan::pci`]); 0 when it is unknown.
+/// An address no CUDA device has (a GPU of another vendor, or CUDA_VISIBLE_DEVICES hiding it)
+/// is an error: the baseline would measure another GPU.
+#[cfg(feature = "cuda")]
+fn ordinal(pci: Option<&str>) -> crate::devices::anyhow_free::Result<usize> {
+    use cudarc::driver::{CudaContext, result, sys::CUdevice_attribute as A};
+    let Some(pci) = pci else { return Ok(0) };
+    let n = CudaContext::device_count()?;
+    for i in 0..n {
+        let d = result::device::get(i)?;
+        // SAFETY: `d` came from cuDeviceGet just above.
+        let attr = |a| unsafe { result::device::get_attribute(d, a) };
+        let at = format!(
+            "{:04x}:{:02x}:{:02x}.",
+            attr(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?
+        );
+        if pci.starts_with(&at) {
+            return Ok(i as usize);
+        }
+    }
+    Err(format!("no CUDA device at the Vulkan device's PCI address {pci} ({n} CUDA device(s))").into())
 }
 
 #[cfg(feature = "cuda")]
@@ -192,9 +235,9 @@ mod imp {
     use cudarc::driver::CudaContext;
     use serde_json::json;
 
-    pub fn run(plan: &Plan) -> Result<Vec<Point>> {
+    pub fn run(plan: &Plan, ordinal: usize) -> Result<Vec<Point>> {
         let (sizes, iters, budget, dirs) = (plan.sizes, plan.iters, plan.budget, &plan.dirs[..]);
-        let ctx = CudaContext::new(0)?;
+        let ctx = CudaContext::new(ordinal)?;
         let s1 = ctx.new_stream()?;
         let s2 = ctx.new_stream()?;
         // At least the small-async figure's 1000 x 4 KiB, whatever the sweep.
@@ -425,12 +468,12 @@ mod sm {
 
     /// Every size in `plan.sm`'s directions: a checked copy, then the timed ones. Points go to
     /// `out` as they are measured; a copy that does not verify is a FAIL point with a note.
-    pub fn run(plan: &Plan, out: &mut Vec<Point>, notes: &mut Vec<String>) -> Result<()> {
+    pub fn run(plan: &Plan, ordinal: usize, out: &mut Vec<Point>, notes: &mut Vec<String>) -> Result<()> {
         let max = plan.sizes.iter().copied().max().unwrap_or(0) as usize;
         if max == 0 {
             return Ok(());
         }
-        let ctx = CudaContext::new(0)?;
+        let ctx = CudaContext::new(ordinal)?;
         let s = ctx.new_stream()?;
         let f = load(&ctx)?;
         let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;

@@ -44,7 +44,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
     match a.demo {
         Demo::Pipeline(p) => {
             let dev = match p.device {
-                Some(i) => Device::open(i)?,
+                Some(i) => {
+                    crate::devices::check_index("--device", i)?;
+                    Device::open(i)?
+                }
                 None => Device::open_default()?,
             };
             let o = pipeline::Options { mib: p.mib as usize, chunks: p.chunks as usize, plant_mismatch: p.plant_mismatch };

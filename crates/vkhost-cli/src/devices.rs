@@ -190,6 +190,18 @@ pub fn run(a: Args) -> anyhow_free::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Refuses a device index no physical device has, saying which ones there are (the library's
+/// `NoDevice` says only that none was found at it).
+pub fn check_index(flag: &str, i: usize) -> anyhow_free::Result<()> {
+    let infos = vkhost::devices()?;
+    if infos.iter().any(|d| d.index == i) {
+        return Ok(());
+    }
+    let list: Vec<String> = infos.iter().map(|d| format!("[{}] {}", d.index, d.name)).collect();
+    Err(format!("{flag} {i}: no such device; {} present: {}", infos.len(), if list.is_empty() { "none".into() } else { list.join(", ") })
+        .into())
+}
+
 /// A tiny boxed-error result, so subcommands can `?` any error into a message.
 pub mod anyhow_free {
     pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;

@@ -66,7 +66,8 @@ fn bandwidth(points: &[&Point], dir: &str) -> Vec<Series> {
                 .iter()
                 .filter(|p| p.kind == "copy" && p.api == api && p.sm == sm && p.path == path && p.dir == dir)
                 .map(|p| ((p.size as f64).log2(), p.gbps()))
-                .filter(|(_, g)| g.is_finite() && *g > 0.0)
+                // log2(0) is -inf: a point off either axis would make its range infinite.
+                .filter(|(x, g)| x.is_finite() && g.is_finite() && *g > 0.0)
                 .collect();
             if pts.is_empty() {
                 continue;
@@ -99,8 +100,12 @@ fn latency(points: &[&Point]) -> Vec<Series> {
     LATENCY
         .iter()
         .filter_map(|&(dir, c)| {
-            let mut pts: Vec<(f64, f64)> =
-                src.iter().filter(|p| p.dir == dir).map(|p| ((p.size as f64).log2(), p.s.median * 1e6)).collect();
+            let mut pts: Vec<(f64, f64)> = src
+                .iter()
+                .filter(|p| p.dir == dir)
+                .map(|p| ((p.size as f64).log2(), p.s.median * 1e6))
+                .filter(|(x, y)| x.is_finite() && y.is_finite() && *y >= 0.0)
+                .collect();
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             (!pts.is_empty()).then(|| Series { name: format!("pinned {dir}"), colour: c, style: Style::Solid, pts })
         })
@@ -248,7 +253,12 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<std::process::ExitCode> {
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&a.input)?)?;
+    if a.input.canonicalize().ok().is_some_and(|i| a.output.canonicalize().ok() == Some(i)) {
+        return Err(format!("{}: the plot would overwrite its input", a.output.display()).into());
+    }
+    crate::bench::check_output("the plot", &a.output)?;
+    let text = std::fs::read_to_string(&a.input).map_err(|e| format!("{}: {e}", a.input.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", a.input.display()))?;
     if v.is_array() {
         return Err("this is the bare-array JSON of vkhost before schema version 2; re-run `vkhost bench --json` to plot it".into());
     }

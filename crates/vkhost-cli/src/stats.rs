@@ -50,7 +50,15 @@ pub fn gbps(bytes: u64, secs: f64) -> f64 {
 /// "4K" → 4096, "1M", "1G", "512" → bytes (binary units; "4KiB" and "4KB" too).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim().to_ascii_uppercase();
-    let t = t.trim_end_matches("IB").trim_end_matches('B');
+    // One suffix at most: "4KiB" and "4KB", never "4KIBIB" or "4BBB".
+    let (t, unit_needed) = match (t.strip_suffix("IB"), t.strip_suffix('B')) {
+        (Some(r), _) => (r, true),
+        (None, Some(r)) => (r, false),
+        (None, None) => (t.as_str(), false),
+    };
+    if unit_needed && !t.ends_with(['K', 'M', 'G', 'T']) {
+        return Err(format!("bad size {s:?} (use e.g. 4K, 1M, 1G)"));
+    }
     let (num, mul) = match t.chars().last() {
         Some('K') => (&t[..t.len() - 1], 1u64 << 10),
         Some('M') => (&t[..t.len() - 1], 1 << 20),
@@ -59,7 +67,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         _ => (t, 1),
     };
     let n: u64 = num.trim().parse().map_err(|_| format!("bad size {s:?} (use e.g. 4K, 1M, 1G)"))?;
-    n.checked_mul(mul).filter(|&b| b > 0).ok_or_else(|| format!("bad size {s:?}"))
+    match n.checked_mul(mul) {
+        Some(0) => Err(format!("bad size {s:?}: a size is at least 1 byte")),
+        Some(b) => Ok(b),
+        None => Err(format!("bad size {s:?}: larger than 2^64 bytes")),
+    }
 }
 
 /// 4096 → "4K", 1 << 30 → "1G", 1000 → "1000".
@@ -130,6 +142,10 @@ mod tests {
         assert!(parse_size("0").is_err());
         assert!(parse_size("x").is_err());
         assert!(parse_size("99999999999T").is_err());
+        assert_eq!(parse_size("4KB"), Ok(4096));
+        for bad in ["4BBB", "4IB", "4KIBIB", "4KBB"] {
+            assert!(parse_size(bad).is_err(), "{bad} is not a size");
+        }
         assert_eq!(size_label(4096), "4K");
         assert_eq!(size_label(1 << 30), "1G");
         assert_eq!(size_label(1000), "1000");

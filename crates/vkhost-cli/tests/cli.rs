@@ -566,3 +566,76 @@ fn devices_matrix_runs_each_device_alone_and_all_at_once() {
     let e = vkhost(&["bench", "--devices", "0", "--json", "x.json"]);
     assert!(!e.status.success(), "--json is refused with --devices");
 }
+
+/// Nonsense arguments are refused before anything is measured, with the flag named, never
+/// with a panic (exit 101) or a hang: a budget that is negative or not a number (a `Duration`
+/// from it panicked), zero iterations, an unknown bidir queue pair (skipped whole paths
+/// mid-run), sizes with doubled suffixes, an output in a folder that does not exist (lost the
+/// run after measuring it), a device index that does not exist.
+#[test]
+fn bad_arguments_are_refused_up_front() {
+    let base = ["bench", "-t", "host_to_device_ce", "--sizes", "4K", "--iters", "1"];
+    let run = |extra: &[&str]| {
+        let mut a: Vec<&str> = base.to_vec();
+        a.extend_from_slice(extra);
+        vkhost(&a)
+    };
+    for extra in [
+        &["--budget=-1"][..],
+        &["--budget", "nan"],
+        &["--budget", "inf"],
+        &["--iters", "0"],
+        &["--bidir-queues", "foo"],
+        &["--sizes", "4KIBIB"],
+        &["--sizes", "4IB"],
+        &["--sizes", "0"],
+        &["--json", "/nonexistent-vkhost-dir/x.json"],
+        &["--plot", "/nonexistent-vkhost-dir/x.svg"],
+        &["--device", "4096"],
+    ] {
+        let o = run(extra);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && o.status.code() != Some(101), "{extra:?}: {:?} {err}", o.status);
+        assert!(!err.contains("panicked"), "{extra:?}: {err}");
+        assert!(!String::from_utf8_lossy(&o.stdout).contains("host_to_device_ce "), "{extra:?} measured before refusing");
+    }
+    let o = run(&["--json", "/nonexistent-vkhost-dir/x.json"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--json /nonexistent-vkhost-dir/x.json"), "the error names the file");
+    let o = vkhost(&["bench", "--devices", "all,0"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("stands alone"), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// `vkhost plot` of points off a log axis (size 0, an infinite latency) leaves them out instead
+/// of hanging in the plotting library, and it never overwrites its own input.
+#[test]
+fn plot_skips_points_off_the_axes_and_keeps_its_input() {
+    let j = tmp("offaxis.json");
+    std::fs::write(
+        &j,
+        r#"{"run":{},"results":[{"kind":"copy","api":"vulkan","path":"pinned","dir":"h2d","size":0,"median_s":1e-5},
+            {"kind":"copy","api":"vulkan","path":"pinned","dir":"h2d","size":4096,"median_s":1e-5},
+            {"kind":"latency","dir":"h2d","size":4096,"median_s":1e305}]}"#,
+    )
+    .unwrap();
+    let svg = tmp("offaxis.svg");
+    let child = Command::new(env!("CARGO_BIN_EXE_vkhost")).args(["plot"]).arg(&j).arg(&svg).spawn().expect("run vkhost");
+    let t = std::time::Instant::now();
+    let mut child = child;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("vkhost plot hung on points off the axes");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success());
+    assert!(std::fs::metadata(&svg).unwrap().len() > 0);
+    let o = Command::new(env!("CARGO_BIN_EXE_vkhost")).args(["plot"]).arg(&j).arg(&j).output().unwrap();
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("overwrite its input"));
+    assert!(std::fs::read_to_string(&j).unwrap().starts_with("{\"run\""), "the input is intact");
+    let _ = std::fs::remove_file(&j);
+    let _ = std::fs::remove_file(&svg);
+}

@@ -315,6 +315,39 @@ fn from_raw_refuses_bad_options_before_assembling() {
     b.write(0, &[3; 4096]).unwrap();
 }
 
+/// Queues the physical device cannot have are refused before anything touches them: a family
+/// that does not exist or cannot compute, an index past its family's count, a queue named twice.
+/// Before: the open-time probe submitted to a null queue (a segfault in the driver; the C ABI's
+/// `vkhost_device_from_vulkan` reached it with a bad family number).
+#[test]
+fn from_raw_refuses_queues_the_device_cannot_have() {
+    let d = device().unwrap();
+    let raw = d.raw().unwrap();
+    let emh = d.info().host_import_alignment.is_some();
+    let fams = &d.info().queue_families;
+    let compute = raw.compute_family;
+    let count = fams.iter().find(|f| f.index == compute).map(|f| f.count).unwrap();
+    let no_compute = fams.iter().find(|f| !f.flags.contains(vkhost::vk::QueueFlags::COMPUTE)).map(|f| f.index);
+    let mut bad = vec![
+        vkhost::RawDevice { compute_family: 99, ..raw.clone() },
+        vkhost::RawDevice { compute_queue_index: count, ..raw.clone() },
+        vkhost::RawDevice { copy_family: Some(99), copy_queue_indices: vec![0], ..raw.clone() },
+        vkhost::RawDevice { copy_family: Some(compute), copy_queue_indices: vec![count], ..raw.clone() },
+        vkhost::RawDevice { copy_family: Some(compute), copy_queue_indices: vec![raw.compute_queue_index], ..raw.clone() },
+    ];
+    if let Some(f) = no_compute {
+        bad.push(vkhost::RawDevice { compute_family: f, ..raw.clone() });
+    }
+    for r in bad {
+        let what = format!("{:?} {:?} {:?}", (r.compute_family, r.compute_queue_index), r.copy_family, r.copy_queue_indices);
+        // SAFETY: the handles are live; a refused wrap creates and destroys nothing (Borrowed).
+        let got = unsafe { Device::from_raw(r, vkhost::Ownership::Borrowed, emh, &opts()) };
+        assert!(matches!(got, Err(Error::InvalidArgument { .. })), "from_raw accepted queues {what}: {got:?}");
+    }
+    let b = d.alloc_buffer(4096).unwrap();
+    b.write(0, &[3; 4096]).unwrap();
+}
+
 #[test]
 fn default_and_boundary_options_open() {
     let info = default_info();

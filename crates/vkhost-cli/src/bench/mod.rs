@@ -144,10 +144,10 @@ pub struct Args {
     max_size: String,
     /// Timed iterations per point after one warm-up (median, mean, stddev, min, max reported),
     /// within --budget.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u32).range(1..), |n| n as usize))]
     iters: usize,
     /// Time budget per point, in seconds: fewer iterations when it runs out (at least one).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, value_parser = parse_budget)]
     budget: f64,
     /// Only the copy (ce, sm, bar) and latency testcases on these paths (default: all; latency is
     /// pinned; `device` is the device-to-device testcases).
@@ -213,11 +213,34 @@ pub struct Args {
     hugepages: bool,
     /// Queue pairs for bidir (h2d-d2h): copy-copy (two copy-engine queues), compute-copy,
     /// copy-compute, compute-compute. Several give one bidir point each.
-    #[arg(long, value_delimiter = ',', default_value = "copy-copy")]
+    #[arg(long, value_delimiter = ',', default_value = "copy-copy", value_parser = ["copy-copy", "compute-copy", "copy-compute", "compute-compute"])]
     bidir_queues: Vec<String>,
     /// Test hook: corrupt the expected pattern of the first check, which must then FAIL (exit 2).
     #[arg(long, hide = true)]
     plant_mismatch: bool,
+}
+
+/// Refuses an output path that cannot be written: a directory, or one in a folder that does
+/// not exist. Checked before a run measures anything; writing can still fail later (a full
+/// disk), and that error names the file too.
+pub(crate) fn check_output(what: &str, f: &std::path::Path) -> Result<()> {
+    if f.is_dir() {
+        return Err(format!("{what} {}: is a directory", f.display()).into());
+    }
+    let dir = f.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if !dir.is_dir() {
+        return Err(format!("{what} {}: the folder {} does not exist", f.display(), dir.display()).into());
+    }
+    Ok(())
+}
+
+/// `--budget`: seconds, finite, from 0 to a day (a `Duration` from anything else would panic).
+fn parse_budget(s: &str) -> std::result::Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(0.0..=86_400.0).contains(&v) {
+        return Err(format!("{s:?}: the budget is from 0 to 86400 seconds"));
+    }
+    Ok(v)
 }
 
 /// Set by SIGINT; the sweeps stop between points when they see it.
@@ -324,7 +347,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
         return multi::run(&a, spec);
     }
     let started = std::time::SystemTime::now();
+    if let Some(i) = a.device {
+        crate::devices::check_index("--device", i)?;
+    }
     let chosen = chosen(&a)?;
+    // Before measuring: an output that cannot be written would lose the whole run.
+    for (what, f) in [("--json", &a.json), ("--csv", &a.csv), ("--plot", &a.plot)] {
+        if let Some(f) = f {
+            check_output(what, f)?;
+        }
+    }
     // Read before measuring, so a bad file fails fast.
     let old = match &a.compare {
         Some(f) => Some(compare::load(f)?),
@@ -337,7 +369,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         None => sweep(4 << 10, parse_size(&a.max_size)?),
     };
     if sizes.is_empty() {
-        return Err("no sizes".into());
+        return Err(format!("--max-size {}: the default sweep starts at 4K", a.max_size).into());
     }
     let iters = if quick { a.iters.min(5) } else { a.iters };
     let opts = open_options(&a)?;
@@ -366,7 +398,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let budget = Duration::from_secs_f64(if quick { a.budget.min(0.5) } else { a.budget });
     let info = dev.info().clone();
 
-    let (pcie, link, local_cpus) = meta::pcie(meta::pci_address(&dev));
+    let pci = meta::pci_address(&dev);
+    let pci_addr = pci.as_ref().ok().cloned();
+    let (pcie, link, local_cpus) = meta::pcie(pci);
     let affinity = pin(a.cpu.as_deref(), local_cpus)?;
 
     let npoints: usize = chosen
@@ -525,6 +559,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     .collect(),
                 sm: [DirKind::H2d, DirKind::D2h].into_iter().filter(|d| copies.iter().any(|c| c.1 == *d && c.2 && host(c.0))).collect(),
                 small_async: chosen.iter().any(|t| matches!(t.work, Work::SmallAsync { .. })),
+                pci: pci_addr.clone(),
             };
             crate::cuda::run(&plan, &mut notes)
         }
@@ -574,11 +609,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
     });
     if let Some(f) = &a.json {
         let doc = json!({ "run": run, "results": results });
-        std::fs::write(f, serde_json::to_string_pretty(&doc)?)?;
+        std::fs::write(f, serde_json::to_string_pretty(&doc)?).map_err(|e| format!("--json {}: {e}", f.display()))?;
         println!("wrote {}", f.display());
     }
     if let Some(f) = &a.csv {
-        std::fs::write(f, output::csv(&results))?;
+        std::fs::write(f, output::csv(&results)).map_err(|e| format!("--csv {}: {e}", f.display()))?;
         println!("wrote {}", f.display());
     }
     if let Some(old) = &old {
@@ -588,7 +623,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     // Last: the data files are written even when plotting fails (no font, say).
     if let Some(f) = &a.plot {
         let title = format!("{} ({})", cx.device_name, cx.driver.trim());
-        crate::plot::plot(f, &all, &title, link.as_ref())?;
+        crate::plot::plot(f, &all, &title, link.as_ref()).map_err(|e| format!("--plot {}: {e}", f.display()))?;
         println!("wrote {}", f.display());
     }
     if interrupted() {

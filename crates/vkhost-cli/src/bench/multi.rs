@@ -88,9 +88,22 @@ fn indices(spec: &str) -> Result<Vec<usize>> {
     if spec == "all" {
         return Ok(vkhost::devices()?.iter().map(|i| i.index).collect());
     }
-    spec.split(',')
-        .map(|s| s.trim().parse::<usize>().map_err(|_| format!("--devices: {s:?} is not a device index or `all`").into()))
-        .collect()
+    let v: Vec<usize> = spec
+        .split(',')
+        .map(|s| {
+            s.trim().parse::<usize>().map_err(|_| {
+                if s.trim() == "all" {
+                    format!("--devices {spec:?}: `all` stands alone, not in a list").into()
+                } else {
+                    format!("--devices: {s:?} is not a device index (or give `all` alone)").into()
+                }
+            })
+        })
+        .collect::<Result<_>>()?;
+    for &i in &v {
+        crate::devices::check_index("--devices", i)?;
+    }
+    Ok(v)
 }
 
 /// Verifies one round trip of `n` bytes through `side` for `dir`.

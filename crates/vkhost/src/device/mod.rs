@@ -568,14 +568,30 @@ impl OpenOptions {
 
 /// A number from the environment (`None` when unset or not a number: the default applies).
 fn env_usize(name: &str) -> Option<usize> {
-    std::env::var(name).ok()?.trim().parse().ok()
+    let v = std::env::var(name).ok()?;
+    let n = v.trim().parse().ok();
+    if n.is_none() {
+        log::warn!("{name}={v:?} is not a whole number: ignored, the default applies");
+    }
+    n
+}
+
+/// The word an environment variable holds, warning (and answering `None`, the default) when it
+/// is set to none of `known`.
+fn env_word(name: &str, known: &[&'static str]) -> Option<&'static str> {
+    let v = std::env::var(name).ok()?;
+    let w = known.iter().copied().find(|k| *k == v.trim());
+    if w.is_none() {
+        log::warn!("{name}={v:?} is not one of {known:?}: ignored, the default applies");
+    }
+    w
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
         OpenOptions {
-            import: match std::env::var("VKHOST_IMPORT").as_deref() {
-                Ok("never") | Ok("off") | Ok("0") => ImportPolicy::Never,
+            import: match env_word("VKHOST_IMPORT", &["never", "off", "0", "auto"]) {
+                Some("never" | "off" | "0") => ImportPolicy::Never,
                 _ => ImportPolicy::Auto,
             },
             validation: instance::validation_requested(),
@@ -583,32 +599,67 @@ impl Default for OpenOptions {
             staging_slots: env_usize("VKHOST_STAGING_SLOTS").unwrap_or(3),
             staging_threads: env_usize("VKHOST_STAGING_THREADS").unwrap_or_else(crate::par::default_threads),
             pinned_huge_min: match std::env::var("VKHOST_PINNED_HUGE_MIN").as_deref().map(str::trim) {
-                Ok("off") | Ok("never") => Some(usize::MAX),
+                Ok("off" | "never") => Some(usize::MAX),
                 _ => env_usize("VKHOST_PINNED_HUGE_MIN"),
             },
             staging_spin: env_usize("VKHOST_STAGING_SPIN_US").map(|us| std::time::Duration::from_micros(us as u64)),
             max_import_piece: env_usize("VKHOST_IMPORT_PIECE"),
-            copy_queue: match std::env::var("VKHOST_COPY_QUEUE").as_deref() {
-                Ok("compute") => QueueKind::Compute,
+            copy_queue: match env_word("VKHOST_COPY_QUEUE", &["compute", "copy", "auto"]) {
+                Some("compute") => QueueKind::Compute,
                 _ => QueueKind::Copy,
             },
-            measure_copy_queues: std::env::var("VKHOST_COPY_QUEUE").as_deref() != Ok("copy"),
-            bar_writes: match std::env::var("VKHOST_BAR_WRITES").as_deref() {
-                Ok("on") | Ok("1") => BarWrites::On,
-                Ok("off") | Ok("0") | Ok("never") => BarWrites::Off,
+            measure_copy_queues: std::env::var("VKHOST_COPY_QUEUE").as_deref().map(str::trim) != Ok("copy"),
+            bar_writes: match env_word("VKHOST_BAR_WRITES", &["on", "1", "off", "0", "never", "auto"]) {
+                Some("on" | "1") => BarWrites::On,
+                Some("off" | "0" | "never") => BarWrites::Off,
                 _ => BarWrites::Auto,
             },
             bar_write_max: env_usize("VKHOST_BAR_WRITE_MAX").unwrap_or(256 << 10),
-            bar_assist: match std::env::var("VKHOST_BAR_ASSIST").as_deref() {
-                Ok("1") | Ok("on") | Ok("always") => BarAssist::Always,
-                Ok("bidir") => BarAssist::Bidir,
+            bar_assist: match env_word("VKHOST_BAR_ASSIST", &["1", "on", "always", "bidir", "0", "off"]) {
+                Some("1" | "on" | "always") => BarAssist::Always,
+                Some("bidir") => BarAssist::Bidir,
                 _ => BarAssist::Off,
             },
             assist_threads: env_usize("VKHOST_ASSIST_THREADS").unwrap_or(3),
-            push_descriptors: !matches!(std::env::var("VKHOST_PUSH_DESCRIPTORS").as_deref(), Ok("0") | Ok("off") | Ok("never")),
+            push_descriptors: !matches!(
+                env_word("VKHOST_PUSH_DESCRIPTORS", &["0", "off", "never", "1", "on"]),
+                Some("0" | "off" | "never")
+            ),
             max_pipelines: env_usize("VKHOST_MAX_PIPELINES").unwrap_or(256),
         }
     }
+}
+
+/// Refuses queues of a [`RawDevice`] the physical device cannot have: a compute family that is
+/// not one or not compute-capable, a copy family without TRANSFER, an index past its family's
+/// queue count, a copy queue named twice. (Whether the caller created those queues with the
+/// device stays the caller's guarantee: Vulkan cannot be asked.)
+fn check_raw_queues(info: &DeviceInfo, raw: &RawDevice) -> Result<()> {
+    let fam = |f: u32, want: vk::QueueFlags| info.queue_families.iter().find(|q| q.index == f && q.flags.intersects(want));
+    match fam(raw.compute_family, vk::QueueFlags::COMPUTE) {
+        Some(q) if raw.compute_queue_index < q.count => {}
+        Some(q) => {
+            return Err(Error::invalid(format!(
+                "compute queue index {} of family {}: the family has {} queue(s)",
+                raw.compute_queue_index, q.index, q.count
+            )));
+        }
+        None => return Err(Error::invalid(format!("queue family {} is not a compute family of this device", raw.compute_family))),
+    }
+    if let Some(f) = raw.copy_family {
+        let q = fam(f, vk::QueueFlags::TRANSFER | vk::QueueFlags::COMPUTE | vk::QueueFlags::GRAPHICS)
+            .ok_or_else(|| Error::invalid(format!("queue family {f} is not a family of this device that can copy")))?;
+        for (k, &i) in raw.copy_queue_indices.iter().enumerate() {
+            if i >= q.count {
+                return Err(Error::invalid(format!("copy queue index {i} of family {f}: the family has {} queue(s)", q.count)));
+            }
+            // One lock per VkQueue: a queue named twice would be submitted to under two.
+            if raw.copy_queue_indices[..k].contains(&i) || (f == raw.compute_family && i == raw.compute_queue_index) {
+                return Err(Error::invalid(format!("copy queue index {i} of family {f} given twice (or also as the compute queue)")));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Live Vulkan object counts of one device, for leak checks.
@@ -1839,6 +1890,7 @@ impl Device {
         // vkhost cannot tell whether the caller enabled VK_KHR_push_descriptor: launches on
         // wrapped devices use descriptor sets (`push` false below); `info` keeps the fact.
         opts.validate(&info)?;
+        check_raw_queues(&info, &raw)?;
         let parts = InstanceParts { entry: raw.entry.clone(), instance: raw.instance.clone(), debug: None };
         let tfam = raw.copy_family.map(|f| (f, raw.copy_queue_indices.clone()));
         let owned = ownership == Ownership::Owned;
