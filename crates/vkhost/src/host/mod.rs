@@ -566,31 +566,32 @@ fn import_pieces(
 const PIECE_THREADS: usize = 8;
 
 /// `f` over `items`, in order, on up to [`PIECE_THREADS`] threads (this one included) when
-/// there are several.
+/// there are several. A thread the system refuses (a pids limit, no memory for its stack) is no
+/// error and no panic: this thread runs that share too.
 fn on_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let n = items.len().min(PIECE_THREADS);
     if n <= 1 {
         return items.iter().map(&f).collect();
     }
-    let f = &f;
-    let mut out: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
+    let step = items.len().div_ceil(n);
+    let out: Vec<Mutex<Option<R>>> = (0..items.len()).map(|_| Mutex::new(None)).collect();
+    let share = |k: usize| {
+        for j in k * step..((k + 1) * step).min(items.len()) {
+            let r = f(&items[j]);
+            *lock(&out[j]) = Some(r);
+        }
+    };
+    let share = &share;
     std::thread::scope(|sc| {
-        let mut slots: Vec<&mut [Option<R>]> = out.chunks_mut(items.len().div_ceil(n)).collect();
-        let first = slots.remove(0);
-        let step = items.len().div_ceil(n);
-        for (k, chunk) in slots.into_iter().enumerate() {
-            let base = (k + 1) * step;
-            sc.spawn(move || {
-                for (j, slot) in chunk.iter_mut().enumerate() {
-                    *slot = Some(f(&items[base + j]));
-                }
-            });
+        let mut mine = vec![0];
+        for k in 1..n {
+            if std::thread::Builder::new().name("vkhost-import".into()).spawn_scoped(sc, move || share(k)).is_err() {
+                mine.push(k);
+            }
         }
-        for (j, slot) in first.iter_mut().enumerate() {
-            *slot = Some(f(&items[j]));
-        }
+        mine.into_iter().for_each(share);
     });
-    out.into_iter().flatten().collect()
+    out.into_iter().filter_map(|m| m.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner)).collect()
 }
 
 /// Releases a pinned block: its buffer and memory, which unmaps it.
@@ -841,20 +842,29 @@ pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guard
     // without holding the registry lock.
     let reservation = Entry { kind: Kind::Registered, user: addr..end, covered: covered.clone(), live: false, guarded, cell: None };
     registry().insert(s.id, reservation).map_err(|_| Error::AlreadyRegistered)?;
-    match import_pieces(s, &l, &covered, None, None) {
-        Ok(res) => {
-            let mut reg = registry();
-            if let Some(e) = reg.get_mut(s.id, addr) {
-                e.cell = Some(Cell::new(res.clone()));
-                e.live = true;
+    /// Takes the reservation back however the import ends short of success (an error, or a
+    /// panic unwinding through here): the bytes stay registrable.
+    struct Reserved<'a> {
+        s: &'a Shared,
+        addr: usize,
+        armed: bool,
+    }
+    impl Drop for Reserved<'_> {
+        fn drop(&mut self) {
+            if self.armed {
+                registry().remove_if(self.s.id, self.addr, |e| !e.live);
             }
-            Ok(res)
-        }
-        Err(e) => {
-            registry().remove_if(s.id, addr, |e| !e.live);
-            Err(e)
         }
     }
+    let mut reserved = Reserved { s, addr, armed: true };
+    let res = import_pieces(s, &l, &covered, None, None)?;
+    let mut reg = registry();
+    if let Some(e) = reg.get_mut(s.id, addr) {
+        e.cell = Some(Cell::new(res.clone()));
+        e.live = true;
+    }
+    reserved.armed = false;
+    Ok(res)
 }
 
 /// The buffer and byte offset that address `[ptr, ptr+len)` on `dev`, when a live registration

@@ -363,19 +363,20 @@ pub fn gather(srcs: &[(&DeviceBuffer, usize)], dst: &mut [u8]) -> Result<()> {
     })
 }
 
-/// Runs `f(0..n)` on one thread each (the calling thread takes the first), all errors
-/// collected; returns the first.
+/// Runs `f(0..n)` on one thread each (the calling thread takes the first, and any whose thread
+/// the system refuses: no panic), all errors collected; returns the first.
 fn run_all(n: usize, f: impl Fn(usize) -> Result<()> + Sync) -> Result<()> {
+    let f = &f;
     let results: Vec<Result<()>> = std::thread::scope(|sc| {
-        let handles: Vec<_> = (1..n)
-            .map(|i| {
-                sc.spawn({
-                    let f = &f;
-                    move || f(i)
-                })
-            })
-            .collect();
-        let mut out = vec![if n > 0 { f(0) } else { Ok(()) }];
+        let mut mine = vec![0];
+        let mut handles = Vec::new();
+        for i in 1..n {
+            match std::thread::Builder::new().name("vkhost-multi".into()).spawn_scoped(sc, move || f(i)) {
+                Ok(h) => handles.push(h),
+                Err(_) => mine.push(i),
+            }
+        }
+        let mut out: Vec<Result<()>> = if n > 0 { mine.into_iter().map(f).collect() } else { Vec::new() };
         for h in handles {
             out.push(h.join().unwrap_or_else(|_| Err(Error::invalid("a copy thread panicked"))));
         }

@@ -139,13 +139,20 @@ impl PinnedBuffer {
             let _l = dev.shared.live()?;
             dev.shared.safe_pinned.fetch_add(1, Ordering::AcqRel);
         }
-        match super::alloc_pinned_entry(dev, len, true) {
-            Ok((p, res)) => Ok(PinnedBuffer { dev: dev.clone(), ptr: SendPtr(p), len, res }),
-            Err(e) => {
-                dev.shared.safe_pinned.fetch_sub(1, Ordering::AcqRel);
-                Err(e)
+        /// Uncounts the block however the allocation ends short of a `PinnedBuffer` (an error,
+        /// or a panic unwinding through here): else `destroy` would answer `Busy` for ever.
+        struct Counted<'a>(&'a Device, bool);
+        impl Drop for Counted<'_> {
+            fn drop(&mut self) {
+                if self.1 {
+                    self.0.shared.safe_pinned.fetch_sub(1, Ordering::AcqRel);
+                }
             }
         }
+        let mut counted = Counted(dev, true);
+        let (p, res) = super::alloc_pinned_entry(dev, len, true)?;
+        counted.1 = false;
+        Ok(PinnedBuffer { dev: dev.clone(), ptr: SendPtr(p), len, res })
     }
 
     /// Length in bytes.
