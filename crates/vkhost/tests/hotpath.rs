@@ -50,21 +50,31 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// Heap allocations (every thread) made by 10 runs of `f` after 3 untimed ones. The pause lets
-/// staging threads spawned by the warm-up start: a new thread allocates its own bookkeeping when
-/// it first runs, which on a loaded machine can be well after its spawn.
+/// Heap allocations (every thread) made by 10 runs of `f` after 3 untimed ones, the fewest of
+/// three such rounds. The pause lets staging threads spawned by the warm-up start: a new thread
+/// allocates its own bookkeeping when it first runs, which on a loaded machine can be well after
+/// its spawn. Three rounds, because on a loaded machine a copy may find both of its thread's
+/// spare work records still held by a worker descheduled just after it finished (the copy then
+/// allocates a fresh one, by design); a hot path that allocates does so in every round.
 fn allocations(mut f: impl FnMut()) -> usize {
+    let mut fewest = usize::MAX;
     for _ in 0..3 {
-        f();
+        for _ in 0..3 {
+            f();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        ALLOCATIONS.store(0, Ordering::SeqCst);
+        COUNTING.store(true, Ordering::SeqCst);
+        for _ in 0..10 {
+            f();
+        }
+        COUNTING.store(false, Ordering::SeqCst);
+        fewest = fewest.min(ALLOCATIONS.load(Ordering::SeqCst));
+        if fewest == 0 {
+            break;
+        }
     }
-    std::thread::sleep(std::time::Duration::from_millis(50));
-    ALLOCATIONS.store(0, Ordering::SeqCst);
-    COUNTING.store(true, Ordering::SeqCst);
-    for _ in 0..10 {
-        f();
-    }
-    COUNTING.store(false, Ordering::SeqCst);
-    ALLOCATIONS.load(Ordering::SeqCst)
+    fewest
 }
 
 #[test]
