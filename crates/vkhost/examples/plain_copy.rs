@@ -8,6 +8,10 @@
 //! With `FRAGMENT_MIB=N` in the environment, the program first allocates, touches and frees N MiB
 //! of ordinary memory and N MiB of pinned memory, as a long benchmark sweep does, before it
 //! allocates its own buffers.
+//! With `PLAIN_OFFSET=K` (registered and pageable), the host bytes start K bytes past a page
+//! boundary (a `vec!` of this size starts 16 bytes past one: glibc's header), and with
+//! `PLAIN_DEV_OFFSET=D` the device bytes start at offset D of the device buffer: for telling
+//! whether a copy's speed follows the host address's alignment or the two sides' relative one.
 
 use std::time::Instant;
 use vkhost::{Device, PinnedBuffer};
@@ -16,6 +20,15 @@ fn summary(mut t: Vec<f64>, bytes: usize) -> String {
     t.sort_by(|a, b| a.total_cmp(b));
     let g = |s: f64| bytes as f64 / s / 1e9;
     format!("min {:6.2}  median {:6.2}  max {:6.2} GB/s", g(t[t.len() - 1]), g(t[t.len() / 2]), g(t[0]))
+}
+
+/// Where in `v` the host bytes start: `k` bytes past the first page boundary in it, or at its
+/// start when `k` is not given.
+fn at_offset(v: &[u8], k: Option<usize>) -> usize {
+    match k {
+        Some(k) => (v.as_ptr() as usize).next_multiple_of(4096) - v.as_ptr() as usize + k % 4096,
+        None => 0,
+    }
 }
 
 fn main() -> vkhost::Result<()> {
@@ -32,7 +45,9 @@ fn main() -> vkhost::Result<()> {
         p.fill(7);
         drop((v, p));
     }
-    let dbuf = dev.alloc_buffer(n)?;
+    let env = |k: &str| std::env::var(k).ok().and_then(|s| s.parse::<usize>().ok());
+    let (hoff, doff) = (env("PLAIN_OFFSET"), env("PLAIN_DEV_OFFSET").unwrap_or(0));
+    let dbuf = dev.alloc_buffer(n + doff)?;
     let mut pinned;
     let mut plain;
     let mut reg;
@@ -43,13 +58,16 @@ fn main() -> vkhost::Result<()> {
         }
         "registered" => {
             // PLAIN_UNTOUCHED=1: a zeroed Vec whose pages nothing touched before registering.
-            plain = if std::env::var("PLAIN_UNTOUCHED").as_deref() == Ok("1") { vec![0u8; n] } else { vec![1u8; n] };
-            reg = dev.register(&mut plain)?;
+            let extra = if hoff.is_some() { 8192 } else { 0 };
+            plain = if std::env::var("PLAIN_UNTOUCHED").as_deref() == Ok("1") { vec![0u8; n + extra] } else { vec![1u8; n + extra] };
+            let at = at_offset(&plain, hoff);
+            reg = dev.register(&mut plain[at..at + n])?;
             &mut reg[..]
         }
         _ => {
-            plain = vec![1u8; n];
-            &mut plain[..]
+            plain = vec![1u8; n + if hoff.is_some() { 8192 } else { 0 }];
+            let at = at_offset(&plain, hoff);
+            &mut plain[at..at + n]
         }
     };
     host.fill(0x5A);
@@ -59,17 +77,18 @@ fn main() -> vkhost::Result<()> {
     dbuf.read(0, host)?;
     for _ in 0..iters {
         let t = Instant::now();
-        dbuf.write(0, host)?;
+        dbuf.write(doff, host)?;
         h2d.push(t.elapsed().as_secs_f64());
         let t = Instant::now();
-        dbuf.read(0, host)?;
+        dbuf.read(doff, host)?;
         d2h.push(t.elapsed().as_secs_f64());
     }
     if host.iter().any(|&b| b != 0x5A) {
         eprintln!("FAIL: the round trip changed the bytes");
         std::process::exit(2);
     }
-    println!("plain_copy {path} {mib} MiB x{iters}: h2d {}", summary(h2d, n));
-    println!("plain_copy {path} {mib} MiB x{iters}: d2h {}", summary(d2h, n));
+    let at = format!("host at page+{}, device at {doff}", host.as_ptr() as usize % 4096);
+    println!("plain_copy {path} {mib} MiB x{iters} ({at}): h2d {}", summary(h2d, n));
+    println!("plain_copy {path} {mib} MiB x{iters} ({at}): d2h {}", summary(d2h, n));
     Ok(())
 }
