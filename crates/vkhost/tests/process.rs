@@ -234,3 +234,55 @@ fn forked_child_drops_every_guard_inertly() {
     drop(buf);
     assert_eq!(host::device_stats(&d).live_imports, stats.live_imports - 1);
 }
+
+/// Mappings /proc/self/maps lists read-write whose pages cannot be touched are refused on CPU
+/// drivers (which import any pointer and fault when they copy): a page past the end of a
+/// shared file mapping (SIGBUS on access), and a guard region (`MADV_GUARD_INSTALL`, Linux
+/// 6.13+). Before: `Ok`, and a copy naming the page killed lavapipe's queue thread. GPU drivers
+/// pin at import and refuse such pages themselves.
+#[test]
+fn pages_that_cannot_be_touched_are_refused() {
+    let d = device().unwrap();
+    if d.info().device_type != vkhost::DeviceType::Cpu {
+        eprintln!("SKIPPED: the driver itself refuses these pages at import on GPUs; the check is vkhost's on CPU drivers");
+        return;
+    }
+    let page = host::page_size();
+    let path = std::env::temp_dir().join(format!("vkhost-eof-{}", std::process::id()));
+    let cpath = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: plain syscalls on a file of ours; the mapping is unmapped below.
+    let m = unsafe {
+        let fd = libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC, 0o600);
+        assert!(fd >= 0);
+        assert_eq!(libc::ftruncate(fd, page as libc::off_t), 0);
+        let p = libc::mmap(std::ptr::null_mut(), 2 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
+        assert_ne!(p, libc::MAP_FAILED);
+        libc::close(fd);
+        libc::unlink(cpath.as_ptr());
+        p.cast::<u8>()
+    };
+    // SAFETY: the mapping outlives the call (a refused register keeps nothing).
+    let past_eof = unsafe { host::register(&d, m.wrapping_add(page), page) };
+    // SAFETY: as above; the first page lies within the file.
+    let within = unsafe { host::register(&d, m, page) };
+    assert!(within.is_ok(), "a page within the file is fine: {within:?}");
+    host::unregister(&d, m).unwrap();
+    // SAFETY: ours, nothing registered in it.
+    unsafe { libc::munmap(m.cast(), 2 * page) };
+    assert!(matches!(past_eof, Err(vkhost::Error::InvalidArgument { .. })), "a page past the file's end: {past_eof:?}");
+    assert_eq!(entries_of(&d), 0);
+
+    let g = Pages::new(2 * page);
+    // SAFETY: an advice on our own mapping.
+    if unsafe {
+        libc::madvise(g.ptr.add(page).cast(), page, 102 /* MADV_GUARD_INSTALL */)
+    } != 0
+    {
+        eprintln!("SKIPPED (guard regions): MADV_GUARD_INSTALL needs Linux 6.13: {}", std::io::Error::last_os_error());
+        return;
+    }
+    // SAFETY: the mapping outlives the call.
+    let guarded = unsafe { host::register(&d, g.ptr, 2 * page) };
+    assert!(matches!(guarded, Err(vkhost::Error::InvalidArgument { .. })), "a range over a guard region: {guarded:?}");
+    assert_eq!(entries_of(&d), 0);
+}

@@ -772,8 +772,16 @@ fn release_registration(dev: &Device, addr: usize, by_guard: bool) -> Result<()>
 ///   policy: `Unsupported`;
 /// - null `ptr`, `len == 0`, `ptr + len` overflowing, or a rounded range not fully mapped
 ///   read-write (checked against /proc/self/maps, by the PROCMAP_QUERY ioctl where the kernel
-///   has it): `InvalidArgument`;
+///   has it): `InvalidArgument`; on CPU drivers, which import any pointer and fault only when
+///   they copy, also a page that cannot be read although it is mapped read-write (a guard
+///   region, a shared file mapping past its file's end), found by `MADV_POPULATE_READ`
+///   (GPU drivers refuse such pages at import themselves);
 /// - the bytes overlap a registration or pinned block on the same device: `AlreadyRegistered`.
+///
+/// Not supported: memory that only some threads of the process may access (pages tagged with a
+/// memory-protection key by `pkey_mprotect`): vkhost's staging threads and a CPU driver's queue
+/// threads read and write host bytes from threads of their own. (The same holds for the safe
+/// API's slices: Rust assumes any thread may access them.)
 ///
 /// Performance: on the H200, large registrations of 4 KiB-page memory copied at 37-48 GB/s from
 /// run to run, and at 48-51 GB/s when the memory was advised `MADV_HUGEPAGE` before it was
@@ -838,6 +846,12 @@ pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guard
     let covered = round_out(addr, len, granule).ok_or_else(|| Error::invalid("rounded range overflows"))?;
     let l = s.live()?;
     maps::check_rw(&covered)?;
+    // CPU drivers import any pointer and fault only when they copy (lavapipe: on its own queue
+    // thread, killing the process): there, prove every page readable too. GPU drivers pin the
+    // pages at import and refuse those they cannot pin; the extra pass would cost them time.
+    if s.info.device_type == crate::DeviceType::Cpu {
+        maps::populate_read(&covered)?;
+    }
     // Reserve the bytes, so a concurrent overlapping register is refused while we import
     // without holding the registry lock.
     let reservation = Entry { kind: Kind::Registered, user: addr..end, covered: covered.clone(), live: false, guarded, cell: None };
