@@ -867,3 +867,56 @@ fn completion_is_reported_only_once_vkhost_is_done_with_the_callers_object() {
     dev.destroy().unwrap();
     c.destroy();
 }
+
+/// The last drop of a borrowed device whose teardown waits for a recorded copy's hook does not
+/// hold up other threads' drops: the thread that makes the caller's work complete drops an
+/// unrelated handle of another device first. Before, the teardown ran under the process-wide
+/// releaser lock that every owner's drop takes: deadlock (found by an audit helper).
+#[test]
+fn a_last_drop_waiting_for_a_hook_blocks_no_other_drop() {
+    let Some(mut c) = Caller::new() else { return };
+    let dev = c.wrap();
+    let other = Device::open_default_with(&opts()).expect("second device");
+    let gate = c.timeline();
+    let done = c.timeline();
+    let page = host::page_size();
+    let p = Pages::new(page);
+    // SAFETY: `p` stays mapped until after the unregister at the end.
+    unsafe { host::register(&dev, p.ptr, page) }.unwrap();
+    let cmd = c.begin();
+    // SAFETY: recording; fits; hooked before submit; `done` outlives vkhost's device.
+    unsafe {
+        let mut t = host::record_copy(&dev, cmd, Direction::HostToDevice, p.ptr, page, c.buffer, 0).unwrap();
+        t.completes_at(done, 1).unwrap();
+    }
+    c.submit(cmd, Some((gate, 1)), done, 1);
+    let other2 = other.clone();
+    let raw = c.device.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let signaller = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        drop(other2); // an unrelated handle of an unrelated device, not its last
+        // SAFETY: `gate` is alive.
+        unsafe {
+            if raw.get_semaphore_counter_value(gate).unwrap() < 1 {
+                raw.signal_semaphore(&vk::SemaphoreSignalInfo::default().semaphore(gate).value(1)).unwrap();
+            }
+        }
+        tx.send(()).unwrap();
+    });
+    // The last handle: its teardown waits for `done`, which waits for `gate`.
+    let dropper = std::thread::spawn(move || drop(dev));
+    let r = rx.recv_timeout(Duration::from_secs(10));
+    if r.is_err() {
+        eprintln!("DEADLOCK: the signaller's drop of another device's clone blocked for 10 s");
+        // Unblock everything.
+        // SAFETY: `gate` is alive.
+        unsafe { c.device.signal_semaphore(&vk::SemaphoreSignalInfo::default().semaphore(gate).value(1)).unwrap() };
+    }
+    dropper.join().unwrap();
+    signaller.join().unwrap();
+    c.wait(done, 1);
+    drop(other);
+    c.destroy();
+    assert!(r.is_ok(), "deadlock: teardown held the process-wide releaser lock while waiting for the caller's hook");
+}

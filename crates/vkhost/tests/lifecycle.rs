@@ -564,3 +564,86 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
         libc::raise(sig);
     }
 }
+
+/// A `keep_alive` owner whose drop joins a worker thread that drops a handle of another device:
+/// the owner drops inside the last drop of the first device. Before, that teardown ran under
+/// the process-wide releaser lock, which the worker's drop waited for: deadlock (found by an
+/// audit helper).
+#[test]
+fn a_keep_alive_owner_may_join_a_thread_that_drops_a_handle() {
+    let a = Device::open_default_with(&opts()).unwrap();
+    let b = Device::open_default_with(&opts()).unwrap();
+    struct Joiner(Option<std::thread::JoinHandle<()>>, std::sync::mpsc::Sender<()>);
+    impl Drop for Joiner {
+        fn drop(&mut self) {
+            let _ = self.1.send(());
+            self.0.take().unwrap().join().unwrap();
+        }
+    }
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let b2 = b.clone();
+    let worker = std::thread::spawn(move || {
+        go_rx.recv().unwrap();
+        drop(b2);
+    });
+    a.keep_alive(Box::new(Joiner(Some(worker), go_tx)));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(a);
+        tx.send(()).unwrap();
+    });
+    let r = rx.recv_timeout(Duration::from_secs(10));
+    if r.is_err() {
+        std::mem::forget(b); // its drop would block on the same lock
+        panic!("deadlock: the last drop of `a` never returned (its owner joins a thread dropping a handle of `b`)");
+    }
+    drop(b);
+}
+
+/// The last handle of device B dropped inside the last drop of device A (a `keep_alive` owner
+/// of A) while the background releaser holds B (draining B's freed pinned blocks): B's
+/// teardown runs before `drop(a)` returns, on the user's thread. Before, the nested drop did
+/// not wait for the releaser, which became B's last owner and tore B down on its own thread
+/// after the user's last drop returned (an exit right after crashed: found by an audit helper).
+/// Records the thread that dropped it (the one that ran its device's teardown).
+struct Marker {
+    dropped: std::sync::Arc<AtomicBool>,
+    thread: std::sync::Arc<Mutex<Option<String>>>,
+}
+impl Drop for Marker {
+    fn drop(&mut self) {
+        *self.thread.lock().unwrap() = std::thread::current().name().map(str::to_owned);
+        self.dropped.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_nested_last_drop_tears_down_before_it_returns() {
+    let mut hits = 0;
+    for round in 0..10 {
+        let a = Device::open_default_with(&opts()).unwrap();
+        let b = Device::open_default_with(&opts()).unwrap();
+        let dropped = std::sync::Arc::new(AtomicBool::new(false));
+        let thread = std::sync::Arc::new(Mutex::new(None));
+        b.keep_alive(Box::new(Marker { dropped: dropped.clone(), thread: thread.clone() }));
+        a.keep_alive(Box::new(b.clone()));
+        let blocks: Vec<_> = (0..1500).map(|_| vkhost::host::alloc_pinned(&b, 4096).unwrap()).collect();
+        for p in blocks {
+            vkhost::host::free_pinned(&b, p).unwrap();
+        }
+        drop(b); // not the last: A's owner holds one
+        drop(a); // the last handle of A, and through its owner the last user handle of B
+        let done_at_return = dropped.load(Ordering::SeqCst);
+        // Let the releaser finish.
+        let t = std::time::Instant::now();
+        while !dropped.load(Ordering::SeqCst) && t.elapsed().as_secs() < 10 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let who = thread.lock().unwrap().clone();
+        eprintln!("round {round}: torn down when drop(a) returned: {done_at_return}; B's owners dropped on thread {who:?}");
+        if !done_at_return {
+            hits += 1;
+        }
+    }
+    assert_eq!(hits, 0, "B's teardown ran after the user's last drop returned (on the releaser thread) in {hits}/10 rounds");
+}

@@ -420,19 +420,18 @@ fn current_releaser() -> Option<&'static Releaser> {
     (r.fork_gen == super::fork_generation()).then_some(r)
 }
 
-thread_local! {
-    /// Set while this thread holds the releaser's `holding` lock to drop a device's state: a
-    /// drop nested in that one (a teardown that drops another owner) must not lock it again.
-    static DROPPING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
 /// Drops an owner's reference to a device's state so that the background releaser is never the
 /// last owner (which would run the device's teardown on its thread, after the user's last drop
 /// returned). While the releaser holds this device and no other owner is left (the count is
-/// this reference and the releaser's), waits for it to let go; then drops under the releaser's
-/// `holding` lock, so the releaser cannot upgrade in between: if this was the last reference,
-/// the teardown runs here and the releaser's later upgrade fails. Holding the lock through a
-/// teardown only delays the releaser, which never waits on a teardown.
+/// this reference and the releaser's), waits for it to let go; then gives the reference up
+/// under the releaser's `holding` lock (`Arc::into_inner`), so the releaser cannot upgrade in
+/// between: if this was the last reference, the releaser's later upgrade fails, and the
+/// teardown runs here, **after** the lock is released. A teardown under the lock would stall
+/// every other thread's vkhost drops, of every device, for as long as it lasts, and deadlock
+/// where the teardown waits on one of those threads (a borrowed device's teardown waiting for
+/// the semaphore of a recorded copy that a thread blocked in such a drop would signal; a
+/// `keep_alive` owner joining a thread that drops a handle). Nested last drops (a teardown
+/// dropping another device's last owner) take the same path: the lock is free again by then.
 ///
 /// With another owner left, the drop does not wait: that owner's own drop takes this lock too,
 /// so it cannot go meanwhile, and it is the one that waits if it turns out last. Waiting in
@@ -447,22 +446,18 @@ pub(crate) fn drop_shared(s: Arc<Shared>) {
         drop(s);
         return;
     };
-    if DROPPING.with(|d| d.get()) {
-        // The outer drop holds `holding`: the releaser cannot upgrade meanwhile.
-        drop(s);
-        return;
-    }
     let me = Arc::as_ptr(&s) as usize;
-    let mut h = lock(&r.holding);
-    // Other references than this and the releaser's are owners (whose drops take this lock) or
-    // transient clones inside a call on an owner's handle.
-    while *h == me && Arc::strong_count(&s) <= 2 {
-        h = r.idle.wait(h).unwrap_or_else(std::sync::PoisonError::into_inner);
-    }
-    DROPPING.with(|d| d.set(true));
-    drop(s);
-    DROPPING.with(|d| d.set(false));
-    drop(h);
+    let last = {
+        let mut h = lock(&r.holding);
+        // Other references than this and the releaser's are owners (whose drops take this lock)
+        // or transient clones inside a call on an owner's handle.
+        while *h == me && Arc::strong_count(&s) <= 2 {
+            h = r.idle.wait(h).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        Arc::into_inner(s)
+    };
+    // The teardown, if this was the last reference: no lock held.
+    drop(last);
 }
 
 /// This fork generation's releaser, started on first use. If its thread cannot be started,
@@ -545,13 +540,14 @@ impl Releaser {
                 // last owner waits), and transient clones live inside a call on an owner's
                 // handle (a `Weak<Shared>` is upgraded only there: see `BufferObj::shared`).
                 let mut h = lock(&self.holding);
-                DROPPING.with(|d| d.set(true));
-                drop(s);
-                DROPPING.with(|d| d.set(false));
+                let last = Arc::into_inner(s);
                 *h = 0;
                 drop(h);
                 self.pending.fetch_sub(1, Ordering::AcqRel);
                 self.idle.notify_all();
+                // `None` by the protocol above; were it the last reference, its teardown runs
+                // here, outside the lock, as in `drop_shared`.
+                drop(last);
             }
         }
     }
