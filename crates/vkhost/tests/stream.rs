@@ -286,3 +286,135 @@ fn typed_slices() {
     assert!(matches!(odd.as_slice::<u32>(), Err(vkhost::Error::InvalidArgument { .. })));
     assert_eq!(p.as_slice::<u32>().unwrap()[7], 21);
 }
+
+// Stream order across a registration and across streams for pageable d2h copy-outs (CPU work
+// at reap): found by an audit helper; each test below fails on the code before.
+
+/// A pageable d2h into X (copy-out queued for the reap), then X is registered, then a second
+/// d2h into X on the same stream goes direct. Stream order: the second one's bytes win.
+#[test]
+fn a_direct_d2h_after_registering_lands_after_the_earlier_staged_one() {
+    let d = device().unwrap();
+    let page = host::page_size();
+    let n = 2 * page;
+    let s = d.stream().unwrap();
+    let a = d.alloc_buffer(n).unwrap();
+    let b = d.alloc_buffer(n).unwrap();
+    a.write(0, &pattern(n, 1)).unwrap();
+    b.write(0, &pattern(n, 2)).unwrap();
+    let m = Pages::new(n);
+    // SAFETY: m lives until after synchronize and unregister; untouched by us meanwhile.
+    unsafe {
+        s.copy_to_host_async(&a, 0, m.ptr, n).unwrap(); // staged: copy-out later
+        host::register(&d, m.ptr, n).unwrap();
+        s.copy_to_host_async(&b, 0, m.ptr, n).unwrap(); // direct
+    }
+    s.synchronize().unwrap();
+    host::unregister(&d, m.ptr).unwrap();
+    // SAFETY: mapped, no work pending.
+    let got = unsafe { std::slice::from_raw_parts(m.ptr, n) }.to_vec();
+    assert!(got == pattern(n, 2), "X holds the earlier d2h's bytes (a): {}", got == pattern(n, 1));
+}
+
+/// Same, read side: a pageable d2h into X, X registered, then an h2d from X (direct) on the same
+/// stream must read what the d2h wrote.
+#[test]
+fn a_direct_h2d_after_registering_reads_the_earlier_staged_d2h() {
+    let d = device().unwrap();
+    let page = host::page_size();
+    let n = 2 * page;
+    let s = d.stream().unwrap();
+    let a = d.alloc_buffer(n).unwrap();
+    let c = d.alloc_buffer(n).unwrap();
+    a.write(0, &pattern(n, 1)).unwrap();
+    c.write(0, &[0u8; 8192][..n.min(8192)]).unwrap();
+    let m = Pages::new(n);
+    // SAFETY: as above.
+    unsafe {
+        s.copy_to_host_async(&a, 0, m.ptr, n).unwrap();
+        host::register(&d, m.ptr, n).unwrap();
+        s.copy_to_device_async(m.ptr, n, &c, 0).unwrap(); // direct: the device reads X
+    }
+    s.synchronize().unwrap();
+    host::unregister(&d, m.ptr).unwrap();
+    let mut out = vec![0u8; n];
+    c.read(0, &mut out).unwrap();
+    assert!(out == pattern(n, 1), "the h2d read X before the d2h's copy-out");
+}
+
+/// Across streams: A's pageable d2h into X, an event of A waited by B on the device, then B's
+/// pageable h2d from X (staged: memcpy at enqueue) must see A's bytes.
+#[test]
+fn wait_event_orders_after_the_other_streams_copy_outs_for_reads() {
+    let d = device().unwrap();
+    let n = 8192;
+    let sa = d.stream().unwrap();
+    let sb = d.stream().unwrap();
+    let a = d.alloc_buffer(n).unwrap();
+    let c = d.alloc_buffer(n).unwrap();
+    a.write(0, &pattern(n, 3)).unwrap();
+    c.write(0, &vec![0u8; n]).unwrap();
+    let mut x = vec![0u8; n];
+    // SAFETY: x lives until both streams synchronized.
+    unsafe {
+        sa.copy_to_host_async(&a, 0, x.as_mut_ptr(), n).unwrap();
+        let e = sa.record().unwrap();
+        sb.wait_event(&e).unwrap();
+        sb.copy_to_device_async(x.as_ptr(), n, &c, 0).unwrap();
+    }
+    sb.synchronize().unwrap();
+    sa.synchronize().unwrap();
+    let mut out = vec![0u8; n];
+    c.read(0, &mut out).unwrap();
+    assert!(out == pattern(n, 3), "B's h2d (after wait_event) read X before A's copy-out");
+}
+
+/// Across streams, write side: A's pageable d2h into X, B waits for A's event, B's pageable d2h
+/// into X. B's write is ordered after A's: X must end as B's bytes (whatever the host syncs).
+#[test]
+fn wait_event_orders_after_the_other_streams_copy_outs_for_writes() {
+    let d = device().unwrap();
+    let n = 8192;
+    let sa = d.stream().unwrap();
+    let sb = d.stream().unwrap();
+    let a = d.alloc_buffer(n).unwrap();
+    let b = d.alloc_buffer(n).unwrap();
+    a.write(0, &pattern(n, 0x40)).unwrap();
+    b.write(0, &pattern(n, 0x50)).unwrap();
+    let mut x = vec![0u8; n];
+    // SAFETY: x lives until both streams synchronized.
+    unsafe {
+        sa.copy_to_host_async(&a, 0, x.as_mut_ptr(), n).unwrap();
+        let e = sa.record().unwrap();
+        sb.wait_event(&e).unwrap();
+        sb.copy_to_host_async(&b, 0, x.as_mut_ptr(), n).unwrap();
+    }
+    sb.synchronize().unwrap();
+    sa.synchronize().unwrap();
+    assert!(x == pattern(n, 0x50), "X ends with A's bytes: {}", x == pattern(n, 0x40));
+}
+
+/// Same for a launch: a pageable d2h into X, X registered, then a kernel on the same stream
+/// writes X: X ends with the kernel's bytes, not the older copy-out's.
+#[test]
+fn a_launch_after_registering_lands_after_the_earlier_staged_d2h() {
+    let d = device().unwrap();
+    let page = host::page_size();
+    let n = 2 * page;
+    let s = d.stream_on(vkhost::QueueKind::Compute).unwrap();
+    let a = d.alloc_buffer(n).unwrap();
+    a.write(0, &pattern(n, 1)).unwrap();
+    let m = Pages::new(n);
+    // SAFETY: m lives until after synchronize and unregister; untouched by us meanwhile; the
+    // raw binding names registered, writable bytes.
+    unsafe {
+        s.copy_to_host_async(&a, 0, m.ptr, n).unwrap(); // staged: copy-out later
+        host::register(&d, m.ptr, n).unwrap();
+        s.fill_u32(vkhost::Binding::host(m.ptr, n), 0x0909_0909).unwrap();
+    }
+    s.synchronize().unwrap();
+    host::unregister(&d, m.ptr).unwrap();
+    // SAFETY: mapped, no work pending.
+    let got = unsafe { std::slice::from_raw_parts(m.ptr, n) };
+    assert!(got.iter().all(|&b| b == 9), "the older copy-out overwrote the kernel's bytes");
+}

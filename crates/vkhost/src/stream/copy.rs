@@ -81,6 +81,11 @@ impl StreamInner {
                     let Some(held) = plan.held.iter().find(|h| h.0.obj.buffer == buffer) else {
                         return Err(Error::unsupported("direct piece without its owner"));
                     };
+                    // Stream order for host bytes: an earlier pageable d2h of this stream into
+                    // these bytes (queued before they were registered) lands before the device
+                    // reads them, or before it writes them (else the older copy-out would
+                    // overwrite the newer bytes).
+                    self.settle(l, st, addr, piece.len as usize)?;
                     let host_acc = Access::host(addr, piece.len, !to_device);
                     let dev_acc = Access::buf(dev, piece.dev_offset, piece.len, to_device);
                     let owners = [(&held.0, !to_device), (dev_res, to_device)];

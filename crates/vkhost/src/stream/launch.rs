@@ -170,6 +170,13 @@ impl StreamInner {
         let mut st = relock(&self.state);
         self.check(&st)?;
         let bound = resolve_all(s, k, bindings)?;
+        // Stream order for host bytes: an earlier pageable d2h of this stream into bytes a
+        // binding names (queued before they were registered) lands before the kernel runs.
+        for b in bindings {
+            if let Some(a) = b.host_addr() {
+                self.settle(&l, &mut st, a, b.len())?;
+            }
+        }
         let mut push = Vec::with_capacity(kd.desc.push_bytes as usize);
         for b in &bound {
             push.extend_from_slice(&b.delta.to_ne_bytes());

@@ -764,6 +764,11 @@ impl Stream {
     /// Makes later work on this stream wait, on the device, for `event` (any stream of the same
     /// device, any queue), through its timeline semaphore.
     ///
+    /// If the event's stream has pageable device-to-host copies up to the event whose bytes the
+    /// library still has to copy out of staging (CPU work, which no device wait orders), this
+    /// call waits for the event on the host and completes them first, so that this stream's
+    /// later work on those bytes comes after them.
+    ///
     /// An event whose work was lost (a failed submission its [`Event::wait`] would report) is
     /// that error here too, and nothing is made to wait: the lost work will never signal.
     ///
@@ -790,10 +795,18 @@ impl Stream {
         if !Arc::ptr_eq(&event.inner.shared, &self.inner.shared) {
             return Err(Error::invalid("event of another device"));
         }
-        let l = self.inner.shared.live()?;
         if Arc::ptr_eq(&event.inner, &self.inner) || event.value == 0 {
-            return Ok(());
+            return self.inner.shared.live().map(drop);
         }
+        // Pageable d2h copy-outs of the event's stream up to the event are CPU work that only
+        // that stream's reap runs, which no device wait orders: run them now (a host wait for
+        // the event), so this stream's later work on those bytes comes after them, as the
+        // event promises. Before any lock of this stream, and before this device's lock.
+        let copy_outs = relock(&event.inner.state).completions.iter().any(|c| c.value <= event.value);
+        if copy_outs {
+            return event.wait();
+        }
+        let l = self.inner.shared.live()?;
         // The event's stream lock, released before ours is taken.
         let (target, lost) = {
             let est = relock(&event.inner.state);
