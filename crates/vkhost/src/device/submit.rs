@@ -268,6 +268,29 @@ fn context_order(range: std::ops::Range<usize>, copy_queues: usize, prefer: usiz
     same.chain(other)
 }
 
+/// The boundary the host side of a large DMA should start on ([`host_aligned`]).
+pub(crate) const HOST_ALIGN: u64 = 256;
+
+/// The smallest copy [`host_aligned`] splits.
+const HOST_ALIGN_MIN: u64 = 64 << 10;
+
+/// A copy of `len` bytes between host bytes at `host_off` of their buffer (whose offset 0 is
+/// page-aligned: an import starts on a page, a driver block on its own) and `other_off` of
+/// another buffer, as `(host_off, other_off, len)` regions whose bulk starts on a
+/// [`HOST_ALIGN`] boundary of the host side: the head before it (less than 256 bytes) is a
+/// region of its own. On the H200, a 256 MiB copy whose host bytes started 16 bytes past a
+/// page (a `vec!`'s, glibc's header) moved 35-37 GB/s device-to-host (one run 48.5) and 47 the
+/// other way, 64 bytes past 48, 256 or 2048 past 50-52; starting on a page boundary it moved
+/// 51-52 both ways whatever the device offset (16 or 240: docs/PERFORMANCE.md, tenth
+/// session). The DMA's speed follows the host address. Copies under 64 KiB stay whole.
+pub(crate) fn host_aligned(host_off: u64, other_off: u64, len: u64) -> smallvec::SmallVec<[(u64, u64, u64); 2]> {
+    let head = host_off.next_multiple_of(HOST_ALIGN) - host_off;
+    if len < HOST_ALIGN_MIN || head == 0 || head >= len {
+        return smallvec::smallvec![(host_off, other_off, len)];
+    }
+    smallvec::smallvec![(host_off, other_off, head), (host_off + head, other_off + head, len - head)]
+}
+
 /// How long to poll a fence before sleeping in vkWaitForFences. Polling cuts the wake-up latency
 /// (GPU.md: 31 µs → 12 µs for a 4 KiB copy on the H200), and for mid-size copies waking late
 /// costs bandwidth: on the H200 a 16 MiB copy went from 43.8 to 47.6 GB/s when the poll lasted
@@ -703,17 +726,23 @@ unsafe fn submit_batch(
     // The regions, and the d2h memcpys the slot owes once the copy completes.
     let mut regions = smallvec::SmallVec::<[(vk::Buffer, u64, u64, u64); 4]>::new();
     for op in ops {
-        let (host_buf, host_off) = match (op.src, staging) {
-            (OpSrc::Direct { buffer, offset }, _) => (buffer, offset),
+        let (host_buf, host_off, direct) = match (op.src, staging) {
+            (OpSrc::Direct { buffer, offset }, _) => (buffer, offset, true),
             (OpSrc::Staged { staging_off, addr }, Some((sb, _))) => {
                 if dir == Dir::ToHost {
                     outs.push((base + staging_off, addr, op.len));
                 }
-                (sb, base + staging_off)
+                (sb, base + staging_off, false)
             }
             (OpSrc::Staged { .. }, None) => return Err(Error::unsupported("staged piece without staging memory")),
         };
-        regions.push((host_buf, host_off, op.dev_offset, op.len));
+        if direct {
+            for (h, d, n) in host_aligned(host_off, op.dev_offset, op.len) {
+                regions.push((host_buf, h, d, n));
+            }
+        } else {
+            regions.push((host_buf, host_off, op.dev_offset, op.len));
+        }
     }
     let want = Recorded { dir, dev, regions };
     // Read before comparing: a destroy after this read makes the next copy re-record, and none
@@ -903,6 +932,24 @@ mod tests {
             .map(|i| Piece { dev_offset: i * 100, len: 100, host: HostSide::Direct { buffer: vk::Buffer::null(), offset: 0, addr: 0 } })
             .collect();
         assert_eq!(batches(&pieces, 16, Dir::ToHost).len(), 1);
+    }
+
+    #[test]
+    fn large_copies_start_their_bulk_on_a_host_boundary() {
+        assert_eq!(host_aligned(16, 0, 1 << 20).to_vec(), vec![(16, 0, 240), (256, 240, (1 << 20) - 240)]);
+        assert_eq!(host_aligned(4096 + 16, 7, 1 << 20).to_vec(), vec![(4096 + 16, 7, 240), (4096 + 256, 247, (1 << 20) - 240)]);
+        assert_eq!(host_aligned(512, 16, 1 << 20).to_vec(), vec![(512, 16, 1 << 20)], "already on a boundary");
+        assert_eq!(host_aligned(16, 0, 4096).to_vec(), vec![(16, 0, 4096)], "small copies stay whole");
+        for (h, o, n) in [(1u64, 3u64, 1u64 << 16), (255, 0, 1 << 17), (100, 100, (1 << 16) + 5)] {
+            let parts = host_aligned(h, o, n);
+            assert_eq!(parts.iter().map(|p| p.2).sum::<u64>(), n, "every byte once");
+            assert_eq!(parts[0].0, h);
+            assert_eq!(parts[0].1, o);
+            assert_eq!(parts.last().unwrap().0 % HOST_ALIGN, 0);
+            for w in parts.windows(2) {
+                assert_eq!((w[0].0 + w[0].2, w[0].1 + w[0].2), (w[1].0, w[1].1), "contiguous on both sides");
+            }
+        }
     }
 
     #[test]

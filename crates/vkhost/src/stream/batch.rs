@@ -199,9 +199,19 @@ impl StreamInner {
         // SAFETY: recording into our open command buffer under the stream lock; both buffers are
         // owned by the batch (`own` above) until it is reaped.
         unsafe { b.order(d, &acc) };
+        // The host side's offset of a region (the destination of a d2h copy, else the source).
+        let host = |r: &vk::BufferCopy| if d2h { r.dst_offset } else { r.src_offset };
+        let align = crate::device::submit::HOST_ALIGN;
         match b.merged.as_mut() {
             Some(m) if m.src == src && m.dst == dst => match m.regions.last_mut() {
-                Some(last) if last.src_offset + last.size == region.src_offset && last.dst_offset + last.size == region.dst_offset => {
+                // Contiguous regions become one, except a region that starts on a host boundary
+                // after one that does not (a large copy split so its bulk starts on one:
+                // `submit::host_aligned`).
+                Some(last)
+                    if last.src_offset + last.size == region.src_offset
+                        && last.dst_offset + last.size == region.dst_offset
+                        && !(host(last) % align != 0 && host(&region) % align == 0) =>
+                {
                     last.size += region.size
                 }
                 _ => m.regions.push(region),

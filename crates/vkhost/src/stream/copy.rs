@@ -6,7 +6,7 @@ use super::inner::{State, StreamInner, relock};
 use super::ring::Completion;
 use crate::buffer::DeviceBuffer;
 use crate::device::Live;
-use crate::device::submit::{Dir, HostSide, par_copy};
+use crate::device::submit::{Dir, HostSide, host_aligned, par_copy};
 use crate::error::{Error, Result};
 use crate::host;
 use ash::vk;
@@ -86,15 +86,18 @@ impl StreamInner {
                     // reads them, or before it writes them (else the older copy-out would
                     // overwrite the newer bytes).
                     self.settle(l, st, addr, piece.len as usize)?;
-                    let host_acc = Access::host(addr, piece.len, !to_device);
-                    let dev_acc = Access::buf(dev, piece.dev_offset, piece.len, to_device);
                     let owners = [(&held.0, !to_device), (dev_res, to_device)];
-                    if to_device {
-                        let region = vk::BufferCopy { src_offset: offset, dst_offset: piece.dev_offset, size: piece.len };
-                        self.push_copy(l, st, buffer, dev, region, false, [host_acc, dev_acc], &owners)?;
-                    } else {
-                        let region = vk::BufferCopy { src_offset: piece.dev_offset, dst_offset: offset, size: piece.len };
-                        self.push_copy(l, st, dev, buffer, region, true, [dev_acc, host_acc], &owners)?;
+                    // The bulk of a large piece starts on a host boundary (see `host_aligned`).
+                    for (h, dv, n) in host_aligned(offset, piece.dev_offset, piece.len) {
+                        let host_acc = Access::host(addr + (h - offset) as usize, n, !to_device);
+                        let dev_acc = Access::buf(dev, dv, n, to_device);
+                        if to_device {
+                            let region = vk::BufferCopy { src_offset: h, dst_offset: dv, size: n };
+                            self.push_copy(l, st, buffer, dev, region, false, [host_acc, dev_acc], &owners)?;
+                        } else {
+                            let region = vk::BufferCopy { src_offset: dv, dst_offset: h, size: n };
+                            self.push_copy(l, st, dev, buffer, region, true, [dev_acc, host_acc], &owners)?;
+                        }
                     }
                     direct += piece.len;
                 }
