@@ -300,22 +300,28 @@ fn device_loss_cancels_copy_outs_before_wait_returns() {
     assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
 }
 
+/// A device (`fopts`), a buffer of `n` bytes holding `pattern(n, seed)`, a stream, and a pageable
+/// d2h of the buffer into `out` (0xEE before) enqueued on it: its copy-out waits for the reap.
+fn pending_copy_out(n: usize, seed: u8) -> (Device, vkhost::DeviceBuffer, vkhost::Stream, Vec<u8>) {
+    init_log();
+    let d = Device::open_default_with(&fopts()).unwrap();
+    let buf = d.alloc_buffer(n).unwrap();
+    buf.write(0, &pattern(n, seed)).unwrap();
+    let s = d.stream().unwrap();
+    let mut out = vec![0xEEu8; n];
+    // SAFETY: `out`'s heap bytes stay where they are when the Vec moves to the caller, who keeps
+    // them valid until the stream's work is done or cancelled, and checks them only after.
+    unsafe { s.copy_to_host_async(&buf, 0, out.as_mut_ptr(), n) }.unwrap();
+    (d, buf, s, out)
+}
+
 /// `synchronize` after another call lost the device returns `DeviceLost` only after cancelling
 /// the stream's queued copy-outs: the stream's drop (or a later reap) never writes memory the
 /// caller reused after that error. Before: it returned at once and the drop wrote it.
 #[test]
 fn synchronize_after_a_device_loss_cancels_the_copy_outs() {
-    init_log();
-    let d = Device::open_default_with(&fopts()).unwrap();
-    let n = 600 << 10;
-    let buf = d.alloc_buffer(n).unwrap();
-    buf.write(0, &pattern(n, 4)).unwrap();
+    let (d, buf, s, mut out) = pending_copy_out(600 << 10, 4);
     let other = d.alloc_buffer(4096).unwrap(); // no stream work names it
-    let s = d.stream().unwrap();
-    let mut out = vec![0xEEu8; n];
-    // SAFETY: `out` stays valid and untouched until `synchronize` returned; after its error it
-    // must never be written.
-    unsafe { s.copy_to_host_async(&buf, 0, out.as_mut_ptr(), n) }.unwrap();
     s.flush().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200)); // the device finishes before the loss
     let wait = if d.info().timeline_semaphore { Point::WaitSemaphores } else { Point::WaitForFences };
@@ -339,16 +345,9 @@ fn synchronize_after_a_device_loss_cancels_the_copy_outs() {
 /// `synchronize` wrote the reused memory.
 #[test]
 fn synchronize_whose_submission_fails_finishes_the_earlier_copy_outs_first() {
-    init_log();
-    let d = Device::open_default_with(&fopts()).unwrap();
     let n = 64 << 10;
-    let buf = d.alloc_buffer(n).unwrap();
-    buf.write(0, &pattern(n, 4)).unwrap();
+    let (d, buf, s, mut out) = pending_copy_out(n, 4);
     let other = d.alloc_buffer(4096).unwrap();
-    let s = d.stream().unwrap();
-    let mut out = vec![0xEEu8; n];
-    // SAFETY: `out` stays valid and untouched until `synchronize` returned.
-    unsafe { s.copy_to_host_async(&buf, 0, out.as_mut_ptr(), n) }.unwrap();
     s.flush().unwrap(); // batch 1: the copy, submitted; its copy-out queued
     s.fill_async(&other, 0, 4096, 0).unwrap(); // batch 2, open
     inject(Point::QueueSubmit, 0, vk::Result::ERROR_OUT_OF_HOST_MEMORY);
@@ -371,15 +370,8 @@ fn synchronize_whose_submission_fails_finishes_the_earlier_copy_outs_first() {
 /// destination that was never written. Before: `Ok`.
 #[test]
 fn an_event_after_a_drop_that_cancelled_its_copy_outs_is_an_error() {
-    init_log();
-    let d = Device::open_default_with(&fopts()).unwrap();
     let n = 64 << 10;
-    let buf = d.alloc_buffer(n).unwrap();
-    buf.write(0, &pattern(n, 4)).unwrap();
-    let s = d.stream().unwrap();
-    let mut out = vec![0xEEu8; n];
-    // SAFETY: `out` stays valid and untouched until `Event::wait` returned.
-    unsafe { s.copy_to_host_async(&buf, 0, out.as_mut_ptr(), n) }.unwrap();
+    let (d, buf, s, out) = pending_copy_out(n, 4);
     let ev = s.record().unwrap();
     inject(Point::WaitSemaphores, 0, vk::Result::ERROR_OUT_OF_HOST_MEMORY);
     drop(s);
