@@ -563,3 +563,32 @@ fn huge_page_block_falls_back_to_the_driver() {
     assert_eq!(dev.live_objects(), vkhost::LiveObjects::default());
     assert_eq!(dev.validation_errors(), 0, "validation errors: {:?}", dev.last_validation_error());
 }
+
+/// A failed wait cancels the copy-outs of the still-open batch; a later copy enqueued into that
+/// same open batch is not affected: its guard answers `Ok` with its bytes in place. Before, the
+/// cancellation was recorded by batch value, and that copy reported the error although it ran
+/// (found by a review).
+#[test]
+fn a_copy_after_a_cancellation_in_the_same_batch_is_unaffected() {
+    let n = 64 << 10;
+    let (d, buf, s, out1) = pending_copy_out(n, 4);
+    let ev = s.record().unwrap();
+    let mut out2 = vec![0u8; n];
+    // SAFETY: `out2` stays valid and untouched until the stream is synchronized below.
+    unsafe { s.copy_to_host_async(&buf, 0, out2.as_mut_ptr(), n) }.unwrap(); // the open batch
+    inject(Point::WaitSemaphores, 0, vk::Result::ERROR_OUT_OF_HOST_MEMORY);
+    let r = ev.wait();
+    assert!(disarm(), "the event's wait was not made to fail");
+    assert_eq!(r, Err(Error::OutOfHostMemory));
+    let mut out3 = vec![0u8; n];
+    let r3 = s.download(&buf, 0, &mut out3).map(drop);
+    assert_eq!(r3, Ok(()), "a copy after the cancellation, in the same open batch");
+    assert!(out3 == pattern(n, 4), "its bytes are in place");
+    assert_eq!(s.synchronize(), Err(Error::OutOfHostMemory), "synchronize reports the cancelled copy-outs once");
+    assert_eq!(s.synchronize(), Ok(()));
+    assert!(out1 != pattern(n, 4) && out2 != pattern(n, 4), "cancelled copy-outs never ran");
+    drop(s);
+    drop(buf);
+    d.destroy().unwrap();
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
+}

@@ -286,3 +286,65 @@ fn pages_that_cannot_be_touched_are_refused() {
     assert!(matches!(guarded, Err(vkhost::Error::InvalidArgument { .. })), "a range over a guard region: {guarded:?}");
     assert_eq!(entries_of(&d), 0);
 }
+
+/// A forked child's `synchronize`, `Event::wait`, `Event::is_done` and `wait_event` answer at
+/// once without touching the parent's stream state, even while a parent thread held a stream's
+/// lock at the fork (a long pageable enqueue). Before (this session's first fixes), those paths
+/// locked the stream state in the child first and could hang there for ever (found by a review).
+#[test]
+fn a_forked_child_never_waits_on_the_parents_stream_locks() {
+    let d = device().unwrap();
+    let n = 64 << 20;
+    let buf = std::sync::Arc::new(d.alloc_buffer(n).unwrap());
+    let s = std::sync::Arc::new(d.stream().unwrap());
+    let other = d.stream().unwrap();
+    s.fill_async(&buf, 0, 4096, 0).unwrap();
+    let ev = s.record().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (s2, b2, stop2) = (s.clone(), buf.clone(), stop.clone());
+    let busy = std::thread::spawn(move || {
+        let mut out = vec![0u8; n];
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            // SAFETY: `out` stays valid and untouched until the synchronize below returned.
+            unsafe { s2.copy_to_host_async(&b2, 0, out.as_mut_ptr(), n) }.unwrap();
+            s2.synchronize().unwrap();
+        }
+    });
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    for _ in 0..4 {
+        // SAFETY: the child only makes vkhost calls that answer at once in a forked child, then
+        // _exits (no destructors, no atexit handlers).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let ok = s.synchronize() == Err(vkhost::Error::DeviceDestroyed)
+                && ev.wait().is_ok()
+                && ev.is_done() == Ok(true)
+                && other.wait_event(&ev).is_err();
+            // SAFETY: async-signal-safe exit.
+            unsafe { libc::_exit(if ok { 0 } else { 3 }) };
+        }
+        let t = std::time::Instant::now();
+        let mut status = 0;
+        loop {
+            // SAFETY: waiting for our own child.
+            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+                break;
+            }
+            if t.elapsed() > std::time::Duration::from_secs(20) {
+                // SAFETY: our own child.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                panic!("the forked child hung in a stream call");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
+        std::thread::sleep(std::time::Duration::from_millis(30));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    busy.join().unwrap();
+}

@@ -584,7 +584,8 @@ fn on_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<
     let share = &share;
     std::thread::scope(|sc| {
         let mut mine = vec![0];
-        for k in 1..n {
+        // Shares that hold work: with `step` rounded up, fewer than `n` may.
+        for k in 1..items.len().div_ceil(step) {
             if std::thread::Builder::new().name("vkhost-import".into()).spawn_scoped(sc, move || share(k)).is_err() {
                 mine.push(k);
             }

@@ -199,7 +199,9 @@ impl StreamInner {
         // SAFETY: recording into our open command buffer under the stream lock; both buffers are
         // owned by the batch (`own` above) until it is reaped.
         unsafe { b.order(d, &acc) };
-        // The host side's offset of a region (the destination of a d2h copy, else the source).
+        // The host side's offset of a region (the destination of a d2h copy, else the source;
+        // for device-to-device and staging-ring copies the rule below only keeps some
+        // contiguous regions apart, at no cost).
         let host = |r: &vk::BufferCopy| if d2h { r.dst_offset } else { r.src_offset };
         let align = crate::device::submit::HOST_ALIGN;
         match b.merged.as_mut() {

@@ -15,6 +15,8 @@ use ash::vk;
 pub(super) struct Enqueued {
     /// The timeline value that completes it.
     pub(super) value: u64,
+    /// The enqueue call (`State::calls`; 0 for none): its copy-outs, if cancelled, are its own.
+    pub(super) call: u64,
     /// Whether a direct piece lies in a registration (the caller's memory).
     pub(super) registered: bool,
     /// Whether some bytes went through the staging ring.
@@ -42,7 +44,7 @@ impl StreamInner {
         self.check(&st)?;
         if len == 0 {
             // Nothing to guard: value 0 is complete from the start.
-            return Ok(Enqueued { value: 0, registered: false, staged: false, direct: false });
+            return Ok(Enqueued { value: 0, call: 0, registered: false, staged: false, direct: false });
         }
         // Holds every resource a direct piece names until this call has noted all its uses.
         let plan = host::plan(s, addr, len, off as u64);
@@ -59,7 +61,7 @@ impl StreamInner {
         host::record(s, direct, staged);
         // The value that covers this copy: the open batch, or the last submitted one.
         let value = if st.open.is_some() { st.submitted + 1 } else { st.submitted };
-        Ok(Enqueued { value, registered: plan.registered, staged: staged > 0, direct: direct > 0 })
+        Ok(Enqueued { value, call, registered: plan.registered, staged: staged > 0, direct: direct > 0 })
     }
 
     /// Records a planned copy's pieces; returns (direct, staged) bytes.

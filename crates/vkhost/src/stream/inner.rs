@@ -46,11 +46,13 @@ pub(super) struct State {
     /// ran and their values are never signalled. Kept for the stream's life (one entry per
     /// failed submission), so every guard of such a batch can still tell (see [`lost_error`]).
     pub(super) lost: Vec<(u64, Error)>,
-    /// Batches whose pageable d2h copy-outs were dropped undelivered (a failed wait, a lost
-    /// device, a shutdown whose wait failed), by value, with the error: their guards report it
-    /// as for a lost batch (see [`lost_error`]), so no guard answers `Ok` for a destination
-    /// that was never written. One entry per such batch, kept for the stream's life.
-    pub(super) cancelled: Vec<(u64, Error)>,
+    /// Pageable d2h copy-outs dropped undelivered (a failed wait, a lost device, a shutdown
+    /// whose wait failed), as (batch value, enqueue call, error): the call's own guard and the
+    /// events after the batch report the error as for a lost batch (see [`lost_error`]), so no
+    /// guard answers `Ok` for a destination that was never written. Keyed by call too, because
+    /// the open batch may take later copies that are not affected. One entry per such call,
+    /// kept for the stream's life.
+    pub(super) cancelled: Vec<(u64, u64, Error)>,
     /// Lost (or cancelled) batches up to this value were reported by `Stream::synchronize`.
     pub(super) reported: u64,
     pub(super) dead: bool,
@@ -132,35 +134,60 @@ pub(super) fn signalled(st: &State, value: u64) -> u64 {
 /// guard (`own`: the work is in batch `value`) reports its own batch's loss, always; an event
 /// (the end of the stream when recorded) reports the first loss at or before it that
 /// `synchronize` has not reported yet.
-/// Batches whose copy-outs were cancelled count as lost here.
-pub(super) fn lost_error(st: &State, value: u64, own: bool) -> Option<Error> {
+/// Cancelled copy-outs count as lost here: for an event, any at or before it (unreported); for
+/// a copy's own guard, its own call's (`call`, never 0 for a copy with copy-outs).
+pub(super) fn lost_error(st: &State, value: u64, own: bool, call: u64) -> Option<Error> {
     let hit = |u: u64| if own { u == value } else { u <= value && u > st.reported };
-    st.lost.iter().chain(&st.cancelled).filter(|(u, _)| hit(*u)).min_by_key(|(u, _)| *u).map(|(_, e)| e.clone())
+    let lost = st.lost.iter().filter(|(u, _)| hit(*u)).map(|(u, e)| (*u, e));
+    let cancelled = st
+        .cancelled
+        .iter()
+        .filter(|(u, c, _)| if own { call != 0 && *c == call } else { *u <= value && *u > st.reported })
+        .map(|(u, _, e)| (*u, e));
+    lost.chain(cancelled).min_by_key(|(u, _)| *u).map(|(_, e)| e.clone())
 }
 
-/// The first lost (or cancelled) batch `synchronize` has not reported yet; marks every loss so
-/// far reported.
-pub(super) fn take_unreported(st: &mut State) -> Option<Error> {
-    let e = st.lost.iter().chain(&st.cancelled).filter(|(u, _)| *u > st.reported).min_by_key(|(u, _)| *u).map(|(_, e)| e.clone());
-    st.reported = st.submitted;
+/// The first lost (or cancelled) batch at or before `upto` (what `synchronize` waited for) not
+/// reported yet; marks every loss up to it reported.
+pub(super) fn take_unreported(st: &mut State, upto: u64) -> Option<Error> {
+    let lost = st.lost.iter().map(|(u, e)| (*u, e));
+    let cancelled = st.cancelled.iter().map(|(u, _, e)| (*u, e));
+    let e = lost.chain(cancelled).filter(|(u, _)| *u > st.reported && *u <= upto).min_by_key(|(u, _)| *u).map(|(_, e)| e.clone());
+    st.reported = st.reported.max(upto);
     e
+}
+
+/// Records batch `value` as lost with `e` (it never ran): its value is used up (the next batch
+/// signals the one after), its copy-outs are dropped (they would copy stale bytes), and its
+/// ring chunks are free.
+fn lose(st: &mut State, value: u64, e: &Error) {
+    st.submitted = value;
+    st.lost.push((value, e.clone()));
+    st.completions.retain(|c| c.value != value);
+    if let Some(r) = st.ring.as_mut() {
+        for v in r.last.iter_mut() {
+            if *v == value {
+                *v = 0;
+            }
+        }
+    }
 }
 
 /// Drops the queued pageable d2h copy-outs `drop` selects, never to run, and records their
 /// batches as cancelled with `e` (see [`State::cancelled`]); returns how many went.
 pub(super) fn cancel_where(st: &mut State, drop: impl Fn(&super::ring::Completion) -> bool, e: &Error) -> usize {
     let before = st.completions.len();
-    let mut values: Vec<u64> = Vec::new();
+    let mut hit: Vec<(u64, u64)> = Vec::new();
     st.completions.retain(|c| {
         let d = drop(c);
-        if d && !values.contains(&c.value) {
-            values.push(c.value);
+        if d && !hit.contains(&(c.value, c.call)) {
+            hit.push((c.value, c.call));
         }
         !d
     });
-    for v in values {
-        if !st.cancelled.iter().any(|(u, _)| *u == v) {
-            st.cancelled.push((v, e.clone()));
+    for (v, c) in hit {
+        if !st.cancelled.iter().any(|(u, k, _)| (*u, *k) == (v, c)) {
+            st.cancelled.push((v, c, e.clone()));
         }
     }
     before - st.completions.len()
@@ -202,13 +229,17 @@ impl StreamInner {
             }
             d.end_command_buffer(b.cmd)
         };
+        let value = st.submitted + 1;
         if let Err(c) = ended {
             st.free_cmds.push(b.cmd);
             // SAFETY: never submitted: no work names the batch's descriptor sets.
             unsafe { self.recycle_pools(l, st, b.pools) };
-            return Err(s.fail("vkEndCommandBuffer", c));
+            // Lost as a batch whose submission failed (below): else its copy-outs would stay
+            // queued under a value the next batch signals, and copy stale ring bytes out.
+            let e = s.fail("vkEndCommandBuffer", c);
+            lose(st, value, &e);
+            return Err(e);
         }
-        let value = st.submitted + 1;
         let wait_sems: Vec<vk::Semaphore> = st.waits.iter().map(|w| w.0).collect();
         let wait_vals: Vec<u64> = st.waits.iter().map(|w| w.1).collect();
         let stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; wait_sems.len()];
@@ -246,16 +277,7 @@ impl StreamInner {
                 // SAFETY: the submission failed, so its commands never run (a failed
                 // vkQueueSubmit leaves what it names unaffected): nothing uses these sets.
                 unsafe { self.recycle_pools(l, st, b.pools) };
-                st.submitted = value;
-                st.lost.push((value, e.clone()));
-                st.completions.retain(|c| c.value != value);
-                if let Some(r) = st.ring.as_mut() {
-                    for v in r.last.iter_mut() {
-                        if *v == value {
-                            *v = 0;
-                        }
-                    }
-                }
+                lose(st, value, &e);
                 Err(e)
             }
         }
@@ -328,8 +350,8 @@ impl StreamInner {
     }
 
     /// [`lost_error`] under the stream lock.
-    pub(super) fn lost(&self, value: u64, own: bool) -> Option<Error> {
-        lost_error(&relock(&self.state), value, own)
+    pub(super) fn lost(&self, value: u64, own: bool, call: u64) -> Option<Error> {
+        lost_error(&relock(&self.state), value, own, call)
     }
 
     fn wait_value_inner(&self, l: &Live, value: u64) -> Result<()> {
@@ -375,7 +397,10 @@ impl StreamInner {
         let r = self.flush(l, &mut st).and_then(|()| self.wait_sem(l, signalled(&st, st.submitted)));
         match r {
             Ok(()) => {
-                let _ = self.reap(l, &mut st);
+                if let Err(e) = self.reap(l, &mut st) {
+                    // Copy-outs that could not be confirmed are not run, and their guards say so.
+                    cancel_where(&mut st, |_| true, &e);
+                }
             }
             Err(e) => {
                 log::warn!("{}: stream shutdown: {e}; waiting for the queue to go idle", s.id);
@@ -404,7 +429,8 @@ impl StreamInner {
         }
         st.inflight.clear();
         st.free_cmds.clear();
-        st.completions.clear();
+        // Anything still queued (nothing, after a wait that succeeded and a reap) never runs.
+        cancel_where(&mut st, |_| true, &Error::DeviceDestroyed);
         st.wait_on.clear();
         st.waits.clear();
     }

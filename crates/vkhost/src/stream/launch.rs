@@ -328,7 +328,9 @@ impl Stream {
     /// Async, except that a launch with a slice binding ([`Binding::Host`], [`Binding::HostMut`],
     /// any memory), or with a pinned block bound through another import than its own (a
     /// registration of its bytes on this stream's device), completes before the call returns
-    /// (see [`crate::kernel`], **Safe launches and borrowed bytes**). Errors: a binding or push
+    /// (see [`crate::kernel`], **Safe launches and borrowed bytes**). Host bytes this stream
+    /// still has a pageable device-to-host copy-out pending on (queued before they were
+    /// registered) are copied out first: the call may then wait for that earlier work. Errors: a binding or push
     /// size that does not match the kernel, two bindings that overlap with a write, a
     /// zero-length binding, a shared [`Binding::Host`] or [`Binding::pinned`] for a binding the
     /// kernel writes → `InvalidArgument`; a pinned range past its block → `OutOfRange`; a host
@@ -404,7 +406,7 @@ impl Stream {
         if !now {
             return Ok(());
         }
-        let event = Event { inner: self.inner.clone(), value, own: true };
+        let event = Event { inner: self.inner.clone(), value, own: true, call: 0 };
         if let Err(e) = event.wait() {
             if let Ok(l) = self.inner.shared.live_any() {
                 self.inner.queue_idle(&l);

@@ -131,6 +131,9 @@ pub struct Event {
     /// A copy's or a launch's own guard (its work is in batch `value`), not a recorded event:
     /// see `inner::lost_error`.
     own: bool,
+    /// The enqueue call of a copy's own guard (0 for other guards and events): its cancelled
+    /// copy-outs are its own, whatever else shares its batch (`State::cancelled`).
+    call: u64,
 }
 
 impl std::fmt::Debug for Event {
@@ -613,11 +616,11 @@ impl Stream {
         // SAFETY: the caller's contract.
         let e = unsafe { self.inner.host_copy(h2d, addr, len, buf, offset) };
         let e = e.inspect_err(|_| self.drain_after_error())?;
-        self.finish(e.value, wait(&e))
+        self.finish(e.value, e.call, wait(&e))
     }
 
-    fn finish<'a>(&self, value: u64, now: bool) -> Result<Pending<'a>> {
-        let event = Event { inner: self.inner.clone(), value, own: true };
+    fn finish<'a>(&self, value: u64, call: u64, now: bool) -> Result<Pending<'a>> {
+        let event = Event { inner: self.inner.clone(), value, own: true, call };
         if !now {
             return Ok(Pending { event: Some(event), _borrow: PhantomData });
         }
@@ -758,7 +761,7 @@ impl Stream {
         let mut st = relock(&self.inner.state);
         self.inner.check(&st)?;
         self.inner.flush(&l, &mut st)?;
-        Ok(Event { inner: self.inner.clone(), value: st.submitted, own: false })
+        Ok(Event { inner: self.inner.clone(), value: st.submitted, own: false, call: 0 })
     }
 
     /// Makes later work on this stream wait, on the device, for `event` (any stream of the same
@@ -795,7 +798,8 @@ impl Stream {
         if !Arc::ptr_eq(&event.inner.shared, &self.inner.shared) {
             return Err(Error::invalid("event of another device"));
         }
-        if Arc::ptr_eq(&event.inner, &self.inner) || event.value == 0 {
+        if Arc::ptr_eq(&event.inner, &self.inner) || event.value == 0 || self.inner.shared.forked() {
+            // (A forked child: `live` refuses, before any lock of the parent's streams.)
             return self.inner.shared.live().map(drop);
         }
         // Pageable d2h copy-outs of the event's stream up to the event are CPU work that only
@@ -810,7 +814,7 @@ impl Stream {
         // The event's stream lock, released before ours is taken.
         let (target, lost) = {
             let est = relock(&event.inner.state);
-            (signalled(&est, event.value), lost_error(&est, event.value, event.own))
+            (signalled(&est, event.value), lost_error(&est, event.value, event.own, event.call))
         };
         if let Some(e) = lost {
             return Err(e);
@@ -850,6 +854,11 @@ impl Stream {
     /// # Ok(()) }
     /// ```
     pub fn synchronize(&self) -> Result<()> {
+        if self.inner.shared.forked() {
+            // A forked child touches none of the parent's state (a parent thread may have held
+            // this stream's lock at the fork): as every call there.
+            return Err(Error::DeviceDestroyed);
+        }
         let l = match self.inner.shared.live() {
             Ok(l) => l,
             Err(e) => {
@@ -869,7 +878,7 @@ impl Stream {
         // their copy-outs completed (or, if that wait fails, cancelled), so nothing this stream
         // queued writes the caller's memory after this returns.
         let r = self.inner.wait_value(&l, v).and(flushed);
-        match take_unreported(&mut relock(&self.inner.state)) {
+        match take_unreported(&mut relock(&self.inner.state), v) {
             Some(e) => Err(e),
             None => r,
         }
@@ -893,7 +902,9 @@ impl Drop for Stream {
 
 impl Event {
     /// Waits on the host until the work before this event is done, and completes pageable d2h
-    /// copies up to it. After the device or stream is gone, its work is done: `Ok`.
+    /// copies up to it. After the device or stream is gone, its work is done: `Ok`, unless work
+    /// before it was lost or its pageable copy-outs were cancelled (then that error). In a
+    /// forked child: `Ok` at once (nothing of the parent's runs there).
     ///
     /// Work before the event that was lost (its submission failed, so it never ran) is an
     /// error: the first such failure that [`Stream::synchronize`] has not reported yet.
@@ -912,8 +923,12 @@ impl Event {
     /// # Ok(()) }
     /// ```
     pub fn wait(&self) -> Result<()> {
+        if self.inner.shared.forked() {
+            // A forked child touches none of the parent's state: nothing runs there.
+            return Ok(());
+        }
         // A destroyed device did its work (or cancelled its copy-outs: that is the answer).
-        let Ok(l) = self.inner.shared.live_any() else { return self.inner.lost(self.value, self.own).map_or(Ok(()), Err) };
+        let Ok(l) = self.inner.shared.live_any() else { return self.inner.lost(self.value, self.own, self.call).map_or(Ok(()), Err) };
         if self.inner.shared.lost.load(Ordering::Relaxed) {
             // Nothing will complete: cancel the copy-outs this event guards before returning,
             // so the library never writes destinations the caller may now reuse.
@@ -921,7 +936,7 @@ impl Event {
             return Err(Error::DeviceLost);
         }
         let r = self.inner.wait_value(&l, self.value);
-        match self.inner.lost(self.value, self.own) {
+        match self.inner.lost(self.value, self.own, self.call) {
             Some(e) => Err(e),
             None => r,
         }
@@ -945,7 +960,10 @@ impl Event {
     /// # Ok(()) }
     /// ```
     pub fn is_done(&self) -> Result<bool> {
-        let Ok(l) = self.inner.shared.live_any() else { return self.inner.lost(self.value, self.own).map_or(Ok(true), Err) };
+        if self.inner.shared.forked() {
+            return Ok(true);
+        }
+        let Ok(l) = self.inner.shared.live_any() else { return self.inner.lost(self.value, self.own, self.call).map_or(Ok(true), Err) };
         if self.inner.shared.lost.load(Ordering::Relaxed) {
             // As in `wait`: nothing will complete, and nothing is written later.
             self.inner.cancel_completions(self.value, &Error::DeviceLost);
@@ -953,13 +971,13 @@ impl Event {
         }
         let mut st = relock(&self.inner.state);
         if st.dead {
-            return lost_error(&st, self.value, self.own).map_or(Ok(true), Err);
+            return lost_error(&st, self.value, self.own, self.call).map_or(Ok(true), Err);
         }
         if self.value > st.submitted {
             // The work is still in the open batch: submit it, or polling never sees it finish.
             self.inner.flush(&l, &mut st)?;
         }
-        if let Some(e) = lost_error(&st, self.value, self.own) {
+        if let Some(e) = lost_error(&st, self.value, self.own, self.call) {
             return Err(e);
         }
         if self.inner.completed_value(&l)? >= signalled(&st, self.value) {
