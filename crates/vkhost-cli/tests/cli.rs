@@ -580,27 +580,28 @@ fn bad_arguments_are_refused_up_front() {
         a.extend_from_slice(extra);
         vkhost(&a)
     };
-    for extra in [
-        &["--budget=-1"][..],
-        &["--budget", "nan"],
-        &["--budget", "inf"],
-        &["--iters", "0"],
-        &["--bidir-queues", "foo"],
-        &["--sizes", "4KIBIB"],
-        &["--sizes", "4IB"],
-        &["--sizes", "0"],
-        &["--json", "/nonexistent-vkhost-dir/x.json"],
-        &["--plot", "/nonexistent-vkhost-dir/x.svg"],
-        &["--device", "4096"],
+    // Each with what its message must name (so a run failing for another reason, say no
+    // device, cannot pass for a refusal).
+    for (extra, names) in [
+        (&["--budget=-1"][..], "--budget"),
+        (&["--budget", "nan"], "--budget"),
+        (&["--budget", "inf"], "--budget"),
+        (&["--iters", "0"], "--iters"),
+        (&["--bidir-queues", "foo"], "--bidir-queues"),
+        (&["--sizes", "4KIBIB"], "bad size \"4KIBIB\""),
+        (&["--sizes", "4IB"], "bad size \"4IB\""),
+        (&["--sizes", "0"], "bad size \"0\""),
+        (&["--json", "/nonexistent-vkhost-dir/x.json"], "--json /nonexistent-vkhost-dir/x.json"),
+        (&["--plot", "/nonexistent-vkhost-dir/x.svg"], "--plot /nonexistent-vkhost-dir/x.svg"),
+        (&["--device", "4096"], "--device 4096: no such device"),
     ] {
         let o = run(extra);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success() && o.status.code() != Some(101), "{extra:?}: {:?} {err}", o.status);
         assert!(!err.contains("panicked"), "{extra:?}: {err}");
+        assert!(err.contains(names), "{extra:?}: the message names {names:?}: {err}");
         assert!(!String::from_utf8_lossy(&o.stdout).contains("host_to_device_ce "), "{extra:?} measured before refusing");
     }
-    let o = run(&["--json", "/nonexistent-vkhost-dir/x.json"]);
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--json /nonexistent-vkhost-dir/x.json"), "the error names the file");
     let o = vkhost(&["bench", "--devices", "all,0"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("stands alone"), "{}", String::from_utf8_lossy(&o.stderr));
 }

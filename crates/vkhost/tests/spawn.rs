@@ -20,7 +20,11 @@ fn vm_size() -> u64 {
 }
 
 /// Runs `f` with the address space capped `room` bytes above its current size, catching a
-/// panic (the bug) so the cap is always lifted.
+/// panic (the bug) so the cap is always lifted. Before `f`, parked probe threads take every
+/// thread stack the C library has cached from exited threads (and what room is left) until
+/// the system refuses one: then vkhost's threads inside `f` need new stacks, which do not fit.
+/// With less room than one stack (2 MiB), a refusal must have been seen, else the scenario
+/// would test nothing: that fails the test.
 fn capped<R>(room: u64, f: impl FnOnce() -> R) -> std::thread::Result<R> {
     let mut old = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: plain getrlimit/setrlimit on this process.
@@ -28,9 +32,32 @@ fn capped<R>(room: u64, f: impl FnOnce() -> R) -> std::thread::Result<R> {
     let cap = libc::rlimit { rlim_cur: vm_size() + room, rlim_max: old.rlim_max };
     // SAFETY: as above.
     unsafe { libc::setrlimit(libc::RLIMIT_AS, &cap) };
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+    let mut probes = Vec::new();
+    let mut refused = false;
+    for _ in 0..64 {
+        let rx = rx.clone();
+        match std::thread::Builder::new().spawn(move || {
+            let _ = rx.lock().map(|r| r.recv());
+        }) {
+            Ok(h) => probes.push(h),
+            Err(_) => {
+                refused = true;
+                break;
+            }
+        }
+    }
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    for _ in &probes {
+        let _ = tx.send(());
+    }
+    for h in probes {
+        let _ = h.join();
+    }
     // SAFETY: as above (the limit restored).
     unsafe { libc::setrlimit(libc::RLIMIT_AS, &old) };
+    assert!(refused || room >= 2 << 20, "the address-space cap did not make the system refuse a thread: the scenario would test nothing");
     r
 }
 
