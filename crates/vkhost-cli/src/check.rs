@@ -740,7 +740,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let indices: Vec<usize> = if a.all {
         infos.iter().map(|i| i.index).collect()
     } else if let Some(i) = a.device {
-        crate::devices::check_index("--device", i)?;
+        crate::devices::check_index("--device", i, &infos)?;
         vec![i]
     } else {
         let d = Device::open_default_with(&OpenOptions { validation: false, ..OpenOptions::default() })?;

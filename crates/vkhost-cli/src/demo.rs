@@ -45,7 +45,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Demo::Pipeline(p) => {
             let dev = match p.device {
                 Some(i) => {
-                    crate::devices::check_index("--device", i)?;
+                    crate::devices::check_index("--device", i, &vkhost::devices()?)?;
                     Device::open(i)?
                 }
                 None => Device::open_default()?,

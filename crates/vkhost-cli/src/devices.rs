@@ -190,10 +190,9 @@ pub fn run(a: Args) -> anyhow_free::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Refuses a device index no physical device has, saying which ones there are (the library's
-/// `NoDevice` says only that none was found at it).
-pub fn check_index(flag: &str, i: usize) -> anyhow_free::Result<()> {
-    let infos = vkhost::devices()?;
+/// Refuses a device index none of `infos` (`vkhost::devices()`) has, saying which ones there
+/// are (the library's `NoDevice` says only that none was found at it).
+pub fn check_index(flag: &str, i: usize, infos: &[vkhost::DeviceInfo]) -> anyhow_free::Result<()> {
     if infos.iter().any(|d| d.index == i) {
         return Ok(());
     }

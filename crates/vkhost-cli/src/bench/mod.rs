@@ -348,7 +348,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     let started = std::time::SystemTime::now();
     if let Some(i) = a.device {
-        crate::devices::check_index("--device", i)?;
+        crate::devices::check_index("--device", i, &vkhost::devices()?)?;
     }
     let chosen = chosen(&a)?;
     // Before measuring: an output that cannot be written would lose the whole run.
@@ -559,7 +559,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     .collect(),
                 sm: [DirKind::H2d, DirKind::D2h].into_iter().filter(|d| copies.iter().any(|c| c.1 == *d && c.2 && host(c.0))).collect(),
                 small_async: chosen.iter().any(|t| matches!(t.work, Work::SmallAsync { .. })),
-                pci: pci_addr.clone(),
+                pci: pci_addr,
             };
             crate::cuda::run(&plan, &mut notes)
         }

@@ -100,8 +100,9 @@ fn indices(spec: &str) -> Result<Vec<usize>> {
             })
         })
         .collect::<Result<_>>()?;
+    let infos = vkhost::devices()?;
     for &i in &v {
-        crate::devices::check_index("--devices", i)?;
+        crate::devices::check_index("--devices", i, &infos)?;
     }
     Ok(v)
 }

@@ -711,25 +711,31 @@ impl<'a> Binding<'a> {
         }
     }
 
+    /// Where the range starts: a device buffer and the offset in it, or (`None`) a host
+    /// address.
+    fn start(&self) -> (Option<ash::vk::Buffer>, usize) {
+        match self {
+            Binding::Device(buf, off, _) => (Some(buf.raw()), *off),
+            Binding::Host(s) => (None, s.as_ptr() as usize),
+            Binding::HostMut(s) => (None, s.as_ptr() as usize),
+            Binding::Pinned(r) => (None, r.addr()),
+            Binding::Raw(h) => (None, h.addr),
+        }
+    }
+
     /// The host address of its first byte; `None` for a device buffer.
     pub(crate) fn host_addr(&self) -> Option<usize> {
-        match self {
-            Binding::Device(..) => None,
-            Binding::Host(s) => Some(s.as_ptr() as usize),
-            Binding::HostMut(s) => Some(s.as_ptr() as usize),
-            Binding::Pinned(r) => Some(r.addr()),
-            Binding::Raw(h) => Some(h.addr),
+        match self.start() {
+            (None, a) => Some(a),
+            (Some(_), _) => None,
         }
     }
 
     /// Whether two bindings name a common byte (of one device buffer, or of host memory).
     pub(crate) fn overlaps(&self, o: &Binding<'_>) -> bool {
-        let span = |b: &Binding<'_>| match b {
-            Binding::Device(buf, off, len) => (Some(buf.raw()), *off, off + len),
-            Binding::Host(s) => (None, s.as_ptr() as usize, s.as_ptr() as usize + s.len()),
-            Binding::HostMut(s) => (None, s.as_ptr() as usize, s.as_ptr() as usize + s.len()),
-            Binding::Pinned(r) => (None, r.addr(), r.addr().saturating_add(r.len)),
-            Binding::Raw(h) => (None, h.addr, h.addr.saturating_add(h.len)),
+        let span = |b: &Binding<'_>| {
+            let (k, a) = b.start();
+            (k, a, a.saturating_add(b.len()))
         };
         let ((k1, s1, e1), (k2, s2, e2)) = (span(self), span(o));
         k1 == k2 && s1 < e2 && s2 < e1
@@ -738,13 +744,6 @@ impl<'a> Binding<'a> {
     /// The range's start modulo 16 as the device sees it: device offsets, and host addresses
     /// (imports start on a page, pinned blocks on minMemoryMapAlignment ≥ 64 bytes).
     pub(crate) fn phase(&self) -> usize {
-        let a = match self {
-            Binding::Device(_, off, _) => *off,
-            Binding::Host(s) => s.as_ptr() as usize,
-            Binding::HostMut(s) => s.as_ptr() as usize,
-            Binding::Pinned(r) => r.addr(),
-            Binding::Raw(h) => h.addr,
-        };
-        a % 16
+        self.start().1 % 16
     }
 }

@@ -520,24 +520,28 @@ impl Stream {
         }
         let mut src = pieces(&self.inner.shared, src, piece_bytes(&self.inner.shared));
         let sum = builtin::checksum()?;
-        let push = |first: usize, n: usize| words(&[n as u32, first as u32]);
+        // Each piece's workgroups and push constants (its word count, and its first word's
+        // index in the whole range).
+        let mut first = 0usize;
+        let args: Vec<([u32; 3], Vec<u8>)> = src
+            .iter()
+            .map(|s| {
+                let n = s.len() / 4;
+                first += n;
+                (groups_for(n, 256), words(&[n as u32, (first - n) as u32]))
+            })
+            .collect();
         // Every checksum launch is checked before the zero fill writes `out`: a call refused
         // for any piece (an overlap with `out`, bytes nothing covers, ...) changes nothing.
-        let mut first = 0usize;
-        for s in &mut src {
-            let n = s.len() / 4;
-            self.inner.check_launch(sum, groups_for(n, 256), &[s.reborrow(), out.reborrow()], &push(first, n))?;
-            first += n;
+        for (s, (groups, push)) in src.iter_mut().zip(&args) {
+            self.inner.check_launch(sum, *groups, &[s.reborrow(), out.reborrow()], push)?;
         }
         let zero = words(&[2, 0]);
         let (zv, znow) = self.launch_settled(builtin::fill()?, [1, 1, 1], std::slice::from_mut(&mut out), &zero)?;
-        let mut first = 0usize;
         let r = (|| {
-            for s in src {
-                let n = s.len() / 4;
+            for (s, (groups, push)) in src.into_iter().zip(&args) {
                 // `out` is bound again for each piece: the next launch reborrows it.
-                self.launch(sum, groups_for(n, 256), &[s, out.reborrow()], &push(first, n))?;
-                first += n;
+                self.launch(sum, *groups, &[s, out.reborrow()], push)?;
             }
             Ok(())
         })();

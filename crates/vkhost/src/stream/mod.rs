@@ -923,18 +923,10 @@ impl Event {
     /// # Ok(()) }
     /// ```
     pub fn wait(&self) -> Result<()> {
-        if self.inner.shared.forked() {
-            // A forked child touches none of the parent's state: nothing runs there.
-            return Ok(());
-        }
-        // A destroyed device did its work (or cancelled its copy-outs: that is the answer).
-        let Ok(l) = self.inner.shared.live_any() else { return self.inner.lost(self.value, self.own, self.call).map_or(Ok(()), Err) };
-        if self.inner.shared.lost.load(Ordering::Relaxed) {
-            // Nothing will complete: cancel the copy-outs this event guards before returning,
-            // so the library never writes destinations the caller may now reuse.
-            self.inner.cancel_completions(self.value, &Error::DeviceLost);
-            return Err(Error::DeviceLost);
-        }
+        let l = match self.live_or_answer() {
+            Ok(l) => l,
+            Err(answer) => return answer,
+        };
         let r = self.inner.wait_value(&l, self.value);
         match self.inner.lost(self.value, self.own, self.call) {
             Some(e) => Err(e),
@@ -960,15 +952,10 @@ impl Event {
     /// # Ok(()) }
     /// ```
     pub fn is_done(&self) -> Result<bool> {
-        if self.inner.shared.forked() {
-            return Ok(true);
-        }
-        let Ok(l) = self.inner.shared.live_any() else { return self.inner.lost(self.value, self.own, self.call).map_or(Ok(true), Err) };
-        if self.inner.shared.lost.load(Ordering::Relaxed) {
-            // As in `wait`: nothing will complete, and nothing is written later.
-            self.inner.cancel_completions(self.value, &Error::DeviceLost);
-            return Err(Error::DeviceLost);
-        }
+        let l = match self.live_or_answer() {
+            Ok(l) => l,
+            Err(answer) => return answer.map(|()| true),
+        };
         let mut st = relock(&self.inner.state);
         if st.dead {
             return lost_error(&st, self.value, self.own, self.call).map_or(Ok(true), Err);
@@ -985,6 +972,26 @@ impl Event {
             return Ok(true);
         }
         Ok(false)
+    }
+}
+
+impl Event {
+    /// The device's lock, or, where the event's work can no longer be waited for on the
+    /// device, the answer of [`Event::wait`] (and, as done, of [`Event::is_done`]): in a forked
+    /// child `Ok` at once, touching none of the parent's state (nothing of it runs there); after
+    /// the device was destroyed, the loss or cancellation of work before the event if any, else
+    /// `Ok` (its work is done); on a lost device `DeviceLost`, after cancelling the copy-outs
+    /// the event guards, so the library never writes destinations the caller may now reuse.
+    fn live_or_answer(&self) -> std::result::Result<crate::device::LiveRef<'_>, Result<()>> {
+        if self.inner.shared.forked() {
+            return Err(Ok(()));
+        }
+        let Ok(l) = self.inner.shared.live_any() else { return Err(self.inner.lost(self.value, self.own, self.call).map_or(Ok(()), Err)) };
+        if self.inner.shared.lost.load(Ordering::Relaxed) {
+            self.inner.cancel_completions(self.value, &Error::DeviceLost);
+            return Err(Err(Error::DeviceLost));
+        }
+        Ok(l)
     }
 }
 
