@@ -342,56 +342,51 @@ fn a_direct_h2d_after_registering_reads_the_earlier_staged_d2h() {
     assert!(out == pattern(n, 1), "the h2d read X before the d2h's copy-out");
 }
 
-/// Across streams: A's pageable d2h into X, an event of A waited by B on the device, then B's
-/// pageable h2d from X (staged: memcpy at enqueue) must see A's bytes.
-#[test]
-fn wait_event_orders_after_the_other_streams_copy_outs_for_reads() {
+/// Across streams: stream A's pageable d2h of `pattern(n, 0x40)` into X (its copy-out waits for
+/// A's reap), A's event waited by stream B on the device, then `b_op` on B with X and a device
+/// buffer C holding `pattern(n, 0x50)`; both streams synchronized, B first. Returns X and C.
+fn copy_out_on_a_then_b(b_op: impl FnOnce(&vkhost::Stream, *mut u8, &vkhost::DeviceBuffer)) -> (Vec<u8>, Vec<u8>) {
     let d = device().unwrap();
     let n = 8192;
     let sa = d.stream().unwrap();
     let sb = d.stream().unwrap();
     let a = d.alloc_buffer(n).unwrap();
     let c = d.alloc_buffer(n).unwrap();
-    a.write(0, &pattern(n, 3)).unwrap();
-    c.write(0, &vec![0u8; n]).unwrap();
+    a.write(0, &pattern(n, 0x40)).unwrap();
+    c.write(0, &pattern(n, 0x50)).unwrap();
     let mut x = vec![0u8; n];
-    // SAFETY: x lives until both streams synchronized.
-    unsafe {
-        sa.copy_to_host_async(&a, 0, x.as_mut_ptr(), n).unwrap();
-        let e = sa.record().unwrap();
-        sb.wait_event(&e).unwrap();
-        sb.copy_to_device_async(x.as_ptr(), n, &c, 0).unwrap();
-    }
+    // SAFETY: x lives until both streams synchronized (`b_op` names it the same way).
+    unsafe { sa.copy_to_host_async(&a, 0, x.as_mut_ptr(), n) }.unwrap();
+    let e = sa.record().unwrap();
+    sb.wait_event(&e).unwrap();
+    b_op(&sb, x.as_mut_ptr(), &c);
     sb.synchronize().unwrap();
     sa.synchronize().unwrap();
     let mut out = vec![0u8; n];
     c.read(0, &mut out).unwrap();
-    assert!(out == pattern(n, 3), "B's h2d (after wait_event) read X before A's copy-out");
+    (x, out)
 }
 
-/// Across streams, write side: A's pageable d2h into X, B waits for A's event, B's pageable d2h
-/// into X. B's write is ordered after A's: X must end as B's bytes (whatever the host syncs).
+/// B's pageable h2d from X (staged: memcpy at enqueue) after waiting for A's event sees A's
+/// bytes.
+#[test]
+fn wait_event_orders_after_the_other_streams_copy_outs_for_reads() {
+    let (_, c) = copy_out_on_a_then_b(|sb, x, c| {
+        // SAFETY: x is readable for its 8192 bytes until the streams synchronized.
+        unsafe { sb.copy_to_device_async(x, 8192, c, 0) }.unwrap();
+    });
+    assert!(c == pattern(8192, 0x40), "B's h2d (after wait_event) read X before A's copy-out");
+}
+
+/// Write side: B's pageable d2h into X after waiting for A's event is ordered after A's: X must
+/// end as B's bytes (whatever the host syncs).
 #[test]
 fn wait_event_orders_after_the_other_streams_copy_outs_for_writes() {
-    let d = device().unwrap();
-    let n = 8192;
-    let sa = d.stream().unwrap();
-    let sb = d.stream().unwrap();
-    let a = d.alloc_buffer(n).unwrap();
-    let b = d.alloc_buffer(n).unwrap();
-    a.write(0, &pattern(n, 0x40)).unwrap();
-    b.write(0, &pattern(n, 0x50)).unwrap();
-    let mut x = vec![0u8; n];
-    // SAFETY: x lives until both streams synchronized.
-    unsafe {
-        sa.copy_to_host_async(&a, 0, x.as_mut_ptr(), n).unwrap();
-        let e = sa.record().unwrap();
-        sb.wait_event(&e).unwrap();
-        sb.copy_to_host_async(&b, 0, x.as_mut_ptr(), n).unwrap();
-    }
-    sb.synchronize().unwrap();
-    sa.synchronize().unwrap();
-    assert!(x == pattern(n, 0x50), "X ends with A's bytes: {}", x == pattern(n, 0x40));
+    let (x, _) = copy_out_on_a_then_b(|sb, x, c| {
+        // SAFETY: x is writable for its 8192 bytes until the streams synchronized.
+        unsafe { sb.copy_to_host_async(c, 0, x, 8192) }.unwrap();
+    });
+    assert!(x == pattern(8192, 0x50), "X ends with A's bytes: {}", x == pattern(8192, 0x40));
 }
 
 /// Same for a launch: a pageable d2h into X, X registered, then a kernel on the same stream
