@@ -787,3 +787,70 @@ fn a_pipeline_evicted_while_its_launch_runs_stays_until_it_completes(d: &Device)
     let got = words_of(&g, 20, 64);
     assert!(got.iter().enumerate().all(|(i, &w)| w == spin_cpu(i as u32, 10)));
 }
+
+/// The built-ins are safe kernels: launched directly (`Stream::launch`), their push constants
+/// are checked against their bindings. Each launch here made the kernel touch bytes outside its
+/// bindings (bytes a live `&[u8]` held, or another range of the buffer) or count twice before
+/// the checks: a word count past the binding, a binding off the kernel's unit, workgroups in y.
+#[test]
+fn builtins_launched_directly_stay_inside_their_bindings() {
+    use vkhost::kernel::builtin;
+    let d = device().unwrap();
+    let s = d.stream_on(QueueKind::Compute).unwrap();
+    let invalid = |r: vkhost::Result<()>, what: &str| assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{what}: {r:?}");
+    let mut block = PinnedBuffer::new(&d, 4096).unwrap();
+    block.fill(0);
+    {
+        let (a, b) = block.split_at_mut(64);
+        let b: &[u8] = b;
+        // 64 bytes bound, 1024 words named.
+        invalid(
+            s.launch(builtin::fill().unwrap(), [1, 1, 1], &[Binding::HostMut(a)], &push(&[1024, 0xAAAA_AAAA])),
+            "fill past its binding",
+        );
+        s.synchronize().unwrap();
+        assert!(b.iter().all(|&x| x == 0), "bytes past the binding");
+    }
+    {
+        let (a, b) = block.split_at_mut(2);
+        let a: &[u8] = a;
+        invalid(
+            s.launch(builtin::fill().unwrap(), [1, 1, 1], &[Binding::HostMut(&mut b[..8])], &push(&[2, 0xBBBB_BBBB])),
+            "fill off a word",
+        );
+        s.synchronize().unwrap();
+        assert_eq!(a, [0, 0], "bytes before the binding");
+    }
+    let src = d.alloc_buffer(256).unwrap();
+    src.write(0, &[7u8; 256]).unwrap();
+    let dst = d.alloc_buffer(256).unwrap();
+    dst.write(0, &[0u8; 256]).unwrap();
+    let copy4 = builtin::copy_vec4().unwrap();
+    invalid(s.launch(copy4, [1, 1, 1], &[Binding::Device(&src, 0, 16), Binding::Device(&dst, 4, 16)], &push(&[1])), "copy4 off 16 bytes");
+    invalid(
+        s.launch(copy4, [1, 1, 1], &[Binding::Device(&src, 0, 16), Binding::Device(&dst, 0, 16)], &push(&[2])),
+        "copy4 past its binding",
+    );
+    let pat = pattern(4096, 9);
+    let data = d.alloc_buffer(4096).unwrap();
+    data.write(0, &pat).unwrap();
+    let out = d.alloc_buffer(8).unwrap();
+    out.write(0, &[0; 8]).unwrap();
+    let sum = builtin::checksum().unwrap();
+    let binds = [Binding::Device(&data, 0, 4096), Binding::Device(&out, 0, 8)];
+    invalid(s.launch(sum, [1, 2, 1], &binds, &push(&[1024, 0])), "checksum with workgroups in y");
+    invalid(
+        s.launch(sum, [1, 1, 1], &[Binding::Device(&data, 0, 4096), Binding::Device(&out, 0, 4)], &push(&[1024, 0])),
+        "a 4-byte result",
+    );
+    // In bounds, on the units: as before.
+    s.launch(copy4, [1, 1, 1], &[Binding::Device(&src, 0, 16), Binding::Device(&dst, 16, 16)], &push(&[1])).unwrap();
+    s.launch(sum, [1, 1, 1], &binds, &push(&[1024, 0])).unwrap();
+    s.synchronize().unwrap();
+    let mut back = [0u8; 256];
+    dst.read(0, &mut back).unwrap();
+    assert!(back[..16].iter().all(|&x| x == 0) && back[16..32].iter().all(|&x| x == 7) && back[32..].iter().all(|&x| x == 0));
+    let mut v = [0u8; 8];
+    out.read(0, &mut v).unwrap();
+    assert_eq!(u64::from_le_bytes(v), checksum_cpu(&pat));
+}

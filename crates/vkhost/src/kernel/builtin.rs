@@ -3,7 +3,11 @@
 //! them through [`Stream::fill_u32`](crate::Stream::fill_u32),
 //! [`Stream::copy_sm`](crate::Stream::copy_sm) and [`Stream::checksum`](crate::Stream::checksum),
 //! which check offsets and lengths (multiples of 4 bytes, else `InvalidArgument`), or launch
-//! them yourself with the push constants each file documents.
+//! them yourself with the push constants each file documents. A direct launch is checked too,
+//! since the kernels trust their push constants: each binding must start on the kernel's unit
+//! (4 bytes, 16 for `copy_vec4`) and hold the elements the push constants name (the checksum's
+//! result 8 bytes), and the workgroups must be `[n, 1, 1]` with `n < 2^24` (the kernels loop
+//! over x); anything else is `InvalidArgument` and nothing is recorded.
 //!
 //! ## The checksum
 //!
@@ -47,17 +51,56 @@ pub(crate) const WORKGROUP: u32 = 256;
 /// A built-in from its words. They are naga's validated output, built into the crate, so the
 /// checks in `build` (magic, decorations) pass for them; were one to fail (a broken build),
 /// every use of that kernel answers the typed error instead of panicking.
-fn make(name: &str, words: &[u32], params: &[Param], push: usize) -> Result<Kernel> {
-    Kernel::build(name, words, "main", params, push)
+fn make(name: &str, words: &[u32], params: &[Param], push: usize, check: super::ArgCheck) -> Result<Kernel> {
+    Kernel::build(name, words, "main", params, push, Some(check))
         .map_err(|e| crate::Error::unsupported(format!("the built-in kernel `{name}` failed its own checks: {e}")))
 }
 
 type Builtin = LazyLock<Result<Kernel>>;
 
-static FILL: Builtin = LazyLock::new(|| make("fill", spv::FILL, &[Param::ReadWrite], 8));
-static COPY: Builtin = LazyLock::new(|| make("copy", spv::COPY, &[Param::ReadOnly, Param::ReadWrite], 4));
-static COPY4: Builtin = LazyLock::new(|| make("copy4", spv::COPY4, &[Param::ReadOnly, Param::ReadWrite], 4));
-static CHECKSUM: Builtin = LazyLock::new(|| make("checksum", spv::CHECKSUM, &[Param::ReadOnly, Param::ReadWrite], 8));
+static FILL: Builtin = LazyLock::new(|| make("fill", spv::FILL, &[Param::ReadWrite], 8, check_fill));
+static COPY: Builtin = LazyLock::new(|| make("copy", spv::COPY, &[Param::ReadOnly, Param::ReadWrite], 4, check_copy));
+static COPY4: Builtin = LazyLock::new(|| make("copy4", spv::COPY4, &[Param::ReadOnly, Param::ReadWrite], 4, check_copy4));
+static CHECKSUM: Builtin = LazyLock::new(|| make("checksum", spv::CHECKSUM, &[Param::ReadOnly, Param::ReadWrite], 8, check_checksum));
+
+/// The u32 at word `i` of a built-in's own push constants (their sizes are checked first).
+fn push_word(pc: &[u8], i: usize) -> u64 {
+    let w = pc.get(4 * i..4 * i + 4).and_then(|b| <[u8; 4]>::try_from(b).ok()).unwrap_or([0; 4]);
+    u64::from(u32::from_ne_bytes(w))
+}
+
+/// A built-in's binding must start on `unit` bytes (the kernel indexes from `delta / unit`) and
+/// hold `bytes` bytes from there.
+fn check_binding(what: &str, (delta, len): (u32, u64), unit: u32, bytes: u64) -> Result<()> {
+    if delta % unit != 0 {
+        return Err(crate::Error::invalid(format!("{what}: the binding must start on a multiple of {unit} bytes")));
+    }
+    if bytes > len {
+        return Err(crate::Error::invalid(format!("{what}: the push constants name {bytes} bytes, the binding has {len}")));
+    }
+    Ok(())
+}
+
+fn check_fill(b: &[(u32, u64)], pc: &[u8]) -> Result<()> {
+    check_binding("fill", b[0], 4, 4 * push_word(pc, 0))
+}
+
+fn check_copy(b: &[(u32, u64)], pc: &[u8]) -> Result<()> {
+    let n = 4 * push_word(pc, 0);
+    check_binding("copy source", b[0], 4, n)?;
+    check_binding("copy destination", b[1], 4, n)
+}
+
+fn check_copy4(b: &[(u32, u64)], pc: &[u8]) -> Result<()> {
+    let n = 16 * push_word(pc, 0);
+    check_binding("copy4 source", b[0], 16, n)?;
+    check_binding("copy4 destination", b[1], 16, n)
+}
+
+fn check_checksum(b: &[(u32, u64)], pc: &[u8]) -> Result<()> {
+    check_binding("checksum source", b[0], 4, 4 * push_word(pc, 0))?;
+    check_binding("checksum result", b[1], 4, 8)
+}
 
 fn get(k: &'static Builtin) -> Result<&'static Kernel> {
     k.as_ref().map_err(Clone::clone)
@@ -229,7 +272,7 @@ mod tests {
     /// A built-in whose words fail the checks is a typed error, not a panic.
     #[test]
     fn a_builtin_failing_its_checks_is_an_error() {
-        let e = make("broken", &[0xdead_beef; 8], &[Param::ReadWrite], 8).unwrap_err();
+        let e = make("broken", &[0xdead_beef; 8], &[Param::ReadWrite], 8, check_fill).unwrap_err();
         assert!(matches!(e, crate::Error::Unsupported { ref reason } if reason.contains("broken")), "{e:?}");
     }
 }

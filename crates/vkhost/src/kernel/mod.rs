@@ -223,12 +223,20 @@ pub struct Kernel {
     pub(crate) inner: Arc<KernelDef>,
 }
 
+/// A built-in's check of a launch's own push constants against its bindings, each given as
+/// `(delta, len)`: the binding's byte offset from its bound range's start and its length.
+pub(crate) type ArgCheck = fn(&[(u32, u64)], &[u8]) -> Result<()>;
+
 pub(crate) struct KernelDef {
     pub(crate) name: String,
     pub(crate) params: Vec<Param>,
     /// Bytes of the kernel's own push constants (after the deltas).
     pub(crate) push_bytes: usize,
     pub(crate) desc: PipelineDesc,
+    /// For built-ins (safe kernels whose push constants name element counts): checks a launch's
+    /// own push constants against each binding's `(delta, len)`, so that a safe launch cannot
+    /// make the kernel touch bytes outside its bindings.
+    pub(crate) check: Option<ArgCheck>,
 }
 
 impl std::fmt::Debug for Kernel {
@@ -298,10 +306,17 @@ impl Kernel {
     /// # Ok(()) }
     /// ```
     pub unsafe fn from_spirv(words: &[u32], entry: &str, params: &[Param], push_constant_bytes: usize) -> Result<Kernel> {
-        Self::build(entry, words, entry, params, push_constant_bytes)
+        Self::build(entry, words, entry, params, push_constant_bytes, None)
     }
 
-    pub(crate) fn build(name: &str, words: &[u32], entry: &str, params: &[Param], push_bytes: usize) -> Result<Kernel> {
+    pub(crate) fn build(
+        name: &str,
+        words: &[u32],
+        entry: &str,
+        params: &[Param],
+        push_bytes: usize,
+        check: Option<ArgCheck>,
+    ) -> Result<Kernel> {
         if words.len() < 5 || words[0] != SPIRV_MAGIC {
             return Err(Error::invalid("kernel: not SPIR-V (missing magic number 0x07230203)"));
         }
@@ -319,7 +334,7 @@ impl Kernel {
         let mut h = std::hash::DefaultHasher::new();
         (words, entry, bindings, total).hash(&mut h);
         let desc = PipelineDesc { words: words.into(), entry: entry_c, bindings, push_bytes: total, hash: h.finish() };
-        Ok(Kernel { inner: Arc::new(KernelDef { name: name.to_string(), params: params.to_vec(), push_bytes, desc }) })
+        Ok(Kernel { inner: Arc::new(KernelDef { name: name.to_string(), params: params.to_vec(), push_bytes, desc, check }) })
     }
 
     /// The declared bindings.

@@ -20,6 +20,8 @@ struct Bound {
     offset: u64,
     range: u64,
     delta: u32,
+    /// The binding's length in bytes (from the delta).
+    len: u64,
     /// The bytes the binding names, and the bound range (what conflict tracking uses: the
     /// validation layer sees the whole bound range as accessed).
     exact: Access,
@@ -92,7 +94,7 @@ fn resolve(s: &Shared, b: &Binding<'_>, write: bool) -> Result<Bound> {
         Some(a) => (Access::host(a, len as u64, write), Access::host(a - delta as usize, range, write)),
         None => (Access::buf(buffer, base, len as u64, write), Access::buf(buffer, offset, range, write)),
     };
-    Ok(Bound { buffer, offset, range, delta: delta as u32, exact, bound, res, _held: held, host: addr.is_some(), wait })
+    Ok(Bound { buffer, offset, range, delta: delta as u32, len: len as u64, exact, bound, res, _held: held, host: addr.is_some(), wait })
 }
 
 /// The checks of a launch's arguments that need no lock: binding and push-constant counts,
@@ -131,6 +133,17 @@ fn resolve_all(s: &Shared, k: &Kernel, bindings: &[Binding<'_>]) -> Result<Vec<B
     Ok(bound)
 }
 
+/// A built-in's own push constants checked against its bindings (see `KernelDef::check`).
+/// Built-ins use a one-dimensional grid-stride loop: workgroups in y or z would repeat it (the
+/// checksum counted twice), and more than 2^32 invocations in x would wrap its stride.
+fn check_builtin(k: &Kernel, groups: [u32; 3], bound: &[Bound], pc: &[u8]) -> Result<()> {
+    let Some(f) = k.inner.check else { return Ok(()) };
+    if groups[1] != 1 || groups[2] != 1 || u64::from(groups[0]) * u64::from(builtin::WORKGROUP) > u64::from(u32::MAX) {
+        return Err(Error::invalid(format!("built-in kernel {}: workgroups {groups:?}; use [n, 1, 1], n < 2^24", k.inner.name)));
+    }
+    f(&bound.iter().map(|b| (b.delta, b.len)).collect::<Vec<_>>(), pc)
+}
+
 impl StreamInner {
     /// Checks a launch as [`StreamInner::launch`] would, recording nothing: its arguments, the
     /// stream, and every binding (resolved, then let go). What a later launch then finds can
@@ -140,7 +153,8 @@ impl StreamInner {
         check_args(s, k, groups, bindings, pc)?;
         let _l = s.live()?;
         self.check(&relock(&self.state))?;
-        resolve_all(s, k, bindings).map(drop)
+        let bound = resolve_all(s, k, bindings)?;
+        check_builtin(k, groups, &bound, pc)
     }
 
     /// Records a launch (see [`Stream::launch`]); returns the value that completes it and
@@ -170,6 +184,7 @@ impl StreamInner {
         let mut st = relock(&self.state);
         self.check(&st)?;
         let bound = resolve_all(s, k, bindings)?;
+        check_builtin(k, groups, &bound, pc)?;
         // Stream order for host bytes: an earlier pageable d2h of this stream into bytes a
         // binding names (queued before they were registered) lands before the kernel runs.
         for b in bindings {
