@@ -15,13 +15,13 @@ for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]:
         print(m["executable"])' | while read -r f; do cp "$f" ".h200/tests/$(basename "$f" | sed "s/-[0-9a-f]*$//")"; done
-# The fault-injection sweep is a separate build (feature `fault-injection`).
-f=$(cargo test --release -p vkhost --features fault-injection --test fault --no-run --message-format=json 2>/dev/null \
+# The fault-injection sweep and the unwind tests are a separate build (feature `fault-injection`).
+cargo test --release -p vkhost --features fault-injection --test fault --test unwind --no-run --message-format=json 2>/dev/null \
   | python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m.get("executable"): print(m["executable"])' | tail -1)
-[ -n "$f" ] && cp "$f" .h200/tests/fault
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]:
+        print(m["executable"])' | while read -r f; do cp "$f" ".h200/tests/$(basename "$f" | sed "s/-[0-9a-f]*$//")"; done
 cp target/release/vkhost .h200/vkhost
 # The minimal program the bench is checked against (docs/PERFORMANCE.md).
 ex="plain_copy bar_cost big_register register_cost pinned_small queue_latency split_copy assist_rounds sync_bidir alloc_cost"

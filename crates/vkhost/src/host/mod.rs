@@ -537,18 +537,23 @@ fn import_pieces(
         (0..covered.len().div_ceil(part)).map(|i| covered.start + i * part..(covered.start + (i + 1) * part).min(covered.end)).collect();
     // Several pieces import on several threads: each import pins its pages, and pinning is the
     // cost (about 2.4 ms per 64 MiB on the H200).
-    let results = on_threads(&ranges, |r| import::import_range(s, l, r, want));
+    // Each import is owned (a `Resource`, whose drop releases it) as soon as it exists, on the
+    // thread that made it: a panic unwinding out of another piece's import (a user's logger,
+    // a helper thread) drops the pieces already made instead of leaking their objects.
+    let results = on_threads(&ranges, |r| {
+        import::import_range(s, l, r, want).map(|b| {
+            let mut obj = BufferObj::new(s, b, r.len() as u64);
+            if let Some(k) = &backing {
+                obj = obj.with_backing(k.clone());
+            }
+            Resource::new(s, obj)
+        })
+    });
     let mut parts: Vec<Arc<Resource>> = Vec::with_capacity(ranges.len());
     let mut failed = None;
-    for (r, b) in ranges.iter().zip(results) {
+    for b in results {
         match b {
-            Ok(b) => {
-                let mut obj = BufferObj::new(s, b, r.len() as u64);
-                if let Some(k) = &backing {
-                    obj = obj.with_backing(k.clone());
-                }
-                parts.push(Resource::new(s, obj));
-            }
+            Ok(res) => parts.push(res),
             Err(e) => failed = failed.or(Some(e)),
         }
     }

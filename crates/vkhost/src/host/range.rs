@@ -112,27 +112,34 @@ impl<'a> HostRange<'a> {
             return Err(Error::invalid("zero-length registration"));
         }
         let addr = ptr.as_ptr() as usize;
-        let mut done: Vec<Device> = Vec::with_capacity(devices.len());
+        /// The registrations made so far, undone however `register` ends short of a
+        /// `HostRange`: an error on a later device, or a panic unwinding through it (a user's
+        /// logger, a helper thread). Else a panic would leave guard-owned entries of a slice
+        /// whose borrow ended, which no one could unregister.
+        struct Undo {
+            addr: usize,
+            done: Vec<Device>,
+        }
+        impl Drop for Undo {
+            fn drop(&mut self) {
+                for d in &self.done {
+                    if let Err(u) = super::release_entry(d, self.addr, Kind::Registered, true) {
+                        log::error!("HostRange: undoing the registration on {}: {u}", d.id());
+                    }
+                }
+            }
+        }
+        let mut undo = Undo { addr, done: Vec::with_capacity(devices.len()) };
         let mut owners = Vec::with_capacity(devices.len());
         for d in devices {
             // SAFETY: the slice is borrowed mutably for 'a, so its pages stay mapped, writable
             // and untouched by anyone else until this HostRange (which unregisters everywhere
             // on drop) ends.
-            match unsafe { super::register_entry(d, addr, buf.len(), true) } {
-                Ok(o) => {
-                    done.push((*d).clone());
-                    owners.push(o);
-                }
-                Err(e) => {
-                    for d in &done {
-                        if let Err(u) = super::release_entry(d, addr, Kind::Registered, true) {
-                            log::error!("HostRange: undoing the registration on {}: {u}", d.id());
-                        }
-                    }
-                    return Err(e);
-                }
-            }
+            let o = unsafe { super::register_entry(d, addr, buf.len(), true) }?;
+            undo.done.push((*d).clone());
+            owners.push(o);
         }
+        let done = std::mem::take(&mut undo.done);
         Ok(HostRange { devices: done, owners, ptr: SendPtr(ptr), len: buf.len(), _borrow: PhantomData })
     }
 
