@@ -15,6 +15,8 @@ vkCmdCopyBuffer, no staging); everything else is staged.
 
 from __future__ import annotations
 
+import math
+import operator
 import threading
 import time
 import weakref
@@ -101,6 +103,21 @@ def _check(status: int) -> None:
 def library_path() -> str:
     """The path of the loaded libvkhost_capi.so."""
     return str(_ffi.find_library())
+
+
+_U64 = 1 << 64
+
+
+def _size(v: Any, what: str) -> int:
+    """A size, offset or index for a size_t argument: ctypes would reduce anything outside
+    [0, 2^64) modulo 2^64 without a word (2^64 + 16 bytes would allocate 16)."""
+    try:
+        n = operator.index(v)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, not {type(v).__name__}") from None
+    if not 0 <= n < _U64:
+        raise OutOfRangeError(f"{what} = {n}: out of range [0, 2^64)", 10)
+    return n
 
 
 def _plain(dt: np.dtype[Any], what: str) -> None:
@@ -261,6 +278,9 @@ class Device:
     ) -> None:
         self._hd = _NO_HANDLE
         self._pinned: weakref.WeakSet[_PinnedBlock] = weakref.WeakSet()
+        # Held across "no PinnedArray live" + destroy, and across a pinned allocation + its
+        # entry in _pinned: a block made on another thread in between would be unmapped.
+        self._pin_lock = threading.RLock()
         opts = _ffi.OpenOptionsC()
         _check(lib.vkhost_open_options_default(byref(opts)))
         if validation is not None:
@@ -271,7 +291,7 @@ class Device:
             opts.copy_queue = _queue_kind(copy_queue)
         h = c_void_p()
         idx = _ffi.VKHOST_DEFAULT_DEVICE if index is None else index
-        if idx < 0:
+        if index is not None and not 0 <= index < _ffi.VKHOST_DEFAULT_DEVICE:
             raise NoDeviceError(f"no device at index {idx}", 3)
         _check(lib.vkhost_device_open_with(idx, byref(opts), byref(h)))
         assert h.value is not None
@@ -358,11 +378,12 @@ class Device:
     def destroy(self) -> None:
         """Waits idle and destroys the Vulkan device. Handles stay usable for cleanup:
         unregistering and freeing succeed, other calls raise :class:`DeviceDestroyedError`."""
-        live = len(self._pinned)
-        if live and not self.is_destroyed:
-            raise BusyError(f"{live} PinnedArray(s) of this device still live: destroying would unmap them", 15)
-        with self._use() as d:
-            _check(lib.vkhost_device_destroy(d))
+        with self._pin_lock:
+            live = len(self._pinned)
+            if live and not self.is_destroyed:
+                raise BusyError(f"{live} PinnedArray(s) of this device still live: destroying would unmap them", 15)
+            with self._use() as d:
+                _check(lib.vkhost_device_destroy(d))
 
     def close(self) -> None:
         """``destroy`` (see there), then release the handle (once calls on other threads that
@@ -373,6 +394,10 @@ class Device:
         self._release()
 
     def _release(self) -> None:
+        if self._hd.live and len(getattr(self, "_pinned", ())) and not self.is_destroyed:
+            # Only an explicit __del__ gets here (each block holds this object): releasing
+            # the last reference would destroy the device and unmap the blocks.
+            return
         h = self._hd.take()
         if h is not None and lib is not None:
             lib.vkhost_device_release(h)
@@ -402,6 +427,7 @@ class DeviceBuffer:
     def __init__(self, device: Device, nbytes: int) -> None:
         self.device = device
         self._hb = _NO_HANDLE
+        nbytes = _size(nbytes, "nbytes")
         h = c_void_p()
         with device._use() as d:
             _check(lib.vkhost_buffer_alloc(d, nbytes, byref(h)))
@@ -428,6 +454,7 @@ class DeviceBuffer:
         """Copies ``src``'s bytes into the buffer at byte ``offset``; returns the path taken."""
         a = src if isinstance(src, np.ndarray) and src.flags.c_contiguous else np.ascontiguousarray(src)
         _plain(a.dtype, "src")
+        offset = _size(offset, "offset")
         path = c_int()
         with self.device._use() as d, self._use() as b:
             _check(lib.vkhost_copy_to_device(d, a.ctypes.data, a.nbytes, b, offset, byref(path)))
@@ -444,6 +471,7 @@ class DeviceBuffer:
         """Copies from the buffer at byte ``offset`` into ``out`` (C-contiguous, writable), or
         into a new array of ``count`` items of ``dtype`` (default: the rest of the buffer).
         Returns the array."""
+        offset = _size(offset, "offset")
         if out is None:
             dt = np.dtype(dtype)
             _plain(dt, "dtype")
@@ -482,9 +510,15 @@ class Registration:
         self.array = array
         self._ptr: int | None = None
         self._lock = threading.Lock()
-        with device._use() as d:
-            _check(lib.vkhost_register(d, array.ctypes.data, array.nbytes))
+        # Recorded before the call: an exception from a signal handler (Ctrl-C) can land right
+        # after the C call returned, and a registration nobody records is never undone. If the
+        # call failed, close()'s unregister answers NOT_REGISTERED (swallowed by __del__).
         self._ptr = array.ctypes.data
+        with device._use() as d:
+            st = lib.vkhost_register(d, array.ctypes.data, array.nbytes)
+        if st != 0:
+            self._ptr = None
+            _check(st)
 
     def __enter__(self) -> np.ndarray:
         return self.array
@@ -496,7 +530,9 @@ class Registration:
         """Unregisters; returns once no device work can touch the array's bytes."""
         with self._lock:
             p, self._ptr = self._ptr, None
-        if p is not None:
+        # After Device.close() the device is gone and its registrations with it: nothing to undo
+        # (raising here would turn every `with dev.register(a)` around a close into an error).
+        if p is not None and self.device._hd.live:
             with self.device._use() as d:
                 _check(lib.vkhost_unregister(d, p))
 
@@ -514,19 +550,28 @@ class _PinnedBlock:
     def __init__(self, device: Device, nbytes: int) -> None:
         self.device = device
         self.ptr: int | None = None
+        nbytes = _size(nbytes, "nbytes")
         p = c_void_p()
-        with device._use() as d:
-            _check(lib.vkhost_alloc_pinned(d, nbytes, byref(p)))
-        self.ptr = p.value
+        # Armed before the call, on the out-pointer the call fills: an exception from a signal
+        # handler right after the C call returned must not leak the block.
+        weakref.finalize(self, _PinnedBlock._free, device, p).atexit = False
+        with device._pin_lock:
+            with device._use() as d:
+                _check(lib.vkhost_alloc_pinned(d, nbytes, byref(p)))
+            self.ptr = p.value
+            device._pinned.add(self)
         self.nbytes = nbytes
         self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (self.ptr, False), "version": 3}
-        device._pinned.add(self)
 
-    def __del__(self) -> None:
-        p, self.ptr = self.ptr, None
+    # A finalizer rather than __del__: an explicit ``block.__del__()`` (pure Python) would free
+    # the memory under the arrays that view it. Not run at exit (arrays may still be read by
+    # other exit-time code; the process unmaps everything anyway).
+    @staticmethod
+    def _free(device: Device, cell: c_void_p) -> None:
+        p = cell.value
         if p is not None and lib is not None:
             try:
-                with self.device._use() as d:
+                with device._use() as d:
                     lib.vkhost_free_pinned(d, p)
             except Exception:
                 pass
@@ -543,7 +588,10 @@ class PinnedArray(np.ndarray):
     def __new__(cls, device: Device, shape: int | tuple[int, ...], dtype: npt.DTypeLike = np.uint8) -> PinnedArray:
         dt = np.dtype(dtype)
         shp = (shape,) if isinstance(shape, int) else tuple(shape)
-        nbytes = int(np.prod(shp, dtype=np.int64)) * dt.itemsize
+        dims = [operator.index(n) for n in shp]
+        if any(n < 0 for n in dims):
+            raise InvalidArgumentError(f"negative dimension in shape {shp}", 9)
+        nbytes = _size(math.prod(dims) * dt.itemsize, "nbytes")
         block = _PinnedBlock(device, max(nbytes, 1))
         raw = np.asarray(block)
         return raw[:nbytes].view(dt).reshape(shp).view(cls)
@@ -605,6 +653,14 @@ class Stream:
         self.device = device
         self._hs = _NO_HANDLE
         self._keep: list[Any] = []
+        # How many entries were ever let go from the front of _keep: an entry's position in the
+        # stream's history is _gone + its index, so two synchronize calls at once each let go
+        # of what came before their own wait, never twice as many.
+        self._gone = 0
+        # Held from "keep the array" to "the C enqueue returned": synchronize takes its mark
+        # under it, so the mark never covers an array whose copy is enqueued after its wait.
+        # Reentrant: a finalizer run by the GC inside an enqueue may use this stream.
+        self._enq = threading.RLock()
         h = c_void_p()
         with device._use() as d:
             _check(lib.vkhost_stream_create(d, _queue_kind(kind), byref(h)))
@@ -624,32 +680,40 @@ class Stream:
     def upload(self, src: np.ndarray, dst: DeviceBuffer, offset: int = 0) -> None:
         """Enqueues a copy of ``src``'s bytes into ``dst`` at byte ``offset``."""
         _contiguous(src, "src")
+        offset = _size(offset, "offset")
         # Kept before the enqueue: a `synchronize` on another thread meanwhile must not let go
         # of an array whose copy it did not wait for.
-        self._keep.append(src)
-        with self._use() as s, dst._use() as b:
-            _check(lib.vkhost_stream_copy_to_device_async(s, src.ctypes.data, src.nbytes, b, offset))
+        with self._enq:
+            self._keep.append(src)
+            with self._use() as s, dst._use() as b:
+                _check(lib.vkhost_stream_copy_to_device_async(s, src.ctypes.data, src.nbytes, b, offset))
 
     def download(self, src: DeviceBuffer, dst: np.ndarray, offset: int = 0) -> None:
         """Enqueues a copy from ``src`` at byte ``offset`` into ``dst`` (C-contiguous, writable);
         the bytes are there after ``synchronize`` (or an event recorded after this call)."""
         _contiguous(dst, "dst", writable=True)
-        self._keep.append(dst)
-        with self._use() as s, src._use() as b:
-            _check(lib.vkhost_stream_copy_to_host_async(s, b, offset, dst.ctypes.data, dst.nbytes))
+        offset = _size(offset, "offset")
+        with self._enq:
+            self._keep.append(dst)
+            with self._use() as s, src._use() as b:
+                _check(lib.vkhost_stream_copy_to_host_async(s, b, offset, dst.ctypes.data, dst.nbytes))
 
     def copy(self, src: DeviceBuffer, dst: DeviceBuffer, nbytes: int, src_offset: int = 0, dst_offset: int = 0) -> None:
         """Enqueues a device-to-device copy."""
-        self._keep += [src, dst]
-        with self._use() as s, src._use() as a, dst._use() as b:
-            _check(lib.vkhost_stream_copy_buffer_async(s, a, src_offset, b, dst_offset, nbytes))
+        nbytes, src_offset, dst_offset = _size(nbytes, "nbytes"), _size(src_offset, "src_offset"), _size(dst_offset, "dst_offset")
+        with self._enq:
+            self._keep += [src, dst]
+            with self._use() as s, src._use() as a, dst._use() as b:
+                _check(lib.vkhost_stream_copy_buffer_async(s, a, src_offset, b, dst_offset, nbytes))
 
     def fill(self, dst: DeviceBuffer, value: int, offset: int = 0, nbytes: int | None = None) -> None:
         """Enqueues a fill with the repeated 32-bit ``value`` (offset and size multiples of 4)."""
-        n = dst.nbytes - offset if nbytes is None else nbytes
-        self._keep.append(dst)
-        with self._use() as s, dst._use() as b:
-            _check(lib.vkhost_stream_fill_async(s, b, offset, n, value & 0xFFFFFFFF))
+        offset = _size(offset, "offset")
+        n = _size(max(dst.nbytes - offset, 0) if nbytes is None else nbytes, "nbytes")
+        with self._enq:
+            self._keep.append(dst)
+            with self._use() as s, dst._use() as b:
+                _check(lib.vkhost_stream_fill_async(s, b, offset, n, value & 0xFFFFFFFF))
 
     def flush(self) -> None:
         """Submits recorded work without waiting."""
@@ -673,10 +737,15 @@ class Stream:
         """Waits for all enqueued work; destinations are filled."""
         # Only what was enqueued before the wait began may go: another thread's copy enqueued
         # meanwhile keeps its array.
-        n = len(self._keep)
+        with self._enq:
+            mark = self._gone + len(self._keep)
         with self._use() as s:
             _check(lib.vkhost_stream_synchronize(s))
-        del self._keep[:n]
+        with self._enq:
+            n = mark - self._gone
+            if n > 0:
+                del self._keep[:n]
+                self._gone += n
 
     def close(self) -> None:
         """Waits for the stream's work (and for its calls in flight on other threads) and
@@ -684,7 +753,9 @@ class Stream:
         h = self._hs.take()
         if h is not None and lib is not None:
             _check(lib.vkhost_stream_destroy(h))
-        self._keep.clear()
+        with self._enq:
+            self._gone += len(self._keep)
+            self._keep.clear()
 
     def __del__(self) -> None:
         try:

@@ -1,0 +1,187 @@
+"""Pure-Python misuse that must raise a typed error, never crash or corrupt memory. Each test
+failed before its fix (an audit's reproducers, 2026-12-03): ctypes reduced integers modulo
+2^64, two `synchronize` calls let go of a pending download's destination (a segfault),
+`close()` unmapped a pinned array made meanwhile on another thread (a segfault), an exception
+right after `vkhost_register` returned leaked the registration, and an explicit `__del__`
+released a device under live pinned memory (a segfault)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import weakref
+from typing import Any
+
+import numpy as np
+import pytest
+
+import vkhost
+
+MiB = 1 << 20
+
+
+class _Proxy:
+    """vkhost's ctypes library with hooks around chosen calls (a forced thread switch, or an
+    exception right after the call, as a signal handler can raise there)."""
+
+    def __init__(self, lib: Any, after: dict[str, Any]) -> None:
+        self._lib, self._after = lib, after
+
+    def __getattr__(self, name: str) -> Any:
+        f = getattr(self._lib, name)
+        hook = self._after.get(name)
+        if hook is None:
+            return f
+
+        def call(*a: Any) -> Any:
+            r = f(*a)
+            hook()
+            return r
+
+        return call
+
+
+@pytest.fixture
+def patch_lib() -> Any:
+    real = vkhost.lib
+
+    def install(after: dict[str, Any]) -> None:
+        vkhost.lib = _Proxy(real, after)
+
+    yield install
+    vkhost.lib = real
+
+
+def test_integers_outside_u64_are_refused() -> None:
+    with pytest.raises(vkhost.NoDeviceError):
+        vkhost.Device(2**64)
+    with pytest.raises(vkhost.NoDeviceError):
+        vkhost.Device(-1)
+    dev = vkhost.Device(validation=True)
+    try:
+        with pytest.raises(vkhost.OutOfRangeError):
+            dev.alloc_buffer(2**64 + 16)
+        with pytest.raises(TypeError):
+            dev.alloc_buffer(4096.0)  # type: ignore[arg-type]
+        b = dev.alloc_buffer(64)
+        b.write(np.arange(64, dtype=np.uint8))
+        with pytest.raises(vkhost.OutOfRangeError):
+            b.write(np.full(8, 0xEE, np.uint8), offset=2**64 + 8)
+        with pytest.raises(vkhost.OutOfRangeError):
+            b.read(offset=2**64 + 1, count=4)
+        s = dev.stream()
+        with pytest.raises(vkhost.OutOfRangeError):
+            s.fill(b, 0x11111111, offset=2**64, nbytes=16)
+        s.synchronize()
+        assert b.read().tolist() == list(range(64)), "nothing written at a wrapped offset"
+        with pytest.raises(vkhost.InvalidArgumentError):
+            dev.pinned((-5,))
+        with pytest.raises(vkhost.OutOfRangeError):
+            dev.pinned((2**61 + 2,), np.float64)
+        s.close()
+        del b
+    finally:
+        gc.collect()
+        dev.close()
+
+
+def test_two_synchronize_calls_keep_a_later_download_alive(patch_lib: Any) -> None:
+    n = 8 * MiB
+    dev = vkhost.Device(validation=True)
+    buf = dev.alloc_buffer(n)
+    s = dev.stream()
+    s.upload(np.full(n, 7, np.uint8), buf)
+    s.synchronize()
+    s.download(buf, np.empty(n, np.uint8))
+    s.download(buf, np.empty(n, np.uint8))
+    # Each synchronize is preempted right after its C wait returned, before it lets go.
+    delays = {"A": 0.4, "B": 0.6}
+    patch_lib({"vkhost_stream_synchronize": lambda: time.sleep(delays.get(threading.current_thread().name, 0))})
+    ta = threading.Thread(target=s.synchronize, name="A")
+    ta.start()
+    time.sleep(0.1)
+    tb = threading.Thread(target=s.synchronize, name="B")
+    tb.start()
+    time.sleep(0.1)
+    dst = np.empty(n, np.uint8)
+    ref = weakref.ref(dst)
+    s.download(buf, dst)  # enqueued after both waits began: neither may let it go
+    del dst
+    ta.join()
+    tb.join()
+    gc.collect()
+    assert ref() is not None, "a pending download's destination was let go (its copy-out would write freed memory)"
+    s.synchronize()
+    s.close()
+    del buf
+    gc.collect()
+    dev.close()
+
+
+def test_close_and_a_pinned_allocation_on_another_thread(patch_lib: Any) -> None:
+    dev = vkhost.Device(validation=True)
+    # close() is preempted right before the C destroy, after its "no PinnedArray live" check.
+    real_destroy = vkhost.lib.vkhost_device_destroy
+
+    class Slow:
+        def __getattr__(self, name: str) -> Any:
+            if name == "vkhost_device_destroy":
+
+                def slow(*a: Any) -> Any:
+                    time.sleep(0.4)
+                    return real_destroy(*a)
+
+                return slow
+            return getattr(real_lib, name)
+
+    real_lib = vkhost.lib
+    vkhost.lib = Slow()  # restored by the fixture
+    t = threading.Thread(target=dev.close)
+    t.start()
+    time.sleep(0.1)
+    try:
+        p = dev.pinned(4 * MiB)
+    except vkhost.DeviceDestroyedError:
+        p = None  # the allocation waited for the close: right
+    t.join()
+    if p is not None:
+        # Before the fix this array was unmapped by the close that was under way.
+        assert not dev.is_destroyed, "close() destroyed the device under a live PinnedArray"
+        p[:] = 2
+        assert int(p[0]) == 2
+
+
+def test_an_exception_right_after_register_leaks_nothing(patch_lib: Any) -> None:
+    class Interrupt(Exception):
+        pass
+
+    def interrupt() -> None:
+        raise Interrupt()
+
+    dev = vkhost.Device(validation=True)
+    a = np.ones(MiB, np.uint8)
+    patch_lib({"vkhost_register": interrupt})
+    with pytest.raises(Interrupt):
+        dev.register(a)
+    vkhost.lib = vkhost._ffi.lib
+    gc.collect()
+    assert dev.stats().live_imports == 0, "an interrupted registration stayed registered"
+    with dev.register(a):
+        pass
+    dev.close()
+
+
+def test_an_explicit_del_keeps_pinned_memory_mapped() -> None:
+    dev = vkhost.Device(validation=True)
+    p = dev.pinned(MiB)
+    p[:] = 1
+    dev.__del__()  # pure Python: must not release the device under `p`
+    # The handle stays: the device (and the block's mapping) lives while `p` does. Before the
+    # fix the handle went here and, with a 16 MiB block, writing `p` segfaulted.
+    assert dev.stats().live_pinned == 1
+    p[:] = 2
+    assert int(p.sum()) == 2 * MiB
+    del p
+    gc.collect()
+    dev.close()
