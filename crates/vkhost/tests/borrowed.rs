@@ -388,6 +388,46 @@ fn recorded_copies_round_trip_through_registered_memory() {
     c.destroy();
 }
 
+/// A recorded copy of 64 KiB or more whose host bytes start off a 256-byte boundary is one
+/// command of two regions (the head, then a host-aligned bulk): every byte lands once, both
+/// ways, with nothing written around it.
+#[test]
+fn recorded_copies_off_a_host_boundary_are_exact() {
+    let Some(mut c) = Caller::new() else { return };
+    let dev = c.wrap();
+    let done = c.timeline();
+    let page = host::page_size();
+    let len = (256 << 10) + 5;
+    let mut m = Pages::new(2 * len + 3 * page);
+    // SAFETY: `m` stays mapped until after the unregister.
+    unsafe { host::register(&dev, m.ptr, m.len) }.unwrap();
+    let want = pattern(len, 0x3c);
+    // Both off a 256-byte boundary (16, then 16 + len + page + 84: 105 past one).
+    let (src_at, dst_at) = (16usize, 16 + len + page + 84);
+    m.slice()[src_at..src_at + len].copy_from_slice(&want);
+    let cmd = c.begin();
+    // SAFETY: `cmd` is recording; `c.buffer` has both usages and BUF_LEN >= 3 + len; the tickets
+    // are hooked before the submit; the host bytes are left alone until `done`.
+    let (up, down) = unsafe {
+        let mut up = host::record_copy(&dev, cmd, Direction::HostToDevice, m.ptr.add(src_at), len, c.buffer, 3).unwrap();
+        let mut down = host::record_copy(&dev, cmd, Direction::DeviceToHost, m.ptr.add(dst_at), len, c.buffer, 3).unwrap();
+        up.completes_at(done, 1).unwrap();
+        down.completes_at(done, 1).unwrap();
+        (up, down)
+    };
+    assert_eq!((up.regions(), down.regions()), (1, 1), "one command each: one import covers the range");
+    drop((up, down));
+    c.submit(cmd, None, done, 1);
+    c.wait(done, 1);
+    assert_eq!(host::reap_recorded(&dev), 0);
+    assert!(m.slice()[dst_at..dst_at + len] == want[..], "the d2h bytes");
+    assert!(m.slice()[src_at + len..dst_at].iter().all(|&b| b == 0), "nothing written before them");
+    assert!(m.slice()[dst_at + len..].iter().all(|&b| b == 0), "nor after");
+    host::unregister(&dev, m.ptr).unwrap();
+    dev.destroy().unwrap();
+    c.destroy();
+}
+
 fn dev_busy_reason(n: usize) -> String {
     format!("{n} host::RecordedCopy ticket(s) of this device have no completion hook yet (nor were dropped)")
 }

@@ -24,7 +24,7 @@
 
 use super::{HostPtr, check_host_range, plan};
 use crate::device::object::{Child, phase};
-use crate::device::submit::{HostSide, host_read_barrier, transfer_barrier};
+use crate::device::submit::{HostSide, host_aligned, host_read_barrier, transfer_barrier};
 use crate::device::{Device, Live, Shared, lock};
 use crate::error::{Error, Result, VkResultExt};
 use crate::resource::{Resource, Timeline};
@@ -761,6 +761,19 @@ pub fn reap_recorded(dev: &Device) -> usize {
     pending
 }
 
+/// The regions of one piece's `vkCmdCopyBuffer`: `n` bytes between host-buffer offset `ho` and
+/// device offset `doff`, the bulk of a large piece starting on a host boundary
+/// ([`host_aligned`]).
+fn copy_regions(dir: Direction, ho: u64, doff: u64, n: u64) -> smallvec::SmallVec<[vk::BufferCopy; 2]> {
+    host_aligned(ho, doff, n)
+        .into_iter()
+        .map(|(h, o, n)| match dir {
+            Direction::HostToDevice => vk::BufferCopy { src_offset: h, dst_offset: o, size: n },
+            Direction::DeviceToHost => vk::BufferCopy { src_offset: o, dst_offset: h, size: n },
+        })
+        .collect()
+}
+
 /// Records a copy between host bytes `[host, host+len)` and the caller's device `buffer` at
 /// `offset` into the caller's command buffer `cmd`; see [`RecordedCopy`] for the ticket and
 /// [`crate::Device::from_raw_borrowed`] for the mode it serves.
@@ -772,7 +785,9 @@ pub fn reap_recorded(dev: &Device) -> usize {
 ///
 /// Recorded: a barrier (transfer and host writes → transfer reads and writes: earlier transfers
 /// in this command buffer or queue, and host writes, come first); one `vkCmdCopyBuffer` per
-/// covered piece; after a device-to-host copy, a barrier transfer writes → host reads. Later uses
+/// covered piece (a piece of 64 KiB or more whose host bytes start off a 256-byte boundary is
+/// two regions of it, its bulk starting on one: the DMA's speed follows the host address's
+/// alignment, see docs/PERFORMANCE.md); after a device-to-host copy, a barrier transfer writes → host reads. Later uses
 /// of `buffer` by other stages (a shader reading what was uploaded) and earlier non-transfer
 /// writes to it need the caller's own barriers.
 ///
@@ -899,11 +914,14 @@ pub unsafe fn record_copy(
     unsafe {
         transfer_barrier(d, cmd);
         for &(hb, ho, doff, n) in &pieces {
-            let (src, dst, region) = match dir {
-                Direction::HostToDevice => (hb, buffer, vk::BufferCopy { src_offset: ho, dst_offset: doff, size: n }),
-                Direction::DeviceToHost => (buffer, hb, vk::BufferCopy { src_offset: doff, dst_offset: ho, size: n }),
+            // One command per piece; a large piece whose host bytes start off a 256-byte
+            // boundary is two regions of it, the bulk host-aligned (`submit::host_aligned`).
+            let regions = copy_regions(dir, ho, doff, n);
+            let (src, dst) = match dir {
+                Direction::HostToDevice => (hb, buffer),
+                Direction::DeviceToHost => (buffer, hb),
             };
-            d.cmd_copy_buffer(cmd, src, dst, &[region]);
+            d.cmd_copy_buffer(cmd, src, dst, &regions);
         }
         if write {
             host_read_barrier(d, cmd);
@@ -912,4 +930,31 @@ pub unsafe fn record_copy(
     // The holds (`p.held`) leave here, after every use was noted.
     drop(p);
     Ok(ticket)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Direction, copy_regions};
+
+    /// A large piece whose host bytes start off a 256-byte boundary records its bulk from the
+    /// boundary, both ways, and the regions cover the piece once, in order.
+    #[test]
+    fn recorded_bulk_starts_on_a_host_boundary() {
+        let n = 1u64 << 20;
+        for (ho, doff) in [(16u64, 0u64), (4096 + 16, 7), (255, 1000)] {
+            let up = copy_regions(Direction::HostToDevice, ho, doff, n);
+            let down = copy_regions(Direction::DeviceToHost, ho, doff, n);
+            assert_eq!(up.len(), 2, "host +{ho}: head and bulk");
+            assert_eq!(up[1].src_offset % 256, 0, "h2d bulk reads from a host boundary");
+            assert_eq!(down[1].dst_offset % 256, 0, "d2h bulk writes to a host boundary");
+            assert_eq!((up[0].src_offset, up[0].dst_offset), (ho, doff));
+            assert_eq!((up[1].src_offset, up[1].dst_offset), (ho + up[0].size, doff + up[0].size));
+            assert_eq!(up[0].size + up[1].size, n);
+            assert_eq!(down[1].dst_offset, ho + down[0].size);
+            assert_eq!(down[0].size + down[1].size, n);
+            assert_eq!((down[0].src_offset, down[0].dst_offset, down[1].src_offset), (doff, ho, doff + down[0].size));
+        }
+        assert_eq!(copy_regions(Direction::HostToDevice, 512, 3, n).len(), 1, "already on a boundary");
+        assert_eq!(copy_regions(Direction::DeviceToHost, 16, 0, 4096).len(), 1, "small pieces stay whole");
+    }
 }
