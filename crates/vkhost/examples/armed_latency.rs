@@ -21,12 +21,10 @@ use vkhost::ash::{self, vk};
 fn main() {
     let iters: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2000).max(10);
     let gap = Duration::from_micros(std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(20));
-    // SAFETY: loading the Vulkan loader; every object below is created and destroyed in order
-    // on this thread, and each submission completes before its command buffer is reused.
-    unsafe { run(iters, gap) }
+    run(iters, gap)
 }
 
-unsafe fn run(iters: usize, gap: Duration) {
+fn run(iters: usize, gap: Duration) {
     // SAFETY (whole function): plain Vulkan calls on objects created here, used by this thread
     // only; a command buffer is resubmitted only after its previous submission completed.
     unsafe {
