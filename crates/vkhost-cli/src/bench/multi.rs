@@ -107,21 +107,25 @@ fn indices(spec: &str) -> Result<Vec<usize>> {
     Ok(v)
 }
 
-/// Verifies one round trip of `n` bytes through `side` for `dir`.
-fn verify(side: &mut Side, dir: DirKind, n: usize, seed: u64) -> Result<bool> {
-    let mut want = vec![0u8; n];
-    pattern(&mut want, seed);
-    let mut got = vec![0u8; n];
+/// Verifies one round trip of `n` bytes through `side` for `dir`, in `scratch` (two buffers of
+/// the largest size, allocated once per run, as the plain bench's check buffers are). With a
+/// fresh pair of `Vec`s per point, 2 GiB allocated and freed right before a 1 GiB point's timed
+/// copies, the matrix's pageable 1 GiB d2h was below the plain bench's in 7 of 8 process pairs
+/// on the H200 (median 47.72 against 49.23 GB/s, docs/PERFORMANCE.md, eleventh session).
+fn verify(side: &mut Side, dir: DirKind, n: usize, seed: u64, scratch: &mut (Vec<u8>, Vec<u8>)) -> Result<bool> {
+    let (want, got) = (&mut scratch.0[..n], &mut scratch.1[..n]);
+    pattern(want, seed);
+    got.fill(0);
     match dir {
         DirKind::H2d => {
             side.with_host(|buf, host| {
-                host[..n].copy_from_slice(&want);
+                host[..n].copy_from_slice(want);
                 Side::copy(buf, &mut host[..n], dir)
             })?;
-            side.buf.read(0, &mut got)?;
+            side.buf.read(0, got)?;
         }
         _ => {
-            side.buf.write(0, &want)?;
+            side.buf.write(0, want)?;
             side.with_host(|buf, host| {
                 Side::copy(buf, &mut host[..n], dir)?;
                 got.copy_from_slice(&host[..n]);
@@ -196,6 +200,7 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
         }
         all.push((path, devs.iter().map(|d| Side::new(d, path, max)).collect::<Result<_>>()?));
     }
+    let mut scratch = (vec![0u8; max], vec![0u8; max]);
     for (path, sides) in &mut all {
         for dir in [DirKind::H2d, DirKind::D2h] {
             if a.dirs.as_ref().is_some_and(|v| !v.contains(&dir)) {
@@ -208,7 +213,7 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
                 let n = size as usize;
                 let mut ok = true;
                 for (k, s) in sides.iter_mut().enumerate() {
-                    ok &= verify(s, dir, n, size ^ k as u64)?;
+                    ok &= verify(s, dir, n, size ^ k as u64, &mut scratch)?;
                 }
                 let mut alone = Vec::new();
                 for s in sides.iter_mut() {
