@@ -363,3 +363,58 @@ fn public_types_are_send_and_sync() {
     check::<vkhost_wgpu::HostBuffer<'static>>();
     check::<Error>();
 }
+
+/// `mem::forget` on the `HostBuffer`s a scope hands out (and on a clone of the wgpu buffer):
+/// the scope still destroys them and waits for their work when it ends, so the kernel's writes
+/// into a registered `Vec` are all there once `scope` returns, the `Vec` may be freed and its
+/// memory reused without the device writing it, and the interop keeps working. (`Scope` and the
+/// registration are not forgettable by the caller here: the scope is lent as `&Scope`.) Would
+/// catch: a scope whose wait or buffer destruction rested on `HostBuffer`'s drop (values still
+/// -7.0 at the return, or the shader writing `w` after the `Vec` was freed).
+#[test]
+fn forgetting_host_buffers_inside_a_scope() {
+    let Some(interop) = open() else { return };
+    let n = (1 << 20) + 3 * 64;
+    let align = interop.host_buffer_alignment();
+    let (mut input, i) = aligned_vec(n, align, |k| k as f32);
+    let (mut output, o) = aligned_vec(n, align, |_| -7.0);
+    let want: Vec<f32> = input[i..i + n].iter().map(|x| x * 2.0 + 1.0).collect();
+    let mut pinned = PinnedBuffer::new(interop.vkhost(), 4096).expect("pinned");
+    pinned.fill(0);
+    {
+        let mut reg_in = interop.vkhost().register(bytemuck::cast_slice_mut(&mut input[i..i + n])).expect("register input");
+        let mut reg_out = interop.vkhost().register(bytemuck::cast_slice_mut(&mut output[o..o + n])).expect("register output");
+        interop
+            .scope(|s| -> vkhost_wgpu::Result<()> {
+                let a = s.registration(&mut reg_in)?;
+                let b = s.registration(&mut reg_out)?;
+                let p = s.pinned(&mut pinned)?;
+                run_kernel(&interop, &a, &b, n);
+                interop.queue().write_buffer(&p, 0, &[0xAB; 4096]);
+                std::mem::forget(b.buffer().clone());
+                std::mem::forget(a);
+                std::mem::forget(b);
+                std::mem::forget(p);
+                Ok(())
+            })
+            .expect("scope");
+    }
+    let last = std::hint::black_box(&output)[o + n - 1];
+    assert_eq!(last, want[n - 1], "the scope returned before the forgotten buffers' work ended");
+    let bad = output[o..o + n].iter().zip(&want).position(|(g, w)| g != w);
+    assert_eq!(bad, None, "first wrong value at {bad:?}");
+    assert!(pinned.iter().all(|&b| b == 0xAB), "the pending write_buffer was flushed");
+    drop(output);
+    let w = vec![0x5Au8; 4 * n];
+    interop.device().poll(wgpu::Maintain::Wait);
+    // The interop still works after the forgotten buffers.
+    interop
+        .scope(|s| -> vkhost_wgpu::Result<()> {
+            let p = s.pinned(&mut pinned)?;
+            interop.queue().write_buffer(&p, 0, &[0xCD; 64]);
+            Ok(())
+        })
+        .expect("scope");
+    assert!(pinned[..64].iter().all(|&b| b == 0xCD));
+    assert!(w.iter().all(|&b| b == 0x5A), "unrelated memory changed");
+}

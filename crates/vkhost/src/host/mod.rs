@@ -396,7 +396,11 @@ impl HostPtr for usize {
 /// one contiguous range, `find` answers within a piece).
 ///
 /// Errors: `len == 0` → `InvalidArgument`; a block too large for one allocation where imports
-/// are unavailable → `Unsupported`; no memory → `OutOfHostMemory` or the driver's error.
+/// are unavailable → `Unsupported`; no memory → `OutOfHostMemory` or the driver's error;
+/// `AlreadyRegistered` only if four blocks in a row land on addresses that stale registrations
+/// still cover (registered memory unmapped without unregistering, e.g. a forgotten
+/// [`Registration`](crate::Registration)): a block that lands on one is kept while the next is
+/// made, then released.
 ///
 /// # Example
 ///
@@ -433,6 +437,50 @@ pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guarded: bool) -> Res
     let l = s.live()?;
     let page = page_size();
     let piece = s.import_piece(page);
+    // A block whose address a stale registration still covers (registered memory freed
+    // without unregistering, e.g. a forgotten `Registration`, and the address handed out
+    // again) cannot be listed. It is kept while the next one is made (so that one lands
+    // elsewhere), then released: a leaked registration refuses its own address, not every
+    // later block.
+    let mut refused: Vec<Arc<Imports>> = Vec::new();
+    let r = loop {
+        let (ptr, imports) = match new_block(s, &l, len, piece) {
+            Ok(b) => b,
+            Err(e) => break Err(e),
+        };
+        let start = ptr.as_ptr() as usize;
+        let entry = Entry {
+            kind: Kind::Pinned,
+            user: start..start + len,
+            covered: start..start + len,
+            live: true,
+            guarded,
+            cell: Some(Cell::new(imports.clone())),
+        };
+        if registry().insert(s.id, entry).is_ok() {
+            break Ok((ptr, imports));
+        }
+        refused.push(imports);
+        if refused.len() == PINNED_TRIES {
+            break Err(Error::AlreadyRegistered);
+        }
+    };
+    for imports in &refused {
+        for p in &imports.parts {
+            // SAFETY: fresh objects of ours, never listed, never used by any work.
+            unsafe { p.obj.release_now(s, &l) };
+        }
+    }
+    r
+}
+
+/// How many blocks [`alloc_pinned_entry`] makes before it gives up on addresses that stale
+/// registrations cover.
+const PINNED_TRIES: usize = 4;
+
+/// A fresh pinned block of `len` bytes, not listed yet: vkhost's own huge-page memory
+/// (`OpenOptions::pinned_huge_min`) or a driver allocation, in pieces beyond `piece` bytes.
+fn new_block(s: &Arc<Shared>, l: &crate::device::Live, len: usize, piece: usize) -> Result<(NonNull<u8>, Arc<Imports>)> {
     // vkhost's own huge-page memory (`OpenOptions::pinned_huge_min`) where the device would
     // import it into the memory type it gives driver-allocated blocks (the seed's order);
     // anything else that stops that path leaves the block to the driver. (The type is ranked
@@ -442,7 +490,7 @@ pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guarded: bool) -> Res
     let mut huge = None;
     if len <= piece && huge_pinned(s, len) && !s.own_memory_refused.load(Ordering::Relaxed) {
         if let Some(w) = crate::memtype::pinned(&l.types, u32::MAX).map(|c| c.index) {
-            match huge_block(s, &l, len, Some(w)) {
+            match huge_block(s, l, len, Some(w)) {
                 Ok(h) => huge = Some(h),
                 Err(Error::DeviceLost) => return Err(Error::DeviceLost),
                 Err(e) => {
@@ -454,35 +502,16 @@ pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guarded: bool) -> Res
             }
         }
     }
-    let (ptr, imports) = match huge {
+    Ok(match huge {
         Some(h) => h,
         None if len <= piece => {
-            let (b, ptr) = import::alloc_pinned_block(s, &l, len)?;
+            let (b, ptr) = import::alloc_pinned_block(s, l, len)?;
             (ptr, Imports::one(Resource::new(s, BufferObj::new(s, b, len as u64)), len))
         }
         // Larger than one allocation may be: imports in pieces of one mapping, so the block
         // stays contiguous.
-        None => huge_block(s, &l, len, None)?,
-    };
-    let start = ptr.as_ptr() as usize;
-    let entry = Entry {
-        kind: Kind::Pinned,
-        user: start..start + len,
-        covered: start..start + len,
-        live: true,
-        guarded,
-        cell: Some(Cell::new(imports.clone())),
-    };
-    if registry().insert(s.id, entry).is_err() {
-        // Only possible if the caller registered memory, freed it without unregistering, and
-        // the driver reused the address.
-        for p in &imports.parts {
-            // SAFETY: fresh objects of ours, never used by any work.
-            unsafe { p.obj.release_now(s, &l) };
-        }
-        return Err(Error::AlreadyRegistered);
-    }
-    Ok((ptr, imports))
+        None => huge_block(s, l, len, None)?,
+    })
 }
 
 /// Whether a failed import of vkhost's own memory for a pinned block will fail again for the

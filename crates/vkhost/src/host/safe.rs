@@ -365,7 +365,8 @@ impl Drop for PinnedBuffer {
 /// [`Stream`](crate::Stream)), but the range stays registered until the device is destroyed:
 /// registering those bytes again is `AlreadyRegistered`, and copies of memory later placed at
 /// those addresses go through the old import, which on a discrete GPU still pins the old pages.
-/// Do not forget a `Registration`.
+/// (A pinned block the driver maps there is made elsewhere instead.) Do not forget a
+/// `Registration`.
 ///
 /// # Example
 ///
