@@ -241,6 +241,20 @@ impl Interop {
     pub fn open_adapter(adapter: &wgpu::Adapter, opts: &Options<'_>) -> Result<Interop> {
         Self::supports(adapter).map_err(Error::unsupported)?;
         let desc = &opts.device;
+        // `create_device_from_hal` (unlike `request_device`) checks neither against the adapter:
+        // a limit beyond the hardware would let wgpu accept shaders and dispatches that Vulkan
+        // does not allow.
+        let missing = desc.required_features - adapter.features();
+        if !missing.is_empty() {
+            return Err(Error::unsupported(format!("features {missing:?} are not offered by the adapter")));
+        }
+        let mut over = Vec::new();
+        desc.required_limits.check_limits_with_fail_fn(&adapter.limits(), false, |name, want, have| {
+            over.push(format!("{name}: {want} requested, the adapter allows {have}"))
+        });
+        if !over.is_empty() {
+            return Err(Error::unsupported(format!("limits beyond the adapter: {}", over.join("; "))));
+        }
         // SAFETY: `create_hal_device` creates a VkDevice from this adapter and gives it to
         // wgpu-hal, which owns it from then on; it destroys nothing of the adapter's.
         let open = unsafe { adapter.as_hal::<Vulkan, _, _>(|hal| create_hal_device(hal, desc)) }?;

@@ -38,9 +38,18 @@
 //!
 //! If wgpu fails while the scope ends (its default error handler panics: a device the caller
 //! destroyed with the safe `wgpu::Device::destroy`, which leaves work already submitted running,
-//! or a lost device), the scope does not trust that nothing runs: it waits for the Vulkan device
-//! itself to go idle (`vkDeviceWaitIdle`) before it returns, and logs the failure. A lost device
-//! answers at once (it runs nothing more, the stance vkhost's own waits take).
+//! or a lost device), the scope does not trust that nothing runs: it submits an empty batch
+//! through wgpu (wgpu-core 24 still accepts one after `destroy`, and it carries wgpu's staged
+//! `write_buffer` copies) and waits for it through wgpu before it returns, and logs the failure.
+//! Never `vkDeviceWaitIdle`: other threads may still submit on wgpu's queue. A lost device
+//! answers at once (it runs nothing more, the stance vkhost's own waits take). If even the empty
+//! submission fails on a device that is not lost, nothing can wait soundly for work that may
+//! still write the caller's pages, so the process aborts rather than end the borrow.
+//!
+//! wgpu-core 24 itself can deadlock when one thread polls a device after
+//! `wgpu::Device::destroy` while another calls `Queue::write_buffer` (a lock-order inversion
+//! between its trackers and snatch locks); a scope that ends on a destroyed device polls, so
+//! do not destroy a device while other threads still write through its queue.
 
 use crate::{Error, Interop, Result};
 use std::marker::PhantomData;
@@ -405,6 +414,32 @@ impl Inner {
             })
         };
         self.queue.submit([enc.finish()]);
+        self.wait_only();
+    }
+
+    /// Whether the Vulkan device reports itself lost (`vkGetFenceStatus` of a fresh fence: no
+    /// queue is touched). A fence that cannot be made counts as not lost.
+    fn device_lost(&self) -> bool {
+        // SAFETY: plain create/query/destroy of our own fence on a live VkDevice; no queue is
+        // used, so nothing needs external synchronization beyond the fence, which is ours.
+        unsafe {
+            let Ok(f) = self.raw.create_fence(&ash::vk::FenceCreateInfo::default(), None) else { return false };
+            let lost = self.raw.get_fence_status(f) == Err(ash::vk::Result::ERROR_DEVICE_LOST);
+            self.raw.destroy_fence(f, None);
+            lost
+        }
+    }
+
+    /// Waits until every submission so far has completed (step 3).
+    ///
+    /// First an empty submission: wgpu submits its staged `write_buffer` copies with any
+    /// submission, and the barrier's may have been refused without a panic (after
+    /// `wgpu::Device::destroy` with a caller's non-panicking error handler or an open error
+    /// scope: an invalid encoder). wgpu-core 24 accepts an empty one even then; without it the
+    /// staged copy into a HostBuffer would run at some later submission, after the scope
+    /// (audit D, d5/d6).
+    fn wait_only(&self) {
+        self.queue.submit([]);
         // Attached to the latest submission (ours, or a later one of another thread): it runs
         // once every submission up to there has completed.
         let done = Arc::new(AtomicBool::new(false));
@@ -430,18 +465,28 @@ impl Drop for Inner {
         // Never unwind out of here (this may run while `f` unwinds): wgpu panics on a lost
         // device, from its default error handler too.
         if std::panic::catch_unwind(AssertUnwindSafe(|| self.flush_and_wait())).is_err() {
-            // wgpu refused to submit or wait: after `wgpu::Device::destroy` (safe) it refuses
-            // everything while what was submitted keeps running, writing the caller's pages, and
-            // the borrow of them ends when this returns. So wait for the device itself.
-            // SAFETY: vkDeviceWaitIdle needs every queue of the device externally synchronized:
-            // vkhost submits nothing on a borrowed device, and wgpu submits nothing more to a
-            // device it reports invalid or lost (the failures that bring us here). Waiting
-            // destroys nothing.
-            let r = unsafe { self.raw.device_wait_idle() };
+            // wgpu refused to record or submit the barrier: after `wgpu::Device::destroy` (safe)
+            // it refuses new encoders while what was submitted keeps running, writing the
+            // caller's pages, and the borrow of them ends when this returns. Wait through wgpu,
+            // never with vkDeviceWaitIdle: wgpu-core 24's `Queue::submit` does not check that the
+            // device is valid, so other threads may still call vkQueueSubmit on wgpu's queue, and
+            // vkDeviceWaitIdle needs that queue externally synchronized (found by audit D). An
+            // empty submission is still accepted, and its completion means every earlier one's.
+            let waited = std::panic::catch_unwind(AssertUnwindSafe(|| self.wait_only())).is_ok();
             log::error!(
-                "{}: wgpu failed while a scope waited for its work (device destroyed or lost?); waited for the device to go idle ({r:?}); the scope ends",
-                self.vkhost.id()
+                "{}: wgpu failed while a scope flushed its work (device destroyed or lost?); {}",
+                self.vkhost.id(),
+                if waited { "waited through an empty submission; the scope ends" } else { "the empty submission failed too" }
             );
+            // A lost device runs nothing more: the scope may end. Otherwise work that names the
+            // caller's pages may still run and there is no sound way left to wait for it (no
+            // wgpu submission is accepted, and vkDeviceWaitIdle would race other threads'
+            // submits): ending the borrow now could let the device write freed memory, so the
+            // process stops instead.
+            if !waited && !self.device_lost() {
+                log::error!("{}: cannot wait for a scope's work on a live device; aborting", self.vkhost.id());
+                std::process::abort();
+            }
         }
         // `hold` drops after this: destroy may proceed.
     }
