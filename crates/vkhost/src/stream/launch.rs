@@ -507,6 +507,9 @@ impl Stream {
     /// zeroed first by the `fill` kernel): see [`crate::kernel::builtin`] for the function,
     /// which [`checksum_cpu`](crate::kernel::checksum_cpu) computes on the host. Offsets and
     /// lengths multiples of 4 bytes, else `InvalidArgument`. Async as [`Stream::launch`].
+    /// `src` may span the import pieces of a registration or pinned block larger than one
+    /// import (the launches are cut there); the 8 result bytes are one binding, so host result
+    /// bytes that straddle two pieces are `NotRegistered` (a refused call writes nothing).
     ///
     /// # Example
     ///
