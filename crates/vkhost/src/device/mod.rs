@@ -2405,7 +2405,9 @@ impl Device {
         lock(&self.shared.owners).push(owner);
     }
 
-    /// Allocates a device-local buffer of `len` bytes (see [`crate::DeviceBuffer`]).
+    /// Allocates a device-local buffer of `len` bytes (see [`crate::DeviceBuffer`]). Its
+    /// contents are unspecified until written (not zeroed: they may be bytes an earlier buffer of
+    /// this process left).
     ///
     /// # Example
     ///
