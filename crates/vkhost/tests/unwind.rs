@@ -137,3 +137,40 @@ fn panic_through_register_and_pinned_leaves_nothing() {
     assert_eq!((after.buffers, after.memories), (before.buffers, before.memories));
     assert_eq!(e.destroy(), Ok(()), "a PinnedBuffer count left behind");
 }
+
+/// A panic out of a later step of one import or driver allocation (`vkAllocateMemory` or
+/// `vkBindBufferMemory` failing with device loss, whose log line panics): the buffer (and the
+/// memory) made before it are released, through `register`, a one-piece `PinnedBuffer::new`
+/// (the driver's block) and `alloc_buffer`. Before the `Fresh` guard, the cleanup ran only on an
+/// `Err` and the buffer leaked.
+#[test]
+fn panic_after_the_buffer_was_made_leaks_nothing() {
+    use vkhost::fault::{self, Point};
+    let page = host::page_size();
+    let m = Pages::new(4 * page);
+    for point in [Point::AllocateMemory, Point::BindBufferMemory] {
+        for what in ["register", "PinnedBuffer::new", "alloc_buffer"] {
+            // A device per attempt: the injected loss marks it lost for good.
+            let d = dev_with(opts());
+            let before = d.live_objects();
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                fault::inject(point, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
+                PANIC_ON_ERROR.with(|p| p.set(true));
+                match what {
+                    // SAFETY: the mapping outlives the device; nothing stays registered.
+                    "register" => drop(unsafe { host::register(&d, m.ptr, 4 * page) }),
+                    "PinnedBuffer::new" => drop(PinnedBuffer::new(&d, 4 * page)),
+                    _ => drop(d.alloc_buffer(4 * page)),
+                }
+            }));
+            fault::disarm();
+            PANIC_ON_ERROR.with(|p| p.set(false));
+            assert!(r.is_err(), "{point:?} in {what}: expected the logger's panic");
+            let after = d.live_objects();
+            assert_eq!((after.buffers, after.memories), (before.buffers, before.memories), "{point:?} in {what}: objects leaked");
+            assert_eq!(entries_of(&d), 0, "{point:?} in {what}: an entry left");
+            // Lost (the injected error said so): it still tears down cleanly.
+            let _ = d.destroy();
+        }
+    }
+}

@@ -737,6 +737,42 @@ pub(crate) struct Bound {
     pub ptr: Option<SendPtr>,
 }
 
+/// A buffer (and the memory for it, once allocated) being made: released however the making
+/// ends short of [`Fresh::done`], an error or a panic unwinding through it (a user's logger
+/// panicking on the error `Shared::fail` logs), so nothing leaks.
+pub(crate) struct Fresh<'a> {
+    s: &'a Shared,
+    l: &'a Live,
+    pub buffer: vk::Buffer,
+    pub memory: Option<vk::DeviceMemory>,
+}
+
+impl<'a> Fresh<'a> {
+    pub(crate) fn new(s: &'a Shared, l: &'a Live, buffer: vk::Buffer) -> Fresh<'a> {
+        Fresh { s, l, buffer, memory: None }
+    }
+
+    /// The objects are kept: their owner releases them.
+    pub(crate) fn done(self, ptr: Option<SendPtr>) -> Bound {
+        let b = Bound { buffer: self.buffer, memory: self.memory.unwrap_or_default(), ptr };
+        std::mem::forget(self);
+        b
+    }
+}
+
+impl Drop for Fresh<'_> {
+    fn drop(&mut self) {
+        // SAFETY: fresh objects of this device that nothing has used (no work names them and
+        // nothing else holds their handles), destroyed once, the buffer before its memory.
+        unsafe {
+            self.s.destroy_buffer(self.l, self.buffer);
+            if let Some(m) = self.memory {
+                self.s.free_memory(self.l, m);
+            }
+        }
+    }
+}
+
 /// A raw pointer into mapped or registered memory that may cross threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SendPtr(pub NonNull<u8>);
@@ -1048,31 +1084,17 @@ impl Shared {
         }
         self.drain_garbage(l);
         let info = Self::buffer_info(l, size, usage);
-        let buffer = self.create_buffer(l, &info)?;
-        let r = (|| {
-            // SAFETY: `buffer` is a live buffer of this device.
-            let req = unsafe { l.device.get_buffer_memory_requirements(buffer) };
-            let Choice { index, .. } = choose(&l.types, req.memory_type_bits).ok_or_else(|| {
-                Error::unsupported(format!("no suitable memory type among bits {:#x} for {:?}", req.memory_type_bits, usage))
-            })?;
-            let ai = vk::MemoryAllocateInfo::default().allocation_size(req.size).memory_type_index(index);
-            let memory = self.allocate_memory(l, &ai)?;
-            let r = (|| {
-                self.bind(l, buffer, memory)?;
-                let ptr = if map { Some(SendPtr(self.map(l, memory)?)) } else { None };
-                Ok(Bound { buffer, memory, ptr })
-            })();
-            if r.is_err() {
-                // SAFETY: `memory` is ours, unused, and freed once here.
-                unsafe { self.free_memory(l, memory) };
-            }
-            r
-        })();
-        if r.is_err() {
-            // SAFETY: `buffer` is ours, unused, and destroyed once here.
-            unsafe { self.destroy_buffer(l, buffer) };
-        }
-        r
+        let mut fresh = Fresh::new(self, l, self.create_buffer(l, &info)?);
+        // SAFETY: `fresh.buffer` is a live buffer of this device.
+        let req = unsafe { l.device.get_buffer_memory_requirements(fresh.buffer) };
+        let Choice { index, .. } = choose(&l.types, req.memory_type_bits)
+            .ok_or_else(|| Error::unsupported(format!("no suitable memory type among bits {:#x} for {:?}", req.memory_type_bits, usage)))?;
+        let ai = vk::MemoryAllocateInfo::default().allocation_size(req.size).memory_type_index(index);
+        let memory = self.allocate_memory(l, &ai)?;
+        fresh.memory = Some(memory);
+        self.bind(l, fresh.buffer, memory)?;
+        let ptr = if map { Some(SendPtr(self.map(l, memory)?)) } else { None };
+        Ok(fresh.done(ptr))
     }
 
     /// # Safety

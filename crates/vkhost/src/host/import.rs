@@ -1,7 +1,7 @@
 //! Vulkan objects behind registry entries: imports of host pages and pinned blocks.
 
 use crate::buffer::USAGE;
-use crate::device::{Bound, Live, SendPtr, Shared};
+use crate::device::{Bound, Fresh, Live, SendPtr, Shared};
 use crate::error::{Error, Result};
 use crate::fault::{self, Point};
 use crate::memtype;
@@ -43,41 +43,33 @@ pub(crate) fn import_range(s: &Shared, l: &Live, covered: &Range<usize>, want: O
     }
     let mut ext = vk::ExternalMemoryBufferCreateInfo::default().handle_types(vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT);
     let info = Shared::buffer_info(l, len, USAGE).push_next(&mut ext);
-    let buffer = s.create_buffer(l, &info)?;
-    let r = (|| {
-        // SAFETY: `buffer` is a live buffer of this device.
-        let req = unsafe { l.device.get_buffer_memory_requirements(buffer) };
-        if req.size > len {
-            return Err(Error::unsupported(format!("the import buffer requires {} bytes, more than the {len} imported", req.size)));
-        }
-        let host_bits = host_pointer_bits(s, l, covered.start as *const u8)?;
-        let bits = host_bits & req.memory_type_bits;
-        let choice = memtype::import(&l.types, bits).ok_or_else(|| {
-            Error::unsupported(format!(
-                "no memory type both the host pointer ({host_bits:#x}) and the buffer ({:#x}) allow",
-                req.memory_type_bits
-            ))
-        })?;
-        if let Some(w) = want.filter(|&w| w != choice.index) {
-            return Err(Error::unsupported(format!("the import would be memory type {}, not {w}", choice.index)));
-        }
-        let mut imp = vk::ImportMemoryHostPointerInfoEXT::default()
-            .handle_type(vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT)
-            .host_pointer(covered.start as *mut std::ffi::c_void);
-        let ai = vk::MemoryAllocateInfo::default().allocation_size(len).memory_type_index(choice.index).push_next(&mut imp);
-        let memory = s.allocate_memory(l, &ai)?;
-        if let Err(e) = s.bind(l, buffer, memory) {
-            // SAFETY: fresh, unused memory of ours, freed once.
-            unsafe { s.free_memory(l, memory) };
-            return Err(e);
-        }
-        Ok(Bound { buffer, memory, ptr: None })
-    })();
-    if r.is_err() {
-        // SAFETY: fresh, unused buffer of ours, destroyed once.
-        unsafe { s.destroy_buffer(l, buffer) };
+    let mut fresh = Fresh::new(s, l, s.create_buffer(l, &info)?);
+    let buffer = fresh.buffer;
+    // Every `?` below (and a panic) drops `fresh`, which releases what was made.
+    // SAFETY: `buffer` is a live buffer of this device.
+    let req = unsafe { l.device.get_buffer_memory_requirements(buffer) };
+    if req.size > len {
+        return Err(Error::unsupported(format!("the import buffer requires {} bytes, more than the {len} imported", req.size)));
     }
-    r
+    let host_bits = host_pointer_bits(s, l, covered.start as *const u8)?;
+    let bits = host_bits & req.memory_type_bits;
+    let choice = memtype::import(&l.types, bits).ok_or_else(|| {
+        Error::unsupported(format!(
+            "no memory type both the host pointer ({host_bits:#x}) and the buffer ({:#x}) allow",
+            req.memory_type_bits
+        ))
+    })?;
+    if let Some(w) = want.filter(|&w| w != choice.index) {
+        return Err(Error::unsupported(format!("the import would be memory type {}, not {w}", choice.index)));
+    }
+    let mut imp = vk::ImportMemoryHostPointerInfoEXT::default()
+        .handle_type(vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT)
+        .host_pointer(covered.start as *mut std::ffi::c_void);
+    let ai = vk::MemoryAllocateInfo::default().allocation_size(len).memory_type_index(choice.index).push_next(&mut imp);
+    let memory = s.allocate_memory(l, &ai)?;
+    fresh.memory = Some(memory);
+    s.bind(l, buffer, memory)?;
+    Ok(fresh.done(None))
 }
 
 /// A driver allocation of `len` bytes, bound and mapped for its whole life.
