@@ -6,8 +6,9 @@
 //! them yourself with the push constants each file documents. A direct launch is checked too,
 //! since the kernels trust their push constants: each binding must start on the kernel's unit
 //! (4 bytes, 16 for `copy_vec4`) and hold the elements the push constants name (the checksum's
-//! result 8 bytes), and the workgroups must be `[n, 1, 1]` with `n < 2^24` (the kernels loop
-//! over x); anything else is `InvalidArgument` and nothing is recorded.
+//! result 8 bytes), and the workgroups must be `[n, 1, 1]` with `256 n` plus the element count
+//! at most 2^32 (the kernels loop over x with a u32 index); anything else is `InvalidArgument`
+//! and nothing is recorded.
 //!
 //! ## The checksum
 //!

@@ -134,12 +134,20 @@ fn resolve_all(s: &Shared, k: &Kernel, bindings: &[Binding<'_>]) -> Result<Vec<B
 }
 
 /// A built-in's own push constants checked against its bindings (see `KernelDef::check`).
-/// Built-ins use a one-dimensional grid-stride loop: workgroups in y or z would repeat it (the
-/// checksum counted twice), and more than 2^32 invocations in x would wrap its stride.
+/// Built-ins use a one-dimensional grid-stride loop over their element count (their first push
+/// constant word): workgroups in y or z would repeat it (the checksum counted twice), and the
+/// u32 index `i += invocations` must not wrap past the count (it would loop for ~2^32 more
+/// rounds, counting elements again): invocations in x plus the count stay within 2^32.
 fn check_builtin(k: &Kernel, groups: [u32; 3], bound: &[Bound], pc: &[u8]) -> Result<()> {
     let Some(f) = k.inner.check else { return Ok(()) };
-    if groups[1] != 1 || groups[2] != 1 || u64::from(groups[0]) * u64::from(builtin::WORKGROUP) > u64::from(u32::MAX) {
-        return Err(Error::invalid(format!("built-in kernel {}: workgroups {groups:?}; use [n, 1, 1], n < 2^24", k.inner.name)));
+    let count = pc.get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok()).map_or(0, |w| u64::from(u32::from_ne_bytes(w)));
+    let invocations = u64::from(groups[0]) * u64::from(builtin::WORKGROUP);
+    if groups[1] != 1 || groups[2] != 1 || invocations + count > 1 << 32 {
+        return Err(Error::invalid(format!(
+            "built-in kernel {}: workgroups {groups:?} for {count} elements; use [n, 1, 1] with n * {} + elements <= 2^32",
+            k.inner.name,
+            builtin::WORKGROUP
+        )));
     }
     f(&bound.iter().map(|b| (b.delta, b.len)).collect::<Vec<_>>(), pc)
 }
