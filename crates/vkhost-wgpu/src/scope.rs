@@ -473,18 +473,24 @@ impl Drop for Inner {
             // vkDeviceWaitIdle needs that queue externally synchronized (found by audit D). An
             // empty submission is still accepted, and its completion means every earlier one's.
             let waited = std::panic::catch_unwind(AssertUnwindSafe(|| self.wait_only())).is_ok();
-            log::error!(
-                "{}: wgpu failed while a scope flushed its work (device destroyed or lost?); {}",
-                self.vkhost.id(),
-                if waited { "waited through an empty submission; the scope ends" } else { "the empty submission failed too" }
-            );
             // A lost device runs nothing more: the scope may end. Otherwise work that names the
             // caller's pages may still run and there is no sound way left to wait for it (no
             // wgpu submission is accepted, and vkDeviceWaitIdle would race other threads'
             // submits): ending the borrow now could let the device write freed memory, so the
-            // process stops instead.
-            if !waited && !self.device_lost() {
-                log::error!("{}: cannot wait for a scope's work on a live device; aborting", self.vkhost.id());
+            // process stops instead. Decided before anything is logged: a logger that panics
+            // must not unwind past this.
+            let abort = !waited && !self.device_lost();
+            let id = self.vkhost.id();
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                log::error!(
+                    "{id}: wgpu failed while a scope flushed its work (device destroyed or lost?); {}",
+                    if waited { "waited through an empty submission; the scope ends" } else { "the empty submission failed too" }
+                );
+                if abort {
+                    log::error!("{id}: cannot wait for a scope's work on a live device; aborting");
+                }
+            }));
+            if abort {
                 std::process::abort();
             }
         }
