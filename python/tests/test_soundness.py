@@ -86,7 +86,7 @@ def test_integers_outside_u64_are_refused() -> None:
         dev.close()
 
 
-def test_two_synchronize_calls_keep_a_later_download_alive(patch_lib: Any) -> None:
+def test_two_synchronize_calls_keep_a_later_download_alive() -> None:
     n = 8 * MiB
     dev = vkhost.Device(validation=True)
     buf = dev.alloc_buffer(n)
@@ -95,21 +95,45 @@ def test_two_synchronize_calls_keep_a_later_download_alive(patch_lib: Any) -> No
     s.synchronize()
     s.download(buf, np.empty(n, np.uint8))
     s.download(buf, np.empty(n, np.uint8))
-    # Each synchronize is preempted right after its C wait returned, before it lets go.
-    delays = {"A": 0.4, "B": 0.6}
-    patch_lib({"vkhost_stream_synchronize": lambda: time.sleep(delays.get(threading.current_thread().name, 0))})
-    ta = threading.Thread(target=s.synchronize, name="A")
-    ta.start()
-    time.sleep(0.1)
-    tb = threading.Thread(target=s.synchronize, name="B")
-    tb.start()
-    time.sleep(0.1)
-    dst = np.empty(n, np.uint8)
-    ref = weakref.ref(dst)
-    s.download(buf, dst)  # enqueued after both waits began: neither may let it go
-    del dst
-    ta.join()
-    tb.join()
+    # Both synchronize calls are inside their C wait (their marks taken) before the main
+    # thread's download, and neither lets go until that download is enqueued.
+    real = vkhost.lib
+    started = {"A": threading.Event(), "B": threading.Event()}
+    downloaded = threading.Event()
+
+    class Lib:
+        def __getattr__(self, name: str) -> Any:
+            f = getattr(real, name)
+            if name != "vkhost_stream_synchronize":
+                return f
+
+            def sync(*a: Any) -> Any:
+                me = threading.current_thread().name
+                if me in started:
+                    started[me].set()
+                r = f(*a)
+                if me in started:
+                    downloaded.wait(10)
+                return r
+
+            return sync
+
+    vkhost.lib = Lib()
+    try:
+        ta = threading.Thread(target=s.synchronize, name="A")
+        tb = threading.Thread(target=s.synchronize, name="B")
+        ta.start()
+        tb.start()
+        assert started["A"].wait(10) and started["B"].wait(10)
+        dst = np.empty(n, np.uint8)
+        ref = weakref.ref(dst)
+        s.download(buf, dst)  # enqueued after both waits began: neither may let it go
+        del dst
+        downloaded.set()
+        ta.join()
+        tb.join()
+    finally:
+        vkhost.lib = real
     gc.collect()
     assert ref() is not None, "a pending download's destination was let go (its copy-out would write freed memory)"
     s.synchronize()
@@ -184,4 +208,30 @@ def test_an_explicit_del_keeps_pinned_memory_mapped() -> None:
     assert int(p.sum()) == 2 * MiB
     del p
     gc.collect()
+    dev.close()
+
+
+def test_an_exception_before_register_leaves_another_registration_alone(patch_lib: Any) -> None:
+    class Interrupt(Exception):
+        pass
+
+    dev = vkhost.Device(validation=True)
+    a = np.ones(MiB, np.uint8)
+    first = dev.register(a)
+
+    def refuse(*_: Any) -> Any:
+        raise Interrupt()  # as if a signal landed before the C call ran
+
+    class Lib:
+        def __getattr__(self, name: str) -> Any:
+            return refuse if name == "vkhost_register" else getattr(vkhost._ffi.lib, name)
+
+    vkhost.lib = Lib()  # restored by the fixture
+    with pytest.raises(Interrupt):
+        dev.register(a)
+    vkhost.lib = vkhost._ffi.lib
+    gc.collect()  # the half-made Registration goes: it must not undo `first`'s
+    assert dev.stats().live_imports == 1, "an interrupted Registration unregistered another one's bytes"
+    first.close()  # NotRegistered here if it had
+    assert dev.stats().live_imports == 0
     dev.close()

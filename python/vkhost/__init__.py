@@ -498,6 +498,12 @@ class DeviceBuffer:
             pass
 
 
+# The address each live Registration holds, per device: a Registration interrupted around its
+# C call undoes the registration at its address only if no other Registration owns it.
+_owners_lock = threading.Lock()
+_owners: dict[tuple[int, int], weakref.ref[Registration]] = {}
+
+
 class Registration:
     """A registered NumPy array (from :meth:`Device.register`). Holds the array; unregisters on
     ``close()``, on leaving a ``with`` block, or when collected."""
@@ -510,15 +516,22 @@ class Registration:
         self.array = array
         self._ptr: int | None = None
         self._lock = threading.Lock()
-        # Recorded before the call: an exception from a signal handler (Ctrl-C) can land right
-        # after the C call returned, and a registration nobody records is never undone. If the
-        # call failed, close()'s unregister answers NOT_REGISTERED (swallowed by __del__).
-        self._ptr = array.ctypes.data
+        addr = array.ctypes.data
+        self._key = (id(device), addr)
+        # An exception from a signal handler (Ctrl-C) can land right after the C call returned,
+        # and a registration nobody records is never undone (its import would outlive the
+        # array). So `_maybe` is set before the call and cleared only once the outcome is
+        # recorded: close() on a Registration left `_maybe` undoes the registration at `addr`
+        # unless another live Registration owns that address (`_owners`).
+        self._maybe: int | None = addr
         with device._use() as d:
-            st = lib.vkhost_register(d, array.ctypes.data, array.nbytes)
+            st = lib.vkhost_register(d, addr, array.nbytes)
         if st != 0:
-            self._ptr = None
+            self._maybe = None
             _check(st)
+        with _owners_lock:
+            _owners[self._key] = weakref.ref(self)
+        self._ptr, self._maybe = addr, None
 
     def __enter__(self) -> np.ndarray:
         return self.array
@@ -530,11 +543,25 @@ class Registration:
         """Unregisters; returns once no device work can touch the array's bytes."""
         with self._lock:
             p, self._ptr = self._ptr, None
+            maybe, self._maybe = getattr(self, "_maybe", None), None
+        if p is None and maybe is not None:
+            # Interrupted around the C call: ours unless another Registration owns the address.
+            with _owners_lock:
+                ref = _owners.get(self._key)
+                other = ref() if ref is not None else None
+            if other is None or other is self:
+                p = maybe
+        with _owners_lock:
+            ref = _owners.get(getattr(self, "_key", None))  # type: ignore[arg-type]
+            if ref is not None and ref() in (self, None):
+                del _owners[self._key]
         # After Device.close() the device is gone and its registrations with it: nothing to undo
         # (raising here would turn every `with dev.register(a)` around a close into an error).
         if p is not None and self.device._hd.live:
             with self.device._use() as d:
-                _check(lib.vkhost_unregister(d, p))
+                st = lib.vkhost_unregister(d, p)
+            if not (maybe is not None and st == NotRegisteredError.status):
+                _check(st)
 
     def __del__(self) -> None:
         try:
@@ -659,8 +686,10 @@ class Stream:
         self._gone = 0
         # Held from "keep the array" to "the C enqueue returned": synchronize takes its mark
         # under it, so the mark never covers an array whose copy is enqueued after its wait.
-        # Reentrant: a finalizer run by the GC inside an enqueue may use this stream.
+        # Reentrant: a finalizer run by the GC inside an enqueue may use this stream
+        # (`_in_enq` then tells synchronize that an array is kept but not yet enqueued).
         self._enq = threading.RLock()
+        self._in_enq = 0
         h = c_void_p()
         with device._use() as d:
             _check(lib.vkhost_stream_create(d, _queue_kind(kind), byref(h)))
@@ -683,7 +712,7 @@ class Stream:
         offset = _size(offset, "offset")
         # Kept before the enqueue: a `synchronize` on another thread meanwhile must not let go
         # of an array whose copy it did not wait for.
-        with self._enq:
+        with self._enq, self._enqueuing():
             self._keep.append(src)
             with self._use() as s, dst._use() as b:
                 _check(lib.vkhost_stream_copy_to_device_async(s, src.ctypes.data, src.nbytes, b, offset))
@@ -693,7 +722,7 @@ class Stream:
         the bytes are there after ``synchronize`` (or an event recorded after this call)."""
         _contiguous(dst, "dst", writable=True)
         offset = _size(offset, "offset")
-        with self._enq:
+        with self._enq, self._enqueuing():
             self._keep.append(dst)
             with self._use() as s, src._use() as b:
                 _check(lib.vkhost_stream_copy_to_host_async(s, b, offset, dst.ctypes.data, dst.nbytes))
@@ -701,7 +730,7 @@ class Stream:
     def copy(self, src: DeviceBuffer, dst: DeviceBuffer, nbytes: int, src_offset: int = 0, dst_offset: int = 0) -> None:
         """Enqueues a device-to-device copy."""
         nbytes, src_offset, dst_offset = _size(nbytes, "nbytes"), _size(src_offset, "src_offset"), _size(dst_offset, "dst_offset")
-        with self._enq:
+        with self._enq, self._enqueuing():
             self._keep += [src, dst]
             with self._use() as s, src._use() as a, dst._use() as b:
                 _check(lib.vkhost_stream_copy_buffer_async(s, a, src_offset, b, dst_offset, nbytes))
@@ -710,10 +739,19 @@ class Stream:
         """Enqueues a fill with the repeated 32-bit ``value`` (offset and size multiples of 4)."""
         offset = _size(offset, "offset")
         n = _size(max(dst.nbytes - offset, 0) if nbytes is None else nbytes, "nbytes")
-        with self._enq:
+        with self._enq, self._enqueuing():
             self._keep.append(dst)
             with self._use() as s, dst._use() as b:
                 _check(lib.vkhost_stream_fill_async(s, b, offset, n, value & 0xFFFFFFFF))
+
+    @contextmanager
+    def _enqueuing(self) -> Iterator[None]:
+        # Held under `_enq`: only this thread can see it non-zero.
+        self._in_enq += 1
+        try:
+            yield
+        finally:
+            self._in_enq -= 1
 
     def flush(self) -> None:
         """Submits recorded work without waiting."""
@@ -738,7 +776,9 @@ class Stream:
         # Only what was enqueued before the wait began may go: another thread's copy enqueued
         # meanwhile keeps its array.
         with self._enq:
-            mark = self._gone + len(self._keep)
+            # Inside this thread's own enqueue (a finalizer the GC ran there called this), the
+            # array being enqueued is kept but not yet enqueued: let nothing go this time.
+            mark = self._gone + (0 if self._in_enq else len(self._keep))
         with self._use() as s:
             _check(lib.vkhost_stream_synchronize(s))
         with self._enq:
