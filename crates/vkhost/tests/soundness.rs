@@ -331,8 +331,8 @@ fn pinned_forms_are_async_and_views_wait_after_forgetting_their_guards() {
 /// cleanly (validation counts leaked objects). Where an import is the address itself (CPU
 /// drivers: lavapipe), the copies move exactly the new pages' bytes; on a GPU the stale import
 /// still pins the old physical pages, so copies through it read and write those (documented on
-/// `Registration`): there each page of the new mapping must hold either what the copy should
-/// have put there or what it held before, never anything else. Would catch: a copy through a
+/// `Registration`): there the pages of the new mapping in the stale range may hold whatever
+/// copies through the stale imports left, and every other page must be exact. Would catch: a copy through a
 /// stale import writing other memory, an access to the unmapped pages (SIGSEGV here, an invalid
 /// read/write under valgrind), a destroy that trips on the forgotten entries, or a register of
 /// the new pages that panics.
@@ -352,17 +352,19 @@ fn forgetting_a_host_range_then_remapping_its_pages() {
     forget(range);
     drop(m); // munmap: the forgotten range's pages are gone
     let mut n = Pages::new(len);
-    // Each page of `got` is `want`'s (or, through a stale import on a GPU, `before`'s).
-    let check = |got: &[u8], want: &[u8], before: &[u8], what: &str| {
-        if by_address {
-            assert!(got == want, "{what}");
-        } else {
-            for (k, ((g, w), b)) in got.chunks(page).zip(want.chunks(page)).zip(before.chunks(page)).enumerate() {
-                assert!(g == w || g == b, "{what}: page {k} holds neither the copied nor the earlier bytes");
-            }
+    // The forgotten imports cover [old + page, old + 3 pages). On a GPU they pin the old
+    // physical pages, which both devices' copies through them read and write: a page of the new
+    // mapping in that range may hold anything those copies left (but nothing else changes); every
+    // other page, and every page on a CPU driver, must hold exactly the bytes copied.
+    let stale = old + page..old + 3 * page;
+    let exact = |k: usize, base: usize| by_address || !stale.contains(&(base + k * page));
+    let check = |got: &[u8], want: &[u8], base: usize, what: &str| {
+        for (k, (g, w)) in got.chunks(page).zip(want.chunks(page)).enumerate() {
+            assert!(!exact(k, base) || g == w, "{what}: page {k} is not the copied bytes");
         }
     };
     for (i, d) in [&a, &b].into_iter().enumerate() {
+        let at = n.ptr as usize;
         n.slice().copy_from_slice(&pattern(len, 9));
         let gpu = d.alloc_buffer(len).unwrap();
         gpu.write(0, &pattern(len, 40)).unwrap();
@@ -370,21 +372,18 @@ fn forgetting_a_host_range_then_remapping_its_pages() {
         s.upload(n.slice(), &gpu, 0).unwrap().wait().unwrap();
         let mut out = vec![0u8; len];
         gpu.read(0, &mut out).unwrap();
-        // On a GPU a page read through the stale import holds the old mapping's bytes (1s).
-        check(&out, &pattern(len, 9), &vec![1u8; len], &format!("device {i}: the upload read other bytes than the new pages'"));
+        check(&out, &pattern(len, 9), at, &format!("device {i}: the upload"));
         gpu.write(0, &pattern(len, 20 + i as u8)).unwrap();
-        let before = n.slice().to_vec();
         s.download(&gpu, 0, n.slice()).unwrap().wait().unwrap();
-        check(n.slice(), &pattern(len, 20 + i as u8), &before, &format!("device {i}: the download"));
-        let before = n.slice().to_vec();
+        check(n.slice(), &pattern(len, 20 + i as u8), at, &format!("device {i}: the download"));
         gpu.read(0, n.slice()).unwrap(); // synchronous, possibly through the old import
-        check(n.slice(), &pattern(len, 20 + i as u8), &before, &format!("device {i}: the synchronous read"));
+        check(n.slice(), &pattern(len, 20 + i as u8), at, &format!("device {i}: the synchronous read"));
         gpu.write(0, n.slice()).unwrap();
-        // New pages at the old address are refused (the forgotten entry still holds those
+        // New pages over the stale range are refused (the forgotten entry still holds those
         // bytes: documented); elsewhere they register.
-        let same = n.ptr as usize == old;
+        let overlaps = at < stale.end && stale.start < at + len;
         let r = d.register(n.slice());
-        if same {
+        if overlaps {
             assert!(matches!(r, Err(vkhost::Error::AlreadyRegistered)), "device {i}: {r:?}");
         } else {
             r.unwrap();
@@ -392,9 +391,7 @@ fn forgetting_a_host_range_then_remapping_its_pages() {
         s.synchronize().unwrap();
     }
     let last = n.slice().to_vec();
-    if by_address {
-        assert!(last == pattern(len, 21));
-    }
+    check(&last, &pattern(len, 21), n.ptr as usize, "the last read");
     assert!(unrelated.iter().all(|&x| x == 0x3C), "unrelated memory changed");
     // Not Busy: a forgotten range keeps entries, not holds. Destroy releases its imports (the
     // validation layer, checked when `a` and `b` drop, would report leaked objects).
@@ -580,7 +577,7 @@ fn forgetting_a_registration_then_pinning_its_pages() {
     gpu.write(0, &pattern(len, 4)).unwrap();
     let s = d.stream().unwrap();
     let mut blocks = Vec::new();
-    let mut collided = 0;
+    let mut moved = 0;
     for round in 0..3u8 {
         // Where the driver maps an 8 MiB block now.
         let probe = PinnedBuffer::new(&d, len).unwrap();
@@ -607,7 +604,7 @@ fn forgetting_a_registration_then_pinning_its_pages() {
         drop(m); // unmapped: the entry is stale
         let mut block = PinnedBuffer::new(&d, len).expect("a stale registration refused an unrelated pinned block");
         if block.as_ptr() as usize != at {
-            collided += 1;
+            moved += 1; // made elsewhere: the stale entry was in the way
         }
         if let Some(raw) = block.raw_memory() {
             assert_eq!(
@@ -627,7 +624,13 @@ fn forgetting_a_registration_then_pinning_its_pages() {
         blocks.push(block);
     }
     assert!(unrelated.iter().all(|&x| x == 0x3C), "unrelated memory changed");
-    eprintln!("forgetting_a_registration_then_pinning_its_pages: {} blocks made, {collided} placed off a stale entry", blocks.len());
+    eprintln!("forgetting_a_registration_then_pinning_its_pages: {} blocks made, {moved} moved off a stale entry", blocks.len());
+    assert!(!blocks.is_empty(), "no round could map pages where the freed block was");
+    // On lavapipe the driver maps the next block where the freed one was (3 of 3 rounds when
+    // this was written), so the collision did happen; GPU drivers place blocks their own way.
+    if d.info().device_type == vkhost::DeviceType::Cpu {
+        assert!(moved > 0, "no round collided with a stale entry: the test proved nothing");
+    }
     drop(blocks);
     d.destroy().unwrap();
 }

@@ -110,7 +110,7 @@ fn indices(spec: &str) -> Result<Vec<usize>> {
 /// Verifies one round trip of `n` bytes through `side` for `dir`, in `scratch` (two buffers of
 /// the largest size, allocated once per run, as the plain bench's check buffers are). With a
 /// fresh pair of `Vec`s per point, 2 GiB allocated and freed right before a 1 GiB point's timed
-/// copies, the matrix's pageable 1 GiB d2h was below the plain bench's in 7 of 8 process pairs
+/// copies, the matrix's pageable 1 GiB d2h was below the plain bench's in 6 of 8 process pairs
 /// on the H200 (median 47.72 against 49.23 GB/s, docs/PERFORMANCE.md, eleventh session).
 fn verify(side: &mut Side, dir: DirKind, n: usize, seed: u64, scratch: &mut (Vec<u8>, Vec<u8>)) -> Result<bool> {
     let (want, got) = (&mut scratch.0[..n], &mut scratch.1[..n]);

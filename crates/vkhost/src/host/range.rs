@@ -133,8 +133,11 @@ impl<'a> HostRange<'a> {
         let mut owners = Vec::with_capacity(devices.len());
         for d in devices {
             // SAFETY: the slice is borrowed mutably for 'a, so its pages stay mapped, writable
-            // and untouched by anyone else until this HostRange (which unregisters everywhere
-            // on drop) ends.
+            // and untouched by anyone else while this HostRange lives. If it is leaked instead of
+            // dropped, the entries outlive the borrow, and that is still sound: no safe work on
+            // the bytes is left in flight (safe copies and launches that name them complete
+            // before they return), an import pins its pages on a GPU (later copies through it
+            // reach those, not freed memory), and overlapping registrations are refused.
             let o = unsafe { super::register_entry(d, addr, buf.len(), true) }?;
             undo.done.push((*d).clone());
             owners.push(o);
