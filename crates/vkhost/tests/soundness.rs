@@ -625,6 +625,13 @@ fn forgetting_a_registration_then_pinning_its_pages() {
     }
     assert!(unrelated.iter().all(|&x| x == 0x3C), "unrelated memory changed");
     eprintln!("forgetting_a_registration_then_pinning_its_pages: {} blocks made, {moved} moved off a stale entry", blocks.len());
+    if blocks.is_empty() && std::env::var("VKHOST_MEMCHECK").is_ok() {
+        // valgrind keeps freed heap blocks mapped (its freelist), so the freed driver block's
+        // address cannot be mapped again: the collision cannot be forced under memcheck.
+        eprintln!("SKIPPED the forced collision: under valgrind the freed block's pages stay mapped");
+        d.destroy().unwrap();
+        return;
+    }
     assert!(!blocks.is_empty(), "no round could map pages where the freed block was");
     // On lavapipe the driver maps the next block where the freed one was (3 of 3 rounds when
     // this was written), so the collision did happen; GPU drivers place blocks their own way.
