@@ -26,33 +26,6 @@ fn run_kernel(interop: &Interop, src: &wgpu::Buffer, dst: &wgpu::Buffer, n: usiz
     dispatch(interop, SHADER, &[src, dst], (n as u32).div_ceil(64));
 }
 
-/// Builds a pipeline from WGSL `source` (entry `main`), binds `buffers` to bindings 0.., and
-/// submits one dispatch of `groups` workgroups.
-fn dispatch(interop: &Interop, source: &str, buffers: &[&wgpu::Buffer], groups: u32) {
-    let dev = interop.device();
-    let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor { label: None, source: wgpu::ShaderSource::Wgsl(source.into()) });
-    let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: None,
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
-    let entries: Vec<wgpu::BindGroupEntry<'_>> =
-        buffers.iter().enumerate().map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() }).collect();
-    let group =
-        dev.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &pipeline.get_bind_group_layout(0), entries: &entries });
-    let mut enc = dev.create_command_encoder(&Default::default());
-    {
-        let mut pass = enc.begin_compute_pass(&Default::default());
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &group, &[]);
-        pass.dispatch_workgroups(groups, 1, 1);
-    }
-    interop.queue().submit([enc.finish()]);
-}
-
 #[test]
 fn compute_shader_reads_and_writes_registered_vecs() {
     let Some(interop) = open() else { return };

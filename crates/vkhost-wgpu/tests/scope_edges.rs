@@ -16,34 +16,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use vkhost_wgpu::vkhost::PinnedBuffer;
 use vkhost_wgpu::{Interop, Options, wgpu};
 
-fn pipeline(dev: &wgpu::Device, src: &str) -> wgpu::ComputePipeline {
-    let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor { label: None, source: wgpu::ShaderSource::Wgsl(src.into()) });
-    dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: None,
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    })
-}
-
-fn dispatch(interop: &Interop, src: &str, buffers: &[&wgpu::Buffer], groups: u32) {
-    let dev = interop.device();
-    let p = pipeline(dev, src);
-    let entries: Vec<wgpu::BindGroupEntry<'_>> =
-        buffers.iter().enumerate().map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() }).collect();
-    let group = dev.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &p.get_bind_group_layout(0), entries: &entries });
-    let mut enc = dev.create_command_encoder(&Default::default());
-    {
-        let mut pass = enc.begin_compute_pass(&Default::default());
-        pass.set_pipeline(&p);
-        pass.set_bind_group(0, &group, &[]);
-        pass.dispatch_workgroups(groups, 1, 1);
-    }
-    interop.queue().submit([enc.finish()]);
-}
-
 /// H3: a command encoder that recorded a copy from a HostBuffer escapes the scope (as the
 /// closure's return value, a `'static` type). The scope destroys the buffer (wgpu destroys the
 /// VkBuffer at once: no submission used it), leaving the encoder's open VkCommandBuffer
