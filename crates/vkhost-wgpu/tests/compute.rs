@@ -174,15 +174,7 @@ fn an_escaped_buffer_or_bind_group_is_refused_after_the_scope() {
     let dev = interop.device();
     let align = interop.host_buffer_alignment();
     let (mut v, k) = aligned_vec(1024, align, |_| 5.0);
-    let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor { label: None, source: wgpu::ShaderSource::Wgsl(SHADER.into()) });
-    let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: None,
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
+    let pipeline = pipeline(dev, SHADER);
     let out = dev.create_buffer(&wgpu::BufferDescriptor {
         label: None,
         size: 4096,
@@ -265,16 +257,6 @@ fn a_panicking_scope_still_waits_for_its_work() {
     // The unwinding scope waited for the kernel before the registrations could go.
     assert!(output[o..o + n].iter().zip(&input[i..i + n]).all(|(&y, &x)| y == x * 2.0 + 1.0));
 }
-
-/// A kernel that loops `b[1]` times on one invocation, then writes 0xDEADBEEF to word 3.
-const SLOW: &str = "
-@group(0) @binding(0) var<storage, read_write> b: array<u32>;
-@compute @workgroup_size(1) fn main() {
-  var x = b[0];
-  for (var i = 0u; i < b[1]; i++) { x = x * 1664525u + 1013904223u; }
-  b[2] = x | 1u;
-  b[3] = 0xdeadbeefu;
-}";
 
 fn slow_kernel(interop: &Interop, buf: &wgpu::Buffer) {
     dispatch(interop, SLOW, &[buf], 1);

@@ -16,6 +16,27 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use vkhost_wgpu::vkhost::PinnedBuffer;
 use vkhost_wgpu::{Interop, Options, wgpu};
 
+/// A 4 KiB copy destination, and an encoder that recorded a copy from `pinned` inside a scope
+/// and escaped it as the scope's return value.
+fn escaped_encoder(interop: &Interop, pinned: &mut PinnedBuffer) -> (wgpu::Buffer, wgpu::CommandEncoder) {
+    let dev = interop.device();
+    let other = dev.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: 4096,
+        usage: wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    let enc = interop
+        .scope(|s| -> vkhost_wgpu::Result<wgpu::CommandEncoder> {
+            let b = s.pinned(pinned)?;
+            let mut enc = dev.create_command_encoder(&Default::default());
+            enc.copy_buffer_to_buffer(&b, 0, &other, 0, 4096);
+            Ok(enc)
+        })
+        .unwrap();
+    (other, enc)
+}
+
 /// H3: a command encoder that recorded a copy from a HostBuffer escapes the scope (as the
 /// closure's return value, a `'static` type). The scope destroys the buffer (wgpu destroys the
 /// VkBuffer at once: no submission used it), leaving the encoder's open VkCommandBuffer
@@ -26,20 +47,7 @@ fn d1_escaped_encoder_after_scope() {
     let dev = interop.device();
     let mut pinned = PinnedBuffer::new(interop.vkhost(), 4096).unwrap();
     pinned.fill(1);
-    let other = dev.create_buffer(&wgpu::BufferDescriptor {
-        label: None,
-        size: 4096,
-        usage: wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
-        mapped_at_creation: false,
-    });
-    let enc = interop
-        .scope(|s| -> vkhost_wgpu::Result<wgpu::CommandEncoder> {
-            let b = s.pinned(&mut pinned)?;
-            let mut enc = dev.create_command_encoder(&Default::default());
-            enc.copy_buffer_to_buffer(&b, 0, &other, 0, 4096);
-            Ok(enc)
-        })
-        .unwrap();
+    let (_other, enc) = escaped_encoder(&interop, &mut pinned);
     eprintln!("scope returned; validation errors so far: {:?}", take_validation_errors());
     drop(pinned);
     dev.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -58,34 +66,12 @@ fn d1b_escaped_encoder_dropped_after_scope() {
     let Some(interop) = open() else { return };
     let dev = interop.device();
     let mut pinned = PinnedBuffer::new(interop.vkhost(), 4096).unwrap();
-    let other = dev.create_buffer(&wgpu::BufferDescriptor {
-        label: None,
-        size: 4096,
-        usage: wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
-        mapped_at_creation: false,
-    });
-    let enc = interop
-        .scope(|s| -> vkhost_wgpu::Result<wgpu::CommandEncoder> {
-            let b = s.pinned(&mut pinned)?;
-            let mut enc = dev.create_command_encoder(&Default::default());
-            enc.copy_buffer_to_buffer(&b, 0, &other, 0, 4096);
-            Ok(enc)
-        })
-        .unwrap();
+    let (_other, enc) = escaped_encoder(&interop, &mut pinned);
     drop(enc);
     dev.poll(wgpu::Maintain::Wait);
     let (n, last) = take_validation_errors();
     assert_eq!(n, 0, "validation errors after dropping an escaped encoder: {n}, last: {last:?}");
 }
-
-const SLOW: &str = "
-@group(0) @binding(0) var<storage, read_write> b: array<u32>;
-@compute @workgroup_size(1) fn main() {
-  var x = b[0];
-  for (var i = 0u; i < b[1]; i++) { x = x * 1664525u + 1013904223u; }
-  b[2] = x | 1u;
-  b[3] = 0xdeadbeefu;
-}";
 
 /// H2: `wgpu::Device::destroy` (safe) in a scope sends the scope down its fallback path, which
 /// calls vkDeviceWaitIdle, which needs every VkQueue of the device externally synchronized.

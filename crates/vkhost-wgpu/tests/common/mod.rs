@@ -173,3 +173,13 @@ pub fn dispatch(interop: &Interop, src: &str, buffers: &[&wgpu::Buffer], groups:
     }
     interop.queue().submit([enc.finish()]);
 }
+
+/// A kernel that loops `b[1]` times on one invocation, then writes 0xDEADBEEF to word 3.
+pub const SLOW: &str = "
+@group(0) @binding(0) var<storage, read_write> b: array<u32>;
+@compute @workgroup_size(1) fn main() {
+  var x = b[0];
+  for (var i = 0u; i < b[1]; i++) { x = x * 1664525u + 1013904223u; }
+  b[2] = x | 1u;
+  b[3] = 0xdeadbeefu;
+}";
