@@ -819,7 +819,10 @@ impl<'d> Case<'d> {
     fn binding(&mut self, r: Region, o: usize, l: usize) -> Binding<'static> {
         match r {
             Region::Buf(d, i) => {
-                // SAFETY: the buffers outlive every op of the case (dropped after the streams).
+                // SAFETY: every caller passes the Binding to one stream call in the same op, which
+                // consumes it, and `self.bufs` is neither moved nor dropped during that call (the
+                // 'static only frees `self` for the call's `&mut`); a launch that outlives the call
+                // holds its own owner of the buffer, not this reference.
                 let b: &'static DeviceBuffer = unsafe { &*(&self.bufs[d][i] as *const DeviceBuffer) };
                 Binding::Device(b, o, l)
             }
@@ -975,9 +978,6 @@ impl<'d> Case<'d> {
                 if rs == rd && overlap(so, so + l, dof, dof + l) {
                     return;
                 }
-                if let (Region::Arena, Region::Arena) = (rs, rd) {
-                    // distinct registrations may or may not be the case; fine either way
-                }
                 self.order(Actor::Stream(s), rs, so, so + l, false);
                 self.order(Actor::Stream(s), rd, dof, dof + l, true);
                 self.seqs[s] += 1;
@@ -1003,10 +1003,10 @@ impl<'d> Case<'d> {
                 let (bs, bd) = (self.binding(rs, so, l), self.binding(rd, dof, 8));
                 match self.streams[s].checksum_into(bs, bd) {
                     Ok(()) => {}
-                    // Finding (see the report): with a registration or pinned block made of
-                    // several imports (VKHOST_IMPORT_PIECE), an 8-byte result that straddles two
-                    // imports is refused. Documented: a refused call writes nothing, so the
-                    // model stays as it is and later checks verify that.
+                    // With a registration or pinned block made of several imports
+                    // (VKHOST_IMPORT_PIECE), an 8-byte result that straddles two imports is
+                    // refused (documented on `checksum_into`): a refused call writes nothing, so
+                    // the model stays as it is and later checks verify that.
                     Err(vkhost::Error::NotRegistered)
                         if rd != Region::Buf(self.sdev[s], 0)
                             && rd != Region::Buf(self.sdev[s], 1)
