@@ -65,7 +65,7 @@ static COPY4: Builtin = LazyLock::new(|| make("copy4", spv::COPY4, &[Param::Read
 static CHECKSUM: Builtin = LazyLock::new(|| make("checksum", spv::CHECKSUM, &[Param::ReadOnly, Param::ReadWrite], 8, check_checksum));
 
 /// The u32 at word `i` of a built-in's own push constants (their sizes are checked first).
-fn push_word(pc: &[u8], i: usize) -> u64 {
+pub(crate) fn push_word(pc: &[u8], i: usize) -> u64 {
     let w = pc.get(4 * i..4 * i + 4).and_then(|b| <[u8; 4]>::try_from(b).ok()).unwrap_or([0; 4]);
     u64::from(u32::from_ne_bytes(w))
 }

@@ -140,7 +140,7 @@ fn resolve_all(s: &Shared, k: &Kernel, bindings: &[Binding<'_>]) -> Result<Vec<B
 /// rounds, counting elements again): invocations in x plus the count stay within 2^32.
 fn check_builtin(k: &Kernel, groups: [u32; 3], bound: &[Bound], pc: &[u8]) -> Result<()> {
     let Some(f) = k.inner.check else { return Ok(()) };
-    let count = pc.get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok()).map_or(0, |w| u64::from(u32::from_ne_bytes(w)));
+    let count = builtin::push_word(pc, 0);
     let invocations = u64::from(groups[0]) * u64::from(builtin::WORKGROUP);
     if groups[1] != 1 || groups[2] != 1 || invocations + count > 1 << 32 {
         return Err(Error::invalid(format!(
