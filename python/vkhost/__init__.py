@@ -544,17 +544,14 @@ class Registration:
         with self._lock:
             p, self._ptr = self._ptr, None
             maybe, self._maybe = getattr(self, "_maybe", None), None
-        if p is None and maybe is not None:
-            # Interrupted around the C call: ours unless another Registration owns the address.
-            with _owners_lock:
-                ref = _owners.get(self._key)
-                other = ref() if ref is not None else None
-            if other is None or other is self:
-                p = maybe
         with _owners_lock:
             ref = _owners.get(getattr(self, "_key", None))  # type: ignore[arg-type]
-            if ref is not None and ref() in (self, None):
+            owner = ref() if ref is not None else None
+            if ref is not None and owner in (self, None):
                 del _owners[self._key]
+        # Interrupted around the C call: ours unless another Registration owns the address.
+        if p is None and maybe is not None and owner in (self, None):
+            p = maybe
         # After Device.close() the device is gone and its registrations with it: nothing to undo
         # (raising here would turn every `with dev.register(a)` around a close into an error).
         if p is not None and self.device._hd.live:
