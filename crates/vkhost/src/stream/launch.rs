@@ -149,7 +149,8 @@ fn check_builtin(k: &Kernel, groups: [u32; 3], bound: &[Bound], pc: &[u8]) -> Re
             builtin::WORKGROUP
         )));
     }
-    f(&bound.iter().map(|b| (b.delta, b.len)).collect::<Vec<_>>(), pc)
+    // Built-ins have at most two bindings: no heap allocation per launch.
+    f(&bound.iter().map(|b| (b.delta, b.len)).collect::<smallvec::SmallVec<[(u32, u64); 2]>>(), pc)
 }
 
 impl StreamInner {
