@@ -873,9 +873,11 @@ pub(crate) struct Shared {
     pub has_garbage: AtomicBool,
     /// Held while a thread drains the garbage lists (`drain_garbage`), always under `live`.
     pub draining: Mutex<()>,
-    /// Timeline semaphores of streams whose last reference went; destroyed at the next
-    /// stream creation or at destroy.
-    pub deferred_semaphores: Mutex<Vec<vk::Semaphore>>,
+    /// Every stream's timeline semaphore not destroyed yet, and whether its stream's last
+    /// reference went (`retired`: destroyed at the next stream creation or at destroy). The one
+    /// authority over who destroys a stream's semaphore: whoever takes it out of this list, under
+    /// its lock (see `StreamSemaphores`).
+    pub stream_semaphores: Mutex<StreamSemaphores>,
     /// The import probe's verdict, run once at open: `Ok(granule)` or why registration failed.
     pub probe: std::sync::OnceLock<std::result::Result<usize, String>>,
     /// True while the probe runs at open: its copies are not the user's traffic.
@@ -1042,10 +1044,24 @@ impl Shared {
 
     /// Destroys semaphores of streams that are gone.
     pub(crate) fn destroy_deferred(&self, l: &Live) {
-        let sems = std::mem::take(&mut *lock(&self.deferred_semaphores));
+        let sems = lock(&self.stream_semaphores).take_retired();
         for sem in sems {
             // SAFETY: the stream and every batch that could wait on it are gone (the last
             // reference to its inner state, which waiting batches hold, was dropped).
+            unsafe { l.device.destroy_semaphore(sem, None) };
+            self.count_semaphore(-1);
+        }
+    }
+
+    /// At the end of teardown, after every stream alive at its start was shut down and its
+    /// semaphore destroyed: destroys whatever is still listed. Those are semaphores of streams
+    /// whose last reference went as the teardown ran, before their drop retired them (the
+    /// teardown's children could not include them): the drop, when it runs, finds nothing.
+    fn destroy_stream_semaphores(&self, l: &Live) {
+        let sems = lock(&self.stream_semaphores).take_all();
+        for sem in sems {
+            // SAFETY: the device is idle, every stream that could still use its semaphore was
+            // shut down (teardown's WORK phase), and nothing submits any more.
             unsafe { l.device.destroy_semaphore(sem, None) };
             self.count_semaphore(-1);
         }
@@ -1156,6 +1172,7 @@ impl Shared {
         // not take the device lock): release them too, last, before the device goes.
         self.drain_garbage(&live);
         self.destroy_deferred(&live);
+        self.destroy_stream_semaphores(&live);
         let left = self.objects.snapshot();
         if left != LiveObjects::default() {
             log::warn!("{}: objects still counted at destroy: {left:?}", self.id);
@@ -1169,6 +1186,57 @@ impl Shared {
             }
         }
         log::debug!("{}: destroyed", self.id);
+    }
+}
+
+/// The timeline semaphores of a device's streams (`Shared::stream_semaphores`). A semaphore is
+/// listed from its stream's creation until it is destroyed; whoever takes it out (under the
+/// lock) destroys it, so a stream's last drop racing the device's teardown can neither leak it
+/// nor destroy it twice.
+#[derive(Default)]
+pub(crate) struct StreamSemaphores {
+    /// (semaphore, retired: its stream's last reference went).
+    list: Vec<(vk::Semaphore, bool)>,
+}
+
+impl StreamSemaphores {
+    /// Lists a new stream's semaphore.
+    pub(crate) fn adopt(&mut self, sem: vk::Semaphore) {
+        self.list.push((sem, false));
+    }
+
+    /// Marks `sem` for destruction at the next `destroy_deferred` (its stream's last reference
+    /// went); nothing if it is no longer listed (teardown destroyed it).
+    pub(crate) fn retire(&mut self, sem: vk::Semaphore) {
+        if let Some(e) = self.list.iter_mut().find(|e| e.0 == sem) {
+            e.1 = true;
+        }
+    }
+
+    /// Takes `sem` out of the list: true if it was listed, and the caller now destroys it.
+    pub(crate) fn take(&mut self, sem: vk::Semaphore) -> bool {
+        match self.list.iter().position(|e| e.0 == sem) {
+            Some(i) => {
+                self.list.swap_remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn take_retired(&mut self) -> Vec<vk::Semaphore> {
+        let mut out = Vec::new();
+        self.list.retain(|&(sem, retired)| {
+            if retired {
+                out.push(sem);
+            }
+            !retired
+        });
+        out
+    }
+
+    fn take_all(&mut self) -> Vec<vk::Semaphore> {
+        self.list.drain(..).map(|e| e.0).collect()
     }
 }
 
@@ -1702,7 +1770,7 @@ impl Device {
                 pipeline_garbage: Mutex::new(Vec::new()),
                 has_garbage: AtomicBool::new(false),
                 draining: Mutex::new(()),
-                deferred_semaphores: Mutex::new(Vec::new()),
+                stream_semaphores: Mutex::new(StreamSemaphores::default()),
                 probe: std::sync::OnceLock::new(),
                 probing: AtomicBool::new(false),
                 own_memory_refused: AtomicBool::new(false),

@@ -466,12 +466,22 @@ pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guarded: bool) -> Res
         }
     };
     for imports in &refused {
-        for p in &imports.parts {
-            // SAFETY: fresh objects of ours, never listed, never used by any work.
-            unsafe { p.obj.release_now(s, &l) };
-        }
+        // SAFETY: fresh objects of ours, never listed, never used by any work.
+        unsafe { release_fresh(s, &l, &imports.parts) };
     }
     r
+}
+
+/// Destroys `parts`' Vulkan objects now, on this thread, instead of through the releaser.
+///
+/// # Safety
+/// The parts are fresh imports or allocations of the device `s`, `l` that no work ever named
+/// and no registry entry lists.
+unsafe fn release_fresh(s: &Shared, l: &crate::device::Live, parts: &[Arc<Resource>]) {
+    for p in parts {
+        // SAFETY: the caller's contract: no pending or future work uses the buffer.
+        unsafe { p.obj.release_now(s, l) };
+    }
 }
 
 /// How many blocks [`alloc_pinned_entry`] makes before it gives up on addresses that stale
@@ -587,10 +597,8 @@ fn import_pieces(
         }
     }
     if let Some(e) = failed {
-        for p in &parts {
-            // SAFETY: fresh imports of ours, never named by any work.
-            unsafe { p.obj.release_now(s, l) };
-        }
+        // SAFETY: fresh imports of ours, never listed, never named by any work.
+        unsafe { release_fresh(s, l, &parts) };
         return Err(e);
     }
     Ok(Imports::new(parts, part))

@@ -73,9 +73,8 @@ pub(crate) struct StreamInner {
     pub(super) queue_kind: QueueKind,
     pub(super) queue_index: usize,
     /// The timeline semaphore. Destroyed only when the last reference goes (other streams'
-    /// batches may wait on it), through `Shared::deferred_semaphores`, or at device destroy.
+    /// batches may wait on it), through `Shared::stream_semaphores`, or at device destroy.
     pub(super) sem: vk::Semaphore,
-    pub(super) sem_destroyed: std::sync::atomic::AtomicBool,
     pub(super) state: Mutex<State>,
     /// Highest value known complete (cache of the semaphore).
     pub(super) completed: AtomicU64,
@@ -87,19 +86,23 @@ pub(crate) struct StreamInner {
 
 impl Drop for StreamInner {
     fn drop(&mut self) {
-        // No device lock here (this can run inside another stream's reap): defer.
-        if !self.sem_destroyed.swap(true, Ordering::AcqRel) {
-            lock(&self.shared.deferred_semaphores).push(self.sem);
-        }
+        #[cfg(test)]
+        tests::drop_pause_point(&self.shared);
+        // No device lock here (this can run inside another stream's reap): defer. If the
+        // device's teardown already destroyed the semaphore (this drop began as it ran), it is
+        // no longer listed and this does nothing.
+        lock(&self.shared.stream_semaphores).retire(self.sem);
     }
 }
 
 impl StreamInner {
-    /// At device destroy, after `shutdown`: the semaphore goes now, even if events still
-    /// reference this stream.
+    /// At device destroy, after `shutdown` (and from the stream's own last drop): the
+    /// semaphore goes now, even if events still reference this stream. Once only: the one
+    /// that takes it out of `Shared::stream_semaphores` destroys it.
     pub(crate) fn destroy_semaphore(&self, l: &Live) {
-        if !self.sem_destroyed.swap(true, Ordering::AcqRel) {
-            // SAFETY: the device is idle and every stream is shut down: nothing waits on it.
+        if lock(&self.shared.stream_semaphores).take(self.sem) {
+            // SAFETY: the device is idle and every stream is shut down, or no one else refers
+            // to this stream: nothing waits on the semaphore.
             unsafe { l.device.destroy_semaphore(self.sem, None) };
             self.shared.count_semaphore(-1);
         }
@@ -452,5 +455,76 @@ impl Child for StreamInner {
             phase::SYNC => self.destroy_semaphore(l),
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::time::{Duration, Instant};
+
+    /// The device (id) the first of whose streams' last drops stops at its start (after the
+    /// count went to zero, before any of `StreamInner::drop` ran), until cleared.
+    static PAUSE_ID: AtomicU64 = AtomicU64::new(0);
+    static REACHED: AtomicBool = AtomicBool::new(false);
+
+    pub(super) fn drop_pause_point(s: &Shared) {
+        if PAUSE_ID.load(Ordering::Acquire) != s.id.get() || REACHED.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        while PAUSE_ID.load(Ordering::Acquire) == s.id.get() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A stream whose last reference (an `Event`, after the `Stream` was dropped) goes on
+    /// another thread as its device is destroyed: the drop has begun (the count is zero, so
+    /// teardown's children do not include it) but none of it ran before the teardown's end.
+    /// The semaphore must still be destroyed before the device: before
+    /// `Shared::stream_semaphores` was the one authority, the drop queued it after teardown's
+    /// last drain and vkDestroyDevice left it alive (VUID-vkDestroyDevice-device-00378, and
+    /// the semaphore count stayed at one).
+    #[test]
+    fn a_streams_last_drop_racing_its_device_destroy_leaks_no_semaphore() {
+        let validation = crate::device::validation_layer_installed();
+        let opts = crate::OpenOptions { validation, ..Default::default() };
+        let dev = match crate::Device::open_default_with(&opts) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("skipped: no Vulkan device ({e})");
+                return;
+            }
+        };
+        if !validation {
+            eprintln!("the validation layer is not installed: the counts alone are checked");
+        }
+        let buf = dev.alloc_buffer(4096).unwrap();
+        let s = dev.stream().unwrap();
+        s.fill_async(&buf, 0, 4096, 5).unwrap();
+        let ev = s.record().unwrap();
+        drop(s);
+        /// Lets a paused drop go however the test ends.
+        struct Unpause;
+        impl Drop for Unpause {
+            fn drop(&mut self) {
+                PAUSE_ID.store(0, Ordering::Release);
+            }
+        }
+        let unpause = Unpause;
+        REACHED.store(false, Ordering::Release);
+        PAUSE_ID.store(dev.id().get(), Ordering::Release);
+        let t = std::thread::spawn(move || drop(ev));
+        let start = Instant::now();
+        while !REACHED.load(Ordering::Acquire) {
+            assert!(start.elapsed() < Duration::from_secs(10), "the stream's last drop never began");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        dev.destroy().unwrap();
+        drop(unpause);
+        t.join().unwrap();
+        drop(buf);
+        assert_eq!(dev.live_objects(), crate::device::LiveObjects::default(), "objects left after destroy");
+        assert_eq!(dev.validation_errors(), 0, "{:?}", dev.last_validation_error());
     }
 }

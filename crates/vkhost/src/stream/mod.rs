@@ -253,13 +253,13 @@ impl Device {
                 return Err(e);
             }
         };
+        crate::device::lock(&s.stream_semaphores).adopt(sem);
         let inner = Arc::new_cyclic(|me| StreamInner {
             me: me.clone(),
             shared: s.clone(),
             queue_kind: kind,
             queue_index,
             sem,
-            sem_destroyed: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(State {
                 pool,
                 wait_on: Vec::new(),
