@@ -4,6 +4,11 @@
 //! Before the fix (`HostRange::register`'s undo ran only on `Err`; `import_pieces` held the
 //! other pieces' imports as plain handles until every piece was done) these failed: an entry
 //! owned by a guard that no longer existed, 15 of 16 pieces' buffers and memories leaked.
+//!
+//! Copies too: a panic out of a wait leaves nothing that writes the caller's memory later.
+//! On the code before the commit that added them, the three copy tests below failed (8192 and 4096 bytes of the
+//! caller's Vec written by the stream's drop; 27-42 MiB of unregistered pages written by the
+//! device after the registration's drop returned).
 
 mod common;
 use common::*;
@@ -173,4 +178,100 @@ fn panic_after_the_buffer_was_made_leaks_nothing() {
             let _ = d.destroy();
         }
     }
+}
+
+/// Small staging ring: a download of three chunks waits for the first to come free.
+fn small_ring() -> OpenOptions {
+    OpenOptions { staging_chunk: 4096, staging_slots: 2, ..opts() }
+}
+
+/// `Stream::download` of `n` bytes into a plain Vec; the first semaphore wait fails with device
+/// loss and its log line panics (3 chunks: the wait for ring room, inside the enqueue; 1 chunk:
+/// the wait at the end of `download`). After the unwind the Vec is the caller's again: dropping
+/// the stream (which reaps what is queued) must not write into it.
+fn download_unwinds_then_stream_drops(n: usize) {
+    use vkhost::fault::{self, Point};
+    let d = dev_with(small_ring());
+    let gpu = d.alloc_buffer(n).unwrap();
+    gpu.write(0, &vec![0xAB; n]).unwrap();
+    let stream = d.stream().unwrap();
+    let mut dst = vec![0u8; n];
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        fault::inject(Point::WaitSemaphores, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
+        PANIC_ON_ERROR.with(|p| p.set(true));
+        stream.download(&gpu, 0, &mut dst).map(drop)
+    }));
+    let fired = fault::disarm();
+    PANIC_ON_ERROR.with(|p| p.set(false));
+    eprintln!("download of {n}: {:?}, fault fired: {fired}", r.as_ref().map_err(|_| "panicked"));
+    assert!(r.is_err(), "expected the logger's panic to unwind out of download");
+    dst.fill(0x11);
+    drop(stream);
+    let changed = dst.iter().filter(|&&b| b != 0x11).count();
+    drop(gpu);
+    let _ = d.destroy();
+    assert_eq!(changed, 0, "{changed} bytes of the caller's Vec written after download unwound");
+}
+
+#[test]
+fn panic_in_a_download_waiting_for_ring_room_leaves_no_copy_out() {
+    download_unwinds_then_stream_drops(3 * 4096);
+}
+
+#[test]
+fn panic_in_a_downloads_final_wait_leaves_no_copy_out() {
+    download_unwinds_then_stream_drops(4096);
+}
+
+/// A synchronous read straight into a registration; the wait for it fails with device loss and
+/// the logger panics out of `DeviceBuffer::read` with the copy in flight. The registration's
+/// drop must still return only once the device no longer writes the bytes.
+#[test]
+fn panic_in_a_sync_reads_wait_leaves_nothing_in_flight() {
+    use vkhost::fault::{self, Point};
+    let n = 64 << 20;
+    // Warm-up: one earlier logger panic in the process, so the panic below unwinds fast (the
+    // first panic of a process resolves its backtrace's symbols, long enough for lavapipe to
+    // finish the copy on its own).
+    {
+        let w = dev_with(opts());
+        let b = w.alloc_buffer(4096).unwrap();
+        let s = w.stream().unwrap();
+        let mut v = vec![0u8; 4096];
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            fault::inject(Point::WaitSemaphores, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
+            PANIC_ON_ERROR.with(|p| p.set(true));
+            s.download(&b, 0, &mut v).map(drop)
+        }));
+        fault::disarm();
+        PANIC_ON_ERROR.with(|p| p.set(false));
+        drop((s, b));
+        let _ = w.destroy();
+    }
+    let d = dev_with(opts());
+    let gpu = d.alloc_buffer(n).unwrap();
+    gpu.write(0, &vec![0xAB; n]).unwrap();
+    let m = Pages::new(n);
+    // SAFETY: `m` is a fresh mapping of `n` bytes, alive to the end of the test; this slice is
+    // the only reference to it until the registration's drop.
+    let host = unsafe { std::slice::from_raw_parts_mut(m.ptr, n) };
+    let mut reg = d.register(host).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        fault::inject(Point::WaitSemaphores, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
+        PANIC_ON_ERROR.with(|p| p.set(true));
+        gpu.read(0, &mut reg)
+    }));
+    let fired = fault::disarm();
+    PANIC_ON_ERROR.with(|p| p.set(false));
+    drop(reg);
+    // SAFETY: as above; the registration (the slice's borrower) is gone.
+    let host = unsafe { std::slice::from_raw_parts_mut(m.ptr, n) };
+    host.fill(0x11);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let changed = host.iter().filter(|&&b| b != 0x11).count();
+    eprintln!("read: {:?}, fault fired: {fired}", r.as_ref().map_err(|_| "panicked"));
+    drop(gpu);
+    let _ = d.destroy();
+    assert!(r.is_err(), "expected the logger's panic to unwind out of read");
+    assert_eq!(changed, 0, "{changed} bytes written by the device after the registration was dropped");
 }

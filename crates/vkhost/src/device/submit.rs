@@ -566,17 +566,24 @@ unsafe fn execute_in(
     kind: super::QueueKind,
     same_queue_first: bool,
 ) -> Result<Moved> {
-    let mut g = acquire(s, l, prefer, kind, same_queue_first)?;
-    let ctx = g.ctx();
+    let g = acquire(s, l, prefer, kind, same_queue_first)?;
+    // Drains every slot however this call ends, unwinding included (a panic in a user's logger
+    // as a wait fails): nothing may be in flight when we return, because the caller may then
+    // free what the copy names (an import, a device buffer, its memory), and no slot may stay
+    // pending with d2h memcpys into the caller's memory for a later copy to run.
+    let mut run = Drain { s, l, g, queue: None, timeline: None, staging: None, armed: true };
+    let ctx = run.g.ctx();
     let batches = batches(pieces, ctx.chunk, dir);
     let any_staged = pieces.iter().any(|p| matches!(p.host, HostSide::Staged { .. }));
     let staging = if any_staged { Some(ctx.staging(s, l)?) } else { None };
     let queue = queue_of(l, ctx.queue)?;
+    let timeline = ctx.timeline;
+    (run.queue, run.timeline, run.staging) = (Some(queue), timeline, staging.map(|x| x.1));
+    let ctx = run.g.ctx();
     let nslots = ctx.slots.len();
     let mut moved = Moved::default();
 
     let mut result = Ok(());
-    let timeline = ctx.timeline;
     for (k, ops) in batches.iter().enumerate() {
         let si = k % nslots;
         if let Err(e) = complete(s, l, &mut ctx.slots[si], timeline, staging.map(|x| x.1)) {
@@ -601,26 +608,61 @@ unsafe fn execute_in(
             }
         }
     }
-    // Drain every slot, even after an error: nothing may be in flight when we return, because
-    // the caller may then free what the copy names (an import, a device buffer, its memory).
-    for slot in ctx.slots.iter_mut() {
-        let r = complete(s, l, slot, timeline, staging.map(|x| x.1));
-        if r.is_err() && slot.pending.is_some() {
-            // The fence wait failed with the submission possibly still running: wait for the
-            // whole queue instead (on a really lost device this returns at once, and nothing
-            // runs any more). The slot's d2h memcpys are dropped: the copy reports an error.
-            let q = lock(&queue.raw);
-            // SAFETY: the queue is externally synchronized by its lock.
-            if let Err(c) = unsafe { l.device.queue_wait_idle(*q) } {
-                log::warn!("{}: vkQueueWaitIdle after a failed fence wait: {c:?}", s.id);
+    // Drain every slot, even after an error (and again from the drop if this unwinds).
+    let drained = run.drain();
+    run.armed = false;
+    result.and(drained).map(|()| moved)
+}
+
+/// [`execute_in`]'s context, drained when dropped unless `armed` was cleared (after the
+/// explicit [`Drain::drain`] of a call that did not unwind).
+struct Drain<'a> {
+    s: &'a Shared,
+    l: &'a Live,
+    g: CtxGuard<'a>,
+    /// Unset until the call knows its queue: nothing was submitted before.
+    queue: Option<&'a Queue>,
+    timeline: Option<vk::Semaphore>,
+    staging: Option<SendPtr>,
+    armed: bool,
+}
+
+impl Drain<'_> {
+    /// Waits for every slot's submission and runs its d2h memcpys; the first error. A slot
+    /// whose wait fails is waited for through its whole queue, and its memcpys are dropped.
+    fn drain(&mut self) -> Result<()> {
+        let (s, l, timeline, staging) = (self.s, self.l, self.timeline, self.staging);
+        let Some(queue) = self.queue else { return Ok(()) };
+        let mut result = Ok(());
+        for slot in self.g.ctx().slots.iter_mut() {
+            let r = complete(s, l, slot, timeline, staging);
+            if r.is_err() && slot.pending.is_some() {
+                // The fence wait failed with the submission possibly still running: wait for the
+                // whole queue instead (on a really lost device this returns at once, and nothing
+                // runs any more). The slot's d2h memcpys are dropped: the copy reports an error.
+                let q = lock(&queue.raw);
+                // SAFETY: the queue is externally synchronized by its lock.
+                if let Err(c) = unsafe { l.device.queue_wait_idle(*q) } {
+                    log::warn!("{}: vkQueueWaitIdle after a failed fence wait: {c:?}", s.id);
+                }
+                slot.pending = None;
             }
-            slot.pending = None;
+            if result.is_ok() {
+                result = r;
+            }
         }
-        if result.is_ok() {
-            result = r;
+        result
+    }
+}
+
+impl Drop for Drain<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            // Unwinding out of `execute_in`: the wait's error is the panic's to report. (A
+            // second panic here, from the logger again, aborts the process: still sound.)
+            let _ = self.drain();
         }
     }
-    result.map(|()| moved)
 }
 
 /// Waits for a slot's submission (its value on the context's `timeline`, else its fence), then

@@ -50,7 +50,15 @@ impl StreamInner {
         let plan = host::plan(s, addr, len, off as u64);
         st.calls += 1;
         let call = st.calls;
-        let r = self.enqueue_pieces(&l, &mut st, to_device, &plan, buf, call);
+        // A panic unwinding out of the enqueue (a user's logger, as a wait for ring room fails)
+        // leaves this call's copy-outs as an error does: never to be written.
+        let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.enqueue_pieces(&l, &mut st, to_device, &plan, buf, call))) {
+            Ok(r) => r,
+            Err(panic) => {
+                st.completions.retain(|c| c.call != call);
+                std::panic::resume_unwind(panic)
+            }
+        };
         if r.is_err() {
             // The caller sees an error and may free the destination: the pageable d2h pieces
             // this call queued must never be written (pieces already completed were written

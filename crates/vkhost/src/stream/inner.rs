@@ -196,6 +196,12 @@ pub(super) fn cancel_where(st: &mut State, drop: impl Fn(&super::ring::Completio
     before - st.completions.len()
 }
 
+/// The error recorded for pageable d2h copy-outs cancelled because a panic unwound through
+/// the stream call that waited for them (or enqueued them).
+pub(super) fn unwound() -> Error {
+    Error::Vulkan { call: "a stream wait (a panic unwound through it)", code: vk::Result::ERROR_UNKNOWN }
+}
+
 pub(super) fn relock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -340,8 +346,17 @@ impl StreamInner {
     ///
     /// On failure, every queued pageable d2h completion is cancelled: the caller sees an error
     /// and may free those destinations, so the library must never write them later.
+    ///
+    /// A panic unwinding out of the wait (a user's logger, as a failed wait logs) cancels them
+    /// too, with [`unwound`]'s error, before it goes on.
     pub(crate) fn wait_value(&self, l: &Live, value: u64) -> Result<()> {
-        let r = self.wait_value_inner(l, value);
+        let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.wait_value_inner(l, value))) {
+            Ok(r) => r,
+            Err(panic) => {
+                cancel_where(&mut relock(&self.state), |_| true, &unwound());
+                std::panic::resume_unwind(panic)
+            }
+        };
         if let Err(e) = &r {
             let mut st = relock(&self.state);
             let n = cancel_where(&mut st, |_| true, e);
