@@ -507,12 +507,13 @@ fn multi_device(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result
         steps.push(("one unregister for both (tombstone on the destroyed one)", r.unregister().is_ok()));
     }
     drop(da);
-    let errors = a.validation_errors() + b.validation_errors();
+    // Each device's count is cumulative: b's is final (destroyed above), a's once it is too.
+    let errors_b = b.validation_errors();
     a.destroy()?;
     let total = steps.len();
     let failed: Vec<&str> = steps.iter().filter(|s| !s.1).map(|s| s.0).collect();
     rows.push(Row { name: "multi-device (two VkDevices)".into(), passed: total - failed.len(), total, detail: failed.join("; ") });
-    Ok(errors + a.validation_errors())
+    Ok(errors_b + a.validation_errors())
 }
 
 /// `DeviceBuffer::write` as CPU stores into mapped device memory (`BarWrites::On`, so every

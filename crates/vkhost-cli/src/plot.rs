@@ -48,6 +48,10 @@ enum Style {
     Dashed,
 }
 
+/// The largest y value a panel plots (GB/s or µs); larger ones are left out. Its axis ends
+/// 12% above its largest value, which must stay finite.
+const Y_MAX: f64 = 1e300;
+
 /// One line of a panel.
 struct Series {
     name: String,
@@ -122,6 +126,16 @@ fn panel<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
+    // Points (and a link line) too large for the axis are left out, as points off a log axis
+    // are: an axis whose end overflows to infinity would never finish drawing its ticks.
+    let on_axis = |y: f64| y.is_finite() && (0.0..=Y_MAX).contains(&y);
+    let kept: Vec<Series> = series
+        .iter()
+        .map(|s| Series { name: s.name.clone(), colour: s.colour, style: s.style, pts: s.pts.iter().copied().filter(|p| on_axis(p.1)).collect() })
+        .filter(|s| !s.pts.is_empty())
+        .collect();
+    let series = &kept[..];
+    let link = link.filter(|l| on_axis(l.0) && l.0 > 0.0);
     let all = series.iter().flat_map(|s| s.pts.iter());
     let (xmin, xmax) = all.clone().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
     if series.is_empty() {
@@ -295,7 +309,10 @@ pub fn run(a: Args) -> Result<std::process::ExitCode> {
     );
     let pcie = &run["pcie"];
     let link = match (pcie["gt_per_s"].as_f64(), pcie["width"].as_u64(), pcie["generation"].as_u64()) {
-        (Some(gt), Some(w), Some(g)) => Some(Link { gt_s: gt, width: w as u32, generation: g as u32, gbps: link_gbps(gt, w as u32) }),
+        (Some(gt), Some(w), Some(g)) => match (u32::try_from(w), u32::try_from(g)) {
+            (Ok(w), Ok(g)) => Some(Link { gt_s: gt, width: w, generation: g, gbps: link_gbps(gt, w) }),
+            _ => None,
+        },
         _ => None,
     };
     let refs: Vec<&Point> = points.iter().collect();

@@ -640,3 +640,45 @@ fn plot_skips_points_off_the_axes_and_keeps_its_input() {
     let _ = std::fs::remove_file(&j);
     let _ = std::fs::remove_file(&svg);
 }
+
+/// `vkhost plot` of values that overflow the y axis to infinity once its 12% headroom is added
+/// (a latency of 1.7e302 s, a link rate of 1e308 GT/s, as in a corrupted or edited file) leaves
+/// them out and finishes; before, the plotting library looped forever on the infinite axis.
+#[test]
+fn plot_leaves_out_values_too_large_for_the_axis() {
+    let cases = [
+        (
+            "link",
+            r#"{"run":{"device":{},"pcie":{"gt_per_s":1e308,"width":16,"generation":5}},
+            "results":[{"kind":"copy","api":"vulkan","path":"pinned","dir":"h2d","size":4096,"median_s":0.001}]}"#,
+        ),
+        (
+            "latency",
+            r#"{"run":{"device":{},"pcie":{}},
+            "results":[{"kind":"latency","api":"vulkan","path":"pinned","dir":"h2d","size":4096,"median_s":1.7e302},
+            {"kind":"latency","api":"vulkan","path":"pinned","dir":"h2d","size":8192,"median_s":1e-5}]}"#,
+        ),
+    ];
+    for (tag, doc) in cases {
+        let j = tmp(&format!("huge-{tag}.json"));
+        let svg = tmp(&format!("huge-{tag}.svg"));
+        std::fs::write(&j, doc).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vkhost")).args(["plot"]).arg(&j).arg(&svg).spawn().expect("run vkhost");
+        let t = std::time::Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if t.elapsed() > std::time::Duration::from_secs(60) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{tag}: vkhost plot still running after 60 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        assert!(status.success(), "{tag}: {status}");
+        assert!(std::fs::metadata(&svg).unwrap().len() > 0, "{tag}: empty plot");
+        let _ = std::fs::remove_file(&j);
+        let _ = std::fs::remove_file(&svg);
+    }
+}
