@@ -131,7 +131,12 @@ where
     let on_axis = |y: f64| y.is_finite() && (0.0..=Y_MAX).contains(&y);
     let kept: Vec<Series> = series
         .iter()
-        .map(|s| Series { name: s.name.clone(), colour: s.colour, style: s.style, pts: s.pts.iter().copied().filter(|p| on_axis(p.1)).collect() })
+        .map(|s| Series {
+            name: s.name.clone(),
+            colour: s.colour,
+            style: s.style,
+            pts: s.pts.iter().copied().filter(|p| on_axis(p.1)).collect(),
+        })
         .filter(|s| !s.pts.is_empty())
         .collect();
     let series = &kept[..];

@@ -52,7 +52,9 @@ impl StreamInner {
         let call = st.calls;
         // A panic unwinding out of the enqueue (a user's logger, as a wait for ring room fails)
         // leaves this call's copy-outs as an error does: never to be written.
-        let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.enqueue_pieces(&l, &mut st, to_device, &plan, buf, call))) {
+        let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.enqueue_pieces(&l, &mut st, to_device, &plan, buf, call)
+        })) {
             Ok(r) => r,
             Err(panic) => {
                 st.completions.retain(|c| c.call != call);
