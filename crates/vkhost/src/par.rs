@@ -492,7 +492,7 @@ mod tests {
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork failed");
         if pid == 0 {
-            let fresh = pool() as *const Pool != before && lock(&pool().queue).1 == 0;
+            let fresh = !std::ptr::eq(pool(), before) && lock(&pool().queue).1 == 0;
             let mut out = vec![0u8; n];
             // SAFETY: distinct vectors of `n` bytes.
             unsafe { copy(out.as_mut_ptr(), src.as_ptr(), n, 4) };

@@ -332,6 +332,48 @@ fn bad_arguments_are_refused_before_the_driver() {
     s.synchronize().unwrap();
 }
 
+/// A workgroup larger than the device allows.
+const BIG_WORKGROUP_WGSL: &str = r#"
+struct Push { delta0: u32, n: u32 }
+var<push_constant> pc: Push;
+@group(0) @binding(0) var<storage, read_write> data: array<u32>;
+@compute @workgroup_size(1024, 2, 1)
+fn main(@builtin(local_invocation_index) i: u32) {
+    if i < pc.n { data[pc.delta0 / 4u + i] = i; }
+}
+"#;
+
+/// Kernel arguments only the module or the device can refuse, refused before the driver sees
+/// them (found by an audit: each reached the driver before, the workgroup size as a validation
+/// error, VUID-RuntimeSpirv-x-06432, with `launch` answering Ok; the push size wrapped to 0).
+#[test]
+fn module_and_device_limits_are_refused_before_the_driver() {
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    let words = spirv(BIG_WORKGROUP_WGSL);
+    // SAFETY (all): refused by the checks, never run.
+    let k = unsafe { Kernel::from_spirv(&words, "main", &[Param::ReadWrite], 4) }.unwrap();
+    let b = d.alloc_buffer(8192).unwrap();
+    let info = d.info();
+    let r = s.launch(&k, [1, 1, 1], &[Binding::Device(&b, 0, 8192)], &push(&[2048]));
+    if info.max_compute_work_group_invocations < 2048 {
+        assert!(
+            matches!(r, Err(Error::InvalidArgument { .. })),
+            "a 1024x2 workgroup on a device allowing {}: {r:?}",
+            info.max_compute_work_group_invocations
+        );
+    } else {
+        eprintln!("this device allows {} invocations: the 1024x2 kernel runs", info.max_compute_work_group_invocations);
+        r.unwrap();
+    }
+    let huge = unsafe { Kernel::from_spirv(&words, "main", &[Param::ReadWrite], usize::MAX - 3) };
+    assert!(matches!(huge, Err(Error::InvalidArgument { .. })), "push constants past usize: {huge:?}");
+    let missing = unsafe { Kernel::from_spirv(&words, "not_there", &[Param::ReadWrite], 4) };
+    assert!(matches!(missing, Err(Error::InvalidArgument { .. })), "no such entry point: {missing:?}");
+    assert!(info.max_kernel_bindings >= 1 && info.max_compute_work_group_size.iter().all(|&m| m >= 1));
+    s.synchronize().unwrap();
+}
+
 const SPIN_WGSL: &str = r#"
 struct Push { delta0: u32, n: u32, iters: u32 }
 var<push_constant> pc: Push;

@@ -265,6 +265,17 @@ pub struct DeviceInfo {
     pub max_push_constants_size: u32,
     /// VkPhysicalDeviceLimits::maxComputeWorkGroupCount.
     pub max_compute_work_group_count: [u32; 3],
+    /// VkPhysicalDeviceLimits::maxComputeWorkGroupSize: a kernel's workgroup size per
+    /// dimension (checked at launch).
+    pub max_compute_work_group_size: [u32; 3],
+    /// VkPhysicalDeviceLimits::maxComputeWorkGroupInvocations: a kernel's workgroup size, all
+    /// dimensions multiplied (checked at launch).
+    pub max_compute_work_group_invocations: u32,
+    /// The most storage-buffer bindings one kernel may have on this device: the smaller of
+    /// maxPerStageDescriptorStorageBuffers and maxDescriptorSetStorageBuffers, and of
+    /// VkPhysicalDevicePushDescriptorPropertiesKHR::maxPushDescriptors where the driver offers
+    /// push descriptors (checked at launch).
+    pub max_kernel_bindings: u32,
     /// Whether the driver offers VK_KHR_push_descriptor (whether kernel launches use it:
     /// [`Device::descriptor_mode`](crate::Device::descriptor_mode)).
     pub push_descriptor: bool,
@@ -414,8 +425,12 @@ pub(crate) fn query(instance: &ash::Instance, pd: vk::PhysicalDevice, index: usi
     let mut driver = vk::PhysicalDeviceDriverProperties::default();
     let mut emh = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
     let mut maint3 = vk::PhysicalDeviceMaintenance3Properties::default();
+    let mut push = vk::PhysicalDevicePushDescriptorPropertiesKHR::default();
     {
         let mut p2 = vk::PhysicalDeviceProperties2::default().push_next(&mut maint3);
+        if has_push {
+            p2 = p2.push_next(&mut push);
+        }
         if v12 {
             p2 = p2.push_next(&mut driver);
         }
@@ -469,6 +484,13 @@ pub(crate) fn query(instance: &ash::Instance, pd: vk::PhysicalDevice, index: usi
         max_storage_buffer_range: props.limits.max_storage_buffer_range,
         max_push_constants_size: props.limits.max_push_constants_size,
         max_compute_work_group_count: props.limits.max_compute_work_group_count,
+        max_compute_work_group_size: props.limits.max_compute_work_group_size,
+        max_compute_work_group_invocations: props.limits.max_compute_work_group_invocations,
+        max_kernel_bindings: {
+            let l = &props.limits;
+            let sets = l.max_per_stage_descriptor_storage_buffers.min(l.max_descriptor_set_storage_buffers);
+            if has_push { sets.min(push.max_push_descriptors) } else { sets }
+        },
         push_descriptor: has_push,
     }
 }
@@ -503,6 +525,9 @@ mod tests {
             max_storage_buffer_range: u32::MAX,
             max_push_constants_size: 128,
             max_compute_work_group_count: [65535; 3],
+            max_compute_work_group_size: [1024, 1024, 64],
+            max_compute_work_group_invocations: 1024,
+            max_kernel_bindings: 32,
             push_descriptor: true,
         }
     }

@@ -237,6 +237,10 @@ pub(crate) struct KernelDef {
     /// own push constants against each binding's `(delta, len)`, so that a safe launch cannot
     /// make the kernel touch bytes outside its bindings.
     pub(crate) check: Option<ArgCheck>,
+    /// The entry point's workgroup size (`OpExecutionMode LocalSize`), checked against the
+    /// device's limits at launch; `None` where the module sets it otherwise (`LocalSizeId`, a
+    /// `WorkgroupSize` built-in), which the caller of `from_spirv` vouches for.
+    pub(crate) local_size: Option<[u32; 3]>,
 }
 
 impl std::fmt::Debug for Kernel {
@@ -327,14 +331,14 @@ impl Kernel {
         if entry.is_empty() {
             return Err(Error::invalid("kernel: empty entry point name"));
         }
-        check_decorations(words, params.len())?;
-        let total = 4 * params.len() + push_bytes;
-        let total = u32::try_from(total).map_err(|_| Error::invalid("kernel: push constants too large"))?;
+        let local_size = scan_module(words, params.len(), entry)?;
+        let total = params.len().checked_mul(4).and_then(|d| d.checked_add(push_bytes));
+        let total = total.and_then(|t| u32::try_from(t).ok()).ok_or_else(|| Error::invalid("kernel: push constants too large"))?;
         let bindings = u32::try_from(params.len()).map_err(|_| Error::invalid("kernel: too many bindings"))?;
         let mut h = std::hash::DefaultHasher::new();
         (words, entry, bindings, total).hash(&mut h);
         let desc = PipelineDesc { words: words.into(), entry: entry_c, bindings, push_bytes: total, hash: h.finish() };
-        Ok(Kernel { inner: Arc::new(KernelDef { name: name.to_string(), params: params.to_vec(), push_bytes, desc, check }) })
+        Ok(Kernel { inner: Arc::new(KernelDef { name: name.to_string(), params: params.to_vec(), push_bytes, desc, check, local_size }) })
     }
 
     /// The declared bindings.
@@ -379,30 +383,63 @@ impl Kernel {
     }
 }
 
-/// Walks the SPIR-V instructions: every `OpDecorate %x DescriptorSet s` must have s = 0 and
-/// every `OpDecorate %x Binding b` b < `n`.
-fn check_decorations(words: &[u32], n: usize) -> Result<()> {
+/// Walks the SPIR-V instructions: every `OpDecorate %x DescriptorSet s` must have s = 0, every
+/// `OpDecorate %x Binding b` b < `n`, and a GLCompute `OpEntryPoint` named `entry` must exist.
+/// Returns that entry's workgroup size (`OpExecutionMode LocalSize`), `None` where the module
+/// gives it another way (`LocalSizeId`, or a constant decorated `BuiltIn WorkgroupSize`).
+fn scan_module(words: &[u32], n: usize, entry: &str) -> Result<Option<[u32; 3]>> {
+    const OP_ENTRY_POINT: u32 = 15;
+    const OP_EXECUTION_MODE: u32 = 16;
     const OP_DECORATE: u32 = 71;
+    const GL_COMPUTE: u32 = 5;
+    const LOCAL_SIZE: u32 = 17;
     const BINDING: u32 = 33;
     const DESCRIPTOR_SET: u32 = 34;
+    const BUILT_IN: u32 = 11;
+    const WORKGROUP_SIZE: u32 = 25;
+    let mut function = None;
+    let mut sizes: Vec<(u32, [u32; 3])> = Vec::new();
+    let mut builtin_size = false;
     let mut i = 5;
     while i < words.len() {
         let (count, op) = ((words[i] >> 16) as usize, words[i] & 0xffff);
         if count == 0 || i + count > words.len() {
             return Err(Error::invalid("kernel: malformed SPIR-V (instruction past the end)"));
         }
+        let ins = &words[i..i + count];
         if op == OP_DECORATE && count >= 4 {
-            let (what, value) = (words[i + 2], words[i + 3]);
+            let (what, value) = (ins[2], ins[3]);
             if what == DESCRIPTOR_SET && value != 0 {
                 return Err(Error::invalid(format!("kernel: a resource in descriptor set {value}; kernels use set 0 only")));
             }
             if what == BINDING && value as usize >= n {
                 return Err(Error::invalid(format!("kernel: the module uses binding {value}, but {n} binding(s) were declared")));
             }
+            builtin_size |= what == BUILT_IN && value == WORKGROUP_SIZE;
+        }
+        if op == OP_ENTRY_POINT && count >= 4 && ins[1] == GL_COMPUTE && literal_is(&ins[3..], entry) {
+            function = Some(ins[2]);
+        }
+        if op == OP_EXECUTION_MODE && count >= 6 && ins[2] == LOCAL_SIZE {
+            sizes.push((ins[1], [ins[3], ins[4], ins[5]]));
         }
         i += count;
     }
-    Ok(())
+    let Some(function) = function else {
+        return Err(Error::invalid(format!("kernel: the module has no compute entry point named {entry:?}")));
+    };
+    if builtin_size {
+        return Ok(None);
+    }
+    Ok(sizes.iter().find(|s| s.0 == function).map(|s| s.1))
+}
+
+/// Whether the SPIR-V literal string at the start of `words` (UTF-8, nul-terminated, packed
+/// little-endian into words) is `s`.
+fn literal_is(words: &[u32], s: &str) -> bool {
+    let bytes = words.iter().flat_map(|w| w.to_le_bytes());
+    let mut got = bytes.take_while(|&b| b != 0);
+    s.bytes().all(|c| got.next() == Some(c)) && got.next().is_none()
 }
 
 /// A raw range of host memory, for [`Binding::host`].

@@ -98,7 +98,7 @@ fn resolve(s: &Shared, b: &Binding<'_>, write: bool) -> Result<Bound> {
 }
 
 /// The checks of a launch's arguments that need no lock: binding and push-constant counts,
-/// the device's push-constant and workgroup-count limits.
+/// the device's push-constant, binding-count, workgroup-count and workgroup-size limits.
 fn check_args(s: &Shared, k: &Kernel, groups: [u32; 3], bindings: &[Binding<'_>], pc: &[u8]) -> Result<()> {
     let kd = &k.inner;
     if bindings.len() != kd.params.len() {
@@ -116,6 +116,25 @@ fn check_args(s: &Shared, k: &Kernel, groups: [u32; 3], bindings: &[Binding<'_>]
     let max = s.info.max_compute_work_group_count;
     if groups.iter().zip(max).any(|(&g, m)| g > m) {
         return Err(Error::invalid(format!("{groups:?} workgroups exceed maxComputeWorkGroupCount {max:?}")));
+    }
+    if kd.params.len() > s.info.max_kernel_bindings as usize {
+        return Err(Error::invalid(format!(
+            "kernel {} has {} bindings; this device allows {} storage buffers per kernel",
+            kd.name,
+            kd.params.len(),
+            s.info.max_kernel_bindings
+        )));
+    }
+    if let Some(size) = kd.local_size {
+        let (max, most) = (s.info.max_compute_work_group_size, s.info.max_compute_work_group_invocations);
+        let invocations = size.iter().map(|&d| u64::from(d)).product::<u64>();
+        if size.iter().zip(max).any(|(&d, m)| d > m) || invocations > u64::from(most) {
+            return Err(Error::invalid(format!(
+                "kernel {}'s workgroup size {size:?} exceeds this device's maxComputeWorkGroupSize {max:?} or \
+                 maxComputeWorkGroupInvocations {most}",
+                kd.name
+            )));
+        }
     }
     Ok(())
 }
