@@ -1192,41 +1192,41 @@ impl Shared {
 /// The timeline semaphores of a device's streams (`Shared::stream_semaphores`). A semaphore is
 /// listed from its stream's creation until it is destroyed; whoever takes it out (under the
 /// lock) destroys it, so a stream's last drop racing the device's teardown can neither leak it
-/// nor destroy it twice.
+/// nor destroy it twice. Entries are keyed by a number never reused, not by the handle: a
+/// driver may hand a destroyed semaphore's handle value to the next stream's.
 #[derive(Default)]
 pub(crate) struct StreamSemaphores {
-    /// (semaphore, retired: its stream's last reference went).
-    list: Vec<(vk::Semaphore, bool)>,
+    next: u64,
+    /// (key, semaphore, retired: its stream's last reference went).
+    list: Vec<(u64, vk::Semaphore, bool)>,
 }
 
 impl StreamSemaphores {
-    /// Lists a new stream's semaphore.
-    pub(crate) fn adopt(&mut self, sem: vk::Semaphore) {
-        self.list.push((sem, false));
+    /// Lists a new stream's semaphore; returns its key.
+    pub(crate) fn adopt(&mut self, sem: vk::Semaphore) -> u64 {
+        self.next += 1;
+        self.list.push((self.next, sem, false));
+        self.next
     }
 
-    /// Marks `sem` for destruction at the next `destroy_deferred` (its stream's last reference
-    /// went); nothing if it is no longer listed (teardown destroyed it).
-    pub(crate) fn retire(&mut self, sem: vk::Semaphore) {
-        if let Some(e) = self.list.iter_mut().find(|e| e.0 == sem) {
-            e.1 = true;
+    /// Marks `key`'s semaphore for destruction at the next `destroy_deferred` (its stream's
+    /// last reference went); nothing if it is no longer listed (already destroyed).
+    pub(crate) fn retire(&mut self, key: u64) {
+        if let Some(e) = self.list.iter_mut().find(|e| e.0 == key) {
+            e.2 = true;
         }
     }
 
-    /// Takes `sem` out of the list: true if it was listed, and the caller now destroys it.
-    pub(crate) fn take(&mut self, sem: vk::Semaphore) -> bool {
-        match self.list.iter().position(|e| e.0 == sem) {
-            Some(i) => {
-                self.list.swap_remove(i);
-                true
-            }
-            None => false,
-        }
+    /// Takes `key`'s semaphore out of the list: `Some` if it was listed, and the caller now
+    /// destroys it.
+    pub(crate) fn take(&mut self, key: u64) -> Option<vk::Semaphore> {
+        let i = self.list.iter().position(|e| e.0 == key)?;
+        Some(self.list.swap_remove(i).1)
     }
 
     fn take_retired(&mut self) -> Vec<vk::Semaphore> {
         let mut out = Vec::new();
-        self.list.retain(|&(sem, retired)| {
+        self.list.retain(|&(_, sem, retired)| {
             if retired {
                 out.push(sem);
             }
@@ -1236,7 +1236,7 @@ impl StreamSemaphores {
     }
 
     fn take_all(&mut self) -> Vec<vk::Semaphore> {
-        self.list.drain(..).map(|e| e.0).collect()
+        self.list.drain(..).map(|e| e.1).collect()
     }
 }
 

@@ -75,6 +75,8 @@ pub(crate) struct StreamInner {
     /// The timeline semaphore. Destroyed only when the last reference goes (other streams'
     /// batches may wait on it), through `Shared::stream_semaphores`, or at device destroy.
     pub(super) sem: vk::Semaphore,
+    /// `sem`'s key in `Shared::stream_semaphores`.
+    pub(super) sem_key: u64,
     pub(super) state: Mutex<State>,
     /// Highest value known complete (cache of the semaphore).
     pub(super) completed: AtomicU64,
@@ -91,7 +93,7 @@ impl Drop for StreamInner {
         // No device lock here (this can run inside another stream's reap): defer. If the
         // device's teardown already destroyed the semaphore (this drop began as it ran), it is
         // no longer listed and this does nothing.
-        lock(&self.shared.stream_semaphores).retire(self.sem);
+        lock(&self.shared.stream_semaphores).retire(self.sem_key);
     }
 }
 
@@ -100,10 +102,11 @@ impl StreamInner {
     /// semaphore goes now, even if events still reference this stream. Once only: the one
     /// that takes it out of `Shared::stream_semaphores` destroys it.
     pub(crate) fn destroy_semaphore(&self, l: &Live) {
-        if lock(&self.shared.stream_semaphores).take(self.sem) {
+        let taken = lock(&self.shared.stream_semaphores).take(self.sem_key);
+        if let Some(sem) = taken {
             // SAFETY: the device is idle and every stream is shut down, or no one else refers
             // to this stream: nothing waits on the semaphore.
-            unsafe { l.device.destroy_semaphore(self.sem, None) };
+            unsafe { l.device.destroy_semaphore(sem, None) };
             self.shared.count_semaphore(-1);
         }
     }

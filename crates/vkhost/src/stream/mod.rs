@@ -253,13 +253,14 @@ impl Device {
                 return Err(e);
             }
         };
-        crate::device::lock(&s.stream_semaphores).adopt(sem);
+        let sem_key = crate::device::lock(&s.stream_semaphores).adopt(sem);
         let inner = Arc::new_cyclic(|me| StreamInner {
             me: me.clone(),
             shared: s.clone(),
             queue_kind: kind,
             queue_index,
             sem,
+            sem_key,
             state: Mutex::new(State {
                 pool,
                 wait_on: Vec::new(),
