@@ -343,9 +343,29 @@ fn main(@builtin(local_invocation_index) i: u32) {
 }
 "#;
 
+/// `words` u32s of workgroup memory; each of the 64 invocations uses word `i * stride`.
+fn shared_wgsl(words: u32, stride: u32) -> String {
+    format!(
+        r#"
+struct Push {{ delta0: u32, n: u32 }}
+var<push_constant> pc: Push;
+@group(0) @binding(0) var<storage, read_write> data: array<u32>;
+var<workgroup> big: array<u32, {words}>;
+@compute @workgroup_size(64)
+fn main(@builtin(local_invocation_index) i: u32) {{
+    big[i * {stride}u] = i + 1u;
+    workgroupBarrier();
+    if i < pc.n {{ data[pc.delta0 / 4u + i] = big[i * {stride}u]; }}
+}}
+"#
+    )
+}
+
 /// Kernel arguments only the module or the device can refuse, refused before the driver sees
 /// them (found by an audit: each reached the driver before, the workgroup size as a validation
-/// error, VUID-RuntimeSpirv-x-06432, with `launch` answering Ok; the push size wrapped to 0).
+/// error, VUID-RuntimeSpirv-x-06432, with `launch` answering Ok; workgroup memory past the
+/// limit likewise, VUID-RuntimeSpirv-Workgroup-06530, and on lavapipe 64 KiB of it compiled for
+/// minutes; the push size wrapped to 0).
 #[test]
 fn module_and_device_limits_are_refused_before_the_driver() {
     let d = device().unwrap();
@@ -371,7 +391,22 @@ fn module_and_device_limits_are_refused_before_the_driver() {
     let missing = unsafe { Kernel::from_spirv(&words, "not_there", &[Param::ReadWrite], 4) };
     assert!(matches!(missing, Err(Error::InvalidArgument { .. })), "no such entry point: {missing:?}");
     assert!(info.max_kernel_bindings >= 1 && info.max_compute_work_group_size.iter().all(|&m| m >= 1));
+    // Workgroup memory: one u32 past the limit is refused (never compiled); 1 KiB runs and is
+    // right (a large array is slow to compile on lavapipe).
+    let over = info.max_compute_shared_memory_size / 4 + 1;
+    let words = spirv(&shared_wgsl(over, 64));
+    let k = unsafe { Kernel::from_spirv(&words, "main", &[Param::ReadWrite], 4) }.unwrap();
+    let r = s.launch(&k, [1, 1, 1], &[Binding::Device(&b, 0, 256)], &push(&[64]));
+    assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{} bytes of workgroup memory: {r:?}", 4 * over);
+    let words = spirv(&shared_wgsl(256, 4));
+    // SAFETY: the kernel writes data[delta0/4 + i] for i < n = 64, inside the 256-byte binding.
+    let k = unsafe { Kernel::from_spirv(&words, "main", &[Param::ReadWrite], 4) }.unwrap();
+    s.launch(&k, [1, 1, 1], &[Binding::Device(&b, 0, 256)], &push(&[64])).unwrap();
     s.synchronize().unwrap();
+    let mut out = vec![0u8; 256];
+    b.read(0, &mut out).unwrap();
+    let got: Vec<u32> = out.chunks(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(got, (1..=64).collect::<Vec<u32>>());
 }
 
 const SPIN_WGSL: &str = r#"

@@ -275,3 +275,60 @@ fn panic_in_a_sync_reads_wait_leaves_nothing_in_flight() {
     assert!(r.is_err(), "expected the logger's panic to unwind out of read");
     assert_eq!(changed, 0, "{changed} bytes written by the device after the registration was dropped");
 }
+
+/// A registration dropped while a stream's async copy into it runs; the drop's wait for that
+/// stream fails with device loss and the logger panics out of the drop.
+/// The unwind must still come after the device stopped writing the pages: the caller may unmap
+/// them next.
+#[test]
+fn panic_in_a_registrations_wait_for_a_stream_leaves_nothing_in_flight() {
+    use vkhost::fault::{self, Point};
+    let n = 64 << 20;
+    // Warm-up, as in `panic_in_a_sync_reads_wait_leaves_nothing_in_flight`.
+    {
+        let w = dev_with(opts());
+        let b = w.alloc_buffer(4096).unwrap();
+        let s = w.stream().unwrap();
+        let mut v = vec![0u8; 4096];
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            fault::inject(Point::WaitSemaphores, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
+            PANIC_ON_ERROR.with(|p| p.set(true));
+            s.download(&b, 0, &mut v).map(drop)
+        }));
+        fault::disarm();
+        PANIC_ON_ERROR.with(|p| p.set(false));
+        drop((s, b));
+        let _ = w.destroy();
+    }
+    let d = dev_with(opts());
+    let gpu = d.alloc_buffer(n).unwrap();
+    gpu.write(0, &vec![0xAB; n]).unwrap();
+    let stream = d.stream().unwrap();
+    let m = Pages::new(n);
+    // SAFETY: `m` is a fresh mapping of `n` bytes, alive to the end of the test; this slice is
+    // the only reference to it until the registration's drop.
+    let host = unsafe { std::slice::from_raw_parts_mut(m.ptr, n) };
+    let reg = d.register(host).unwrap();
+    // SAFETY: the registered bytes stay mapped and are not otherwise accessed until the
+    // registration's drop, which is the wait for this copy.
+    unsafe { stream.copy_to_host_async(&gpu, 0, reg.as_ptr().cast_mut(), n) }.unwrap();
+    stream.flush().unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        fault::inject(Point::WaitSemaphores, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
+        PANIC_ON_ERROR.with(|p| p.set(true));
+        drop(reg);
+    }));
+    let fired = fault::disarm();
+    PANIC_ON_ERROR.with(|p| p.set(false));
+    // SAFETY: as above; the registration (the slice's borrower) is gone.
+    let host = unsafe { std::slice::from_raw_parts_mut(m.ptr, n) };
+    host.fill(0x11);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let changed = host.iter().filter(|&&b| b != 0x11).count();
+    eprintln!("drop: {:?}, fault fired: {fired}", r.as_ref().map_err(|_| "panicked"));
+    drop(stream);
+    drop(gpu);
+    let _ = d.destroy();
+    assert!(r.is_err(), "expected the logger's panic to unwind out of the registration's drop");
+    assert_eq!(changed, 0, "{changed} bytes written by the device after the registration's drop unwound");
+}

@@ -271,11 +271,17 @@ pub struct DeviceInfo {
     /// VkPhysicalDeviceLimits::maxComputeWorkGroupInvocations: a kernel's workgroup size, all
     /// dimensions multiplied (checked at launch).
     pub max_compute_work_group_invocations: u32,
+    /// VkPhysicalDeviceLimits::maxComputeSharedMemorySize: a kernel's workgroup memory
+    /// (checked at launch, where vkhost can size it).
+    pub max_compute_shared_memory_size: u32,
     /// The most storage-buffer bindings one kernel may have on this device: the smaller of
-    /// maxPerStageDescriptorStorageBuffers and maxDescriptorSetStorageBuffers, and of
-    /// VkPhysicalDevicePushDescriptorPropertiesKHR::maxPushDescriptors where the driver offers
-    /// push descriptors (checked at launch).
+    /// maxPerStageDescriptorStorageBuffers and maxDescriptorSetStorageBuffers (checked at
+    /// launch).
     pub max_kernel_bindings: u32,
+    /// VkPhysicalDevicePushDescriptorPropertiesKHR::maxPushDescriptors (0 where the driver does
+    /// not offer push descriptors): the most bindings of a launch in
+    /// [`DescriptorMode::Push`](crate::kernel::DescriptorMode::Push) (checked at launch).
+    pub max_push_descriptors: u32,
     /// Whether the driver offers VK_KHR_push_descriptor (whether kernel launches use it:
     /// [`Device::descriptor_mode`](crate::Device::descriptor_mode)).
     pub push_descriptor: bool,
@@ -486,11 +492,9 @@ pub(crate) fn query(instance: &ash::Instance, pd: vk::PhysicalDevice, index: usi
         max_compute_work_group_count: props.limits.max_compute_work_group_count,
         max_compute_work_group_size: props.limits.max_compute_work_group_size,
         max_compute_work_group_invocations: props.limits.max_compute_work_group_invocations,
-        max_kernel_bindings: {
-            let l = &props.limits;
-            let sets = l.max_per_stage_descriptor_storage_buffers.min(l.max_descriptor_set_storage_buffers);
-            if has_push { sets.min(push.max_push_descriptors) } else { sets }
-        },
+        max_compute_shared_memory_size: props.limits.max_compute_shared_memory_size,
+        max_kernel_bindings: props.limits.max_per_stage_descriptor_storage_buffers.min(props.limits.max_descriptor_set_storage_buffers),
+        max_push_descriptors: if has_push { push.max_push_descriptors } else { 0 },
         push_descriptor: has_push,
     }
 }
@@ -527,7 +531,9 @@ mod tests {
             max_compute_work_group_count: [65535; 3],
             max_compute_work_group_size: [1024, 1024, 64],
             max_compute_work_group_invocations: 1024,
+            max_compute_shared_memory_size: 32768,
             max_kernel_bindings: 32,
+            max_push_descriptors: 32,
             push_descriptor: true,
         }
     }

@@ -1158,8 +1158,8 @@ impl Shared {
         self.sweep_slots(&live);
         self.drain_garbage(&live);
         self.teardown_children(&kids, &live, object::phase::SYNC);
-        // Released: their drops find nothing left to release (streams' semaphores are marked
-        // destroyed, buffers' memory taken).
+        // Released: their drops find nothing left to release (streams' semaphores are out of
+        // `stream_semaphores`, buffers' memory taken).
         drop(kids);
         self.destroy_deferred(&live);
         for ctx in &live.copy_ctxs {

@@ -657,10 +657,24 @@ impl Drain<'_> {
 
 impl Drop for Drain<'_> {
     fn drop(&mut self) {
-        if self.armed {
-            // Unwinding out of `execute_in`: the wait's error is the panic's to report. (A
-            // second panic here, from the logger again, aborts the process: still sound.)
-            let _ = self.drain();
+        if !self.armed {
+            return;
+        }
+        // Unwinding out of `execute_in` (a panic from a wait's log line, say): nothing the
+        // slots submitted may still run when the unwind reaches the caller. No wait that logs
+        // (the logger could panic again, inside this drop: an abort): the queue goes idle,
+        // quietly, and the slots' d2h memcpys are dropped (the caller gets the panic, not the
+        // bytes).
+        let Some(queue) = self.queue else { return };
+        let slots = &mut self.g.ctx().slots;
+        if slots.iter().any(|s| s.pending.is_some()) {
+            let q = lock(&queue.raw);
+            // SAFETY: the queue is externally synchronized by its lock. Its result is ignored:
+            // on a lost device nothing runs any more either way.
+            let _ = unsafe { self.l.device.queue_wait_idle(*q) };
+            for s in slots.iter_mut() {
+                s.pending = None;
+            }
         }
     }
 }

@@ -237,10 +237,9 @@ pub(crate) struct KernelDef {
     /// own push constants against each binding's `(delta, len)`, so that a safe launch cannot
     /// make the kernel touch bytes outside its bindings.
     pub(crate) check: Option<ArgCheck>,
-    /// The entry point's workgroup size (`OpExecutionMode LocalSize`), checked against the
-    /// device's limits at launch; `None` where the module sets it otherwise (`LocalSizeId`, a
-    /// `WorkgroupSize` built-in), which the caller of `from_spirv` vouches for.
-    pub(crate) local_size: Option<[u32; 3]>,
+    /// The entry point's workgroup size and workgroup memory, checked against the device's
+    /// limits at launch where the module tells them (else the caller of `from_spirv` vouches).
+    pub(crate) facts: EntryFacts,
 }
 
 impl std::fmt::Debug for Kernel {
@@ -257,9 +256,13 @@ impl Kernel {
     /// `params` (set 0, binding i is `params[i]`) and `push_constant_bytes` of its own push
     /// constants (a multiple of 4), which follow the binding deltas (see the module docs).
     ///
-    /// Checked here: the SPIR-V magic, a non-empty entry name without NUL, the push size, and
-    /// that every DescriptorSet/Binding decoration in the module names set 0 and a binding
-    /// below `params.len()`. `InvalidArgument` otherwise. The rest is the caller's contract.
+    /// Checked here: the SPIR-V magic, a non-empty entry name without NUL, a GLCompute entry
+    /// point of that name, the push size, and that every DescriptorSet/Binding decoration in the
+    /// module names set 0 and a binding below `params.len()`. `InvalidArgument` otherwise.
+    /// Checked at each launch, against the stream's device: the entry point's workgroup size
+    /// (where the module gives it as `LocalSize`), its workgroup memory (where vkhost can size
+    /// it: a lower bound, without padding) and the binding count. The rest is the caller's
+    /// contract, the device's limits included where vkhost cannot check them.
     ///
     /// # Safety
     /// vkhost cannot check what a shader does. The module must be valid SPIR-V for Vulkan with a
@@ -331,14 +334,14 @@ impl Kernel {
         if entry.is_empty() {
             return Err(Error::invalid("kernel: empty entry point name"));
         }
-        let local_size = scan_module(words, params.len(), entry)?;
+        let facts = scan_module(words, params.len(), entry)?;
         let total = params.len().checked_mul(4).and_then(|d| d.checked_add(push_bytes));
         let total = total.and_then(|t| u32::try_from(t).ok()).ok_or_else(|| Error::invalid("kernel: push constants too large"))?;
         let bindings = u32::try_from(params.len()).map_err(|_| Error::invalid("kernel: too many bindings"))?;
         let mut h = std::hash::DefaultHasher::new();
         (words, entry, bindings, total).hash(&mut h);
         let desc = PipelineDesc { words: words.into(), entry: entry_c, bindings, push_bytes: total, hash: h.finish() };
-        Ok(Kernel { inner: Arc::new(KernelDef { name: name.to_string(), params: params.to_vec(), push_bytes, desc, check, local_size }) })
+        Ok(Kernel { inner: Arc::new(KernelDef { name: name.to_string(), params: params.to_vec(), push_bytes, desc, check, facts }) })
     }
 
     /// The declared bindings.
@@ -383,13 +386,37 @@ impl Kernel {
     }
 }
 
+/// What [`scan_module`] learns of an entry point, for the checks at launch.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct EntryFacts {
+    /// The workgroup size (`OpExecutionMode LocalSize`); `None` where the module gives it
+    /// another way (`LocalSizeId`, or a constant decorated `BuiltIn WorkgroupSize`).
+    pub(crate) local_size: Option<[u32; 3]>,
+    /// At least how many bytes of workgroup (shared) memory the entry point uses: the sum of
+    /// its `Workgroup` variables' sizes without padding, a lower bound of what the device
+    /// counts. `None` where it cannot be told (a type it does not size; a module of SPIR-V
+    /// before 1.4, whose entry points do not list their workgroup variables, with several
+    /// entry points).
+    pub(crate) shared_bytes: Option<u64>,
+}
+
 /// Walks the SPIR-V instructions: every `OpDecorate %x DescriptorSet s` must have s = 0, every
 /// `OpDecorate %x Binding b` b < `n`, and a GLCompute `OpEntryPoint` named `entry` must exist.
-/// Returns that entry's workgroup size (`OpExecutionMode LocalSize`), `None` where the module
-/// gives it another way (`LocalSizeId`, or a constant decorated `BuiltIn WorkgroupSize`).
-fn scan_module(words: &[u32], n: usize, entry: &str) -> Result<Option<[u32; 3]>> {
+/// Returns what the launch checks need of that entry point ([`EntryFacts`]).
+fn scan_module(words: &[u32], n: usize, entry: &str) -> Result<EntryFacts> {
     const OP_ENTRY_POINT: u32 = 15;
     const OP_EXECUTION_MODE: u32 = 16;
+    const OP_TYPE_BOOL: u32 = 20;
+    const OP_TYPE_INT: u32 = 21;
+    const OP_TYPE_FLOAT: u32 = 22;
+    const OP_TYPE_VECTOR: u32 = 23;
+    const OP_TYPE_MATRIX: u32 = 24;
+    const OP_TYPE_ARRAY: u32 = 28;
+    const OP_TYPE_STRUCT: u32 = 30;
+    const OP_TYPE_POINTER: u32 = 32;
+    const OP_CONSTANT: u32 = 43;
+    const OP_SPEC_CONSTANT: u32 = 50;
+    const OP_VARIABLE: u32 = 59;
     const OP_DECORATE: u32 = 71;
     const GL_COMPUTE: u32 = 5;
     const LOCAL_SIZE: u32 = 17;
@@ -397,9 +424,15 @@ fn scan_module(words: &[u32], n: usize, entry: &str) -> Result<Option<[u32; 3]>>
     const DESCRIPTOR_SET: u32 = 34;
     const BUILT_IN: u32 = 11;
     const WORKGROUP_SIZE: u32 = 25;
+    const WORKGROUP: u32 = 4;
     let mut function = None;
+    let mut interface: &[u32] = &[];
+    let mut entries = 0usize;
     let mut sizes: Vec<(u32, [u32; 3])> = Vec::new();
     let mut builtin_size = false;
+    let mut types: std::collections::HashMap<u32, &[u32]> = std::collections::HashMap::new();
+    let mut constants: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
+    let mut shared_vars: Vec<(u32, u32)> = Vec::new();
     let mut i = 5;
     while i < words.len() {
         let (count, op) = ((words[i] >> 16) as usize, words[i] & 0xffff);
@@ -407,31 +440,86 @@ fn scan_module(words: &[u32], n: usize, entry: &str) -> Result<Option<[u32; 3]>>
             return Err(Error::invalid("kernel: malformed SPIR-V (instruction past the end)"));
         }
         let ins = &words[i..i + count];
-        if op == OP_DECORATE && count >= 4 {
-            let (what, value) = (ins[2], ins[3]);
-            if what == DESCRIPTOR_SET && value != 0 {
-                return Err(Error::invalid(format!("kernel: a resource in descriptor set {value}; kernels use set 0 only")));
+        match op {
+            OP_DECORATE if count >= 4 => {
+                let (what, value) = (ins[2], ins[3]);
+                if what == DESCRIPTOR_SET && value != 0 {
+                    return Err(Error::invalid(format!("kernel: a resource in descriptor set {value}; kernels use set 0 only")));
+                }
+                if what == BINDING && value as usize >= n {
+                    return Err(Error::invalid(format!("kernel: the module uses binding {value}, but {n} binding(s) were declared")));
+                }
+                builtin_size |= what == BUILT_IN && value == WORKGROUP_SIZE;
             }
-            if what == BINDING && value as usize >= n {
-                return Err(Error::invalid(format!("kernel: the module uses binding {value}, but {n} binding(s) were declared")));
+            OP_ENTRY_POINT if count >= 4 => {
+                entries += 1;
+                if ins[1] == GL_COMPUTE && literal_is(&ins[3..], entry) {
+                    function = Some(ins[2]);
+                    // The name takes its bytes and a nul, rounded up to whole words.
+                    interface = ins.get(3 + (entry.len() + 1).div_ceil(4)..).unwrap_or(&[]);
+                }
             }
-            builtin_size |= what == BUILT_IN && value == WORKGROUP_SIZE;
-        }
-        if op == OP_ENTRY_POINT && count >= 4 && ins[1] == GL_COMPUTE && literal_is(&ins[3..], entry) {
-            function = Some(ins[2]);
-        }
-        if op == OP_EXECUTION_MODE && count >= 6 && ins[2] == LOCAL_SIZE {
-            sizes.push((ins[1], [ins[3], ins[4], ins[5]]));
+            OP_EXECUTION_MODE if count >= 6 && ins[2] == LOCAL_SIZE => sizes.push((ins[1], [ins[3], ins[4], ins[5]])),
+            OP_TYPE_BOOL | OP_TYPE_INT | OP_TYPE_FLOAT | OP_TYPE_VECTOR | OP_TYPE_MATRIX | OP_TYPE_ARRAY | OP_TYPE_STRUCT
+            | OP_TYPE_POINTER
+                if count >= 2 =>
+            {
+                types.insert(ins[1], ins);
+            }
+            OP_CONSTANT | OP_SPEC_CONSTANT if count >= 4 => {
+                let high = if count >= 5 { u64::from(ins[4]) << 32 } else { 0 };
+                constants.insert(ins[2], u64::from(ins[3]) | high);
+            }
+            OP_VARIABLE if count >= 4 && ins[3] == WORKGROUP => shared_vars.push((ins[2], ins[1])),
+            _ => {}
         }
         i += count;
     }
     let Some(function) = function else {
         return Err(Error::invalid(format!("kernel: the module has no compute entry point named {entry:?}")));
     };
-    if builtin_size {
-        return Ok(None);
+    let local_size = if builtin_size { None } else { sizes.iter().find(|s| s.0 == function).map(|s| s.1) };
+    // SPIR-V 1.4 and later list every global variable an entry point uses in its interface;
+    // before, only its inputs and outputs, so the module's workgroup variables are the entry
+    // point's only if it is the module's one entry point.
+    let lists_all = words[1] >= 0x0001_0400;
+    let shared_bytes = if lists_all || entries == 1 {
+        shared_vars
+            .iter()
+            .filter(|(var, _)| !lists_all || interface.contains(var))
+            .map(|&(_, ptr)| {
+                let pointee = types.get(&ptr).filter(|t| t[0] & 0xffff == OP_TYPE_POINTER && t.len() >= 4)?[3];
+                type_bytes(&types, &constants, pointee, 0)
+            })
+            .try_fold(0u64, |sum, b| b.and_then(|b| sum.checked_add(b)))
+    } else {
+        None
+    };
+    Ok(EntryFacts { local_size, shared_bytes })
+}
+
+/// The size in bytes of type `id` without padding (a lower bound of its size in any layout);
+/// `None` for a type it cannot size (a runtime array, an opaque type, a length it cannot read).
+fn type_bytes(
+    types: &std::collections::HashMap<u32, &[u32]>,
+    constants: &std::collections::HashMap<u32, u64>,
+    id: u32,
+    depth: u32,
+) -> Option<u64> {
+    if depth > 32 {
+        return None;
     }
-    Ok(sizes.iter().find(|s| s.0 == function).map(|s| s.1))
+    let t = types.get(&id)?;
+    let sub = |k: usize| t.get(k).and_then(|&x| type_bytes(types, constants, x, depth + 1));
+    match t[0] & 0xffff {
+        // A boolean's size is the implementation's: count one byte, a lower bound.
+        20 => Some(1),
+        21 | 22 => Some(u64::from(*t.get(2)?) / 8),
+        23 | 24 => sub(2)?.checked_mul(u64::from(*t.get(3)?)),
+        28 => sub(2)?.checked_mul(*constants.get(t.get(3)?)?),
+        30 => (2..t.len()).map(sub).try_fold(0u64, |sum, b| b.and_then(|b| sum.checked_add(b))),
+        _ => None,
+    }
 }
 
 /// Whether the SPIR-V literal string at the start of `words` (UTF-8, nul-terminated, packed

@@ -90,6 +90,10 @@ impl Drop for StreamInner {
     fn drop(&mut self) {
         #[cfg(test)]
         tests::drop_pause_point(&self.shared);
+        if self.shared.forked() {
+            // A parent thread may have held the list's lock at the fork; nothing to do here.
+            return;
+        }
         // No device lock here (this can run inside another stream's reap): defer. If the
         // device's teardown already destroyed the semaphore (this drop began as it ran), it is
         // no longer listed and this does nothing.
@@ -351,12 +355,15 @@ impl StreamInner {
     /// and may free those destinations, so the library must never write them later.
     ///
     /// A panic unwinding out of the wait (a user's logger, as a failed wait logs) cancels them
-    /// too, with [`unwound`]'s error, before it goes on.
+    /// too, with [`unwound`]'s error, and waits for the queue to go idle before it goes on.
     pub(crate) fn wait_value(&self, l: &Live, value: u64) -> Result<()> {
         let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.wait_value_inner(l, value))) {
             Ok(r) => r,
             Err(panic) => {
                 cancel_where(&mut relock(&self.state), |_| true, &unwound());
+                // As after a failed wait: the caller (an unregister, a settle) may hand back
+                // bytes the batches name, so the queue goes idle first.
+                self.queue_idle(l);
                 std::panic::resume_unwind(panic)
             }
         };

@@ -98,7 +98,8 @@ fn resolve(s: &Shared, b: &Binding<'_>, write: bool) -> Result<Bound> {
 }
 
 /// The checks of a launch's arguments that need no lock: binding and push-constant counts,
-/// the device's push-constant, binding-count, workgroup-count and workgroup-size limits.
+/// the device's push-constant, binding-count, workgroup-count, workgroup-size and
+/// workgroup-memory limits.
 fn check_args(s: &Shared, k: &Kernel, groups: [u32; 3], bindings: &[Binding<'_>], pc: &[u8]) -> Result<()> {
     let kd = &k.inner;
     if bindings.len() != kd.params.len() {
@@ -117,15 +118,29 @@ fn check_args(s: &Shared, k: &Kernel, groups: [u32; 3], bindings: &[Binding<'_>]
     if groups.iter().zip(max).any(|(&g, m)| g > m) {
         return Err(Error::invalid(format!("{groups:?} workgroups exceed maxComputeWorkGroupCount {max:?}")));
     }
-    if kd.params.len() > s.info.max_kernel_bindings as usize {
+    let most = match s.pipelines.mode() {
+        DescriptorMode::Push => s.info.max_kernel_bindings.min(s.info.max_push_descriptors),
+        DescriptorMode::Sets => s.info.max_kernel_bindings,
+    };
+    if kd.params.len() > most as usize {
         return Err(Error::invalid(format!(
-            "kernel {} has {} bindings; this device allows {} storage buffers per kernel",
+            "kernel {} has {} bindings; this device allows {most} storage buffers per kernel (in {:?} mode)",
             kd.name,
             kd.params.len(),
-            s.info.max_kernel_bindings
+            s.pipelines.mode()
         )));
     }
-    if let Some(size) = kd.local_size {
+    if let Some(bytes) = kd.facts.shared_bytes {
+        let most = s.info.max_compute_shared_memory_size;
+        if bytes > u64::from(most) {
+            return Err(Error::invalid(format!(
+                "kernel {} uses at least {bytes} bytes of workgroup memory; this device allows {most} \
+                 (maxComputeSharedMemorySize)",
+                kd.name
+            )));
+        }
+    }
+    if let Some(size) = kd.facts.local_size {
         let (max, most) = (s.info.max_compute_work_group_size, s.info.max_compute_work_group_invocations);
         let invocations = size.iter().map(|&d| u64::from(d)).product::<u64>();
         if size.iter().zip(max).any(|(&d, m)| d > m) || invocations > u64::from(most) {
@@ -376,7 +391,9 @@ impl Stream {
     /// registered) are copied out first: the call may then wait for that earlier work. Errors: a binding or push
     /// size that does not match the kernel, two bindings that overlap with a write, a
     /// zero-length binding, a shared [`Binding::Host`] or [`Binding::pinned`] for a binding the
-    /// kernel writes → `InvalidArgument`; a pinned range past its block → `OutOfRange`; a host
+    /// kernel writes, workgroups past maxComputeWorkGroupCount, a kernel whose workgroup size,
+    /// workgroup memory or binding count exceeds the device's limits (see
+    /// [`DeviceInfo`](crate::DeviceInfo)) → `InvalidArgument`; a pinned range past its block → `OutOfRange`; a host
     /// range no registration or pinned block covers → `NotRegistered`; a stream on a copy-only
     /// family → `Unsupported`.
     ///
