@@ -931,3 +931,88 @@ fn builtins_launched_directly_stay_inside_their_bindings() {
     out.read(0, &mut v).unwrap();
     assert_eq!(u64::from_le_bytes(v), checksum_cpu(&pat));
 }
+
+/// Every entry point of `src`, as SPIR-V `version`.
+fn spirv_all(src: &str, version: (u8, u8)) -> Vec<u32> {
+    let module = naga::front::wgsl::parse_str(src).unwrap_or_else(|e| panic!("{}", e.emit_to_string(src)));
+    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::PUSH_CONSTANT)
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{}", e.emit_to_string(src)));
+    let opts = naga::back::spv::Options { lang_version: version, ..Default::default() };
+    naga::back::spv::write_vec(&module, &info, &opts, None).unwrap()
+}
+
+/// A module of entry points: `small` (64 invocations, 256 bytes of workgroup memory), `wide`
+/// (a 1024x2 workgroup) and, with `hog_limit`, `hog` (one u32 more workgroup memory than that).
+fn entries(hog_limit: Option<u32>) -> String {
+    let hog = match hog_limit {
+        Some(limit) => format!(
+            r#"
+var<workgroup> many: array<u32, {}>;
+@compute @workgroup_size(64)
+fn hog(@builtin(local_invocation_index) i: u32) {{
+    many[i * 64u] = i;
+    workgroupBarrier();
+    if i < pc.n {{ data[pc.delta0 / 4u + i] = many[i * 64u]; }}
+}}
+"#,
+            limit / 4 + 1
+        ),
+        None => String::new(),
+    };
+    format!(
+        r#"
+struct Push {{ delta0: u32, n: u32 }}
+var<push_constant> pc: Push;
+@group(0) @binding(0) var<storage, read_write> data: array<u32>;
+var<workgroup> few: array<u32, 64>;
+@compute @workgroup_size(64)
+fn small(@builtin(local_invocation_index) i: u32) {{
+    few[i] = i + 7u;
+    workgroupBarrier();
+    if i < pc.n {{ data[pc.delta0 / 4u + i] = few[i]; }}
+}}
+@compute @workgroup_size(1024, 2, 1)
+fn wide(@builtin(local_invocation_index) i: u32) {{
+    if i < pc.n {{ data[pc.delta0 / 4u + i] = i; }}
+}}
+{hog}"#
+    )
+}
+
+/// The limits are read per entry point of a module of several: one entry's workgroup size or
+/// workgroup memory refuses that entry (SPIR-V 1.4 lists each entry's workgroup variables;
+/// before 1.4, with several entry points, vkhost cannot tell whose they are and checks no
+/// workgroup memory, rather than refuse a valid entry), and a valid entry beside a refused one
+/// runs. (The validation layer of Vulkan 1.3.239 sums a module's workgroup variables over all
+/// its entry points, so `small` runs from a module without `hog`.)
+#[test]
+fn limits_are_per_entry_point() {
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    let info = d.info();
+    let b = d.alloc_buffer(256).unwrap();
+    let refused = |r: vkhost::Result<()>| matches!(r, Err(Error::InvalidArgument { .. }));
+    for version in [(1, 3), (1, 4)] {
+        let words = spirv_all(&entries(None), version);
+        // SAFETY (all): `small` writes data[delta0/4 + i] for i < n = 64, inside the 256-byte
+        // binding; the others are refused before they run.
+        let small = unsafe { Kernel::from_spirv(&words, "small", &[Param::ReadWrite], 4) }.unwrap();
+        s.launch(&small, [1, 1, 1], &[Binding::Device(&b, 0, 256)], &push(&[64])).unwrap();
+        s.synchronize().unwrap();
+        let mut out = vec![0u8; 256];
+        b.read(0, &mut out).unwrap();
+        let got: Vec<u32> = out.chunks(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(got, (7..71).collect::<Vec<u32>>(), "SPIR-V {version:?}");
+        if info.max_compute_work_group_invocations < 2048 {
+            let wide = unsafe { Kernel::from_spirv(&words, "wide", &[Param::ReadWrite], 4) }.unwrap();
+            assert!(refused(s.launch(&wide, [1, 1, 1], &[Binding::Device(&b, 0, 256)], &push(&[64]))), "wide, {version:?}");
+        }
+        if version >= (1, 4) {
+            let words = spirv_all(&entries(Some(info.max_compute_shared_memory_size)), version);
+            let hog = unsafe { Kernel::from_spirv(&words, "hog", &[Param::ReadWrite], 4) }.unwrap();
+            assert!(refused(s.launch(&hog, [1, 1, 1], &[Binding::Device(&b, 0, 256)], &push(&[64]))), "hog, {version:?}");
+        }
+    }
+    s.synchronize().unwrap();
+}
