@@ -185,24 +185,61 @@ fn small_ring() -> OpenOptions {
     OpenOptions { staging_chunk: 4096, staging_slots: 2, ..opts() }
 }
 
+/// Runs `f` with the next semaphore wait failing with device loss and the logger armed to
+/// panic on the error it logs; returns `f`'s outcome (`Err`: it panicked) and whether the
+/// fault fired.
+fn with_wait_panic<R>(f: impl FnOnce() -> R) -> (std::thread::Result<R>, bool) {
+    use vkhost::fault::{self, Point};
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        fault::inject(Point::WaitSemaphores, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
+        PANIC_ON_ERROR.with(|p| p.set(true));
+        f()
+    }));
+    let fired = fault::disarm();
+    PANIC_ON_ERROR.with(|p| p.set(false));
+    (r, fired)
+}
+
+/// One logger panic early in the process, so a test's own panic unwinds fast: the first panic
+/// of a process resolves its backtrace's symbols, long enough for lavapipe to finish a copy on
+/// its own.
+fn warm_up_panics() {
+    let w = dev_with(opts());
+    let b = w.alloc_buffer(4096).unwrap();
+    let s = w.stream().unwrap();
+    let mut v = vec![0u8; 4096];
+    let _ = with_wait_panic(|| s.download(&b, 0, &mut v).map(drop));
+    drop((s, b));
+    let _ = w.destroy();
+}
+
+/// `n` bytes of 0xAB on the device, and `n` bytes of fresh host pages.
+fn source_and_pages(d: &Checked, n: usize) -> (vkhost::DeviceBuffer, Pages) {
+    let gpu = d.alloc_buffer(n).unwrap();
+    gpu.write(0, &vec![0xAB; n]).unwrap();
+    (gpu, Pages::new(n))
+}
+
+/// Fills `m` with 0x11, waits, and counts the bytes something wrote since.
+fn written_after(m: &Pages) -> usize {
+    // SAFETY: `m` is a live mapping of `m.len` bytes that nothing else references any more.
+    let host = unsafe { std::slice::from_raw_parts_mut(m.ptr, m.len) };
+    host.fill(0x11);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    host.iter().filter(|&&b| b != 0x11).count()
+}
+
 /// `Stream::download` of `n` bytes into a plain Vec; the first semaphore wait fails with device
 /// loss and its log line panics (3 chunks: the wait for ring room, inside the enqueue; 1 chunk:
 /// the wait at the end of `download`). After the unwind the Vec is the caller's again: dropping
 /// the stream (which reaps what is queued) must not write into it.
 fn download_unwinds_then_stream_drops(n: usize) {
-    use vkhost::fault::{self, Point};
     let d = dev_with(small_ring());
     let gpu = d.alloc_buffer(n).unwrap();
     gpu.write(0, &vec![0xAB; n]).unwrap();
     let stream = d.stream().unwrap();
     let mut dst = vec![0u8; n];
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        fault::inject(Point::WaitSemaphores, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
-        PANIC_ON_ERROR.with(|p| p.set(true));
-        stream.download(&gpu, 0, &mut dst).map(drop)
-    }));
-    let fired = fault::disarm();
-    PANIC_ON_ERROR.with(|p| p.set(false));
+    let (r, fired) = with_wait_panic(|| stream.download(&gpu, 0, &mut dst).map(drop));
     eprintln!("download of {n}: {:?}, fault fired: {fired}", r.as_ref().map_err(|_| "panicked"));
     assert!(r.is_err(), "expected the logger's panic to unwind out of download");
     dst.fill(0x11);
@@ -228,47 +265,15 @@ fn panic_in_a_downloads_final_wait_leaves_no_copy_out() {
 /// drop must still return only once the device no longer writes the bytes.
 #[test]
 fn panic_in_a_sync_reads_wait_leaves_nothing_in_flight() {
-    use vkhost::fault::{self, Point};
-    let n = 64 << 20;
-    // Warm-up: one earlier logger panic in the process, so the panic below unwinds fast (the
-    // first panic of a process resolves its backtrace's symbols, long enough for lavapipe to
-    // finish the copy on its own).
-    {
-        let w = dev_with(opts());
-        let b = w.alloc_buffer(4096).unwrap();
-        let s = w.stream().unwrap();
-        let mut v = vec![0u8; 4096];
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            fault::inject(Point::WaitSemaphores, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
-            PANIC_ON_ERROR.with(|p| p.set(true));
-            s.download(&b, 0, &mut v).map(drop)
-        }));
-        fault::disarm();
-        PANIC_ON_ERROR.with(|p| p.set(false));
-        drop((s, b));
-        let _ = w.destroy();
-    }
+    warm_up_panics();
     let d = dev_with(opts());
-    let gpu = d.alloc_buffer(n).unwrap();
-    gpu.write(0, &vec![0xAB; n]).unwrap();
-    let m = Pages::new(n);
-    // SAFETY: `m` is a fresh mapping of `n` bytes, alive to the end of the test; this slice is
-    // the only reference to it until the registration's drop.
-    let host = unsafe { std::slice::from_raw_parts_mut(m.ptr, n) };
-    let mut reg = d.register(host).unwrap();
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        fault::inject(Point::WaitSemaphores, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
-        PANIC_ON_ERROR.with(|p| p.set(true));
-        gpu.read(0, &mut reg)
-    }));
-    let fired = fault::disarm();
-    PANIC_ON_ERROR.with(|p| p.set(false));
+    let (gpu, m) = source_and_pages(&d, 64 << 20);
+    // SAFETY: `m` is a fresh mapping, alive to the end of the test; this slice is the only
+    // reference to it until the registration's drop.
+    let mut reg = d.register(unsafe { std::slice::from_raw_parts_mut(m.ptr, m.len) }).unwrap();
+    let (r, fired) = with_wait_panic(|| gpu.read(0, &mut reg));
     drop(reg);
-    // SAFETY: as above; the registration (the slice's borrower) is gone.
-    let host = unsafe { std::slice::from_raw_parts_mut(m.ptr, n) };
-    host.fill(0x11);
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    let changed = host.iter().filter(|&&b| b != 0x11).count();
+    let changed = written_after(&m);
     eprintln!("read: {:?}, fault fired: {fired}", r.as_ref().map_err(|_| "panicked"));
     drop(gpu);
     let _ = d.destroy();
@@ -277,54 +282,22 @@ fn panic_in_a_sync_reads_wait_leaves_nothing_in_flight() {
 }
 
 /// A registration dropped while a stream's async copy into it runs; the drop's wait for that
-/// stream fails with device loss and the logger panics out of the drop.
-/// The unwind must still come after the device stopped writing the pages: the caller may unmap
-/// them next.
+/// stream fails with device loss and the logger panics out of the drop. The unwind must still
+/// come after the device stopped writing the pages: the caller may unmap them next.
 #[test]
 fn panic_in_a_registrations_wait_for_a_stream_leaves_nothing_in_flight() {
-    use vkhost::fault::{self, Point};
-    let n = 64 << 20;
-    // Warm-up, as in `panic_in_a_sync_reads_wait_leaves_nothing_in_flight`.
-    {
-        let w = dev_with(opts());
-        let b = w.alloc_buffer(4096).unwrap();
-        let s = w.stream().unwrap();
-        let mut v = vec![0u8; 4096];
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            fault::inject(Point::WaitSemaphores, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
-            PANIC_ON_ERROR.with(|p| p.set(true));
-            s.download(&b, 0, &mut v).map(drop)
-        }));
-        fault::disarm();
-        PANIC_ON_ERROR.with(|p| p.set(false));
-        drop((s, b));
-        let _ = w.destroy();
-    }
+    warm_up_panics();
     let d = dev_with(opts());
-    let gpu = d.alloc_buffer(n).unwrap();
-    gpu.write(0, &vec![0xAB; n]).unwrap();
+    let (gpu, m) = source_and_pages(&d, 64 << 20);
     let stream = d.stream().unwrap();
-    let m = Pages::new(n);
-    // SAFETY: `m` is a fresh mapping of `n` bytes, alive to the end of the test; this slice is
-    // the only reference to it until the registration's drop.
-    let host = unsafe { std::slice::from_raw_parts_mut(m.ptr, n) };
-    let reg = d.register(host).unwrap();
+    // SAFETY: as in `panic_in_a_sync_reads_wait_leaves_nothing_in_flight`.
+    let reg = d.register(unsafe { std::slice::from_raw_parts_mut(m.ptr, m.len) }).unwrap();
     // SAFETY: the registered bytes stay mapped and are not otherwise accessed until the
     // registration's drop, which is the wait for this copy.
-    unsafe { stream.copy_to_host_async(&gpu, 0, reg.as_ptr().cast_mut(), n) }.unwrap();
+    unsafe { stream.copy_to_host_async(&gpu, 0, reg.as_ptr().cast_mut(), m.len) }.unwrap();
     stream.flush().unwrap();
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        fault::inject(Point::WaitSemaphores, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
-        PANIC_ON_ERROR.with(|p| p.set(true));
-        drop(reg);
-    }));
-    let fired = fault::disarm();
-    PANIC_ON_ERROR.with(|p| p.set(false));
-    // SAFETY: as above; the registration (the slice's borrower) is gone.
-    let host = unsafe { std::slice::from_raw_parts_mut(m.ptr, n) };
-    host.fill(0x11);
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    let changed = host.iter().filter(|&&b| b != 0x11).count();
+    let (r, fired) = with_wait_panic(|| drop(reg));
+    let changed = written_after(&m);
     eprintln!("drop: {:?}, fault fired: {fired}", r.as_ref().map_err(|_| "panicked"));
     drop(stream);
     drop(gpu);
