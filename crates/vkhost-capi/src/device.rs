@@ -733,7 +733,7 @@ pub unsafe extern "C" fn vkhost_device_open_with(
 }
 
 /// Wraps a VkDevice created elsewhere (see the Rust `Device::from_raw` for the requirements on
-/// its queues and features). `owned` nonzero: vkhost destroys the VkDevice and the VkInstance
+/// its instance's version, its queues and its features). `owned` nonzero: vkhost destroys the VkDevice and the VkInstance
 /// at `vkhost_device_destroy` (or when the last handle goes); zero: the caller destroys them,
 /// after `vkhost_device_destroy` returned. `options` may be NULL (defaults). Queues the
 /// physical device cannot have (a family that is not a compute family for the compute queue, an
@@ -741,7 +741,9 @@ pub unsafe extern "C" fn vkhost_device_open_with(
 ///
 /// # Safety
 /// `raw` must point to a `vkhost_raw_device` whose handles are valid and stay valid until
-/// vkhost's destroy returns; the caller must not submit to the named queues while vkhost may.
+/// vkhost's destroy returns, made as `Device::from_raw` requires (the instance's apiVersion at
+/// least the device's up to 1.2, timelineSemaphore enabled where the device offers it); the
+/// caller must not submit to the named queues while vkhost may.
 /// `options` NULL or valid; `device` NULL or valid for a write.
 #[cfg_attr(
     doc,

@@ -210,8 +210,17 @@ impl Interop {
             adapter.as_hal::<Vulkan, _, _>(|hal| {
                 let hal = hal.ok_or("not a Vulkan adapter")?;
                 let caps = hal.physical_device_capabilities();
-                if caps.properties().api_version < vk::API_VERSION_1_1 {
+                let device_version = caps.properties().api_version;
+                if device_version < vk::API_VERSION_1_1 {
                     return Err("Vulkan 1.1 is needed (VK_KHR_external_memory is core there)".to_string());
+                }
+                // vkhost reads the device's facts with the core calls of its version up to 1.2
+                // (`Device::from_raw_borrowed`): wgpu's instance must be that recent too.
+                let minor = |v: u32| (vk::api_version_major(v), vk::api_version_minor(v));
+                let instance = hal.shared_instance().instance_api_version();
+                if minor(instance) < minor(device_version).min((1, 2)) {
+                    let (a, b) = minor(instance);
+                    return Err(format!("wgpu's Vulkan instance is version {a}.{b}, older than the device's (up to 1.2)"));
                 }
                 if !caps.supports_extension(EXTERNAL_MEMORY_HOST) {
                     return Err("VK_EXT_external_memory_host is not offered".to_string());
@@ -275,7 +284,8 @@ impl Interop {
         let borrowed = vkhost::BorrowedDevice { entry, instance, physical_device, device: raw.clone(), external_memory_host: true };
         // SAFETY: the handles are wgpu's, valid while the wgpu device lives, which the vkhost
         // device keeps (keep_alive below) until after its teardown; nothing escapes before that
-        // call. VK_EXT_external_memory_host was enabled by `create_hal_device`. vkhost takes no
+        // call. VK_EXT_external_memory_host was enabled by `create_hal_device`; the instance's
+        // version is the device's up to 1.2 (`supports`, checked by `open`). vkhost takes no
         // queue, so wgpu's queue stays wgpu's alone. Device work naming vkhost's memory is only
         // recorded inside `Interop::scope`, which completes it before the memory can go (the
         // scope holds the vkhost device, so `destroy` is Busy meanwhile).

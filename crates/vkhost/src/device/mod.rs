@@ -1895,13 +1895,18 @@ impl Device {
     /// Wraps a VkDevice created elsewhere.
     ///
     /// Requirements on `raw.device`:
-    /// - it was created from `raw.physical_device` of `raw.instance` with Vulkan ≥ 1.1;
+    /// - it was created from `raw.physical_device` of `raw.instance` with Vulkan ≥ 1.1, and
+    ///   `raw.instance` with an `apiVersion` at least the device's up to 1.2 (vkhost calls the
+    ///   core entry points of that version, e.g. vkGetPhysicalDeviceProperties2 and the
+    ///   timeline-semaphore calls; an older instance leaves them unloaded: a crash);
     /// - one queue at `raw.compute_queue_index` of `raw.compute_family`, which supports COMPUTE;
     /// - for copies on copy engines, the queues of `raw.copy_family` listed in
     ///   `raw.copy_queue_indices` (TRANSFER without GRAPHICS/COMPUTE); may be empty;
     /// - for `host::register`, VK_EXT_external_memory_host enabled (else registration is
     ///   `Unsupported` and copies stage);
-    /// - for streams, the timelineSemaphore feature enabled.
+    /// - where the device offers timeline semaphores ([`DeviceInfo::timeline_semaphore`]), the
+    ///   timelineSemaphore feature enabled: vkhost's synchronous copies (the open-time import
+    ///   probe among them) and streams wait on timeline semaphores there.
     ///
     /// Kernel launches ([`crate::kernel`]) on a wrapped device use descriptor sets from
     /// per-stream pools ([`DescriptorMode::Sets`]): vkhost cannot know whether the caller enabled
@@ -2015,11 +2020,13 @@ impl Device {
     ///
     /// At open, the import probe only registers and unregisters one page (it cannot copy).
     ///
-    /// What the caller must enable on `raw.device`:
-    /// - VK_EXT_external_memory_host (and VK_KHR_external_memory on Vulkan 1.0; core from 1.1)
-    ///   for `register`; set `raw.external_memory_host` only if it is enabled (else
-    ///   registration is `Unsupported`; pinned blocks still work);
-    /// - the timelineSemaphore feature (Vulkan 1.2), if it uses
+    /// What the caller must have done:
+    /// - created `raw.instance` with an `apiVersion` at least the device's up to 1.2 (vkhost
+    ///   reads the device's facts with vkGetPhysicalDeviceProperties2, core from 1.1, and
+    ///   waits on timeline values with core 1.2 calls), and the device with Vulkan ≥ 1.1;
+    /// - enabled VK_EXT_external_memory_host for `register`; set `raw.external_memory_host`
+    ///   only if it is enabled (else registration is `Unsupported`; pinned blocks still work);
+    /// - enabled the timelineSemaphore feature (Vulkan 1.2), if it uses
     ///   [`crate::host::RecordedCopy::completes_at`]; fences need nothing.
     ///
     /// Buffers vkhost creates here (imports, pinned blocks, device buffers) are
