@@ -244,9 +244,12 @@ pub fn device_mapped(types: &[F], bits: u32) -> Option<Choice> {
 /// # Ok(()) }
 /// ```
 pub fn full_bar(types: &[(F, u32)]) -> bool {
+    // AMD's device-coherent types are never chosen (`device_mapped` skips them): they count
+    // for nothing here either.
+    let usable = |f: &F| !f.intersects(AMD_DEVICE_MEMORY_BITS);
     let vram_heaps: Vec<u32> =
-        types.iter().filter(|(f, _)| f.contains(F::DEVICE_LOCAL) && !f.contains(F::HOST_VISIBLE)).map(|&(_, h)| h).collect();
-    types.iter().any(|(f, h)| f.contains(F::DEVICE_LOCAL | HOST_VC) && vram_heaps.contains(h))
+        types.iter().filter(|(f, _)| usable(f) && f.contains(F::DEVICE_LOCAL) && !f.contains(F::HOST_VISIBLE)).map(|&(_, h)| h).collect();
+    types.iter().any(|(f, h)| usable(f) && f.contains(F::DEVICE_LOCAL | HOST_VC) && vram_heaps.contains(h))
 }
 
 /// The BAR window: DEVICE_LOCAL|HOST_VISIBLE on a device that also has non-host-visible
@@ -281,6 +284,20 @@ pub fn bar_window(types: &[F]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `full_bar` and `device_mapped` agree on a table whose only mapped device-local type is
+    /// AMD's device-coherent kind (never chosen): no full BAR. Before, `full_bar` said yes, and
+    /// every `alloc_buffer` first made a buffer `device_mapped` then refused.
+    #[test]
+    fn full_bar_agrees_with_device_mapped() {
+        let vram = F::DEVICE_LOCAL;
+        let system = F::HOST_VISIBLE | F::HOST_COHERENT;
+        let amd_bar = F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_COHERENT | F::DEVICE_COHERENT_AMD | F::DEVICE_UNCACHED_AMD;
+        for table in [vec![(vram, 0), (system, 1), (amd_bar, 0)], vec![(vram, 0), (system, 1), (amd_bar & !AMD_DEVICE_MEMORY_BITS, 0)]] {
+            let flags: Vec<F> = table.iter().map(|t| t.0).collect();
+            assert_eq!(full_bar(&table), device_mapped(&flags, u32::MAX).is_some(), "{table:?}");
+        }
+    }
 
     #[test]
     fn full_bar_is_a_mapped_type_on_the_vram_heap() {

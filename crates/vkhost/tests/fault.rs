@@ -231,6 +231,24 @@ fn failing_probe_disables_registration() {
     assert_eq!(d.validation_errors(), 0);
 }
 
+/// A device lost while `open` probes it is no open device: `open` answers `DeviceLost` (it
+/// answered `Ok` with a device whose every call then failed, so the caller could not fall back
+/// at open; found by an audit), and a later open works.
+#[test]
+fn open_whose_probe_loses_the_device_fails() {
+    init_log();
+    inject(Point::QueueSubmit, 0, vk::Result::ERROR_DEVICE_LOST);
+    let r = Device::open_default_with(&opts());
+    assert!(disarm(), "the probe never submitted");
+    assert_eq!(r.map(drop), Err(Error::DeviceLost));
+    let d = Device::open_default_with(&opts()).unwrap();
+    let buf = d.alloc_buffer(4096).unwrap();
+    buf.write(0, &[7; 4096]).unwrap();
+    drop(buf);
+    d.destroy().unwrap();
+    assert_eq!(d.validation_errors(), 0);
+}
+
 /// A pageable download that fails partway (here: the wait for a staging-ring chunk) returns an
 /// error, so the caller may free or reuse the destination: the library must never write it
 /// afterwards, even though earlier chunks of that download were already submitted. (Found by

@@ -1628,7 +1628,7 @@ impl Device {
             Ok((pd, info, device, cfam, tfam)) => {
                 let push = info.push_descriptor && opts.push_descriptors;
                 let live = Self::assemble(Some(parts), true, pd, &info, device, Some((cfam, 0)), tfam, push)?;
-                Ok(Self::wrap(live, info, opts.clone(), counts))
+                Self::wrap(live, info, opts.clone(), counts)
             }
             Err(e) => {
                 // SAFETY: create_on cleaned up anything it made (invalid options fail before
@@ -1731,7 +1731,9 @@ impl Device {
         })
     }
 
-    fn wrap(live: Live, info: DeviceInfo, options: OpenOptions, counts: Arc<ValidationCounts>) -> Device {
+    /// The device over `live`, probed; `DeviceLost` (the device torn down again) if the device
+    /// was lost while open probed it: a device every call would refuse is no open device.
+    fn wrap(live: Live, info: DeviceInfo, options: OpenOptions, counts: Arc<ValidationCounts>) -> Result<Device> {
         let mode = if live.push_desc.is_some() { DescriptorMode::Push } else { DescriptorMode::Sets };
         let max_pipelines = options.max_pipelines;
         let mapped_buffers = match options.bar_writes {
@@ -1784,7 +1786,13 @@ impl Device {
         log::debug!("{}: opened {} ({})", d.shared.id, d.shared.info.name, d.shared.info.driver_name);
         d.probe_registration();
         d.choose_copy_queues();
-        d
+        if d.shared.lost.load(Ordering::Acquire) {
+            log::warn!("{}: the device was lost while it was opened", d.shared.id);
+            // Nothing else holds it: the teardown runs (and cannot be Busy).
+            let _ = d.destroy();
+            return Err(Error::DeviceLost);
+        }
+        Ok(d)
     }
 
     /// Measures which queue synchronous copies should use ([`queues`]), where the device has
@@ -2002,7 +2010,7 @@ impl Device {
         if !owned {
             live.instance_parts = None;
         }
-        Ok(Self::wrap(live, info, opts.clone(), Arc::new(ValidationCounts::default())))
+        Self::wrap(live, info, opts.clone(), Arc::new(ValidationCounts::default()))
     }
 
     /// Wraps a caller's VkDevice **without any of its queues**: the borrowed-device mode, for
@@ -2115,7 +2123,7 @@ impl Device {
         let parts = InstanceParts { entry: raw.entry.clone(), instance: raw.instance.clone(), debug: None };
         let mut live = Self::assemble(Some(parts), false, raw.physical_device, &info, raw.device, None, None, false)?;
         live.instance_parts = None;
-        Ok(Self::wrap(live, info, opts.clone(), Arc::new(ValidationCounts::default())))
+        Self::wrap(live, info, opts.clone(), Arc::new(ValidationCounts::default()))
     }
 
     /// Whether this is a borrowed device without queues ([`Device::from_raw_borrowed`]).
