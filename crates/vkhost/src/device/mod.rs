@@ -22,6 +22,8 @@ pub(crate) mod object;
 pub(crate) mod pipeline;
 pub(crate) mod queues;
 pub(crate) mod submit;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use crate::error::{Error, Result, VkResultExt};
 use crate::fault::{self, Point};

@@ -238,7 +238,7 @@ fn take_backing(b: &mut Mutex<Option<Backing>>) -> Option<Backing> {
 impl Drop for BufferObj {
     fn drop(&mut self) {
         #[cfg(test)]
-        tests::drop_pause_point(self.device);
+        tests::DROP_PAUSE.here(self.device.get());
         if super::fork_generation() != self.fork_gen {
             // Nothing here is the child's to release, not even a mapping vkhost made (the
             // slot's drop leaves it too).
@@ -628,19 +628,8 @@ mod tests {
         }
     }
 
-    /// The device (id) the first of whose buffer drops stops at its start (after the owner's
-    /// count went to zero, before any of `BufferObj::drop` ran), until cleared.
-    static DROP_PAUSE_ID: AtomicU64 = AtomicU64::new(0);
-    static DROP_REACHED: AtomicBool = AtomicBool::new(false);
-
-    pub(super) fn drop_pause_point(d: DeviceId) {
-        if DROP_PAUSE_ID.load(Ordering::Acquire) != d.get() || DROP_REACHED.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        while DROP_PAUSE_ID.load(Ordering::Acquire) == d.get() {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
+    /// Where the first of an armed device's buffer drops stops (`BufferObj::drop`'s start).
+    pub(super) static DROP_PAUSE: crate::device::testing::DropPause = crate::device::testing::DropPause::new();
 
     /// A device buffer whose last owner is dropped on another thread as the device is
     /// destroyed: the drop has begun (the owner's count is zero, so teardown's children do not
@@ -651,35 +640,11 @@ mod tests {
     #[test]
     fn a_buffer_dropped_on_another_thread_as_its_device_is_destroyed_is_released_first() {
         let _one = lock(&SERIAL);
-        let validation = crate::device::validation_layer_installed();
-        let opts = crate::OpenOptions { validation, ..Default::default() };
-        let dev = match crate::Device::open_default_with(&opts) {
-            Ok(d) => d,
-            Err(e) => {
-                eprintln!("skipped: no Vulkan device ({e})");
-                return;
-            }
-        };
-        if !validation {
-            eprintln!("the validation layer is not installed: the counts alone are checked");
-        }
+        let Some(dev) = crate::device::testing::open_validated() else { return };
         let buf = dev.alloc_buffer(4096).unwrap();
-        /// Lets a paused drop go however the test ends.
-        struct Unpause;
-        impl Drop for Unpause {
-            fn drop(&mut self) {
-                DROP_PAUSE_ID.store(0, Ordering::Release);
-            }
-        }
-        let unpause = Unpause;
-        DROP_REACHED.store(false, Ordering::Release);
-        DROP_PAUSE_ID.store(dev.id().get(), Ordering::Release);
+        let unpause = DROP_PAUSE.arm(dev.id().get());
         let t = std::thread::spawn(move || drop(buf));
-        let start = Instant::now();
-        while !DROP_REACHED.load(Ordering::Acquire) {
-            assert!(start.elapsed() < Duration::from_secs(10), "the buffer's drop never began");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        DROP_PAUSE.wait_reached("the buffer's drop");
         dev.destroy().unwrap();
         drop(unpause);
         t.join().unwrap();

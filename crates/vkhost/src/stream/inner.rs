@@ -89,7 +89,7 @@ pub(crate) struct StreamInner {
 impl Drop for StreamInner {
     fn drop(&mut self) {
         #[cfg(test)]
-        tests::drop_pause_point(&self.shared);
+        tests::DROP_PAUSE.here(self.shared.id.get());
         if self.shared.forked() {
             // A parent thread may have held the list's lock at the fork; nothing to do here.
             return;
@@ -485,23 +485,9 @@ impl Child for StreamInner {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use std::sync::atomic::AtomicBool;
-    use std::time::{Duration, Instant};
-
-    /// The device (id) the first of whose streams' last drops stops at its start (after the
-    /// count went to zero, before any of `StreamInner::drop` ran), until cleared.
-    static PAUSE_ID: AtomicU64 = AtomicU64::new(0);
-    static REACHED: AtomicBool = AtomicBool::new(false);
-
-    pub(super) fn drop_pause_point(s: &Shared) {
-        if PAUSE_ID.load(Ordering::Acquire) != s.id.get() || REACHED.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        while PAUSE_ID.load(Ordering::Acquire) == s.id.get() {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
+    /// Where the first of an armed device's streams' last drops stops (`StreamInner::drop`'s
+    /// start).
+    pub(super) static DROP_PAUSE: crate::device::testing::DropPause = crate::device::testing::DropPause::new();
 
     /// A stream whose last reference (an `Event`, after the `Stream` was dropped) goes on
     /// another thread as its device is destroyed: the drop has begun (the count is zero, so
@@ -512,39 +498,15 @@ mod tests {
     /// the semaphore count stayed at one).
     #[test]
     fn a_streams_last_drop_racing_its_device_destroy_leaks_no_semaphore() {
-        let validation = crate::device::validation_layer_installed();
-        let opts = crate::OpenOptions { validation, ..Default::default() };
-        let dev = match crate::Device::open_default_with(&opts) {
-            Ok(d) => d,
-            Err(e) => {
-                eprintln!("skipped: no Vulkan device ({e})");
-                return;
-            }
-        };
-        if !validation {
-            eprintln!("the validation layer is not installed: the counts alone are checked");
-        }
+        let Some(dev) = crate::device::testing::open_validated() else { return };
         let buf = dev.alloc_buffer(4096).unwrap();
         let s = dev.stream().unwrap();
         s.fill_async(&buf, 0, 4096, 5).unwrap();
         let ev = s.record().unwrap();
         drop(s);
-        /// Lets a paused drop go however the test ends.
-        struct Unpause;
-        impl Drop for Unpause {
-            fn drop(&mut self) {
-                PAUSE_ID.store(0, Ordering::Release);
-            }
-        }
-        let unpause = Unpause;
-        REACHED.store(false, Ordering::Release);
-        PAUSE_ID.store(dev.id().get(), Ordering::Release);
+        let unpause = DROP_PAUSE.arm(dev.id().get());
         let t = std::thread::spawn(move || drop(ev));
-        let start = Instant::now();
-        while !REACHED.load(Ordering::Acquire) {
-            assert!(start.elapsed() < Duration::from_secs(10), "the stream's last drop never began");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        DROP_PAUSE.wait_reached("the stream's last drop");
         dev.destroy().unwrap();
         drop(unpause);
         t.join().unwrap();
