@@ -403,10 +403,7 @@ fn module_and_device_limits_are_refused_before_the_driver() {
     let k = unsafe { Kernel::from_spirv(&words, "main", &[Param::ReadWrite], 4) }.unwrap();
     s.launch(&k, [1, 1, 1], &[Binding::Device(&b, 0, 256)], &push(&[64])).unwrap();
     s.synchronize().unwrap();
-    let mut out = vec![0u8; 256];
-    b.read(0, &mut out).unwrap();
-    let got: Vec<u32> = out.chunks(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect();
-    assert_eq!(got, (1..=64).collect::<Vec<u32>>());
+    assert_eq!(words_of(&b, 0, 64), (1..=64).collect::<Vec<u32>>());
 }
 
 const SPIN_WGSL: &str = r#"
@@ -1000,10 +997,7 @@ fn limits_are_per_entry_point() {
         let small = unsafe { Kernel::from_spirv(&words, "small", &[Param::ReadWrite], 4) }.unwrap();
         s.launch(&small, [1, 1, 1], &[Binding::Device(&b, 0, 256)], &push(&[64])).unwrap();
         s.synchronize().unwrap();
-        let mut out = vec![0u8; 256];
-        b.read(0, &mut out).unwrap();
-        let got: Vec<u32> = out.chunks(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect();
-        assert_eq!(got, (7..71).collect::<Vec<u32>>(), "SPIR-V {version:?}");
+        assert_eq!(words_of(&b, 0, 64), (7..71).collect::<Vec<u32>>(), "SPIR-V {version:?}");
         if info.max_compute_work_group_invocations < 2048 {
             let wide = unsafe { Kernel::from_spirv(&words, "wide", &[Param::ReadWrite], 4) }.unwrap();
             assert!(refused(s.launch(&wide, [1, 1, 1], &[Binding::Device(&b, 0, 256)], &push(&[64]))), "wide, {version:?}");
