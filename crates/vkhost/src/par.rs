@@ -166,7 +166,7 @@ struct Pool {
     cv: Condvar,
     /// The queue's length, kept with it under its lock, read without it by spinning workers.
     queued: AtomicUsize,
-    /// The fork generation it was made in (`FORK_GEN`).
+    /// The fork generation it was made in ([`fork_generation`]).
     generation: u64,
 }
 
@@ -180,13 +180,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// fork. The old pool is left as it is (leaked), never touched again.
 fn pool() -> &'static Pool {
     static P: AtomicPtr<Pool> = AtomicPtr::new(std::ptr::null_mut());
-    static ATFORK: std::sync::Once = std::sync::Once::new();
-    ATFORK.call_once(|| {
-        // SAFETY: registering a child handler that only does an atomic add. It fails only for
-        // lack of memory, and then a forked child keeps the parent's pool, as before.
-        let _ = unsafe { libc::pthread_atfork(None, None, Some(on_fork_child)) };
-    });
-    let generation = FORK_GEN.load(Ordering::Acquire);
+    let generation = fork_generation();
     loop {
         let cur = P.load(Ordering::Acquire);
         // SAFETY: `P` only ever holds null or a leaked (never freed) pool.
@@ -208,12 +202,27 @@ fn pool() -> &'static Pool {
     }
 }
 
-/// Bumped in a forked child (`pthread_atfork`): the pool made before the fork is not the
-/// child's.
+/// Bumped in every forked child (a `pthread_atfork` handler).
 static FORK_GEN: AtomicU64 = AtomicU64::new(0);
 
 extern "C" fn on_fork_child() {
+    // Async-signal-safe: one atomic add.
     FORK_GEN.fetch_add(1, Ordering::AcqRel);
+}
+
+/// The fork generation of this process: how many forks lie between the process that first
+/// asked and this one (the memcpy pool, and the device layer's objects, compare the one they
+/// were made in). Installs the handler on first use.
+pub(crate) fn fork_generation() -> u64 {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registering a child handler that only does an atomic add.
+        let r = unsafe { libc::pthread_atfork(None, None, Some(on_fork_child)) };
+        if r != 0 {
+            log::warn!("pthread_atfork failed ({r}): objects are not inert in forked children");
+        }
+    });
+    FORK_GEN.load(Ordering::Acquire)
 }
 
 impl Pool {

@@ -61,27 +61,10 @@ pub(crate) fn now_ns() -> u64 {
     T0.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64 + 1
 }
 
-/// Bumped in every forked child (a `pthread_atfork` handler), so "was this object created before
-/// this process was forked" is one atomic load, cheap enough for every operation.
-static FORK_GEN: AtomicU64 = AtomicU64::new(0);
-
-extern "C" fn on_fork_child() {
-    // Async-signal-safe: one atomic add.
-    FORK_GEN.fetch_add(1, Ordering::Relaxed);
-}
-
-/// The fork generation of this process (see `FORK_GEN`); installs the handler on first use.
-pub(crate) fn fork_generation() -> u64 {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: registering a child handler that only does an atomic add.
-        let r = unsafe { libc::pthread_atfork(None, None, Some(on_fork_child)) };
-        if r != 0 {
-            log::warn!("pthread_atfork failed ({r}): objects are not inert in forked children");
-        }
-    });
-    FORK_GEN.load(Ordering::Relaxed)
-}
+/// The fork generation of this process: "was this object created before this process was
+/// forked" is one atomic load, cheap enough for every operation (kept with the memcpy pool,
+/// the lowest layer that needs it).
+pub(crate) use crate::par::fork_generation;
 
 /// A process-unique device id, never reused, even after the device is destroyed.
 ///
