@@ -413,3 +413,28 @@ fn a_launch_after_registering_lands_after_the_earlier_staged_d2h() {
     let got = unsafe { std::slice::from_raw_parts(m.ptr, n) };
     assert!(got.iter().all(|&b| b == 9), "the older copy-out overwrote the kernel's bytes");
 }
+
+#[test]
+fn a_dropped_streams_semaphore_goes_at_release_queued() {
+    // A stream's timeline semaphore is destroyed once its last reference (here an event) goes;
+    // `live_objects` (which releases what is queued) must not count it. It used to wait for the
+    // next stream creation or the device's destroy.
+    let d = device().unwrap();
+    let before = d.live_objects();
+    let s = d.stream().unwrap();
+    let buf = d.alloc_buffer(4096).unwrap();
+    s.fill_async(&buf, 0, 4096, 7).unwrap();
+    // An event keeps the stream's state (and its semaphore) past the stream's drop.
+    let ev = s.record().unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(d.live_objects().semaphores, before.semaphores + 1, "the stream's semaphore");
+    drop(s);
+    assert_eq!(d.live_objects().semaphores, before.semaphores + 1, "the event holds it");
+    ev.wait().unwrap();
+    drop(ev);
+    let after = d.live_objects();
+    assert_eq!(after.semaphores, before.semaphores, "a dropped stream's semaphore still alive");
+    drop(buf);
+    assert_eq!(d.live_objects(), before);
+    assert_eq!(d.validation_errors(), 0);
+}

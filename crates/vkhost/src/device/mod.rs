@@ -859,9 +859,9 @@ pub(crate) struct Shared {
     /// Held while a thread drains the garbage lists (`drain_garbage`), always under `live`.
     pub draining: Mutex<()>,
     /// Every stream's timeline semaphore not destroyed yet, and whether its stream's last
-    /// reference went (`retired`: destroyed at the next stream creation or at destroy). The one
-    /// authority over who destroys a stream's semaphore: whoever takes it out of this list, under
-    /// its lock (see `StreamSemaphores`).
+    /// reference went (`retired`: destroyed at the next stream creation, `release_queued` or
+    /// destroy). The one authority over who destroys a stream's semaphore: whoever takes it out
+    /// of this list, under its lock (see `StreamSemaphores`).
     pub stream_semaphores: Mutex<StreamSemaphores>,
     /// The import probe's verdict, run once at open: `Ok(granule)` or why registration failed.
     pub probe: std::sync::OnceLock<std::result::Result<usize, String>>,
@@ -2336,6 +2336,9 @@ impl Device {
     pub fn release_queued(&self) {
         if let Ok(l) = self.shared.live_any() {
             self.shared.drain_all_garbage(&l);
+            // And the semaphores of streams whose last reference (an event, a batch of another
+            // stream) went since: their drop could only mark them.
+            self.shared.destroy_deferred(&l);
         }
     }
 
