@@ -1010,3 +1010,115 @@ fn limits_are_per_entry_point() {
     }
     s.synchronize().unwrap();
 }
+
+/// A SPIR-V instruction: `opcode` with its operands.
+fn op(opcode: u32, operands: &[u32]) -> Vec<u32> {
+    let mut v = vec![((operands.len() as u32 + 1) << 16) | opcode];
+    v.extend_from_slice(operands);
+    v
+}
+
+/// A module whose entry point "main" (LocalSize 1 1 1) has one Workgroup variable of struct
+/// type `%(10 + depth)`, each struct `%(11 + k)` made of `fan` members of `%(10 + k)`, and `%10`
+/// a bool: valid type declarations, `fan^depth` bytes at least (no function body: never given
+/// to a driver).
+fn nested_structs(fan: usize, depth: u32) -> Vec<u32> {
+    let mut w = vec![0x0723_0203, 0x0001_0300, 0, 1 << 20, 0];
+    w.extend(op(17, &[1])); // OpCapability Shader
+    w.extend(op(14, &[0, 1])); // OpMemoryModel Logical GLSL450
+    w.extend(op(15, &[5, 1, u32::from_le_bytes(*b"main"), 0])); // OpEntryPoint GLCompute %1 "main"
+    w.extend(op(16, &[1, 17, 1, 1, 1])); // OpExecutionMode %1 LocalSize 1 1 1
+    w.extend(op(20, &[10])); // %10 = OpTypeBool
+    for k in 0..depth {
+        let mut ops = vec![11 + k];
+        ops.extend(std::iter::repeat_n(10 + k, fan));
+        w.extend(op(30, &ops)); // OpTypeStruct
+    }
+    w.extend(op(32, &[900, 4, 10 + depth])); // OpTypePointer Workgroup
+    w.extend(op(59, &[900, 901, 4])); // OpVariable Workgroup
+    w
+}
+
+/// Sizing a module's workgroup memory walks each type once: a 211-word module of ten levels of
+/// structs of 16 members each (16^10 paths to its leaf) took hours in `from_spirv` when each
+/// member's type was sized again (found by an audit). Its 2^40 bytes are refused at launch.
+#[test]
+fn nested_struct_types_are_sized_in_linear_time() {
+    let words = nested_structs(16, 10);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let w = words.clone();
+    std::thread::spawn(move || {
+        // SAFETY: never launched on a driver (refused by the workgroup-memory check below).
+        let _ = tx.send(unsafe { Kernel::from_spirv(&w, "main", &[], 0) }.map(|_| ()));
+    });
+    let made = rx.recv_timeout(std::time::Duration::from_secs(60));
+    assert!(made.is_ok(), "from_spirv of a {}-word module did not return within 60 s", words.len());
+    made.unwrap().unwrap();
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    // SAFETY: refused before the driver sees the module.
+    let k = unsafe { Kernel::from_spirv(&words, "main", &[], 0) }.unwrap();
+    let r = s.launch(&k, [1, 1, 1], &[], &[]);
+    assert!(matches!(r, Err(Error::InvalidArgument { .. })), "16^10 bytes of workgroup memory: {r:?}");
+}
+
+/// A built-in launched directly with too few workgroups for its element count is refused: on
+/// lavapipe a `fill` of 24 Mi words in one workgroup set 16 Mi of them and answered `Ok`
+/// (llvmpipe ends loops after ~65 535 rounds; found by an audit), and no workgroups at all did
+/// nothing. With enough workgroups every word is set.
+#[test]
+fn builtins_launched_with_too_few_workgroups_are_refused() {
+    use vkhost::kernel::builtin;
+    let d = device().unwrap();
+    let s = d.stream_on(QueueKind::Compute).unwrap();
+    let words = 24usize << 20;
+    let buf = d.alloc_buffer(words * 4).unwrap();
+    let all = || Binding::Device(&buf, 0, words * 4);
+    s.fill_u32(all(), 0).unwrap();
+    for groups in [[1, 1, 1], [0, 1, 1], [2, 1, 1]] {
+        let r = s.launch(builtin::fill().unwrap(), groups, &[all()], &push(&[words as u32, 0x0101_0101]));
+        assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{groups:?} for {words} words: {r:?}");
+    }
+    // 1 << 15 rounds of 256 invocations per workgroup: 3 workgroups cover 24 Mi words.
+    s.launch(builtin::fill().unwrap(), [3, 1, 1], &[all()], &push(&[words as u32, 0x0101_0101])).unwrap();
+    let small = 100 * 256;
+    s.launch(builtin::fill().unwrap(), [1, 1, 1], &[Binding::Device(&buf, 0, small * 4)], &push(&[small as u32, 7])).unwrap();
+    s.synchronize().unwrap();
+    let mut back = vec![0u32; words];
+    buf.read_slice(0, &mut back).unwrap();
+    assert!(back[..small].iter().all(|&w| w == 7), "the small fill");
+    let unset = back[small..].iter().filter(|&&w| w != 0x0101_0101).count();
+    assert_eq!(unset, 0, "words the 3-workgroup fill left");
+    // A zero count with no workgroups is an empty launch, as before.
+    s.launch(builtin::fill().unwrap(), [0, 1, 1], &[all()], &push(&[0, 9])).unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(d.validation_errors(), 0);
+}
+
+/// `fill_u32` and `copy_sm` over host bytes only partly registered are refused before any
+/// piece runs: the first pieces (inside the registration) were launched and written before a
+/// later piece answered `NotRegistered` (found by an audit). A refused call writes nothing, as
+/// `checksum_into`'s.
+#[test]
+fn a_refused_fill_or_copy_writes_nothing() {
+    let page = host::page_size();
+    // One import per page, so the registered part is several pieces.
+    let d = device_with(OpenOptions { max_import_piece: Some(page), ..opts() }).unwrap();
+    let s = compute_stream(&d);
+    let mut p = Pages::new(3 * page);
+    p.slice().fill(0xCD);
+    // SAFETY: `p` stays mapped until after the unregister below.
+    unsafe { host::register(&d, p.ptr, 2 * page) }.unwrap();
+    let r = s.fill_u32(Binding::HostMut(p.slice()), 0x0101_0101);
+    assert!(matches!(r, Err(Error::NotRegistered)), "fill over bytes nothing covers: {r:?}");
+    s.synchronize().unwrap();
+    assert!(p.slice().iter().all(|&x| x == 0xCD), "a refused fill wrote the registered pages");
+    let src = d.alloc_buffer(3 * page).unwrap();
+    src.write(0, &vec![0x11; 3 * page]).unwrap();
+    let r = s.copy_sm(Binding::Device(&src, 0, 3 * page), Binding::HostMut(p.slice()));
+    assert!(matches!(r, Err(Error::NotRegistered)), "copy over bytes nothing covers: {r:?}");
+    s.synchronize().unwrap();
+    assert!(p.slice().iter().all(|&x| x == 0xCD), "a refused copy wrote the registered pages");
+    host::unregister(&d, p.ptr).unwrap();
+    assert_eq!(d.validation_errors(), 0);
+}

@@ -113,8 +113,9 @@
 //! Driver notes:
 //! - llvmpipe (lavapipe) ends a shader's loops after about 65535 iterations in all
 //!   (gallivm's loop limiter), silently. The built-ins' grid-stride loops run far fewer
-//!   (ranges are split at maxStorageBufferRange, 128 MiB there); a user kernel that loops longer
-//!   computes something else on lavapipe.
+//!   (ranges are split at maxStorageBufferRange, 128 MiB there, and a direct launch with too
+//!   few workgroups for its count is refused); a user kernel that loops longer computes
+//!   something else on lavapipe.
 //! - maxStorageBufferRange bounds one binding's bound range (delta included): `launch` refuses
 //!   longer ones (`InvalidArgument`); the built-in entry points split them.
 //!
@@ -484,12 +485,14 @@ fn scan_module(words: &[u32], n: usize, entry: &str) -> Result<EntryFacts> {
     // point's only if it is the module's one entry point.
     let lists_all = words[1] >= 0x0001_0400;
     let shared_bytes = if lists_all || entries == 1 {
+        let interface: std::collections::HashSet<u32> = interface.iter().copied().collect();
+        let mut sizes = TypeSizes { types: &types, constants: &constants, memo: std::collections::HashMap::new() };
         shared_vars
             .iter()
             .filter(|(var, _)| !lists_all || interface.contains(var))
             .map(|&(_, ptr)| {
                 let pointee = types.get(&ptr).filter(|t| t[0] & 0xffff == OP_TYPE_POINTER && t.len() >= 4)?[3];
-                type_bytes(&types, &constants, pointee, 0)
+                sizes.bytes(pointee, 0)
             })
             .try_fold(0u64, |sum, b| b.and_then(|b| sum.checked_add(b)))
     } else {
@@ -498,27 +501,41 @@ fn scan_module(words: &[u32], n: usize, entry: &str) -> Result<EntryFacts> {
     Ok(EntryFacts { local_size, shared_bytes })
 }
 
-/// The size in bytes of type `id` without padding (a lower bound of its size in any layout);
-/// `None` for a type it cannot size (a runtime array, an opaque type, a length it cannot read).
-fn type_bytes(
-    types: &std::collections::HashMap<u32, &[u32]>,
-    constants: &std::collections::HashMap<u32, u64>,
-    id: u32,
-    depth: u32,
-) -> Option<u64> {
-    if depth > 32 {
-        return None;
-    }
-    let t = types.get(&id)?;
-    let sub = |k: usize| t.get(k).and_then(|&x| type_bytes(types, constants, x, depth + 1));
-    match t[0] & 0xffff {
-        // A boolean's size is the implementation's: count one byte, a lower bound.
-        20 => Some(1),
-        21 | 22 => Some(u64::from(*t.get(2)?) / 8),
-        23 | 24 => sub(2)?.checked_mul(u64::from(*t.get(3)?)),
-        28 => sub(2)?.checked_mul(*constants.get(t.get(3)?)?),
-        30 => (2..t.len()).map(sub).try_fold(0u64, |sum, b| b.and_then(|b| sum.checked_add(b))),
-        _ => None,
+/// Sizes of a module's types, each computed once: a type named by many members of many
+/// structs is walked once, not once per path to it (a 211-word module of nested structs took
+/// hours before).
+struct TypeSizes<'a> {
+    types: &'a std::collections::HashMap<u32, &'a [u32]>,
+    constants: &'a std::collections::HashMap<u32, u64>,
+    memo: std::collections::HashMap<u32, Option<u64>>,
+}
+
+impl TypeSizes<'_> {
+    /// The size in bytes of type `id` without padding (a lower bound of its size in any
+    /// layout); `None` for a type it cannot size (a runtime array, an opaque type, a length it
+    /// cannot read, a cycle, nesting deeper than 32).
+    fn bytes(&mut self, id: u32, depth: u32) -> Option<u64> {
+        if depth > 32 {
+            return None;
+        }
+        if let Some(&known) = self.memo.get(&id) {
+            return known;
+        }
+        // A type met again while it is being sized is a cycle: `None` until it is done.
+        self.memo.insert(id, None);
+        let t = *self.types.get(&id)?;
+        let mut sub = |k: usize| t.get(k).and_then(|&x| self.bytes(x, depth + 1));
+        let size = match t[0] & 0xffff {
+            // A boolean's size is the implementation's: count one byte, a lower bound.
+            20 => Some(1),
+            21 | 22 => t.get(2).map(|&bits| u64::from(bits) / 8),
+            23 | 24 => sub(2).and_then(|b| b.checked_mul(u64::from(*t.get(3)?))),
+            28 => sub(2).and_then(|b| b.checked_mul(*self.constants.get(t.get(3)?)?)),
+            30 => (2..t.len()).try_fold(0u64, |sum, k| sub(k).and_then(|b| sum.checked_add(b))),
+            _ => None,
+        };
+        self.memo.insert(id, size);
+        size
     }
 }
 
