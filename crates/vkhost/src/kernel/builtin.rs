@@ -7,8 +7,10 @@
 //! since the kernels trust their push constants: each binding must start on the kernel's unit
 //! (4 bytes, 16 for `copy_vec4`) and hold the elements the push constants name (the checksum's
 //! result 8 bytes), and the workgroups must be `[n, 1, 1]` with `256 n` plus the element count
-//! at most 2^32 (the kernels loop over x with a u32 index); anything else is `InvalidArgument`
-//! and nothing is recorded.
+//! at most 2^32 (the kernels loop over x with a u32 index) and `256 n · 32768` at least the
+//! element count (at most 32 768 rounds of the loop per invocation: llvmpipe ends longer loops
+//! silently, a GPU's watchdog may end the device); anything else is `InvalidArgument` and
+//! nothing is recorded.
 //!
 //! ## The checksum
 //!
@@ -48,6 +50,14 @@ use super::builtin_spirv as spv;
 
 /// Threads per workgroup of every built-in (their `@workgroup_size`).
 pub(crate) const WORKGROUP: u32 = 256;
+
+/// The most rounds of a built-in's grid-stride loop one launch may ask of an invocation (its
+/// element count over its invocations). A launch with too few workgroups for its count is
+/// refused: llvmpipe ends a shader's loops after about 65 535 iterations without a word (a
+/// `fill` of 24 Mi words in one workgroup set only its first 16 Mi), and a GPU would run one
+/// workgroup for up to 2^32 rounds (a watchdog's lost device). The wrappers stay below it:
+/// 16 384 rounds at most (`checksum`'s 256 workgroups over a 4 GiB binding).
+pub(crate) const MAX_ROUNDS: u64 = 1 << 15;
 
 /// A built-in from its words. They are naga's validated output, built into the crate, so the
 /// checks in `build` (magic, decorations) pass for them; were one to fail (a broken build),

@@ -144,11 +144,14 @@ fn check_args(s: &Shared, k: &Kernel, groups: [u32; 3], bindings: &[Binding<'_>]
         let (max, most) = (s.info.max_compute_work_group_size, s.info.max_compute_work_group_invocations);
         let invocations = size.iter().map(|&d| u64::from(d)).product::<u64>();
         if size.iter().zip(max).any(|(&d, m)| d > m) || invocations > u64::from(most) {
-            return Err(Error::invalid(format!(
+            let why = format!(
                 "kernel {}'s workgroup size {size:?} exceeds this device's maxComputeWorkGroupSize {max:?} or \
                  maxComputeWorkGroupInvocations {most}",
                 kd.name
-            )));
+            );
+            // A built-in's 256 invocations are vkhost's choice, not the caller's (Vulkan
+            // guarantees 128): on such a device the built-ins are unsupported.
+            return Err(if kd.check.is_some() { Error::unsupported(why) } else { Error::invalid(why) });
         }
     }
     Ok(())
@@ -171,16 +174,22 @@ fn resolve_all(s: &Shared, k: &Kernel, bindings: &[Binding<'_>]) -> Result<Vec<B
 /// Built-ins use a one-dimensional grid-stride loop over their element count (their first push
 /// constant word): workgroups in y or z would repeat it (the checksum counted twice), and the
 /// u32 index `i += invocations` must not wrap past the count (it would loop for ~2^32 more
-/// rounds, counting elements again): invocations in x plus the count stay within 2^32.
+/// rounds, counting elements again): invocations in x plus the count stay within 2^32. And
+/// enough workgroups for the count: at most `builtin::MAX_ROUNDS` rounds per invocation (a
+/// launch with elements and no workgroups would do nothing, and answer `Ok`).
 fn check_builtin(k: &Kernel, groups: [u32; 3], bound: &[Bound], pc: &[u8]) -> Result<()> {
     let Some(f) = k.inner.check else { return Ok(()) };
     let count = builtin::push_word(pc, 0);
     let invocations = u64::from(groups[0]) * u64::from(builtin::WORKGROUP);
-    if groups[1] != 1 || groups[2] != 1 || invocations + count > 1 << 32 {
+    let too_few = count > 0 && (invocations == 0 || count.div_ceil(invocations) > builtin::MAX_ROUNDS);
+    if groups[1] != 1 || groups[2] != 1 || invocations + count > 1 << 32 || too_few {
         return Err(Error::invalid(format!(
-            "built-in kernel {}: workgroups {groups:?} for {count} elements; use [n, 1, 1] with n * {} + elements <= 2^32",
+            "built-in kernel {}: workgroups {groups:?} for {count} elements; use [n, 1, 1] with n * {} + elements <= 2^32 \
+             and n * {} * {} >= elements",
             k.inner.name,
-            builtin::WORKGROUP
+            builtin::WORKGROUP,
+            builtin::WORKGROUP,
+            builtin::MAX_ROUNDS
         )));
     }
     // Built-ins have at most two bindings: no heap allocation per launch.
@@ -478,7 +487,7 @@ impl Stream {
 
     /// Fills `dst` with the repeated u32 `pattern` with the built-in `fill` kernel (any binding
     /// kind). Offset and length multiples of 4 bytes, else `InvalidArgument`. Async as
-    /// [`Stream::launch`].
+    /// [`Stream::launch`]. A refused call (for any of the pieces it is cut into) writes nothing.
     ///
     /// # Example
     ///
@@ -496,9 +505,18 @@ impl Stream {
     /// ```
     pub fn fill_u32(&self, dst: Binding<'_>, pattern: u32) -> Result<()> {
         check4(&dst, "fill")?;
-        for d in pieces(&self.inner.shared, dst, piece_bytes(&self.inner.shared)) {
-            let n = d.len() / 4;
-            self.launch(builtin::fill()?, groups_for(n, 4096), &[d], &words(&[n as u32, pattern]))?;
+        let mut dst = pieces(&self.inner.shared, dst, piece_bytes(&self.inner.shared));
+        let fill = builtin::fill()?;
+        let args = |d: &Binding<'_>| (groups_for(d.len() / 4, 4096), words(&[(d.len() / 4) as u32, pattern]));
+        // Every piece is checked before the first is launched: a call refused for any piece
+        // (bytes nothing covers past a registration's end, ...) writes nothing.
+        for d in &mut dst {
+            let (groups, push) = args(d);
+            self.inner.check_launch(fill, groups, &[d.reborrow()], &push)?;
+        }
+        for d in dst {
+            let (groups, push) = args(&d);
+            self.launch(fill, groups, &[d], &push)?;
         }
         Ok(())
     }
@@ -507,7 +525,7 @@ impl Stream {
     /// (an SM copy, where the copy engines would use vkCmdCopyBuffer): 16-byte vector loads when
     /// both ranges start on 16 bytes and the length is a multiple of 16, u32 words otherwise.
     /// Offsets and lengths multiples of 4 bytes, else `InvalidArgument`. Async as
-    /// [`Stream::launch`].
+    /// [`Stream::launch`]. A refused call (for any of the pieces it is cut into) writes nothing.
     ///
     /// # Example
     ///
@@ -535,15 +553,18 @@ impl Stream {
             return Err(Error::invalid("overlapping copy source and destination"));
         }
         let vec4 = src.phase() == 0 && dst.phase() == 0 && src.len() % 16 == 0;
+        let (kernel, unit) = if vec4 { (builtin::copy_vec4()?, 16) } else { (builtin::copy()?, 4) };
         let size = piece_bytes(&self.inner.shared);
-        for (s, d) in pieces2(&self.inner.shared, src, dst, size) {
-            if vec4 {
-                let n = s.len() / 16;
-                self.launch(builtin::copy_vec4()?, groups_for(n, 4096), &[s, d], &words(&[n as u32]))?;
-            } else {
-                let n = s.len() / 4;
-                self.launch(builtin::copy()?, groups_for(n, 4096), &[s, d], &words(&[n as u32]))?;
-            }
+        let mut pairs = pieces2(&self.inner.shared, src, dst, size);
+        let args = |s: &Binding<'_>| (groups_for(s.len() / unit, 4096), words(&[(s.len() / unit) as u32]));
+        // Every piece is checked before the first is launched: a refused call writes nothing.
+        for (s, d) in &mut pairs {
+            let (groups, push) = args(s);
+            self.inner.check_launch(kernel, groups, &[s.reborrow(), d.reborrow()], &push)?;
+        }
+        for (s, d) in pairs {
+            let (groups, push) = args(&s);
+            self.launch(kernel, groups, &[s, d], &push)?;
         }
         Ok(())
     }
