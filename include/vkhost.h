@@ -2,6 +2,9 @@
  * vkhost: pinned and registered host memory for Vulkan compute (the C ABI).
  * Library: libvkhost_capi.so / libvkhost_capi.a (cc ... -lvkhost_capi).
  * Every function returns a vkhost_status; vkhost_last_error_message() says why a call failed.
+ * Handles may be used from any thread, concurrently, except that releasing a handle
+ * (*_release, *_free, vkhost_stream_destroy) while another thread uses it, or using it
+ * afterwards, is undefined behaviour, as with free().
  */
 
 #ifndef VKHOST_H
@@ -267,7 +270,8 @@ vkhost_status vkhost_device_open_with(size_t index,
 // Wraps a VkDevice created elsewhere (see the Rust `Device::from_raw` for the requirements on
 // its instance's version, its queues and its features). `owned` nonzero: vkhost destroys the VkDevice and the VkInstance
 // at `vkhost_device_destroy` (or when the last handle goes); zero: the caller destroys them,
-// after `vkhost_device_destroy` returned. `options` may be NULL (defaults). Queues the
+// after `vkhost_device_destroy` returned. A call that fails (any status but `VKHOST_OK`)
+// destroys neither, owned or not: they stay the caller's. `options` may be NULL (defaults). Queues the
 // physical device cannot have (a family that is not a compute family for the compute queue, an
 // index past its family's queue count, one queue named twice): `VKHOST_INVALID_ARGUMENT`.
 //
@@ -400,7 +404,8 @@ vkhost_status vkhost_find(const vkhost_device *device,
 
 // Copies `len` bytes from host `src` into `dst` at `dst_offset`, synchronously: direct where a
 // registration or pinned block covers the bytes, staged elsewhere. `*path` (if not NULL) says
-// which. `VKHOST_OUT_OF_RANGE` past the buffer's end. A zero-length copy is a no-op.
+// which. `VKHOST_OUT_OF_RANGE` past the buffer's end. A zero-length copy at an offset within
+// the buffer (at most its size) is a no-op.
 //
 // # Safety
 // `device`, `dst` must be NULL or live handles; `src` readable for `len` bytes during the call;
@@ -445,8 +450,10 @@ vkhost_status vkhost_device_stats(const vkhost_device *device, vkhost_host_stats
 // `device` must be NULL or a live handle; `buffer` NULL or valid for a write.
 vkhost_status vkhost_buffer_alloc(const vkhost_device *device, size_t len, vkhost_buffer **buffer);
 
-// Frees the buffer handle. Never waits: stream work that uses the buffer keeps its memory
-// until that work is done. Works after the device was destroyed.
+// Frees the buffer handle. Does not wait for the buffer's work: stream work that uses the
+// buffer keeps its memory until that work is done. Works after the device was destroyed. If
+// this was the last reference to a device whose handles were all released, the device's
+// teardown runs here (it waits for the device's work, as `vkhost_device_destroy`).
 //
 // # Safety
 // `buffer` must be NULL or a live handle not used by another thread; it is dangling after.

@@ -735,7 +735,8 @@ pub unsafe extern "C" fn vkhost_device_open_with(
 /// Wraps a VkDevice created elsewhere (see the Rust `Device::from_raw` for the requirements on
 /// its instance's version, its queues and its features). `owned` nonzero: vkhost destroys the VkDevice and the VkInstance
 /// at `vkhost_device_destroy` (or when the last handle goes); zero: the caller destroys them,
-/// after `vkhost_device_destroy` returned. `options` may be NULL (defaults). Queues the
+/// after `vkhost_device_destroy` returned. A call that fails (any status but `VKHOST_OK`)
+/// destroys neither, owned or not: they stay the caller's. `options` may be NULL (defaults). Queues the
 /// physical device cannot have (a family that is not a compute family for the compute queue, an
 /// index past its family's queue count, one queue named twice): `VKHOST_INVALID_ARGUMENT`.
 ///

@@ -398,7 +398,8 @@ fn same_device(d: &vkhost_device, b: &vkhost_buffer) -> Result<(), Fail> {
 
 /// Copies `len` bytes from host `src` into `dst` at `dst_offset`, synchronously: direct where a
 /// registration or pinned block covers the bytes, staged elsewhere. `*path` (if not NULL) says
-/// which. `VKHOST_OUT_OF_RANGE` past the buffer's end. A zero-length copy is a no-op.
+/// which. `VKHOST_OUT_OF_RANGE` past the buffer's end. A zero-length copy at an offset within
+/// the buffer (at most its size) is a no-op.
 ///
 /// # Safety
 /// `device`, `dst` must be NULL or live handles; `src` readable for `len` bytes during the call;
@@ -638,8 +639,10 @@ pub unsafe extern "C" fn vkhost_buffer_alloc(device: *const vkhost_device, len: 
     })
 }
 
-/// Frees the buffer handle. Never waits: stream work that uses the buffer keeps its memory
-/// until that work is done. Works after the device was destroyed.
+/// Frees the buffer handle. Does not wait for the buffer's work: stream work that uses the
+/// buffer keeps its memory until that work is done. Works after the device was destroyed. If
+/// this was the last reference to a device whose handles were all released, the device's
+/// teardown runs here (it waits for the device's work, as `vkhost_device_destroy`).
 ///
 /// # Safety
 /// `buffer` must be NULL or a live handle not used by another thread; it is dangling after.

@@ -65,3 +65,149 @@ fn driver_failures_map_to_their_statuses() {
         assert_eq!(errors, 0);
     }
 }
+
+// Counting vkDestroyDevice / vkDestroyInstance through an intercepting vkGetInstanceProcAddr
+// handed to `vkhost_device_from_vulkan` (vkhost loads both through it).
+mod count {
+    use std::ffi::{CStr, c_char};
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use vkhost::ash::vk;
+
+    pub static DEVICES: AtomicUsize = AtomicUsize::new(0);
+    pub static INSTANCES: AtomicUsize = AtomicUsize::new(0);
+    pub static GIPA: OnceLock<vk::PFN_vkGetInstanceProcAddr> = OnceLock::new();
+    static GDPA: OnceLock<vk::PFN_vkGetDeviceProcAddr> = OnceLock::new();
+    static DD: OnceLock<vk::PFN_vkDestroyDevice> = OnceLock::new();
+    static DI: OnceLock<vk::PFN_vkDestroyInstance> = OnceLock::new();
+
+    pub fn destroys() -> (usize, usize) {
+        (DEVICES.load(Ordering::SeqCst), INSTANCES.load(Ordering::SeqCst))
+    }
+
+    unsafe extern "system" fn destroy_device(d: vk::Device, a: *const vk::AllocationCallbacks<'_>) {
+        DEVICES.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: the loader's own vkDestroyDevice, with the caller's arguments.
+        unsafe { DD.get().expect("loaded")(d, a) }
+    }
+
+    unsafe extern "system" fn destroy_instance(i: vk::Instance, a: *const vk::AllocationCallbacks<'_>) {
+        INSTANCES.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: as above.
+        unsafe { DI.get().expect("loaded")(i, a) }
+    }
+
+    /// # Safety
+    /// As vkGetDeviceProcAddr.
+    unsafe extern "system" fn gdpa(d: vk::Device, name: *const c_char) -> vk::PFN_vkVoidFunction {
+        // SAFETY: the loader's own function, the caller's arguments.
+        let real = unsafe { GDPA.get().expect("loaded")(d, name) };
+        // SAFETY: `name` is a nul-terminated string (the caller's contract).
+        if unsafe { CStr::from_ptr(name) } == c"vkDestroyDevice" && real.is_some() {
+            // SAFETY: the loader's pointer for vkDestroyDevice has that signature.
+            let _ = DD.set(unsafe { std::mem::transmute::<vk::PFN_vkVoidFunction, vk::PFN_vkDestroyDevice>(real) });
+            // SAFETY: a function of the signature the name implies.
+            return unsafe { std::mem::transmute::<vk::PFN_vkDestroyDevice, vk::PFN_vkVoidFunction>(destroy_device) };
+        }
+        real
+    }
+
+    /// # Safety
+    /// As vkGetInstanceProcAddr.
+    pub unsafe extern "system" fn gipa(i: vk::Instance, name: *const c_char) -> vk::PFN_vkVoidFunction {
+        // SAFETY: the loader's own function, the caller's arguments.
+        let real = unsafe { GIPA.get().expect("set")(i, name) };
+        // SAFETY: `name` is a nul-terminated string (the caller's contract).
+        let n = unsafe { CStr::from_ptr(name) };
+        if real.is_none() {
+            return real;
+        }
+        if n == c"vkDestroyInstance" {
+            // SAFETY: the loader's pointer for vkDestroyInstance has that signature.
+            let _ = DI.set(unsafe { std::mem::transmute::<vk::PFN_vkVoidFunction, vk::PFN_vkDestroyInstance>(real) });
+            // SAFETY: a function of the signature the name implies.
+            return unsafe { std::mem::transmute::<vk::PFN_vkDestroyInstance, vk::PFN_vkVoidFunction>(destroy_instance) };
+        }
+        if n == c"vkGetDeviceProcAddr" {
+            // SAFETY: the loader's pointer for vkGetDeviceProcAddr has that signature.
+            let _ = GDPA.set(unsafe { std::mem::transmute::<vk::PFN_vkVoidFunction, vk::PFN_vkGetDeviceProcAddr>(real) });
+            // SAFETY: a function of the signature the name implies.
+            return unsafe { std::mem::transmute::<vk::PFN_vkGetDeviceProcAddr, vk::PFN_vkVoidFunction>(gdpa) };
+        }
+        real
+    }
+}
+
+/// `vkhost_device_from_vulkan(owned = 1)` that fails leaves the handles to the caller, whatever
+/// the failure: refused options destroyed nothing, but a device lost during the open-time
+/// probe had vkhost destroy the caller's device and instance (a caller cleaning up after the
+/// failure destroyed them twice; found by an audit). Now both destroy nothing, and the caller's
+/// own destroys are the only ones.
+#[test]
+fn a_failed_owned_wrap_leaves_the_handles_to_the_caller() {
+    use vkhost::ash::{self, vk::Handle};
+    // SAFETY: loading libvulkan; it stays loaded while `entry` lives.
+    let entry = unsafe { ash::Entry::load() }.expect("libvulkan");
+    let _ = count::GIPA.set(entry.static_fn().get_instance_proc_addr);
+    let info = vkhost::devices().unwrap().into_iter().next().expect("a Vulkan device");
+    let make = || {
+        let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_2);
+        // SAFETY: a valid create info: no layers, no extensions.
+        let instance = unsafe { entry.create_instance(&vk::InstanceCreateInfo::default().application_info(&app), None) }.unwrap();
+        // SAFETY: the instance is alive; devices() lists them in the loader's order.
+        let pd = unsafe { instance.enumerate_physical_devices() }.unwrap()[info.index];
+        let family = info.compute_family().expect("a compute family").index;
+        let emh = info.host_import_alignment.is_some();
+        let exts = if emh { vec![ash::ext::external_memory_host::NAME.as_ptr()] } else { Vec::new() };
+        let prio = [1.0f32];
+        let queues = [vk::DeviceQueueCreateInfo::default().queue_family_index(family).queue_priorities(&prio)];
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(info.timeline_semaphore);
+        let dci = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_extension_names(&exts).push_next(&mut f12);
+        // SAFETY: the family, the extension and the feature were read from `pd`.
+        let device = unsafe { instance.create_device(pd, &dci, None) }.unwrap();
+        let raw = vkhost_raw_device {
+            get_instance_proc_addr: count::gipa as *const std::ffi::c_void,
+            instance: instance.handle().as_raw() as *mut std::ffi::c_void,
+            physical_device: pd.as_raw() as *mut std::ffi::c_void,
+            device: device.handle().as_raw() as *mut std::ffi::c_void,
+            compute_family: family,
+            compute_queue_index: 0,
+            copy_family: VKHOST_NO_FAMILY,
+            copy_queue_count: 0,
+            copy_queue_indices: [0; 4],
+            external_memory_host: u32::from(emh),
+        };
+        (instance, device, raw)
+    };
+    let mut o = std::mem::MaybeUninit::<vkhost_open_options>::uninit();
+    // SAFETY: a valid out-pointer.
+    assert_eq!(unsafe { vkhost_open_options_default(o.as_mut_ptr()) }, VKHOST_OK);
+    // SAFETY: filled by the call above.
+    let o = unsafe { o.assume_init() };
+    let mut bad = o;
+    bad.staging_slots = 1;
+    for (what, opts, fault_at_probe, want) in
+        [("refused options", bad, false, VKHOST_INVALID_ARGUMENT), ("a device lost at the open probe", o, true, VKHOST_DEVICE_LOST)]
+    {
+        let (instance, device, raw) = make();
+        let before = count::destroys();
+        let mut dev = ptr::null_mut();
+        if fault_at_probe {
+            fault::inject(Point::QueueSubmit, 0, vk::Result::ERROR_DEVICE_LOST);
+        }
+        // SAFETY: valid handles, owned = 1; `dev` a valid out-pointer.
+        let st = unsafe { vkhost_device_from_vulkan(&raw, 1, &opts, &mut dev) };
+        if fault_at_probe {
+            assert!(fault::disarm(), "the probe never submitted");
+        }
+        assert_eq!(st, want, "{what}: {}", message());
+        assert!(dev.is_null(), "{what}: a device handed out");
+        assert_eq!(count::destroys(), before, "{what}: vkhost destroyed the caller's handles");
+        // The handles are still the caller's: it destroys them, once.
+        // SAFETY: nothing uses them any more.
+        unsafe {
+            device.destroy_device(None);
+            instance.destroy_instance(None);
+        }
+    }
+}

@@ -1613,7 +1613,7 @@ impl Device {
             Ok((pd, info, device, cfam, tfam)) => {
                 let push = info.push_descriptor && opts.push_descriptors;
                 let live = Self::assemble(Some(parts), true, pd, &info, device, Some((cfam, 0)), tfam, push)?;
-                Self::wrap(live, info, opts.clone(), counts)
+                Self::wrap(live, info, opts.clone(), counts, false)
             }
             Err(e) => {
                 // SAFETY: create_on cleaned up anything it made (invalid options fail before
@@ -1718,7 +1718,10 @@ impl Device {
 
     /// The device over `live`, probed; `DeviceLost` (the device torn down again) if the device
     /// was lost while open probed it: a device every call would refuse is no open device.
-    fn wrap(live: Live, info: DeviceInfo, options: OpenOptions, counts: Arc<ValidationCounts>) -> Result<Device> {
+    /// `callers`: the Vulkan device and instance came from the caller (`from_raw`,
+    /// `from_raw_borrowed`): on that failure vkhost destroys its own objects only and the
+    /// handles stay the caller's, as on every other failure of those calls.
+    fn wrap(live: Live, info: DeviceInfo, options: OpenOptions, counts: Arc<ValidationCounts>, callers: bool) -> Result<Device> {
         let mode = if live.push_desc.is_some() { DescriptorMode::Push } else { DescriptorMode::Sets };
         let max_pipelines = options.max_pipelines;
         let mapped_buffers = match options.bar_writes {
@@ -1773,6 +1776,12 @@ impl Device {
         d.choose_copy_queues();
         if d.shared.lost.load(Ordering::Acquire) {
             log::warn!("{}: the device was lost while it was opened", d.shared.id);
+            if callers {
+                if let Some(l) = d.shared.live.write().unwrap_or_else(PoisonError::into_inner).as_mut() {
+                    l.owns_device = false;
+                    l.instance_parts = None;
+                }
+            }
             // Nothing else holds it: the teardown runs (and cannot be Busy).
             let _ = d.destroy();
             return Err(Error::DeviceLost);
@@ -1909,7 +1918,8 @@ impl Device {
     /// The handles must be valid and stay valid until vkhost's `destroy` or last drop returns.
     /// vkhost submits to the named queues behind its own locks: the caller must not submit to
     /// them concurrently. With `Ownership::Owned` vkhost destroys the device and the instance;
-    /// with `Borrowed` the caller does, afterwards. `external_memory_host` must be true only if
+    /// with `Borrowed` the caller does, afterwards. A call that returns an error destroys
+    /// neither, owned or not: they stay the caller's (a device lost while open probes it too). `external_memory_host` must be true only if
     /// that extension was enabled on the device.
     ///
     /// # Example
@@ -1995,7 +2005,7 @@ impl Device {
         if !owned {
             live.instance_parts = None;
         }
-        Self::wrap(live, info, opts.clone(), Arc::new(ValidationCounts::default()))
+        Self::wrap(live, info, opts.clone(), Arc::new(ValidationCounts::default()), true)
     }
 
     /// Wraps a caller's VkDevice **without any of its queues**: the borrowed-device mode, for
@@ -2108,7 +2118,7 @@ impl Device {
         let parts = InstanceParts { entry: raw.entry.clone(), instance: raw.instance.clone(), debug: None };
         let mut live = Self::assemble(Some(parts), false, raw.physical_device, &info, raw.device, None, None, false)?;
         live.instance_parts = None;
-        Self::wrap(live, info, opts.clone(), Arc::new(ValidationCounts::default()))
+        Self::wrap(live, info, opts.clone(), Arc::new(ValidationCounts::default()), true)
     }
 
     /// Whether this is a borrowed device without queues ([`Device::from_raw_borrowed`]).
