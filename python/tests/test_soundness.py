@@ -3,7 +3,10 @@ failed before its fix (an audit's reproducers, 2026-12-03): ctypes reduced integ
 2^64, two `synchronize` calls let go of a pending download's destination (a segfault),
 `close()` unmapped a pinned array made meanwhile on another thread (a segfault), an exception
 right after `vkhost_register` returned leaked the registration, and an explicit `__del__`
-released a device under live pinned memory (a segfault)."""
+released a device under live pinned memory (a segfault). Later (2026-12-03, thirteenth session):
+a copied `Event` or pinned block was a second owner of one handle or block (a double release,
+writes into another block), `__init__` called again dropped a live handle, and zero-byte
+dtypes raised untyped errors."""
 
 from __future__ import annotations
 
@@ -234,4 +237,103 @@ def test_an_exception_before_register_leaves_another_registration_alone(patch_li
     assert dev.stats().live_imports == 1, "an interrupted Registration unregistered another one's bytes"
     first.close()  # NotRegistered here if it had
     assert dev.stats().live_imports == 0
+    dev.close()
+
+
+def test_a_copied_event_shares_one_handle() -> None:
+    # Before: `copy.copy(event)` duplicated the raw handle; the first copy collected released
+    # it, and the other waited on freed memory, then released it again (a segfault).
+    import copy
+
+    dev = vkhost.Device(validation=True)
+    s = dev.stream()
+    buf = dev.alloc_buffer(4096)
+    s.fill(buf, 7)
+    ev = s.record()
+    assert copy.copy(ev) is ev and copy.deepcopy(ev) is ev
+    ev2 = copy.copy(ev)
+    del ev
+    gc.collect()
+    ev2.wait()
+    assert ev2.done
+    s.wait_event(ev2)
+    del ev2
+    gc.collect()
+    for i in range(20):
+        s.fill(buf, i)
+        e = s.record()
+        e.wait()
+        del e
+    with pytest.raises(TypeError):
+        vkhost.Event(1, s)  # no event from a raw integer
+    s.close()
+    dev.close()
+
+
+def test_a_released_event_raises() -> None:
+    dev = vkhost.Device(validation=True)
+    s = dev.stream()
+    ev = s.record()
+    ev.__del__()  # pure Python, as another thread's explicit release
+    with pytest.raises(vkhost.InvalidArgumentError):
+        ev.wait()
+    with pytest.raises(vkhost.InvalidArgumentError):
+        s.wait_event(ev)
+    s.close()
+    dev.close()
+
+
+def test_a_copied_pinned_block_is_the_block() -> None:
+    # Before: `copy.copy(array.block)` made a second block object over the same memory with no
+    # finalizer: arrays on it outlived the real block's free and wrote another block's memory.
+    import copy
+    import pickle
+
+    dev = vkhost.Device(validation=True)
+    p = dev.pinned(MiB)
+    blk = p.block
+    assert blk is not None and copy.copy(blk) is blk and copy.deepcopy(blk) is blk
+    arr = np.asarray(copy.copy(blk))
+    del p, blk
+    gc.collect()
+    assert dev.stats().live_pinned == 1, "the array over the copy keeps the block"
+    arr[:] = 1
+    assert int(arr.sum()) == MiB
+    for obj in (dev, dev.alloc_buffer(16), dev.stream()):
+        assert copy.copy(obj) is obj
+        with pytest.raises(TypeError):
+            pickle.dumps(obj)
+    with pytest.raises(vkhost.BusyError):
+        dev.close()
+    del arr
+    gc.collect()
+    dev.close()
+
+
+def test_init_again_on_a_live_object_is_refused() -> None:
+    dev = vkhost.Device(validation=True)
+    buf = dev.alloc_buffer(64)
+    with pytest.raises(TypeError):
+        buf.__init__(dev, 64)
+    with pytest.raises(TypeError):
+        dev.__init__()
+    a = np.zeros(4096, np.uint8)
+    r = dev.register(a)
+    with pytest.raises(TypeError):
+        r.__init__(dev, a)
+    r.close()
+    buf.free()
+    assert dev.stats().live_imports == 0
+    dev.close()
+
+
+def test_zero_size_items_are_refused() -> None:
+    dev = vkhost.Device(validation=True)
+    buf = dev.alloc_buffer(64)
+    for dt in ("V0", "S0"):
+        with pytest.raises(vkhost.InvalidArgumentError):
+            buf.read(dtype=dt)
+        with pytest.raises(vkhost.InvalidArgumentError):
+            dev.pinned(4, dtype=dt)
+    buf.free()
     dev.close()

@@ -127,6 +127,15 @@ def _plain(dt: np.dtype[Any], what: str) -> None:
         raise InvalidArgumentError(f"{what} holds Python objects (dtype {dt}): only plain data can be copied", 9)
 
 
+def _item_dtype(dtype: npt.DTypeLike, what: str) -> np.dtype[Any]:
+    """The dtype of new arrays vkhost makes: plain data, items of at least one byte."""
+    dt = np.dtype(dtype)
+    _plain(dt, what)
+    if dt.itemsize == 0:
+        raise InvalidArgumentError(f"{what} {dt} has items of 0 bytes", 9)
+    return dt
+
+
 def _contiguous(a: np.ndarray, what: str, writable: bool = False) -> np.ndarray:
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{what} must be a numpy.ndarray, not {type(a).__name__}")
@@ -184,6 +193,27 @@ class _Handle:
 
 _NO_HANDLE = _Handle(0, InvalidArgumentError, "not created")
 _NO_HANDLE.take()
+
+
+class _Owner:
+    """An object that owns a C handle or memory: there is one of it. ``copy.copy`` and
+    ``copy.deepcopy`` return the object itself (a second Python object over the same handle or
+    pointer would release it, or outlive it, on its own), pickling is refused, and ``__init__``
+    runs once (called again on a live object it would drop the handle it holds)."""
+
+    def __copy__(self) -> Any:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        return self
+
+    def __reduce__(self) -> Any:
+        raise TypeError(f"a vkhost.{type(self).__name__} owns a vkhost handle or memory and cannot be pickled")
+
+    def _init_once(self) -> None:
+        if "_init_begun" in self.__dict__:
+            raise TypeError(f"vkhost.{type(self).__name__}.__init__ called on a live object")
+        self.__dict__["_init_begun"] = True
 
 
 @dataclass(frozen=True)
@@ -255,7 +285,7 @@ def validation_errors() -> int:
     return int(lib.vkhost_validation_errors())
 
 
-class Device:
+class Device(_Owner):
     """A Vulkan device opened by vkhost.
 
     ``Device()`` opens the preferred device (discrete > integrated > virtual > cpu;
@@ -276,6 +306,7 @@ class Device:
         import_host: bool | None = None,
         copy_queue: Literal["copy", "compute"] | None = None,
     ) -> None:
+        self._init_once()
         self._hd = _NO_HANDLE
         self._pinned: weakref.WeakSet[_PinnedBlock] = weakref.WeakSet()
         # Held across "no PinnedArray live" + destroy, and across a pinned allocation + its
@@ -420,11 +451,12 @@ def _queue_kind(kind: str) -> int:
     raise InvalidArgumentError(f"queue kind must be 'copy' or 'compute', not {kind!r}", 9)
 
 
-class DeviceBuffer:
+class DeviceBuffer(_Owner):
     """A device-local buffer; ``write``/``read`` copy from and to NumPy arrays synchronously
     (direct where the array is registered or pinned, staged elsewhere)."""
 
     def __init__(self, device: Device, nbytes: int) -> None:
+        self._init_once()
         self.device = device
         self._hb = _NO_HANDLE
         nbytes = _size(nbytes, "nbytes")
@@ -473,8 +505,7 @@ class DeviceBuffer:
         Returns the array."""
         offset = _size(offset, "offset")
         if out is None:
-            dt = np.dtype(dtype)
-            _plain(dt, "dtype")
+            dt = _item_dtype(dtype, "dtype")
             n = (self.nbytes - offset) // dt.itemsize if count is None else count
             out = np.empty(max(n, 0), dtype=dt)
         _contiguous(out, "out", writable=True)
@@ -504,11 +535,12 @@ _owners_lock = threading.Lock()
 _owners: dict[tuple[int, int], weakref.ref[Registration]] = {}
 
 
-class Registration:
+class Registration(_Owner):
     """A registered NumPy array (from :meth:`Device.register`). Holds the array; unregisters on
     ``close()``, on leaving a ``with`` block, or when collected."""
 
     def __init__(self, device: Device, array: np.ndarray) -> None:
+        self._init_once()
         _contiguous(array, "array", writable=True)
         if array.nbytes == 0:
             raise InvalidArgumentError("cannot register an empty array", 9)
@@ -567,11 +599,12 @@ class Registration:
             pass
 
 
-class _PinnedBlock:
+class _PinnedBlock(_Owner):
     """One pinned allocation; the base of every PinnedArray view over it. Freed when the last
     view goes (NumPy keeps the base alive)."""
 
     def __init__(self, device: Device, nbytes: int) -> None:
+        self._init_once()
         self.device = device
         self.ptr: int | None = None
         nbytes = _size(nbytes, "nbytes")
@@ -610,7 +643,7 @@ class PinnedArray(np.ndarray):
     """
 
     def __new__(cls, device: Device, shape: int | tuple[int, ...], dtype: npt.DTypeLike = np.uint8) -> PinnedArray:
-        dt = np.dtype(dtype)
+        dt = _item_dtype(dtype, "dtype")
         shp = (shape,) if isinstance(shape, int) else tuple(shape)
         dims = [operator.index(n) for n in shp]
         if any(n < 0 for n in dims):
@@ -641,26 +674,40 @@ class PinnedArray(np.ndarray):
         return b.device if b is not None else None
 
 
-class Event:
+class Event(_Owner):
     """A point in a stream's work (:meth:`Stream.record`)."""
 
-    def __init__(self, handle: int, stream: Stream) -> None:
-        self._h: int | None = handle
-        self.device = stream.device
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("vkhost.Event objects come from Stream.record()")
+
+    @classmethod
+    def _adopt(cls, handle: int, stream: Stream) -> Event:
+        """The event for a handle ``vkhost_stream_record`` returned (owned from now on)."""
+        ev = object.__new__(cls)
+        ev._h = _Handle(handle, InvalidArgumentError, "the event was released")
+        ev.device = stream.device
+        return ev
+
+    def _use(self) -> Any:
+        """The event handle, held for one C call (see ``_Handle``)."""
+        return self._h.use()
 
     def wait(self) -> None:
         """Blocks until the work before the event is done."""
-        _check(lib.vkhost_event_wait(self._h))
+        with self._use() as e:
+            _check(lib.vkhost_event_wait(e))
 
     @property
     def done(self) -> bool:
         """Whether the work before the event is done (never blocks)."""
         b = c_bool()
-        _check(lib.vkhost_event_query(self._h, byref(b)))
+        with self._use() as e:
+            _check(lib.vkhost_event_query(e, byref(b)))
         return bool(b.value)
 
     def __del__(self) -> None:
-        h, self._h = self._h, None
+        h = getattr(self, "_h", None)
+        h = h.take() if h is not None else None
         if h is not None and lib is not None:
             try:
                 lib.vkhost_event_release(h)
@@ -668,12 +715,13 @@ class Event:
                 pass
 
 
-class Stream:
+class Stream(_Owner):
     """Ordered async work on one queue. Copies return at once where the array is registered or
     pinned; the stream keeps a reference to every array it was given until ``synchronize``
     (a destination's bytes are in place only then, or after an event recorded later is waited)."""
 
     def __init__(self, device: Device, kind: Literal["copy", "compute"] = "copy") -> None:
+        self._init_once()
         self.device = device
         self._hs = _NO_HANDLE
         self._keep: list[Any] = []
@@ -761,12 +809,12 @@ class Stream:
         with self._use() as s:
             _check(lib.vkhost_stream_record(s, byref(h)))
         assert h.value is not None
-        return Event(h.value, self)
+        return Event._adopt(h.value, self)
 
     def wait_event(self, event: Event) -> None:
         """Makes later work on this stream wait (on the device) for ``event``."""
-        with self._use() as s:
-            _check(lib.vkhost_stream_wait_event(s, event._h))
+        with self._use() as s, event._use() as e:
+            _check(lib.vkhost_stream_wait_event(s, e))
 
     def synchronize(self) -> None:
         """Waits for all enqueued work; destinations are filled."""
