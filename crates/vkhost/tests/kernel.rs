@@ -1122,3 +1122,36 @@ fn a_refused_fill_or_copy_writes_nothing() {
     host::unregister(&d, p.ptr).unwrap();
     assert_eq!(d.validation_errors(), 0);
 }
+
+/// A raw binding over bytes of two registrations that share a page is refused
+/// (`NotRegistered`): the launch holds one import and notes its use there, so an unregister of
+/// the other registration would not have waited for the kernel writing its bytes (found by an
+/// audit). Bindings inside one registration, or in the page's bytes no one registered, launch.
+#[test]
+fn a_raw_binding_over_two_registrations_of_one_page_is_refused() {
+    // Mapped before the device: a failed assertion unwinds through the device's teardown (which
+    // ends the imports) before the pages are unmapped.
+    let page = host::page_size();
+    let mut p = Pages::new(page);
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    p.slice().fill(0);
+    let base = p.ptr;
+    // SAFETY (both): `p` stays mapped until after the unregisters below.
+    unsafe { host::register(&d, base.add(16), 16) }.unwrap();
+    unsafe { host::register(&d, base.add(48), 16) }.unwrap();
+    // SAFETY: refused before any work is recorded.
+    let r = s.fill_u32(unsafe { Binding::host(base.add(24), 32) }, 0x0101_0101);
+    assert!(matches!(r, Err(Error::NotRegistered)), "a binding over both registrations' bytes: {r:?}");
+    // SAFETY (both): the bytes stay registered and untouched by the host until `synchronize`.
+    s.fill_u32(unsafe { Binding::host(base.add(16), 16) }, 0x0202_0202).unwrap();
+    s.fill_u32(unsafe { Binding::host(base.add(32), 16) }, 0x0303_0303).unwrap();
+    s.synchronize().unwrap();
+    let bytes = p.slice();
+    assert!(bytes[16..32].iter().all(|&b| b == 2) && bytes[32..48].iter().all(|&b| b == 3), "{:?}", &bytes[..64]);
+    assert!(bytes[..16].iter().chain(&bytes[48..]).all(|&b| b == 0), "bytes outside the fills");
+    // SAFETY (both): nothing uses them after the synchronize.
+    host::unregister(&d, unsafe { base.add(16) }).unwrap();
+    host::unregister(&d, unsafe { base.add(48) }).unwrap();
+    assert_eq!(d.validation_errors(), 0);
+}

@@ -977,10 +977,21 @@ pub(crate) struct Cover {
 
 /// The live entry that covers all of `[addr, addr+len)` on `s` (preferring the one whose own
 /// bytes contain `addr`, as [`find`] does), held. `None` when no single buffer covers it (no
-/// entry, or a range that crosses two import pieces of one entry).
+/// entry, or a range that crosses two import pieces of one entry), and when another entry's
+/// own bytes lie in the range (two registrations sharing a page): the launch's use is noted
+/// on the one entry it holds, so an unregister of the other would not wait for it (copies
+/// route each byte through its owner, `Registry::split`; a binding is one buffer).
 pub(crate) fn cover(s: &Shared, addr: usize, len: usize) -> Option<Cover> {
     let reg = registry();
     let e = reg.find(s.id, addr, len)?;
+    // Every byte some entry owns is `e`'s (bytes no one owns, the rest of a shared page, may
+    // go through any entry covering them).
+    let owned_by_e = |(r, o): &(std::ops::Range<usize>, Option<&registry::Entry<_>>)| {
+        o.is_some_and(|o| std::ptr::eq(o, e) || !o.user.contains(&r.start))
+    };
+    if !reg.split(s.id, addr, len.max(1)).iter().all(owned_by_e) {
+        return None;
+    }
     let imports = e.cell.as_ref().filter(|c| c.alive())?;
     let off = addr - e.covered.start;
     if imports.left_in_part(off, e.covered.len()) < len.max(1) {

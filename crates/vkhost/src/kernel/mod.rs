@@ -720,7 +720,8 @@ impl PinnedRange<'_> {
 
 impl<'a> Binding<'a> {
     /// A raw host range `[ptr, ptr+len)` that one registration or pinned block covers (else the
-    /// launch is `NotRegistered`). Launches that bind it are async. A binding is one buffer: in a
+    /// launch is `NotRegistered`, as it is for a range over bytes of two registrations that
+    /// share a page: a binding is one import). Launches that bind it are async. A binding is one buffer: in a
     /// registration or block made of several imports (larger than one allocation, or
     /// `OpenOptions::max_import_piece`), a user kernel's binding must lie inside one of them
     /// (as [`host::find`](crate::host::find) answers); the built-ins' wrappers cut their ranges
