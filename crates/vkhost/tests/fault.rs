@@ -610,3 +610,74 @@ fn a_copy_after_a_cancellation_in_the_same_batch_is_unaffected() {
     d.destroy().unwrap();
     assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
 }
+
+/// Pageable stream copies through the staging ring, around a batch whose submission fails:
+/// `upload` (false) or `download` (true). Batch v (submitted fine, queued behind fills) and the
+/// lost batch v+1 share ring chunk 0; chunk 1 follows, then chunk 0 again. Returns whether the
+/// bytes of batch v's copy arrived whole.
+fn ring_chunk_after_a_lost_batch(download: bool) -> bool {
+    let dev = device_with(OpenOptions { staging_chunk: 64 << 10, staging_slots: 2, ..opts() }).unwrap();
+    let big = dev.alloc_buffer(256 << 20).unwrap();
+    let gpu = dev.alloc_buffer(1 << 20).unwrap();
+    let (a, b, c, d) = (pattern(48 << 10, 1), pattern(8 << 10, 2), pattern(64 << 10, 3), pattern(64 << 10, 4));
+    gpu.write(0, &a).unwrap();
+    gpu.write(200 << 10, &c).unwrap();
+    gpu.write(300 << 10, &d).unwrap();
+    let s = dev.stream().unwrap();
+    for _ in 0..8 {
+        s.fill_async(&big, 0, 256 << 20, 0x1111_1111).unwrap(); // keeps the queue busy
+    }
+    let (mut oa, mut ob, mut oc, mut od) = (vec![0u8; a.len()], vec![0u8; b.len()], vec![0u8; c.len()], vec![0u8; d.len()]);
+    // SAFETY (every raw copy below): the vectors outlive the synchronize calls at the end and
+    // the host leaves them alone meanwhile.
+    unsafe {
+        if download {
+            s.copy_to_host_async(&gpu, 0, oa.as_mut_ptr(), oa.len()).unwrap(); // chunk 0 [0, 48K)
+        } else {
+            s.copy_to_device_async(a.as_ptr(), a.len(), &gpu, 0).unwrap();
+        }
+    }
+    s.flush().unwrap(); // batch v, behind the fills
+    unsafe {
+        if download {
+            s.copy_to_host_async(&gpu, 100 << 10, ob.as_mut_ptr(), ob.len()).unwrap(); // chunk 0 [48K, 56K)
+        } else {
+            s.copy_to_device_async(b.as_ptr(), b.len(), &gpu, 100 << 10).unwrap();
+        }
+    }
+    inject(Point::QueueSubmit, 0, vk::Result::ERROR_OUT_OF_HOST_MEMORY);
+    assert_eq!(s.flush(), Err(Error::OutOfHostMemory), "batch v+1 lost");
+    assert!(disarm());
+    unsafe {
+        if download {
+            s.copy_to_host_async(&gpu, 200 << 10, oc.as_mut_ptr(), oc.len()).unwrap(); // chunk 1
+            s.copy_to_host_async(&gpu, 300 << 10, od.as_mut_ptr(), od.len()).unwrap(); // chunk 0 again
+        } else {
+            s.copy_to_device_async(c.as_ptr(), c.len(), &gpu, 200 << 10).unwrap();
+            s.copy_to_device_async(d.as_ptr(), d.len(), &gpu, 300 << 10).unwrap();
+        }
+    }
+    assert_eq!(s.synchronize(), Err(Error::OutOfHostMemory), "the loss, reported once");
+    s.synchronize().unwrap();
+    let whole = if download {
+        assert!(oc == c && od == d, "the copies after the loss");
+        oa == a
+    } else {
+        let mut back = vec![0u8; a.len()];
+        gpu.read(0, &mut back).unwrap();
+        back == a
+    };
+    drop(s);
+    assert_eq!(dev.validation_errors(), 0);
+    whole
+}
+
+/// A lost batch's staging chunk stays in use by the batches before it: marking it unused let
+/// the ring hand chunk 0 to a later copy while batch v (submitted fine) still read or wrote it,
+/// so an upload delivered another copy's bytes and a download returned them, both `Ok` (found
+/// by an audit).
+#[test]
+fn a_lost_batch_frees_no_staging_chunk_earlier_batches_use() {
+    assert!(ring_chunk_after_a_lost_batch(false), "the upload before the lost batch was overwritten in the ring");
+    assert!(ring_chunk_after_a_lost_batch(true), "the download before the lost batch holds another copy's bytes");
+}

@@ -168,19 +168,15 @@ pub(super) fn take_unreported(st: &mut State, upto: u64) -> Option<Error> {
 }
 
 /// Records batch `value` as lost with `e` (it never ran): its value is used up (the next batch
-/// signals the one after), its copy-outs are dropped (they would copy stale bytes), and its
-/// ring chunks are free.
+/// signals the one after), and its copy-outs are dropped (they would copy stale bytes). Its
+/// ring chunks keep `value` as their last use: a chunk is shared by the batches before it too,
+/// and `ring_alloc` waits for `signalled(value)`, the last batch before it that ran. (Marking
+/// them unused let the ring hand out a chunk earlier batches still read or wrote: an upload
+/// overwritten before the device read it, a download's bytes replaced before its copy-out.)
 fn lose(st: &mut State, value: u64, e: &Error) {
     st.submitted = value;
     st.lost.push((value, e.clone()));
     st.completions.retain(|c| c.value != value);
-    if let Some(r) = st.ring.as_mut() {
-        for v in r.last.iter_mut() {
-            if *v == value {
-                *v = 0;
-            }
-        }
-    }
 }
 
 /// Drops the queued pageable d2h copy-outs `drop` selects, never to run, and records their
