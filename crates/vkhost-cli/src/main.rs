@@ -3,6 +3,32 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+/// `println!` and `print!` for this crate: standard output that went away (`vkhost bench |
+/// head`) is not an error. std's macros panic there (Rust ignores SIGPIPE), which lost the run:
+/// a backtrace, exit 101, and `--json`/`--csv`/`--plot`, written after the table, never written.
+/// These drop what cannot be written and go on. (Defined before the modules: macro_rules are
+/// scoped by text, so these shadow std's everywhere below.)
+macro_rules! println {
+    () => {
+        $crate::stdout_write(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::stdout_write(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::stdout_write(format_args!($($arg)*))
+    };
+}
+
+/// Writes to standard output, ignoring errors (a closed pipe): see `println!` above.
+fn stdout_write(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = std::io::stdout().lock().write_fmt(args);
+}
+
 mod bench;
 mod check;
 mod cuda;

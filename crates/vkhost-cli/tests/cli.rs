@@ -489,6 +489,53 @@ fn ctrl_c_writes_the_points_measured_so_far() {
     assert!((1..26).contains(&n), "{n} points");
 }
 
+/// Ctrl-C in a `--devices` run: the rows measured are printed, then "interrupted" and exit 130,
+/// as in the single-device sweep (it skipped the rest silently and exited 0; found by an audit).
+#[test]
+fn ctrl_c_in_the_devices_matrix_exits_130() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vkhost"))
+        .args(["bench", "--devices", "0", "--sizes", "4K,64K,1M,4M,16M", "--iters", "1000", "--budget", "0.3"])
+        .env_remove("VKHOST_DEVICE")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // The first row measured.
+    assert!(lines.by_ref().map_while(Result::ok).any(|l| l.starts_with("pinned ")));
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) }, 0);
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{rest:?}");
+    assert!(rest.iter().any(|l| l.starts_with("interrupted")), "{rest:?}");
+    assert!(!rest.iter().any(|l| l.starts_with("pageable ")), "rows measured after the interrupt: {rest:?}");
+}
+
+/// Standard output closed early (`vkhost bench | head -1`): no panic, and `--json` still
+/// written (a backtrace and exit 101 lost the run's files; found by an audit).
+#[test]
+fn a_closed_stdout_is_no_panic_and_the_json_is_written() {
+    use std::io::{BufRead, BufReader};
+    let j = tmp("closed-stdout.json");
+    let _ = std::fs::remove_file(&j);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vkhost"))
+        .args(["bench", "-t", "latency_host_to_device", "--iters", "1", "--json", j.to_str().unwrap()])
+        .env_remove("VKHOST_DEVICE")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap(); // then closed
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&j).expect("--json written")).unwrap();
+    assert!(!v["results"].as_array().unwrap().is_empty());
+}
+
 #[test]
 fn planted_mismatch_exits_2() {
     let o = vkhost(&["bench", "--sizes", "4K", "--iters", "1", "--no-costs", "--paths", "pinned", "--dirs", "h2d", "--plant-mismatch"]);
@@ -543,6 +590,21 @@ fn check_all_passes() {
     assert!(out.contains("all checks passed") && !out.contains("FAIL"), "{out}");
 }
 
+/// `VKHOST_IMPORT_PIECE` (a documented override of `OpenOptions::max_import_piece`) does not
+/// fail `vkhost check` on a working driver: its multi-device and huge-page rows set the pieces
+/// they rely on (they read FAIL with 4 KiB pieces; found by an audit).
+#[test]
+fn check_passes_with_any_import_piece() {
+    let o = Command::new(env!("CARGO_BIN_EXE_vkhost"))
+        .args(["check"])
+        .env_remove("VKHOST_DEVICE")
+        .env("VKHOST_IMPORT_PIECE", "4096")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("all checks passed") && !out.contains("FAIL"), "{out}");
+}
+
 #[test]
 fn bad_device_index_is_an_error_not_a_panic() {
     let o = Command::new(env!("CARGO_BIN_EXE_vkhost")).args(["bench", "--quick"]).env("VKHOST_DEVICE", "99").output().unwrap();
@@ -565,6 +627,17 @@ fn devices_matrix_runs_each_device_alone_and_all_at_once() {
     assert_eq!(rows.len(), 6, "pinned, registered, pageable × h2d, d2h: {out}");
     let e = vkhost(&["bench", "--devices", "0", "--json", "x.json"]);
     assert!(!e.status.success(), "--json is refused with --devices");
+    // Flags the matrix would ignore are refused (a user passing --cpu thinks the run pinned).
+    for flag in [&["--cpu", "0"][..], &["--hugepages"], &["-t", "costs"], &["--bidir-queues", "compute-copy"]] {
+        let e = vkhost(&[&["bench", "--devices", "0", "--sizes", "4K"][..], flag].concat());
+        let err = String::from_utf8_lossy(&e.stderr);
+        assert!(e.status.code() == Some(1) && err.contains("no use for"), "{flag:?}: {err}");
+    }
+    // Two outputs naming one file: refused before measuring (the plot overwrote the JSON).
+    let same = tmp("same.out");
+    let e = vkhost(&["bench", "--sizes", "4K", "--json", same.to_str().unwrap(), "--plot", same.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&e.stderr);
+    assert!(e.status.code() == Some(1) && err.contains("same file") && !same.exists(), "{err}");
 }
 
 /// Nonsense arguments are refused before anything is measured, with the flag named, never

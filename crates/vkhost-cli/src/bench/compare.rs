@@ -1,5 +1,7 @@
 //! `--compare OLD.json`: this run's points against an earlier run's, new/old, matched by api,
-//! testcase, size and variant, so that a regression shows at a glance.
+//! testcase, size, dir and variant, so that a regression shows at a glance. (The dir tells apart
+//! the operations of `costs` and `find`, which share a testcase and a size: without it every
+//! cost was compared with the old `register`.)
 
 use crate::devices::anyhow_free::Result;
 use crate::stats::size_label;
@@ -22,9 +24,10 @@ pub(super) fn load(f: &Path) -> Result<Value> {
     Ok(v)
 }
 
-fn key(r: &Value) -> (String, String, u64, String) {
+/// A point's identity across runs: (api, testcase, size, dir, variant).
+fn key(r: &Value) -> (String, String, u64, String, String) {
     let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
-    (s("api"), s("testcase"), r["size"].as_u64().unwrap_or(0), s("variant"))
+    (s("api"), s("testcase"), r["size"].as_u64().unwrap_or(0), s("dir"), s("variant"))
 }
 
 /// The figure a point is judged by, and whether more is better: GB/s where the point has it,
@@ -53,16 +56,24 @@ pub fn verdict(ratio: f64, more_is_better: bool) -> &'static str {
 
 /// Prints the comparison table; points only one run has are counted, not listed.
 pub(super) fn print(old: &Value, new: &[Value]) {
+    for line in table(old, new) {
+        println!("{line}");
+    }
+}
+
+/// The lines [`print`] prints.
+fn table(old: &Value, new: &[Value]) -> Vec<String> {
+    let mut out = Vec::new();
     let olds = old["results"].as_array().map(Vec::as_slice).unwrap_or_default();
     let run = &old["run"];
-    println!();
-    println!(
+    out.push(String::new());
+    out.push(format!(
         "compare with {} (commit {}, {}):",
         run["time"].as_str().unwrap_or("?"),
         run["git_commit"].as_str().unwrap_or("?"),
         run["device"]["name"].as_str().unwrap_or("?")
-    );
-    println!("{:<40} {:>6} {:>10} {:>10} {:>5} {:>7}", "testcase", "size", "old", "new", "unit", "new/old");
+    ));
+    out.push(format!("{:<40} {:>6} {:>10} {:>10} {:>5} {:>7}", "testcase", "size", "old", "new", "unit", "new/old"));
     let (mut matched, mut slower) = (0, 0);
     for n in new {
         let k = key(n);
@@ -77,17 +88,22 @@ pub(super) fn print(old: &Value, new: &[Value]) {
         slower += (v == "SLOWER") as usize;
         let shaky = if o["unstable"] == true || n["unstable"] == true { " (unstable)" } else { "" };
         let mut name = if k.0 == "vulkan" { k.1.clone() } else { format!("{}:{}", k.0, k.1) };
-        if !k.3.is_empty() {
-            name += &format!(" [{}]", k.3);
+        // The operation of a cost or find point (a copy's direction is in its testcase name).
+        if !["h2d", "d2h", "bidir", "d2d", ""].contains(&k.3.as_str()) {
+            name += &format!(" {}", k.3);
         }
-        println!("{:<40} {:>6} {:>10.3} {:>10.3} {:>5} {:>6.2}x  {v}{shaky}", name, size_label(k.2), fo, fnew, unit, ratio);
+        if !k.4.is_empty() {
+            name += &format!(" [{}]", k.4);
+        }
+        out.push(format!("{:<40} {:>6} {:>10.3} {:>10.3} {:>5} {:>6.2}x  {v}{shaky}", name, size_label(k.2), fo, fnew, unit, ratio));
     }
     let only_new = new.iter().filter(|n| !olds.iter().any(|o| key(o) == key(n))).count();
     let only_old = olds.iter().filter(|o| !new.iter().any(|n| key(n) == key(o))).count();
-    println!(
+    out.push(format!(
         "{matched} point(s) compared, {slower} slower by over {:.0}%; {only_new} only in this run, {only_old} only in the old one",
         NOISE * 100.0
-    );
+    ));
+    out
 }
 
 #[cfg(test)]
@@ -102,5 +118,22 @@ mod tests {
         // Times: more is worse.
         assert_eq!(verdict(1.25, false), "SLOWER");
         assert_eq!(verdict(0.8, false), "faster");
+    }
+
+    /// Cost points share a testcase and a size; each is compared with its own old figure (they
+    /// were all compared with the old `register`: "free_pinned 0.07x faster").
+    #[test]
+    fn cost_operations_compare_with_their_own_old_figures() {
+        let cost = |op: &str, us: f64| {
+            serde_json::json!({"api": "vulkan", "testcase": "costs", "kind": "cost", "size": 4096, "dir": op,
+                               "variant": null, "gbps": null, "median_s": us * 1e-6})
+        };
+        let old = serde_json::json!({"run": {}, "results": [cost("register", 22.0), cost("free_pinned", 2.0)]});
+        let new = [cost("register", 22.0), cost("free_pinned", 2.0)];
+        let lines = table(&old, &new);
+        let rows: Vec<&String> = lines.iter().filter(|l| l.starts_with("costs")).collect();
+        assert_eq!(rows.len(), 2, "{lines:#?}");
+        assert!(rows.iter().all(|r| r.contains("1.00x")), "{lines:#?}");
+        assert!(rows[0].starts_with("costs register") && rows[1].starts_with("costs free_pinned"), "{lines:#?}");
     }
 }

@@ -234,6 +234,12 @@ pub(crate) fn check_output(what: &str, f: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// The real path of `f`'s folder (`.` for a bare name), for telling whether two outputs are one.
+fn real_dir(f: &std::path::Path) -> Option<PathBuf> {
+    let dir = f.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    std::fs::canonicalize(dir).ok()
+}
+
 /// `--budget`: seconds, finite, from 0 to a day (a `Duration` from anything else would panic).
 fn parse_budget(s: &str) -> std::result::Result<f64, String> {
     let v: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
@@ -352,9 +358,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     let chosen = chosen(&a)?;
     // Before measuring: an output that cannot be written would lose the whole run.
-    for (what, f) in [("--json", &a.json), ("--csv", &a.csv), ("--plot", &a.plot)] {
-        if let Some(f) = f {
-            check_output(what, f)?;
+    let outputs: Vec<(&str, &PathBuf)> =
+        [("--json", &a.json), ("--csv", &a.csv), ("--plot", &a.plot)].into_iter().filter_map(|(w, f)| f.as_ref().map(|f| (w, f))).collect();
+    for (i, (what, f)) in outputs.iter().enumerate() {
+        check_output(what, f)?;
+        // One file for two outputs: the later one would overwrite the earlier (the JSON lost
+        // under the plot). Compared as written and through the folder's real path.
+        let same = |g: &PathBuf| g == *f || (g.file_name() == f.file_name() && real_dir(g) == real_dir(f));
+        if let Some((other, _)) = outputs[..i].iter().find(|(_, g)| same(g)) {
+            return Err(format!("{other} and {what} name the same file {}: one would overwrite the other", f.display()).into());
         }
     }
     // Read before measuring, so a bad file fails fast.
@@ -437,7 +449,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let flush_bytes = (2 * meta::llc_bytes().unwrap_or(32 << 20)) as usize;
     let mut cx = Ctx {
         hugepages: a.hugepages,
-        bidir_queues: a.bidir_queues.clone(),
+        // Each pair once: a pair named twice made two points of one variant.
+        bidir_queues: a
+            .bidir_queues
+            .iter()
+            .enumerate()
+            .filter(|(i, q)| !a.bidir_queues[..*i].contains(q))
+            .map(|(_, q)| q.clone())
+            .collect(),
         device_name: info.name.clone(),
         driver: format!("{} {}", info.driver_name, info.driver_info),
         dev: dev.clone(),

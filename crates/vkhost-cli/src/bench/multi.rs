@@ -144,6 +144,31 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
                 .into(),
         );
     }
+    // Flags the matrix has no use for are refused, not ignored (a user who passes --cpu thinks
+    // the run is pinned to those CPUs). Default-valued ones count when changed.
+    let unused: Vec<&str> = [
+        (!a.testcases.is_empty(), "-t"),
+        (a.cpu.is_some(), "--cpu"),
+        (a.hugepages, "--hugepages"),
+        (a.flush_cache, "--flush-cache"),
+        (a.no_costs, "--no-costs"),
+        (a.plant_mismatch, "--plant-mismatch"),
+        (a.bar_threads.is_some(), "--bar-threads"),
+        (a.bar_read_cap != "4M", "--bar-read-cap"),
+        (a.max_size != "1G", "--max-size"),
+        (a.bidir_queues != ["copy-copy"], "--bidir-queues"),
+    ]
+    .into_iter()
+    .filter_map(|(set, name)| set.then_some(name))
+    .collect();
+    if !unused.is_empty() {
+        return Err(format!(
+            "--devices measures pinned, registered and pageable h2d and d2h with --sizes, --iters, --budget, --paths, --dirs, \
+             --quick and the --staging-* options; it has no use for {}",
+            unused.join(", ")
+        )
+        .into());
+    }
     // The matrix is host memory to and from each device: --dirs d2d or --paths bar,device alone
     // would print an empty table.
     let paths = [PathKind::Pinned, PathKind::Registered, PathKind::Pageable];
@@ -240,6 +265,11 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
     );
     for d in devs {
         d.destroy()?;
+    }
+    if super::interrupted() {
+        // As the single-device sweep: the rows measured so far are printed; the rest is not.
+        println!("interrupted: the rows above were measured, the rest of the matrix was not");
+        return Ok(ExitCode::from(130));
     }
     Ok(if failures > 0 { ExitCode::from(2) } else { ExitCode::SUCCESS })
 }
