@@ -166,40 +166,60 @@ struct Pool {
     cv: Condvar,
     /// The queue's length, kept with it under its lock, read without it by spinning workers.
     queued: AtomicUsize,
+}
+
+/// A process-wide value of which a forked child gets a new one, made by `make` at its first
+/// use there: what the parent's threads may have held locked at the fork (a `Mutex` copied
+/// locked has no owner in the child, which has none of those threads) or filled with the
+/// parent's objects. The old value is left as it is (leaked), never touched again.
+pub(crate) struct PerFork<T: 'static> {
+    cur: AtomicPtr<Generation<T>>,
+    make: fn() -> T,
+}
+
+struct Generation<T> {
     /// The fork generation it was made in ([`fork_generation`]).
     generation: u64,
+    value: T,
+}
+
+impl<T: Send + Sync> PerFork<T> {
+    pub(crate) const fn new(make: fn() -> T) -> PerFork<T> {
+        PerFork { cur: AtomicPtr::new(std::ptr::null_mut()), make }
+    }
+
+    /// This process's value.
+    pub(crate) fn get(&'static self) -> &'static T {
+        let generation = fork_generation();
+        loop {
+            let cur = self.cur.load(Ordering::Acquire);
+            // SAFETY: `cur` only ever holds null or a leaked (never freed) generation.
+            if let Some(g) = unsafe { cur.as_ref() } {
+                if g.generation == generation {
+                    return &g.value;
+                }
+            }
+            let new = Box::into_raw(Box::new(Generation { generation, value: (self.make)() }));
+            if self.cur.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                // SAFETY: `new` was never shared: another thread installed its value first.
+                drop(unsafe { Box::from_raw(new) });
+            }
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The pool of this process. A forked child gets a new one: the parent's workers do not exist
-/// in the child, its queue may hold the parent's jobs (raw addresses of the parent's copies,
-/// some in mappings the child lacks) and its lock may have been held by a parent thread at the
-/// fork. The old pool is left as it is (leaked), never touched again.
+/// The pool of this process. A forked child gets a new one ([`PerFork`]): the parent's
+/// workers do not exist in the child, its queue may hold the parent's jobs (raw addresses of
+/// the parent's copies, some in mappings the child lacks) and its lock may have been held by a
+/// parent thread at the fork.
 fn pool() -> &'static Pool {
-    static P: AtomicPtr<Pool> = AtomicPtr::new(std::ptr::null_mut());
-    let generation = fork_generation();
-    loop {
-        let cur = P.load(Ordering::Acquire);
-        // SAFETY: `P` only ever holds null or a leaked (never freed) pool.
-        if let Some(p) = unsafe { cur.as_ref() } {
-            if p.generation == generation {
-                return p;
-            }
-        }
-        let new = Box::into_raw(Box::new(Pool {
-            queue: Mutex::new((VecDeque::new(), 0)),
-            cv: Condvar::new(),
-            queued: AtomicUsize::new(0),
-            generation,
-        }));
-        if P.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire).is_err() {
-            // SAFETY: `new` was never shared: another thread installed its pool first.
-            drop(unsafe { Box::from_raw(new) });
-        }
-    }
+    static P: PerFork<Pool> =
+        PerFork::new(|| Pool { queue: Mutex::new((VecDeque::new(), 0)), cv: Condvar::new(), queued: AtomicUsize::new(0) });
+    P.get()
 }
 
 /// Bumped in every forked child (a `pthread_atfork` handler).

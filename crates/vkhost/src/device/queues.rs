@@ -374,10 +374,12 @@ impl Choice {
 /// Which physical device: its enumeration index with its identity (vendor, device, driver).
 type Key = (usize, u32, u32, u32);
 
-/// Choices already measured in this process, by physical device.
+/// Choices already measured in this process, by physical device. A forked child starts with
+/// an empty cache (`PerFork`): a parent thread opening a device may have held its lock at the
+/// fork.
 fn cache() -> &'static Mutex<HashMap<Key, CopyQueues>> {
-    static C: std::sync::OnceLock<Mutex<HashMap<Key, CopyQueues>>> = std::sync::OnceLock::new();
-    C.get_or_init(Default::default)
+    static C: crate::par::PerFork<Mutex<HashMap<Key, CopyQueues>>> = crate::par::PerFork::new(Default::default);
+    C.get()
 }
 
 /// The choice for a device at open: the cached one for this physical device, else a fresh

@@ -80,7 +80,7 @@ pub use maps::page_size;
 use registry::{Entry, Kind, Registry};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 
 pub use record::{Direction, RecordedCopy, reap_recorded, record_copy};
 pub use registry::round_out;
@@ -164,10 +164,14 @@ impl Imports {
     }
 }
 
-static REGISTRY: LazyLock<Mutex<Reg>> = LazyLock::new(|| Mutex::new(Registry::new()));
+/// The registry of this process. A forked child starts with an empty one: a parent thread may
+/// have held the lock at the fork (the child's first `register`, its own device's open among
+/// them, hung on it), and the parent's entries name the parent's Vulkan objects, which the
+/// child must not touch (`find` on them answers nothing there).
+static REGISTRY: crate::par::PerFork<Mutex<Reg>> = crate::par::PerFork::new(|| Mutex::new(Registry::new()));
 
 fn registry() -> std::sync::MutexGuard<'static, Reg> {
-    lock(&REGISTRY)
+    lock(REGISTRY.get())
 }
 
 static DIRECT: AtomicU64 = AtomicU64::new(0);

@@ -119,8 +119,9 @@ pub(crate) struct Recorded {
 }
 
 /// Every `Recorded` whose completion vkhost has not observed yet, of every device. Its lock is
-/// never held across a Vulkan call or while taking another lock.
-static PENDING: Mutex<Vec<Arc<Recorded>>> = Mutex::new(Vec::new());
+/// never held across a Vulkan call or while taking another lock. A forked child gets an empty
+/// one (`PerFork`: a parent thread may have held the lock at the fork).
+static PENDING: crate::par::PerFork<Mutex<Vec<Arc<Recorded>>>> = crate::par::PerFork::new(|| Mutex::new(Vec::new()));
 
 impl Recorded {
     fn set(&self, h: Hook) {
@@ -291,7 +292,7 @@ impl Child for Recorded {
             let keep = std::mem::take(&mut *lock(&self.keep));
             drop(keep);
             // Observed complete: out of the pending list (teardown holds an `Arc` of `self`).
-            lock(&PENDING).retain(|r| !std::ptr::eq(Arc::as_ptr(r), self));
+            lock(PENDING.get()).retain(|r| !std::ptr::eq(Arc::as_ptr(r), self));
         }
     }
 }
@@ -735,7 +736,7 @@ impl Drop for RecordedCopy {
 /// # Ok(()) }
 /// ```
 pub fn reap_recorded(dev: &Device) -> usize {
-    let mine: Vec<Arc<Recorded>> = lock(&PENDING).iter().filter(|r| r.device == dev.id()).cloned().collect();
+    let mine: Vec<Arc<Recorded>> = lock(PENDING.get()).iter().filter(|r| r.device == dev.id()).cloned().collect();
     let l = dev.shared.live_any().ok();
     let mut done = Vec::new();
     for r in &mine {
@@ -747,7 +748,7 @@ pub fn reap_recorded(dev: &Device) -> usize {
     drop(l);
     let pending = mine.len() - done.len();
     if !done.is_empty() {
-        lock(&PENDING).retain(|r| !done.iter().any(|d| Arc::ptr_eq(d, r)));
+        lock(PENDING.get()).retain(|r| !done.iter().any(|d| Arc::ptr_eq(d, r)));
         for r in &done {
             let tl: Weak<dyn Timeline> = Arc::downgrade(r) as Weak<Recorded>;
             let keep = std::mem::take(&mut *lock(&r.keep));
@@ -902,7 +903,7 @@ pub unsafe fn record_copy(
             keep.push(h.0.clone());
         }
     }
-    lock(&PENDING).push(rec.clone());
+    lock(PENDING.get()).push(rec.clone());
     let child: Weak<dyn Child> = Arc::downgrade(&rec) as Weak<Recorded>;
     s.add_child(child);
     s.open_tickets.fetch_add(1, Ordering::AcqRel);
