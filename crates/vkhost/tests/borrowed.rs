@@ -283,6 +283,20 @@ fn submit_on(
     unsafe { device.queue_submit(queue, &[si], vk::Fence::null()) }.expect("submit");
 }
 
+/// A wrapped device does not claim the validation layer vkhost did not enable: its instance is
+/// the caller's and vkhost counts nothing there, so `validation: true` does not apply and
+/// `validation_enabled` answers false (it answered true, with `validation_errors` 0 whatever
+/// happened: a check relying on it passed without validating; found by an audit).
+#[test]
+fn a_wrapped_device_does_not_claim_validation() {
+    let Some(c) = Caller::new() else { return };
+    let dev = c.wrap_with(&vkhost::OpenOptions { validation: true, ..opts() });
+    assert!(!dev.validation_enabled(), "validation_enabled on a device vkhost did not create");
+    assert!(!dev.options().validation);
+    dev.destroy().unwrap();
+    c.destroy();
+}
+
 #[test]
 fn queueless_device_refuses_its_own_copies() {
     let Some(c) = Caller::new() else { return };

@@ -1716,6 +1716,16 @@ impl Device {
         })
     }
 
+    /// The options of a device vkhost did not create: `validation` does not apply (the caller's
+    /// instance has the layer or not, and vkhost has no messenger on it to count its messages),
+    /// so it is off in what [`Device::options`] and [`Device::validation_enabled`] answer.
+    fn wrapped_options(opts: &OpenOptions) -> OpenOptions {
+        if opts.validation {
+            log::debug!("OpenOptions::validation does not apply to a wrapped device: the caller's instance decides");
+        }
+        OpenOptions { validation: false, ..opts.clone() }
+    }
+
     /// The device over `live`, probed; `DeviceLost` (the device torn down again) if the device
     /// was lost while open probed it: a device every call would refuse is no open device.
     /// `callers`: the Vulkan device and instance came from the caller (`from_raw`,
@@ -2005,7 +2015,7 @@ impl Device {
         if !owned {
             live.instance_parts = None;
         }
-        Self::wrap(live, info, opts.clone(), Arc::new(ValidationCounts::default()), true)
+        Self::wrap(live, info, Self::wrapped_options(opts), Arc::new(ValidationCounts::default()), true)
     }
 
     /// Wraps a caller's VkDevice **without any of its queues**: the borrowed-device mode, for
@@ -2118,7 +2128,7 @@ impl Device {
         let parts = InstanceParts { entry: raw.entry.clone(), instance: raw.instance.clone(), debug: None };
         let mut live = Self::assemble(Some(parts), false, raw.physical_device, &info, raw.device, None, None, false)?;
         live.instance_parts = None;
-        Self::wrap(live, info, opts.clone(), Arc::new(ValidationCounts::default()), true)
+        Self::wrap(live, info, Self::wrapped_options(opts), Arc::new(ValidationCounts::default()), true)
     }
 
     /// Whether this is a borrowed device without queues ([`Device::from_raw_borrowed`]).
@@ -2283,7 +2293,10 @@ impl Device {
         self.shared.counts.warnings.load(Ordering::Relaxed)
     }
 
-    /// Whether the validation layer is on for this device.
+    /// Whether the validation layer is on for this device, with vkhost counting its messages
+    /// ([`validation_errors`](Self::validation_errors)): always false for a device vkhost did
+    /// not create ([`from_raw`](Self::from_raw), [`from_raw_borrowed`](Self::from_raw_borrowed)),
+    /// whose instance is the caller's.
     ///
     /// # Example
     ///
