@@ -1125,16 +1125,19 @@ impl Shared {
         // batches held), complete pageable d2h copies; on a borrowed device, the caller's
         // recorded copies are waited for through their completion hooks.
         self.teardown_children(&kids, &live, object::phase::WORK);
-        if live.compute.is_some() {
-            // SAFETY: the device is valid; waiting idle is always allowed (a lost device returns
-            // an error, which changes nothing here).
-            if let Err(e) = unsafe { live.device.device_wait_idle() } {
-                log::warn!("{}: vkDeviceWaitIdle at destroy: {e:?}", self.id);
+        // Each of vkhost's queues waited idle, under its lock: not vkDeviceWaitIdle, which needs
+        // every VkQueue of the device externally synchronized, and a device from `from_raw` may
+        // have queues of the caller's, which it may be submitting to now. (A borrowed device has
+        // no queue of vkhost's: vkhost never submitted there, and the WORK phase waited for every
+        // use of its objects the caller announced.)
+        for q in live.compute.iter().chain(&live.copy_queues) {
+            let g = lock(&q.raw);
+            // SAFETY: the queue is the device's and held under its lock (externally
+            // synchronized); a lost device returns an error, which changes nothing here.
+            if let Err(e) = unsafe { live.device.queue_wait_idle(*g) } {
+                log::warn!("{}: vkQueueWaitIdle at destroy: {e:?}", self.id);
             }
         }
-        // A borrowed device skips vkDeviceWaitIdle: it needs every VkQueue of the device
-        // externally synchronized, and the queues are the caller's. vkhost never submitted there,
-        // and the WORK phase waited for every use of its objects the caller announced.
         // Then objects: imports, pinned blocks, device buffers. Owners that outlive the device
         // (registry tombstones, handles) keep inert shells.
         self.teardown_children(&kids, &live, object::phase::OBJECTS);
