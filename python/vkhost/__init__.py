@@ -677,6 +677,9 @@ class PinnedArray(np.ndarray):
 class Event(_Owner):
     """A point in a stream's work (:meth:`Stream.record`)."""
 
+    _h: _Handle
+    device: Device
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("vkhost.Event objects come from Stream.record()")
 

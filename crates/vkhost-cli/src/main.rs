@@ -3,8 +3,8 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
-/// `println!` and `print!` for this crate: standard output that went away (`vkhost bench |
-/// head`) is not an error. std's macros panic there (Rust ignores SIGPIPE), which lost the run:
+/// `println!` and `print!` (and `eprintln!`, `eprint!` below) for this crate: an output that
+/// went away (`vkhost bench | head`) is not an error. std's macros panic there (Rust ignores SIGPIPE), which lost the run:
 /// a backtrace, exit 101, and `--json`/`--csv`/`--plot`, written after the table, never written.
 /// These drop what cannot be written and go on. (Defined before the modules: macro_rules are
 /// scoped by text, so these shadow std's everywhere below.)
@@ -23,10 +23,33 @@ macro_rules! print {
     };
 }
 
+/// As `println!` above, for standard error (`vkhost bench 2>&1 | head` closes both).
+macro_rules! eprintln {
+    () => {
+        $crate::stderr_write(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::stderr_write(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+#[allow(unused_macros)] // none yet: here so that a first use does not get std's
+macro_rules! eprint {
+    ($($arg:tt)*) => {
+        $crate::stderr_write(format_args!($($arg)*))
+    };
+}
+
 /// Writes to standard output, ignoring errors (a closed pipe): see `println!` above.
 fn stdout_write(args: std::fmt::Arguments<'_>) {
     use std::io::Write;
     let _ = std::io::stdout().lock().write_fmt(args);
+}
+
+/// Writes to standard error, ignoring errors: see `eprintln!` above.
+fn stderr_write(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_fmt(args);
 }
 
 mod bench;

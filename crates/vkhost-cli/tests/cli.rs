@@ -516,7 +516,6 @@ fn ctrl_c_in_the_devices_matrix_exits_130() {
 /// written (a backtrace and exit 101 lost the run's files; found by an audit).
 #[test]
 fn a_closed_stdout_is_no_panic_and_the_json_is_written() {
-    use std::io::{BufRead, BufReader};
     let j = tmp("closed-stdout.json");
     let _ = std::fs::remove_file(&j);
     let mut child = Command::new(env!("CARGO_BIN_EXE_vkhost"))
@@ -526,14 +525,29 @@ fn a_closed_stdout_is_no_panic_and_the_json_is_written() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap(); // then closed
+    // Closed before the first write: every write to stdout meets a closed pipe (reading a line
+    // first could let the rest fit in the pipe's buffer, and the test pass without the fix).
+    drop(child.stdout.take());
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(out.status.code(), Some(0), "{err}");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&j).expect("--json written")).unwrap();
     assert!(!v["results"].as_array().unwrap().is_empty());
+    // Both closed (`2>&1 | head`), with a testcase that notes on stderr (the bar rows): exit 0,
+    // not a panic's 101, and the JSON written.
+    let _ = std::fs::remove_file(&j);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vkhost"))
+        .args(["bench", "-t", "host_to_device_bar,latency_host_to_device", "--sizes", "4K", "--iters", "1", "--json", j.to_str().unwrap()])
+        .env_remove("VKHOST_DEVICE")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert!(j.exists(), "--json written");
 }
 
 #[test]

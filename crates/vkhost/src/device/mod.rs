@@ -1125,17 +1125,26 @@ impl Shared {
         // batches held), complete pageable d2h copies; on a borrowed device, the caller's
         // recorded copies are waited for through their completion hooks.
         self.teardown_children(&kids, &live, object::phase::WORK);
-        // Each of vkhost's queues waited idle, under its lock: not vkDeviceWaitIdle, which needs
-        // every VkQueue of the device externally synchronized, and a device from `from_raw` may
-        // have queues of the caller's, which it may be submitting to now. (A borrowed device has
-        // no queue of vkhost's: vkhost never submitted there, and the WORK phase waited for every
-        // use of its objects the caller announced.)
-        for q in live.compute.iter().chain(&live.copy_queues) {
-            let g = lock(&q.raw);
-            // SAFETY: the queue is the device's and held under its lock (externally
-            // synchronized); a lost device returns an error, which changes nothing here.
-            if let Err(e) = unsafe { live.device.queue_wait_idle(*g) } {
-                log::warn!("{}: vkQueueWaitIdle at destroy: {e:?}", self.id);
+        if live.owns_device {
+            // SAFETY: the device is valid and vkhost's to destroy: no one else submits to any of
+            // its queues now (a device from `from_raw` with `Owned` is handed over for good);
+            // a lost device returns an error, which changes nothing here.
+            if let Err(e) = unsafe { live.device.device_wait_idle() } {
+                log::warn!("{}: vkDeviceWaitIdle at destroy: {e:?}", self.id);
+            }
+        } else {
+            // The caller's device (`from_raw` with `Borrowed`): not vkDeviceWaitIdle, which needs
+            // every VkQueue of the device externally synchronized, and the caller may be
+            // submitting to queues of its own now. Each of vkhost's queues, under its lock. (A
+            // device from `from_raw_borrowed` has none: vkhost never submitted there, and the
+            // WORK phase waited for every use of its objects the caller announced.)
+            for q in live.compute.iter().chain(&live.copy_queues) {
+                let g = lock(&q.raw);
+                // SAFETY: the queue is the device's and held under its lock (externally
+                // synchronized); a lost device returns an error, which changes nothing here.
+                if let Err(e) = unsafe { live.device.queue_wait_idle(*g) } {
+                    log::warn!("{}: vkQueueWaitIdle at destroy: {e:?}", self.id);
+                }
             }
         }
         // Then objects: imports, pinned blocks, device buffers. Owners that outlive the device
@@ -1930,8 +1939,12 @@ impl Device {
     /// # Safety
     /// The handles must be valid and stay valid until vkhost's `destroy` or last drop returns.
     /// vkhost submits to the named queues behind its own locks: the caller must not submit to
-    /// them concurrently. With `Ownership::Owned` vkhost destroys the device and the instance;
-    /// with `Borrowed` the caller does, afterwards. A call that returns an error destroys
+    /// them concurrently. With `Ownership::Owned` vkhost destroys the device and the instance
+    /// (its destroy waits the whole device idle: the caller submits nothing from then on);
+    /// with `Borrowed` the caller does, afterwards, and vkhost's destroy waits for vkhost's
+    /// queues only: work the caller submitted on its own queues that uses vkhost's buffers
+    /// ([`DeviceBuffer::raw`](crate::DeviceBuffer::raw), [`host::find`](crate::host::find))
+    /// must be complete before it. A call that returns an error destroys
     /// neither, owned or not: they stay the caller's (a device lost while open probes it too). `external_memory_host` must be true only if
     /// that extension was enabled on the device.
     ///

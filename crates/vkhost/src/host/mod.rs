@@ -287,7 +287,9 @@ pub fn stats() -> HostStats {
     }
 }
 
-/// The same counters for one device only (bytes by path through this device).
+/// The same counters for one device only (bytes by path through this device). In a forked
+/// child the registry is the child's own: a device of the parent's shows no live imports or
+/// blocks there, and its byte counters are the parent's up to the fork.
 ///
 /// # Example
 ///
@@ -650,7 +652,8 @@ fn on_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<
 /// is reaped, on vkhost's background releaser thread (freeing driver memory takes 0.2-0.4 ms
 /// per block on the H200, whatever its size below a few MiB);
 /// [`Device::release_queued`](crate::Device::release_queued) waits until it is freed. See the
-/// module docs for the address-reuse caveat.
+/// module docs for the address-reuse caveat. In a forked child, on a device of the parent's:
+/// `Ok`, and nothing happens (the block is the parent's).
 ///
 /// # Example
 ///
@@ -675,7 +678,9 @@ pub fn free_pinned(dev: &Device, ptr: impl HostPtr) -> Result<()> {
 /// `NotRegistered` for an interior pointer, an unknown address, a second unregister or a pinned
 /// block; `OwnedByGuard` for a range a [`Registration`](crate::Registration) owns. After the
 /// device was destroyed the entry is a tombstone: `Ok`, once. Returns once no submitted work can
-/// read or write the registered bytes (it waits for copies in flight that name them).
+/// read or write the registered bytes (it waits for copies in flight that name them). In a
+/// forked child, on a device of the parent's: `Ok`, and nothing happens (the entry is the
+/// parent's; the child's registry starts empty).
 ///
 /// The import itself (its VkBuffer and VkDeviceMemory) is freed right after, on vkhost's
 /// background releaser thread: freeing unpins the pages, about 29 ms per GiB on the H200, and
@@ -716,6 +721,11 @@ pub fn unregister(dev: &Device, ptr: impl HostPtr) -> Result<()> {
 /// Removes the entry keyed `addr` and releases what it owns. `by_guard` is the safe owner's
 /// own release; raw calls refuse guarded entries.
 pub(crate) fn release_entry(dev: &Device, addr: usize, kind: Kind, by_guard: bool) -> Result<()> {
+    if dev.shared.forked() {
+        // The parent's device in a forked child: its entries and objects are the parent's, and
+        // the child's registry never held them. Inert, as the guards' drops are there.
+        return Ok(());
+    }
     if kind == Kind::Registered {
         return release_registration(dev, addr, by_guard);
     }

@@ -55,8 +55,9 @@ pub(crate) const WORKGROUP: u32 = 256;
 /// element count over its invocations). A launch with too few workgroups for its count is
 /// refused: llvmpipe ends a shader's loops after about 65 535 iterations without a word (a
 /// `fill` of 24 Mi words in one workgroup set only its first 16 Mi), and a GPU would run one
-/// workgroup for up to 2^32 rounds (a watchdog's lost device). The wrappers stay below it:
-/// 16 384 rounds at most (`checksum`'s 256 workgroups over a 4 GiB binding).
+/// workgroup for up to 2^32 rounds (a watchdog's lost device). The wrappers stay far below it:
+/// 4 096 rounds at most (`checksum`'s 256 workgroups over a piece of 1 GiB, the most a wrapper
+/// binds at once).
 pub(crate) const MAX_ROUNDS: u64 = 1 << 15;
 
 /// A built-in from its words. They are naga's validated output, built into the crate, so the

@@ -397,14 +397,18 @@ impl Stream {
     /// registration of its bytes on this stream's device), completes before the call returns
     /// (see [`crate::kernel`], **Safe launches and borrowed bytes**). Host bytes this stream
     /// still has a pageable device-to-host copy-out pending on (queued before they were
-    /// registered) are copied out first: the call may then wait for that earlier work. Errors: a binding or push
-    /// size that does not match the kernel, two bindings that overlap with a write, a
-    /// zero-length binding, a shared [`Binding::Host`] or [`Binding::pinned`] for a binding the
-    /// kernel writes, workgroups past maxComputeWorkGroupCount, a kernel whose workgroup size,
-    /// workgroup memory or binding count exceeds the device's limits (see
-    /// [`DeviceInfo`](crate::DeviceInfo)) → `InvalidArgument`; a pinned range past its block → `OutOfRange`; a host
-    /// range no registration or pinned block covers → `NotRegistered`; a stream on a copy-only
-    /// family → `Unsupported`.
+    /// registered) are copied out first: the call may then wait for that earlier work.
+    ///
+    /// Errors: a binding or push size that does not match the kernel, two bindings that overlap
+    /// with a write, a zero-length binding, a shared [`Binding::Host`] or [`Binding::pinned`]
+    /// for a binding the kernel writes, workgroups past maxComputeWorkGroupCount, a kernel whose
+    /// workgroup size, workgroup memory or binding count exceeds the device's limits (see
+    /// [`DeviceInfo`](crate::DeviceInfo)), a built-in's push constants or workgroups that do not
+    /// fit its bindings and count (see [`crate::kernel::builtin`]) → `InvalidArgument`; a pinned
+    /// range past its block → `OutOfRange`; a host range no registration or pinned block covers
+    /// (or bytes of two registrations) → `NotRegistered`; a stream on a copy-only family, push
+    /// constants past the device's limit, a built-in whose workgroup exceeds the device's limit
+    /// → `Unsupported`.
     ///
     /// # Example
     ///
@@ -487,7 +491,8 @@ impl Stream {
 
     /// Fills `dst` with the repeated u32 `pattern` with the built-in `fill` kernel (any binding
     /// kind). Offset and length multiples of 4 bytes, else `InvalidArgument`. Async as
-    /// [`Stream::launch`]. A refused call (for any of the pieces it is cut into) writes nothing.
+    /// [`Stream::launch`]. A call refused by the argument checks (for any of the pieces it is
+    /// cut into) writes nothing.
     ///
     /// # Example
     ///
@@ -506,11 +511,13 @@ impl Stream {
     pub fn fill_u32(&self, dst: Binding<'_>, pattern: u32) -> Result<()> {
         check4(&dst, "fill")?;
         let mut dst = pieces(&self.inner.shared, dst, piece_bytes(&self.inner.shared));
+        let dst_len = dst.len();
         let fill = builtin::fill()?;
         let args = |d: &Binding<'_>| (groups_for(d.len() / 4, 4096), words(&[(d.len() / 4) as u32, pattern]));
-        // Every piece is checked before the first is launched: a call refused for any piece
-        // (bytes nothing covers past a registration's end, ...) writes nothing.
-        for d in &mut dst {
+        // Every piece is checked before the first is launched: a call refused by the argument
+        // checks for any piece (bytes nothing covers past a registration's end, ...) writes
+        // nothing. One piece is checked by its launch.
+        for d in dst.iter_mut().filter(|_| dst_len > 1) {
             let (groups, push) = args(d);
             self.inner.check_launch(fill, groups, &[d.reborrow()], &push)?;
         }
@@ -525,7 +532,8 @@ impl Stream {
     /// (an SM copy, where the copy engines would use vkCmdCopyBuffer): 16-byte vector loads when
     /// both ranges start on 16 bytes and the length is a multiple of 16, u32 words otherwise.
     /// Offsets and lengths multiples of 4 bytes, else `InvalidArgument`. Async as
-    /// [`Stream::launch`]. A refused call (for any of the pieces it is cut into) writes nothing.
+    /// [`Stream::launch`]. A call refused by the argument checks (for any of the pieces it is
+    /// cut into) writes nothing.
     ///
     /// # Example
     ///
@@ -557,8 +565,10 @@ impl Stream {
         let size = piece_bytes(&self.inner.shared);
         let mut pairs = pieces2(&self.inner.shared, src, dst, size);
         let args = |s: &Binding<'_>| (groups_for(s.len() / unit, 4096), words(&[(s.len() / unit) as u32]));
-        // Every piece is checked before the first is launched: a refused call writes nothing.
-        for (s, d) in &mut pairs {
+        // Every piece is checked before the first is launched: a call refused by the argument
+        // checks writes nothing. One piece is checked by its launch.
+        let many = pairs.len() > 1;
+        for (s, d) in pairs.iter_mut().filter(|_| many) {
             let (groups, push) = args(s);
             self.inner.check_launch(kernel, groups, &[s.reborrow(), d.reborrow()], &push)?;
         }
