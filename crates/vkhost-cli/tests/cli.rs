@@ -517,14 +517,17 @@ fn ctrl_c_in_the_devices_matrix_exits_130() {
 #[test]
 fn a_closed_stdout_is_no_panic_and_the_json_is_written() {
     let j = tmp("closed-stdout.json");
-    let _ = std::fs::remove_file(&j);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vkhost"))
-        .args(["bench", "-t", "latency_host_to_device", "--iters", "1", "--json", j.to_str().unwrap()])
-        .env_remove("VKHOST_DEVICE")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let spawn = |testcases: &str| {
+        let _ = std::fs::remove_file(&j);
+        Command::new(env!("CARGO_BIN_EXE_vkhost"))
+            .args(["bench", "-t", testcases, "--sizes", "4K", "--iters", "1", "--json", j.to_str().unwrap()])
+            .env_remove("VKHOST_DEVICE")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut child = spawn("latency_host_to_device");
     // Closed before the first write: every write to stdout meets a closed pipe (reading a line
     // first could let the rest fit in the pipe's buffer, and the test pass without the fix).
     drop(child.stdout.take());
@@ -536,14 +539,7 @@ fn a_closed_stdout_is_no_panic_and_the_json_is_written() {
     assert!(!v["results"].as_array().unwrap().is_empty());
     // Both closed (`2>&1 | head`), with a testcase that notes on stderr (the bar rows): exit 0,
     // not a panic's 101, and the JSON written.
-    let _ = std::fs::remove_file(&j);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vkhost"))
-        .args(["bench", "-t", "host_to_device_bar,latency_host_to_device", "--sizes", "4K", "--iters", "1", "--json", j.to_str().unwrap()])
-        .env_remove("VKHOST_DEVICE")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn("host_to_device_bar,latency_host_to_device");
     drop(child.stdout.take());
     drop(child.stderr.take());
     assert_eq!(child.wait().unwrap().code(), Some(0));
