@@ -188,6 +188,13 @@ impl<T: Send + Sync> PerFork<T> {
         PerFork { cur: AtomicPtr::new(std::ptr::null_mut()), make }
     }
 
+    /// This process's value, if it was made already (since the last fork); makes nothing.
+    pub(crate) fn current(&'static self) -> Option<&'static T> {
+        // SAFETY: `cur` only ever holds null or a leaked (never freed) generation.
+        let g = unsafe { self.cur.load(Ordering::Acquire).as_ref() }?;
+        (g.generation == fork_generation()).then_some(&g.value)
+    }
+
     /// This process's value.
     pub(crate) fn get(&'static self) -> &'static T {
         let generation = fork_generation();

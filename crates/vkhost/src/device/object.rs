@@ -392,9 +392,8 @@ impl Shared {
 /// The process's background releaser: one thread that drains the garbage of devices sent to it
 /// (started on first use; it waits on a condition variable when idle).
 struct Releaser {
-    /// The fork generation whose thread this is: in a forked child the parent's releaser has
-    /// no thread and its locks may have been held at the fork, so the child starts its own.
-    fork_gen: u64,
+    /// Starts the thread, once, after the releaser is installed (`releaser`).
+    started: std::sync::Once,
     queue: Mutex<Vec<Weak<Shared>>>,
     cv: std::sync::Condvar,
     /// The address of the device state the releaser holds an `Arc` to now (0: none). Set under
@@ -409,15 +408,20 @@ struct Releaser {
     pending: std::sync::atomic::AtomicUsize,
 }
 
-/// This process's releaser (null until first use); replaced in a forked child (see `fork_gen`).
-static RELEASER: std::sync::atomic::AtomicPtr<Releaser> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+/// This process's releaser, made on first use; a forked child makes its own (`PerFork`): there
+/// the parent's has no thread, and its locks may have been held at the fork.
+static RELEASER: crate::par::PerFork<Releaser> = crate::par::PerFork::new(|| Releaser {
+    started: std::sync::Once::new(),
+    queue: Mutex::new(Vec::new()),
+    cv: std::sync::Condvar::new(),
+    holding: Mutex::new(0),
+    idle: std::sync::Condvar::new(),
+    pending: std::sync::atomic::AtomicUsize::new(0),
+});
 
 /// The releaser of this fork generation, if one was started.
 fn current_releaser() -> Option<&'static Releaser> {
-    let p = RELEASER.load(Ordering::Acquire);
-    // SAFETY: only ever set to a leaked `Box<Releaser>`, never freed.
-    let r = unsafe { p.as_ref() }?;
-    (r.fork_gen == super::fork_generation()).then_some(r)
+    RELEASER.current()
 }
 
 /// Drops an owner's reference to a device's state so that the background releaser is never the
@@ -463,26 +467,14 @@ pub(crate) fn drop_shared(s: Arc<Shared>) {
 /// This fork generation's releaser, started on first use. If its thread cannot be started,
 /// what is sent to it goes at the next allocation, `Device::release_queued` or teardown.
 fn releaser() -> &'static Releaser {
-    if let Some(r) = current_releaser() {
-        return r;
-    }
-    let r: &'static Releaser = Box::leak(Box::new(Releaser {
-        fork_gen: super::fork_generation(),
-        queue: Mutex::new(Vec::new()),
-        cv: std::sync::Condvar::new(),
-        holding: Mutex::new(0),
-        idle: std::sync::Condvar::new(),
-        pending: std::sync::atomic::AtomicUsize::new(0),
-    }));
-    let old = RELEASER.load(Ordering::Acquire);
-    // Another thread may have started one meanwhile: theirs wins, ours is never used (a few
-    // leaked bytes, no thread).
-    if RELEASER.compare_exchange(old, r as *const Releaser as *mut Releaser, Ordering::AcqRel, Ordering::Acquire).is_err() {
-        return current_releaser().unwrap_or(r);
-    }
-    if let Err(e) = std::thread::Builder::new().name("vkhost-release".into()).spawn(move || r.run()) {
-        log::warn!("no background releaser thread ({e}): queued releases wait for the next allocation or teardown");
-    }
+    let r = RELEASER.get();
+    // The thread is started by whoever gets here first, only for the installed releaser (a
+    // releaser made by a thread that lost the race to install it is dropped unstarted).
+    r.started.call_once(|| {
+        if let Err(e) = std::thread::Builder::new().name("vkhost-release".into()).spawn(move || r.run()) {
+            log::warn!("no background releaser thread ({e}): queued releases wait for the next allocation or teardown");
+        }
+    });
     r
 }
 
