@@ -638,6 +638,7 @@ fn ring_chunk_after_a_lost_batch(download: bool) -> bool {
         }
     }
     s.flush().unwrap(); // batch v, behind the fills
+    // SAFETY: as above (the vectors outlive the synchronize calls; the host leaves them alone).
     unsafe {
         if download {
             s.copy_to_host_async(&gpu, 100 << 10, ob.as_mut_ptr(), ob.len()).unwrap(); // chunk 0 [48K, 56K)
@@ -648,6 +649,7 @@ fn ring_chunk_after_a_lost_batch(download: bool) -> bool {
     inject(Point::QueueSubmit, 0, vk::Result::ERROR_OUT_OF_HOST_MEMORY);
     assert_eq!(s.flush(), Err(Error::OutOfHostMemory), "batch v+1 lost");
     assert!(disarm());
+    // SAFETY: as above.
     unsafe {
         if download {
             s.copy_to_host_async(&gpu, 200 << 10, oc.as_mut_ptr(), oc.len()).unwrap(); // chunk 1

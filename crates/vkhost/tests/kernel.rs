@@ -386,8 +386,10 @@ fn module_and_device_limits_are_refused_before_the_driver() {
         eprintln!("this device allows {} invocations: the 1024x2 kernel runs", info.max_compute_work_group_invocations);
         r.unwrap();
     }
+    // SAFETY: refused by the checks, never run.
     let huge = unsafe { Kernel::from_spirv(&words, "main", &[Param::ReadWrite], usize::MAX - 3) };
     assert!(matches!(huge, Err(Error::InvalidArgument { .. })), "push constants past usize: {huge:?}");
+    // SAFETY: refused by the checks, never run.
     let missing = unsafe { Kernel::from_spirv(&words, "not_there", &[Param::ReadWrite], 4) };
     assert!(matches!(missing, Err(Error::InvalidArgument { .. })), "no such entry point: {missing:?}");
     assert!(info.max_kernel_bindings >= 1 && info.max_compute_work_group_size.iter().all(|&m| m >= 1));
@@ -395,6 +397,7 @@ fn module_and_device_limits_are_refused_before_the_driver() {
     // right (a large array is slow to compile on lavapipe).
     let over = info.max_compute_shared_memory_size / 4 + 1;
     let words = spirv(&shared_wgsl(over, 64));
+    // SAFETY: refused at launch by the workgroup-memory check, never run.
     let k = unsafe { Kernel::from_spirv(&words, "main", &[Param::ReadWrite], 4) }.unwrap();
     let r = s.launch(&k, [1, 1, 1], &[Binding::Device(&b, 0, 256)], &push(&[64]));
     assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{} bytes of workgroup memory: {r:?}", 4 * over);
@@ -999,11 +1002,13 @@ fn limits_are_per_entry_point() {
         s.synchronize().unwrap();
         assert_eq!(words_of(&b, 0, 64), (7..71).collect::<Vec<u32>>(), "SPIR-V {version:?}");
         if info.max_compute_work_group_invocations < 2048 {
+            // SAFETY: refused at launch by the workgroup-size check, never run.
             let wide = unsafe { Kernel::from_spirv(&words, "wide", &[Param::ReadWrite], 4) }.unwrap();
             assert!(refused(s.launch(&wide, [1, 1, 1], &[Binding::Device(&b, 0, 256)], &push(&[64]))), "wide, {version:?}");
         }
         if version >= (1, 4) {
             let words = spirv_all(&entries(Some(info.max_compute_shared_memory_size)), version);
+            // SAFETY: refused at launch by the workgroup-memory check, never run.
             let hog = unsafe { Kernel::from_spirv(&words, "hog", &[Param::ReadWrite], 4) }.unwrap();
             assert!(refused(s.launch(&hog, [1, 1, 1], &[Binding::Device(&b, 0, 256)], &push(&[64]))), "hog, {version:?}");
         }
