@@ -463,26 +463,37 @@ fn compare_prints_new_over_old_per_point() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("bare array"));
 }
 
-#[test]
-fn ctrl_c_writes_the_points_measured_so_far() {
+/// Runs `vkhost ARGS`, waits for a line of its stdout that `ready` accepts, then `pause`, then
+/// sends it SIGINT; returns its exit code and the lines it printed after `ready`'s.
+fn interrupted(args: &[&str], ready: impl Fn(&str) -> bool, pause: std::time::Duration) -> (Option<i32>, Vec<String>) {
     use std::io::{BufRead, BufReader};
-    let j = tmp("int.json");
     let mut child = Command::new(env!("CARGO_BIN_EXE_vkhost"))
-        .args(["bench", "-t", "host_to_device_ce,device_to_host_ce", "--sizes", "4K,8K,16K,32K,64K,128K,256K,512K,1M,2M,4M,8M,16M"])
-        .args(["--iters", "1000", "--budget", "0.3", "--json", j.to_str().unwrap()])
+        .args(args)
         .env_remove("VKHOST_DEVICE")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Measuring starts after the header; let it measure a point or two.
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert!(lines.by_ref().map_while(Result::ok).any(|l| l.starts_with("CPUs:")));
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(lines.by_ref().map_while(Result::ok).any(|l| ready(&l)), "no ready line");
+    std::thread::sleep(pause);
     // SAFETY: kill(2) on our own child.
     assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) }, 0);
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130), "{rest:?}");
+    (child.wait().unwrap().code(), rest)
+}
+
+#[test]
+fn ctrl_c_writes_the_points_measured_so_far() {
+    let j = tmp("int.json");
+    let sizes = "4K,8K,16K,32K,64K,128K,256K,512K,1M,2M,4M,8M,16M";
+    let args = ["bench", "-t", "host_to_device_ce,device_to_host_ce", "--sizes", sizes, "--iters", "1000", "--budget", "0.3"];
+    // Measuring starts after the header; let it measure a point or two.
+    let (code, rest) = interrupted(
+        &[&args[..], &["--json", j.to_str().unwrap()]].concat(),
+        |l| l.starts_with("CPUs:"),
+        std::time::Duration::from_millis(1500),
+    );
+    assert_eq!(code, Some(130), "{rest:?}");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
     assert_eq!(v["run"]["interrupted"], true);
     let n = v["results"].as_array().unwrap().len();
@@ -493,21 +504,13 @@ fn ctrl_c_writes_the_points_measured_so_far() {
 /// as in the single-device sweep (it skipped the rest silently and exited 0; found by an audit).
 #[test]
 fn ctrl_c_in_the_devices_matrix_exits_130() {
-    use std::io::{BufRead, BufReader};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vkhost"))
-        .args(["bench", "--devices", "0", "--sizes", "4K,64K,1M,4M,16M", "--iters", "1000", "--budget", "0.3"])
-        .env_remove("VKHOST_DEVICE")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    // The first row measured.
-    assert!(lines.by_ref().map_while(Result::ok).any(|l| l.starts_with("pinned ")));
-    // SAFETY: kill(2) on our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) }, 0);
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130), "{rest:?}");
+    // Interrupted right after the first row measured.
+    let (code, rest) = interrupted(
+        &["bench", "--devices", "0", "--sizes", "4K,64K,1M,4M,16M", "--iters", "1000", "--budget", "0.3"],
+        |l| l.starts_with("pinned "),
+        std::time::Duration::ZERO,
+    );
+    assert_eq!(code, Some(130), "{rest:?}");
     assert!(rest.iter().any(|l| l.starts_with("interrupted")), "{rest:?}");
     assert!(!rest.iter().any(|l| l.starts_with("pageable ")), "rows measured after the interrupt: {rest:?}");
 }
