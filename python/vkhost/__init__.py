@@ -584,8 +584,9 @@ class Registration(_Owner):
         # Interrupted around the C call: ours unless another Registration owns the address.
         if p is None and maybe is not None and owner in (self, None):
             p = maybe
-        # After Device.close() the device is gone and its registrations with it: nothing to undo
-        # (raising here would turn every `with dev.register(a)` around a close into an error).
+        # After Device.close() the device is gone: its registrations are tombstones that vkhost
+        # drops once no handle names the device and another device lists an entry. Nothing to
+        # undo here (raising would turn every `with dev.register(a)` around a close into an error).
         if p is not None and self.device._hd.live:
             with self.device._use() as d:
                 st = lib.vkhost_unregister(d, p)

@@ -58,6 +58,18 @@ pub enum Point {
     CreateSemaphore,
     /// `vkGetMemoryHostPointerPropertiesEXT`.
     GetMemoryHostPointerProperties,
+    /// `vkCreateDescriptorSetLayout` (a kernel's pipeline).
+    CreateDescriptorSetLayout,
+    /// `vkCreatePipelineLayout` (a kernel's pipeline).
+    CreatePipelineLayout,
+    /// `vkCreateShaderModule` (a kernel's pipeline).
+    CreateShaderModule,
+    /// `vkCreateComputePipelines` (a kernel's pipeline).
+    CreateComputePipelines,
+    /// `vkCreateDescriptorPool` (a stream's launches with descriptor sets).
+    CreateDescriptorPool,
+    /// `vkAllocateDescriptorSets` (a stream's launches with descriptor sets).
+    AllocateDescriptorSets,
 }
 
 impl Point {
@@ -73,7 +85,7 @@ impl Point {
     /// let names: HashSet<&str> = Point::ALL.iter().map(|p| p.name()).collect();
     /// assert_eq!(names.len(), Point::ALL.len());
     /// ```
-    pub const ALL: [Point; 12] = [
+    pub const ALL: [Point; 18] = [
         Point::AllocateMemory,
         Point::CreateBuffer,
         Point::BindBufferMemory,
@@ -86,6 +98,12 @@ impl Point {
         Point::CreateFence,
         Point::CreateSemaphore,
         Point::GetMemoryHostPointerProperties,
+        Point::CreateDescriptorSetLayout,
+        Point::CreatePipelineLayout,
+        Point::CreateShaderModule,
+        Point::CreateComputePipelines,
+        Point::CreateDescriptorPool,
+        Point::AllocateDescriptorSets,
     ];
 
     /// The Vulkan name of the entry point.
@@ -112,6 +130,12 @@ impl Point {
             Point::CreateFence => "vkCreateFence",
             Point::CreateSemaphore => "vkCreateSemaphore",
             Point::GetMemoryHostPointerProperties => "vkGetMemoryHostPointerPropertiesEXT",
+            Point::CreateDescriptorSetLayout => "vkCreateDescriptorSetLayout",
+            Point::CreatePipelineLayout => "vkCreatePipelineLayout",
+            Point::CreateShaderModule => "vkCreateShaderModule",
+            Point::CreateComputePipelines => "vkCreateComputePipelines",
+            Point::CreateDescriptorPool => "vkCreateDescriptorPool",
+            Point::AllocateDescriptorSets => "vkAllocateDescriptorSets",
         }
     }
 }

@@ -947,14 +947,17 @@ fn a_last_drop_waiting_for_a_hook_blocks_no_other_drop() {
     let other2 = other.clone();
     let raw = c.device.clone();
     let (tx, rx) = std::sync::mpsc::channel();
+    // Who signals `gate`: the signaller, or this thread after a deadlock. Decided here rather
+    // than by asking the semaphore's value: under heavy load the validation layer's semaphore
+    // tracking can stall such a query while another thread waits on `done` (once in CI).
+    let signalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let signalled2 = signalled.clone();
     let signaller = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
         drop(other2); // an unrelated handle of an unrelated device, not its last
-        // SAFETY: `gate` is alive.
-        unsafe {
-            if raw.get_semaphore_counter_value(gate).unwrap() < 1 {
-                raw.signal_semaphore(&vk::SemaphoreSignalInfo::default().semaphore(gate).value(1)).unwrap();
-            }
+        if !signalled2.swap(true, Ordering::SeqCst) {
+            // SAFETY: `gate` is alive.
+            unsafe { raw.signal_semaphore(&vk::SemaphoreSignalInfo::default().semaphore(gate).value(1)).unwrap() };
         }
         tx.send(()).unwrap();
     });
@@ -964,8 +967,10 @@ fn a_last_drop_waiting_for_a_hook_blocks_no_other_drop() {
     if r.is_err() {
         eprintln!("DEADLOCK: the signaller's drop of another device's clone blocked for 10 s");
         // Unblock everything.
-        // SAFETY: `gate` is alive.
-        unsafe { c.device.signal_semaphore(&vk::SemaphoreSignalInfo::default().semaphore(gate).value(1)).unwrap() };
+        if !signalled.swap(true, Ordering::SeqCst) {
+            // SAFETY: `gate` is alive.
+            unsafe { c.device.signal_semaphore(&vk::SemaphoreSignalInfo::default().semaphore(gate).value(1)).unwrap() };
+        }
     }
     dropper.join().unwrap();
     signaller.join().unwrap();

@@ -34,8 +34,8 @@ struct Env {
 }
 
 impl Env {
-    fn new() -> Env {
-        let dev = Device::open_default_with(&fopts()).expect("device");
+    fn with(o: &OpenOptions) -> Env {
+        let dev = Device::open_default_with(o).expect("device");
         let mem = Pages::new(16 * 4096);
         let reg_base = mem.ptr as usize + 8 * 4096;
         // SAFETY: the mapping outlives the registration (Env drops it after destroy).
@@ -122,6 +122,30 @@ fn op_stream(e: &mut Env) -> vkhost::Result<()> {
     s.synchronize()
 }
 
+/// Kernel launches: three built-ins through a one-pipeline cache (`launch_opts`), so every call
+/// creates each pipeline again, on a fresh stream (fresh descriptor pools in `Sets` mode), one
+/// of them binding the pinned block.
+fn op_launch(e: &mut Env) -> vkhost::Result<()> {
+    use vkhost::kernel::{Binding, builtin};
+    let s = e.dev.stream()?;
+    let n = 64 << 10;
+    s.fill_u32(Binding::Device(&e.buf, 0, n), 0xA5C3_0F01)?;
+    s.copy_sm(Binding::Device(&e.buf, 0, n), Binding::Device(&e.buf, n, n))?;
+    let sum = s.checksum(Binding::Device(&e.buf, n, n))?;
+    let want: Vec<u8> = 0xA5C3_0F01u32.to_le_bytes().iter().copied().cycle().take(n).collect();
+    assert_eq!(sum, builtin::checksum_cpu(&want), "launch results after faults");
+    s.fill_u32(Binding::pinned_mut(&mut e.pinned, 0, 4096), 0x0102_0304)?;
+    s.synchronize()?;
+    assert!(e.pinned[..4096].chunks(4).all(|w| w == [4, 3, 2, 1]), "pinned fill after faults");
+    Ok(())
+}
+
+/// One cached pipeline (each launch of `op_launch` makes its kernel's again), descriptors pushed
+/// or written into sets.
+fn launch_opts(push: bool) -> OpenOptions {
+    OpenOptions { max_pipelines: 1, push_descriptors: push, ..fopts() }
+}
+
 const OPS: [(&str, Op); 7] = [
     ("register", op_register),
     ("alloc_pinned", op_alloc_pinned),
@@ -134,11 +158,17 @@ const OPS: [(&str, Op); 7] = [
 
 /// Sweeps N over every call of `point` that `op` makes, for each code.
 fn sweep(name: &str, op: Op) {
+    sweep_with(name, op, &fopts());
+}
+
+/// [`sweep`] on devices opened with `o`; returns how many faults fired at each point.
+fn sweep_with(name: &str, op: Op, o: &OpenOptions) -> std::collections::HashMap<Point, usize> {
     init_log();
     let mut fired_total = 0;
+    let mut at = std::collections::HashMap::new();
     for point in Point::ALL {
         for (code, want) in CODES.iter() {
-            let mut env = Env::new();
+            let mut env = Env::with(o);
             op(&mut env).expect("warm-up"); // lazily created contexts and staging now exist
             let base_entries = entries_of(&env.dev);
             let base_objects = env.dev.live_objects();
@@ -152,6 +182,7 @@ fn sweep(name: &str, op: Op) {
                     break;
                 }
                 fired_total += 1;
+                *at.entry(point).or_insert(0) += 1;
                 let ctx = format!("{name}: {} #{nth} -> {code:?}", point.name());
                 let err = r.expect_err(&ctx);
                 assert_eq!(&err, want, "{ctx}: untyped or misclassified error");
@@ -163,7 +194,7 @@ fn sweep(name: &str, op: Op) {
                     assert_eq!(env.buf.write(0, &[1]).unwrap_err(), Error::DeviceLost, "{ctx}");
                     // ...late unregister and free still work, and destroy is clean.
                     env.finish(&ctx);
-                    env = Env::new();
+                    env = Env::with(o);
                     op(&mut env).expect("warm-up");
                 } else {
                     op(&mut env).unwrap_or_else(|e| panic!("{ctx}: next operation failed: {e}"));
@@ -177,6 +208,7 @@ fn sweep(name: &str, op: Op) {
     }
     assert!(fired_total > 0, "{name}: the sweep never injected a fault");
     eprintln!("{name}: {fired_total} faults injected and survived");
+    at
 }
 
 #[test]
@@ -206,6 +238,24 @@ fn fault_mixed_copies() {
 #[test]
 fn fault_stream_work() {
     sweep(OPS[6].0, OPS[6].1);
+}
+/// The points a kernel's pipeline goes through, each of which the launch sweeps must reach.
+const PIPELINE_POINTS: [Point; 4] =
+    [Point::CreateDescriptorSetLayout, Point::CreatePipelineLayout, Point::CreateShaderModule, Point::CreateComputePipelines];
+
+#[test]
+fn fault_launches_with_pushed_descriptors() {
+    let at = sweep_with("launches (push descriptors)", op_launch, &launch_opts(true));
+    for p in PIPELINE_POINTS {
+        assert!(at.contains_key(&p), "no fault reached {}: {at:?}", p.name());
+    }
+}
+#[test]
+fn fault_launches_with_descriptor_sets() {
+    let at = sweep_with("launches (descriptor sets)", op_launch, &launch_opts(false));
+    for p in PIPELINE_POINTS.into_iter().chain([Point::CreateDescriptorPool, Point::AllocateDescriptorSets]) {
+        assert!(at.contains_key(&p), "no fault reached {}: {at:?}", p.name());
+    }
 }
 
 /// A probe that fails at open disables registration with its reason; copies stage.

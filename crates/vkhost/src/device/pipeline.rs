@@ -28,6 +28,7 @@
 use super::object::{Child, phase};
 use super::{Live, Shared, lock};
 use crate::error::{Error, Result};
+use crate::fault::{self, Point};
 use ash::vk;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
@@ -313,6 +314,7 @@ fn create(s: &Arc<Shared>, l: &Live, desc: &PipelineDesc, mode: DescriptorMode) 
     let r = (|| {
         // SAFETY: valid create info; with PUSH_DESCRIPTOR_KHR only in `Push` mode, where
         // VK_KHR_push_descriptor is enabled (the mode is chosen from `Live::push_desc`).
+        fault::check(Point::CreateDescriptorSetLayout).map_err(|c| s.fail("vkCreateDescriptorSetLayout", c))?;
         h.set_layout = unsafe { d.create_descriptor_set_layout(&si, None) }.map_err(|c| s.fail("vkCreateDescriptorSetLayout", c))?;
         let ranges = [vk::PushConstantRange::default().stage_flags(vk::ShaderStageFlags::COMPUTE).offset(0).size(desc.push_bytes)];
         let sets = [h.set_layout];
@@ -321,17 +323,22 @@ fn create(s: &Arc<Shared>, l: &Live, desc: &PipelineDesc, mode: DescriptorMode) 
         } else {
             &[]
         });
+        fault::check(Point::CreatePipelineLayout).map_err(|c| s.fail("vkCreatePipelineLayout", c))?;
         // SAFETY: valid create info over a live set layout.
         h.layout = unsafe { d.create_pipeline_layout(&li, None) }.map_err(|c| s.fail("vkCreatePipelineLayout", c))?;
         let mi = vk::ShaderModuleCreateInfo::default().code(&desc.words);
+        fault::check(Point::CreateShaderModule).map_err(|c| s.fail("vkCreateShaderModule", c))?;
         // SAFETY: the words are SPIR-V (magic checked by the kernel); validity beyond that is the
         // contract of `Kernel::from_spirv` (built-ins are naga's validated output).
         let module = unsafe { d.create_shader_module(&mi, None) }.map_err(|c| s.fail("vkCreateShaderModule", c))?;
         let entry: &CStr = &desc.entry;
         let stage = vk::PipelineShaderStageCreateInfo::default().stage(vk::ShaderStageFlags::COMPUTE).module(module).name(entry);
         let ci = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(h.layout)];
-        // SAFETY: valid create info; the module and layout are live.
-        let r = unsafe { d.create_compute_pipelines(vk::PipelineCache::null(), &ci, None) };
+        let r = match fault::check(Point::CreateComputePipelines) {
+            // SAFETY: valid create info; the module and layout are live.
+            Ok(()) => unsafe { d.create_compute_pipelines(vk::PipelineCache::null(), &ci, None) },
+            Err(c) => Err((Vec::new(), c)),
+        };
         // SAFETY: the module is only needed while the pipeline is created.
         unsafe { d.destroy_shader_module(module, None) };
         match r {

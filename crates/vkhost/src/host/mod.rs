@@ -174,6 +174,37 @@ fn registry() -> std::sync::MutexGuard<'static, Reg> {
     lock(REGISTRY.get())
 }
 
+/// The devices that listed an entry in the registry, each with a `Weak` of its state.
+static LISTERS: crate::par::PerFork<Mutex<Vec<(crate::DeviceId, std::sync::Weak<Shared>)>>> =
+    crate::par::PerFork::new(|| Mutex::new(Vec::new()));
+
+/// Called before `s` lists an entry. The first time a device does, the entries of devices whose
+/// state is gone (the last handle and every guard dropped: nobody can name them to unregister
+/// or free) leave the registry: tombstones stay only while a late `unregister`/`free_pinned`
+/// can still reach them, instead of for the life of the process (a program that opened devices
+/// in a loop and dropped them before their registrations grew without bound). The registry's
+/// lock is not held while the lister list's is, and the entries are dropped after both.
+fn note_lister(s: &Arc<Shared>) {
+    let gone: Vec<crate::DeviceId> = {
+        let mut g = lock(LISTERS.get());
+        if g.iter().any(|(id, _)| *id == s.id) {
+            return;
+        }
+        let gone = g.iter().filter(|(_, w)| w.strong_count() == 0).map(|(id, _)| *id).collect();
+        g.retain(|(_, w)| w.strong_count() > 0);
+        g.push((s.id, Arc::downgrade(s)));
+        gone
+    };
+    if gone.is_empty() {
+        return;
+    }
+    let dropped: Vec<_> = {
+        let mut r = registry();
+        gone.into_iter().flat_map(|id| r.remove_device(id)).collect()
+    };
+    drop(dropped);
+}
+
 static DIRECT: AtomicU64 = AtomicU64::new(0);
 static STAGED: AtomicU64 = AtomicU64::new(0);
 static MAPPED: AtomicU64 = AtomicU64::new(0);
@@ -237,17 +268,24 @@ pub struct HostStats {
     pub live_imports: usize,
     /// Live pinned blocks (whose device is alive).
     pub live_pinned: usize,
+    /// Entries of destroyed devices still listed: tombstones a late `unregister` or
+    /// `free_pinned` takes out. Once a device's last handle (and every guard of it) is gone, nobody
+    /// can name them any more, and the next entry any device lists drops them.
+    pub tombstones: usize,
 }
 
-fn count(reg: &Reg, dev: Option<crate::DeviceId>) -> (usize, usize) {
+fn count(reg: &Reg, dev: Option<crate::DeviceId>) -> (usize, usize, usize) {
     let mut imports = 0;
     let mut pinned = 0;
+    let mut tombstones = 0;
     let mut tally = |e: &Entry<Option<Cell>>| {
         if e.live && e.cell.as_ref().is_some_and(|c| c.alive()) {
             match e.kind {
                 Kind::Registered => imports += 1,
                 Kind::Pinned => pinned += 1,
             }
+        } else if e.cell.as_ref().is_some_and(|c| !c.alive()) {
+            tombstones += 1;
         }
     };
     match dev {
@@ -258,7 +296,7 @@ fn count(reg: &Reg, dev: Option<crate::DeviceId>) -> (usize, usize) {
             }
         }
     }
-    (imports, pinned)
+    (imports, pinned, tombstones)
 }
 
 /// Process-wide counters: bytes by path since start, and live entries now.
@@ -277,13 +315,14 @@ fn count(reg: &Reg, dev: Option<crate::DeviceId>) -> (usize, usize) {
 /// # Ok(()) }
 /// ```
 pub fn stats() -> HostStats {
-    let (live_imports, live_pinned) = count(&registry(), None);
+    let (live_imports, live_pinned, tombstones) = count(&registry(), None);
     HostStats {
         direct_bytes: DIRECT.load(Ordering::Relaxed),
         staged_bytes: STAGED.load(Ordering::Relaxed),
         mapped_bytes: MAPPED.load(Ordering::Relaxed),
         live_imports,
         live_pinned,
+        tombstones,
     }
 }
 
@@ -304,13 +343,14 @@ pub fn stats() -> HostStats {
 /// # Ok(()) }
 /// ```
 pub fn device_stats(dev: &Device) -> HostStats {
-    let (live_imports, live_pinned) = count(&registry(), Some(dev.id()));
+    let (live_imports, live_pinned, tombstones) = count(&registry(), Some(dev.id()));
     HostStats {
         direct_bytes: dev.shared.direct_bytes.load(Ordering::Relaxed),
         staged_bytes: dev.shared.staged_bytes.load(Ordering::Relaxed),
         mapped_bytes: dev.shared.mapped_bytes.load(Ordering::Relaxed),
         live_imports,
         live_pinned,
+        tombstones,
     }
 }
 
@@ -463,6 +503,7 @@ pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guarded: bool) -> Res
             guarded,
             cell: Some(Cell::new(imports.clone())),
         };
+        note_lister(s);
         if registry().insert(s.id, entry).is_ok() {
             break Ok((ptr, imports));
         }
@@ -912,6 +953,7 @@ pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guard
     // Reserve the bytes, so a concurrent overlapping register is refused while we import
     // without holding the registry lock.
     let reservation = Entry { kind: Kind::Registered, user: addr..end, covered: covered.clone(), live: false, guarded, cell: None };
+    note_lister(s);
     registry().insert(s.id, reservation).map_err(|_| Error::AlreadyRegistered)?;
     /// Takes the reservation back however the import ends short of success (an error, or a
     /// panic unwinding through here): the bytes stay registrable.

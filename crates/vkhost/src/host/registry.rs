@@ -350,6 +350,13 @@ impl<D: std::hash::Hash + Eq + Copy, T> Registry<D, T> {
         self.len() == 0
     }
 
+    /// Removes every entry of `dev` (a device nobody can name any more) and returns them, to be
+    /// dropped outside whatever lock guards the registry.
+    pub fn remove_device(&mut self, dev: D) -> Vec<Entry<T>> {
+        let Some(i) = self.devices.0.iter().position(|(k, _)| *k == dev) else { return Vec::new() };
+        self.devices.0.swap_remove(i).1.entries
+    }
+
     /// The devices that have entries.
     pub fn device_ids(&self) -> Vec<D> {
         self.devices.keys().copied().collect()
@@ -446,6 +453,23 @@ mod tests {
         assert!(r.overlaps(0, &(1500..1600)));
         assert!(r.remove_if(0, 1000, |_| true).is_some());
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn removing_a_device_takes_all_its_entries_and_no_other() {
+        let mut r = R::new();
+        r.insert(0, pin(1000..2000, 1)).unwrap();
+        let mut t = reg(4096 + 10..4096 + 20, 4096, 2);
+        t.live = false;
+        r.insert(0, t).unwrap();
+        r.insert(1, pin(1000..2000, 3)).unwrap();
+        let gone: Vec<u32> = r.remove_device(0).into_iter().map(|e| e.cell).collect();
+        assert_eq!(gone, [1, 2], "live entries and tombstones, in address order");
+        assert_eq!((r.len_of(0), r.device_ids()), (0, vec![1]));
+        assert!(r.find(0, 1000, 1).is_none() && !r.overlaps(0, &(1000..2000)));
+        assert_eq!(r.find(1, 1500, 1).map(|e| e.cell), Some(3));
+        assert!(r.remove_device(0).is_empty(), "a second removal finds nothing");
+        r.insert(0, pin(1000..2000, 4)).unwrap();
     }
 
     #[test]

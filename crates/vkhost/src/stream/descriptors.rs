@@ -12,6 +12,7 @@
 
 use super::inner::{State, StreamInner};
 use crate::device::Live;
+use crate::fault::{self, Point};
 use crate::error::{Error, Result};
 use ash::vk;
 
@@ -70,9 +71,13 @@ impl StreamInner {
             };
             let layouts = [layout];
             let ai = vk::DescriptorSetAllocateInfo::default().descriptor_pool(p.raw).set_layouts(&layouts);
-            // SAFETY: the pool is this stream's, under its lock, with room for one set of `n`
-            // storage buffers (counted); `layout` is live (the caller holds its pipeline).
-            match unsafe { l.device.allocate_descriptor_sets(&ai) } {
+            let r = match fault::check(Point::AllocateDescriptorSets) {
+                // SAFETY: the pool is this stream's, under its lock, with room for one set of
+                // `n` storage buffers (counted); `layout` is live (the caller holds its pipeline).
+                Ok(()) => unsafe { l.device.allocate_descriptor_sets(&ai) },
+                Err(c) => Err(c),
+            };
+            match r {
                 Ok(v) => {
                     p.sets_left -= 1;
                     p.descs_left -= n;
@@ -89,6 +94,7 @@ impl StreamInner {
         let descs = n.max(POOL_DESCS);
         let sizes = [vk::DescriptorPoolSize { ty: vk::DescriptorType::STORAGE_BUFFER, descriptor_count: descs }];
         let ci = vk::DescriptorPoolCreateInfo::default().max_sets(POOL_SETS).pool_sizes(&sizes);
+        fault::check(Point::CreateDescriptorPool).map_err(|c| self.shared.fail("vkCreateDescriptorPool", c))?;
         // SAFETY: valid create info.
         let raw = unsafe { l.device.create_descriptor_pool(&ci, None) }.map_err(|c| self.shared.fail("vkCreateDescriptorPool", c))?;
         self.shared.count_descriptor_pool(1);
