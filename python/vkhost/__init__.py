@@ -531,7 +531,9 @@ class DeviceBuffer(_Owner):
 
 # The address each live Registration holds, per device: a Registration interrupted around its
 # C call undoes the registration at its address only if no other Registration owns it.
-_owners_lock = threading.Lock()
+# Reentrant: a garbage collection that runs while the lock is held (at an allocation) may
+# finalize another Registration on this thread, whose close() takes the lock again.
+_owners_lock = threading.RLock()
 _owners: dict[tuple[int, int], weakref.ref[Registration]] = {}
 
 
@@ -561,8 +563,9 @@ class Registration(_Owner):
         if st != 0:
             self._maybe = None
             _check(st)
+        ref = weakref.ref(self)
         with _owners_lock:
-            _owners[self._key] = weakref.ref(self)
+            _owners[self._key] = ref
         self._ptr, self._maybe = addr, None
 
     def __enter__(self) -> np.ndarray:

@@ -70,9 +70,12 @@ fn walk(want: &Range<usize>, mut at: impl FnMut(usize) -> Option<Option<Mapping>
 /// can be read: `madvise(MADV_POPULATE_READ)` faults each page in for reading, as the first
 /// access would, and fails where a mapping listed read-write cannot be touched: a guard region
 /// (`MADV_GUARD_INSTALL`, invisible in /proc/self/maps), a file mapping past the end of its file
-/// (SIGBUS on access), a poisoned page. Pages become present (anonymous ones map the shared zero
-/// page: nothing is allocated, no byte changes). A kernel without the advice (before 5.14)
-/// proves nothing: `Ok`.
+/// (SIGBUS on access), a poisoned page. Pages become present and no byte changes (private
+/// anonymous holes map the shared zero page, nothing is allocated; holes of shared memory, tmpfs
+/// or memfd are allocated, as a first read would). It proves reads only: a page the kernel lets
+/// the process read but not write (a userfaultfd write-protected one) passes, and the CPU
+/// driver's later write into it faults, as a CPU write by the caller would. A kernel without
+/// the advice (before 5.14) proves nothing: `Ok`.
 pub(crate) fn populate_read(want: &Range<usize>) -> Result<()> {
     const MADV_POPULATE_READ: libc::c_int = 22;
     loop {

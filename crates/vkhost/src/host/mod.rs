@@ -174,9 +174,11 @@ fn registry() -> std::sync::MutexGuard<'static, Reg> {
     lock(REGISTRY.get())
 }
 
-/// The devices that listed an entry in the registry, each with a `Weak` of its state.
-static LISTERS: crate::par::PerFork<Mutex<Vec<(crate::DeviceId, std::sync::Weak<Shared>)>>> =
-    crate::par::PerFork::new(|| Mutex::new(Vec::new()));
+/// A device that listed an entry in the registry, with a `Weak` of its state.
+type Lister = (crate::DeviceId, std::sync::Weak<Shared>);
+
+/// The devices that listed an entry in the registry.
+static LISTERS: crate::par::PerFork<Mutex<Vec<Lister>>> = crate::par::PerFork::new(|| Mutex::new(Vec::new()));
 
 /// Called before `s` lists an entry. The first time a device does, the entries of devices whose
 /// state is gone (the last handle and every guard dropped: nobody can name them to unregister

@@ -137,7 +137,10 @@ impl<'a> HostRange<'a> {
             // dropped, the entries outlive the borrow, and that is still sound: no safe work on
             // the bytes is left in flight (safe copies and launches that name them complete
             // before they return), an import pins its pages on a GPU (later copies through it
-            // reach those, not freed memory), and overlapping registrations are refused.
+            // reach those, not freed memory), and overlapping registrations are refused. Sound,
+            // not useful: new memory at those addresses then copies through the stale import,
+            // so on a GPU its bytes are the old pinned pages' (wrong bytes, never freed memory),
+            // as `Registration`'s forget docs say.
             let o = unsafe { super::register_entry(d, addr, buf.len(), true) }?;
             undo.done.push((*d).clone());
             owners.push(o);

@@ -477,7 +477,10 @@ impl RecordedCopy {
     ///   ticket done (`0` pending), an `unregister`/`free_pinned` of the bytes returned, or the
     ///   device was destroyed. ([`RecordedCopy::is_complete`] returning `true` on one thread
     ///   says the same: vkhost reports completion only once none of its calls on the semaphore
-    ///   runs on any thread, and makes none after.)
+    ///   runs on any thread, and makes none after.) "The device was destroyed" is for devices
+    ///   vkhost borrows: on one it owns (`Device::open*`, `from_raw` owned), the semaphore, pool
+    ///   and command buffers are objects of the VkDevice that `Device::destroy` (or the last
+    ///   handle's drop) destroys, so destroy them before it, after one of the other two.
     /// - The submission is made (or the value signalled some other way): until vkhost observes
     ///   it, whatever waits for this ticket waits (an `unregister` or a guard's drop over its
     ///   bytes, `Device::destroy` and the last handle's drop), saying so in the log every 10 s.
@@ -560,7 +563,9 @@ impl RecordedCopy {
     ///   call [`reap_recorded`] after your own wait and before `vkResetFences` (it must report
     ///   this ticket done; or [`RecordedCopy::is_complete`] returned `true`, which vkhost says
     ///   only once none of its calls on the fence runs on any thread), or let an
-    ///   `unregister`/`free_pinned` of the bytes or the device's destroy return first.
+    ///   `unregister`/`free_pinned` of the bytes or the device's destroy return first. (On a
+    ///   device vkhost owns, the fence, pool and command buffers are objects of the VkDevice
+    ///   `Device::destroy` destroys: destroy them before it, after one of the others.)
     ///
     /// # Example
     ///

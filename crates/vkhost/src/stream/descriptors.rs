@@ -12,8 +12,8 @@
 
 use super::inner::{State, StreamInner};
 use crate::device::Live;
-use crate::fault::{self, Point};
 use crate::error::{Error, Result};
+use crate::fault::{self, Point};
 use ash::vk;
 
 /// Sets per pool: a batch holds at most 512 commands (`batch::BATCH_CMDS`), so a busy batch
