@@ -984,7 +984,8 @@ pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guard
 
 /// The buffer and byte offset that address `[ptr, ptr+len)` on `dev`, when a live registration
 /// or pinned block covers all of it (its rounded import or its block). `None` otherwise, and
-/// after the device was destroyed.
+/// after the device was destroyed. A zero-length range is looked up as the byte at `ptr`: it
+/// is found where that byte is covered (one past an import's last byte is not).
 ///
 /// # Example
 ///
