@@ -1160,3 +1160,31 @@ fn a_raw_binding_over_two_registrations_of_one_page_is_refused() {
     host::unregister(&d, unsafe { base.add(48) }).unwrap();
     assert_eq!(d.validation_errors(), 0);
 }
+
+/// Zero-length built-in calls do nothing and answer `Ok` wherever the empty range points: an
+/// empty `Vec`'s dangling pointer (address 1) or an empty slice off a 4-byte boundary was
+/// refused as unaligned, while the same call over an empty device range succeeded (audit).
+#[test]
+fn empty_builtin_calls_do_nothing_wherever_they_point() {
+    let d = device().unwrap();
+    let s = d.stream_on(QueueKind::Compute).unwrap();
+    let g = d.alloc_buffer(64).unwrap();
+    g.write(0, &[0x5A; 64]).unwrap();
+    let mut empty: Vec<u8> = Vec::new();
+    let words = [0u32; 4];
+    // SAFETY: 16 bytes of a live array of u32, read only.
+    let bytes = unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), 16) };
+    s.fill_u32(Binding::HostMut(&mut empty), 1).unwrap();
+    s.fill_u32(Binding::Device(&g, 5, 0), 1).unwrap();
+    assert_eq!(s.checksum(Binding::Host(&[])).unwrap(), checksum_cpu(&[]));
+    assert_eq!(s.checksum(Binding::Host(&bytes[5..5])).unwrap(), 0);
+    s.copy_sm(Binding::Host(&bytes[3..3]), Binding::Device(&g, 7, 0)).unwrap();
+    s.copy_sm(Binding::Host(&[]), Binding::HostMut(&mut empty)).unwrap();
+    s.synchronize().unwrap();
+    let mut back = [0u8; 64];
+    g.read(0, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 0x5A), "an empty call wrote bytes");
+    // Still refused: a non-empty unaligned range, and an empty one past the buffer's end.
+    assert!(matches!(s.checksum(Binding::Host(&bytes[1..5])), Err(Error::InvalidArgument { .. })));
+    assert!(s.fill_u32(Binding::Device(&g, 68, 0), 1).is_err());
+}

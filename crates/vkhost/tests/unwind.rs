@@ -24,7 +24,10 @@ fn small_pieces() -> OpenOptions {
 }
 
 // ---- a user logger that can be told to panic (a panicking user callback) ----
-thread_local! { static PANIC_ON_ERROR: StdCell<bool> = const { StdCell::new(false) }; }
+thread_local! {
+    static PANIC_ON_ERROR: StdCell<bool> = const { StdCell::new(false) };
+    static PANIC_ON_WARN: StdCell<bool> = const { StdCell::new(false) };
+}
 struct PanicLogger;
 impl log::Log for PanicLogger {
     fn enabled(&self, _: &log::Metadata) -> bool {
@@ -33,6 +36,10 @@ impl log::Log for PanicLogger {
     fn log(&self, r: &log::Record) {
         if r.level() <= log::Level::Error && PANIC_ON_ERROR.with(|p| p.get()) {
             PANIC_ON_ERROR.with(|p| p.set(false));
+            panic!("user logger panicked on: {}", r.args());
+        }
+        if r.level() <= log::Level::Warn && PANIC_ON_WARN.with(|p| p.get()) {
+            PANIC_ON_WARN.with(|p| p.set(false));
             panic!("user logger panicked on: {}", r.args());
         }
     }
@@ -304,4 +311,44 @@ fn panic_in_a_registrations_wait_for_a_stream_leaves_nothing_in_flight() {
     let _ = d.destroy();
     assert!(r.is_err(), "expected the logger's panic to unwind out of the registration's drop");
     assert_eq!(changed, 0, "{changed} bytes written by the device after the registration's drop unwound");
+}
+
+/// `Device::destroy` whose teardown logs a warning the user's logger panics on (a stream's
+/// last submission fails at shutdown): the panic comes out of `destroy` only after the whole
+/// teardown ran. Before, it cut the teardown short: the other stream's copy into registered
+/// pages went on after `destroy` returned and the registration's drop (168 of 256 MiB written
+/// afterwards, found by an audit), and every object of the device stayed alive for good.
+#[test]
+fn a_panic_out_of_a_teardown_step_leaves_no_work_running_and_no_object() {
+    use vkhost::fault::{self, Point};
+    warm_up_panics();
+    let d = dev_with(opts());
+    let n = 256 << 20;
+    let (gpu, m) = source_and_pages(&d, n);
+    // Created first, torn down first: its shutdown's submission fails and logs.
+    let failing = d.stream().unwrap();
+    let copying = d.stream().unwrap();
+    // SAFETY: as in `panic_in_a_sync_reads_wait_leaves_nothing_in_flight`.
+    let reg = d.register(unsafe { std::slice::from_raw_parts_mut(m.ptr, m.len) }).unwrap();
+    // SAFETY: the registered bytes stay mapped and are not otherwise accessed until the
+    // teardown, which waits for this copy.
+    unsafe { copying.copy_to_host_async(&gpu, 0, reg.as_ptr().cast_mut(), n) }.unwrap();
+    copying.flush().unwrap();
+    failing.fill_async(&gpu, 0, 4096, 9).unwrap(); // recorded, not submitted
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        fault::inject(Point::QueueSubmit, 0, vkhost::vk::Result::ERROR_OUT_OF_HOST_MEMORY);
+        PANIC_ON_WARN.with(|p| p.set(true));
+        d.destroy()
+    }));
+    let fired = fault::disarm();
+    PANIC_ON_WARN.with(|p| p.set(false));
+    drop(reg);
+    let changed = written_after(&m);
+    eprintln!("destroy: {:?}, fault fired: {fired}", r.as_ref().map_err(|_| "panicked"));
+    assert!(r.is_err() && fired, "expected the logger's panic to come out of destroy");
+    assert_eq!(changed, 0, "{changed} bytes written by the device after destroy and the registration's drop");
+    assert!(d.is_destroyed());
+    drop((failing, copying, gpu));
+    assert_eq!(d.live_objects(), vkhost::LiveObjects::default(), "objects left by the teardown");
+    assert_eq!(d.destroy(), Ok(()));
 }

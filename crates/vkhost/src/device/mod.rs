@@ -1112,26 +1112,39 @@ impl Shared {
     /// Tears down everything the device owns, in reverse order of creation. In a forked child
     /// it only forgets `live`: no Vulkan call, no drop of the loader or the handles, no logging
     /// (another thread of the parent may have held the logger's lock at the fork).
-    fn teardown(&self, live: Live) {
+    ///
+    /// Every step runs even if one panics (a user's logger that panics on a warning a step
+    /// logs, as a stream's shutdown does when its last submission fails): a teardown cut short
+    /// by the first panic left streams' work running on the device after `destroy` returned
+    /// and every object alive. The first panic is returned, for `destroy` to resume once the
+    /// device is gone; the last handle's drop discards it (a drop does not panic).
+    fn teardown(&self, live: Live) -> Option<object::Panic> {
+        use object::step;
         // Before anything is released: `host::find` answers None from here on.
         self.gone.store(true, Ordering::Release);
         if self.forked() {
             std::mem::forget(live);
-            return;
+            return None;
         }
+        let mut first = None;
         // Every child, held until its last phase ran (see `live_children`).
         let kids = self.live_children();
         // Work first: streams submit what they recorded, wait, reap (dropping the owners their
         // batches held), complete pageable d2h copies; on a borrowed device, the caller's
         // recorded copies are waited for through their completion hooks.
-        self.teardown_children(&kids, &live, object::phase::WORK);
+        self.teardown_children(&kids, &live, object::phase::WORK, &mut first);
+        // Then the queues idle, whatever the WORK steps did (a step cut short by a panic may
+        // not have waited for its stream): each wait comes before anything it logs.
         if live.owns_device {
             // SAFETY: the device is valid and vkhost's to destroy: no one else submits to any of
             // its queues now (a device from `from_raw` with `Owned` is handed over for good);
             // a lost device returns an error, which changes nothing here.
-            if let Err(e) = unsafe { live.device.device_wait_idle() } {
-                log::warn!("{}: vkDeviceWaitIdle at destroy: {e:?}", self.id);
-            }
+            let r = unsafe { live.device.device_wait_idle() };
+            step(&mut first, || {
+                if let Err(e) = r {
+                    log::warn!("{}: vkDeviceWaitIdle at destroy: {e:?}", self.id);
+                }
+            });
         } else {
             // The caller's device (`from_raw` with `Borrowed`): not vkDeviceWaitIdle, which needs
             // every VkQueue of the device externally synchronized, and the caller may be
@@ -1142,38 +1155,46 @@ impl Shared {
                 let g = lock(&q.raw);
                 // SAFETY: the queue is the device's and held under its lock (externally
                 // synchronized); a lost device returns an error, which changes nothing here.
-                if let Err(e) = unsafe { live.device.queue_wait_idle(*g) } {
-                    log::warn!("{}: vkQueueWaitIdle at destroy: {e:?}", self.id);
-                }
+                let r = unsafe { live.device.queue_wait_idle(*g) };
+                drop(g);
+                step(&mut first, || {
+                    if let Err(e) = r {
+                        log::warn!("{}: vkQueueWaitIdle at destroy: {e:?}", self.id);
+                    }
+                });
             }
         }
         // Then objects: imports, pinned blocks, device buffers. Owners that outlive the device
         // (registry tombstones, handles) keep inert shells.
-        self.teardown_children(&kids, &live, object::phase::OBJECTS);
+        self.teardown_children(&kids, &live, object::phase::OBJECTS, &mut first);
         // Buffers whose last owner was being dropped on another thread as the children were
         // taken: released here, or queued by that drop for the drains below.
-        self.sweep_slots(&live);
-        self.drain_garbage(&live);
-        self.teardown_children(&kids, &live, object::phase::SYNC);
+        step(&mut first, || self.sweep_slots(&live));
+        step(&mut first, || self.drain_garbage(&live));
+        self.teardown_children(&kids, &live, object::phase::SYNC, &mut first);
         // Released: their drops find nothing left to release (streams' semaphores are out of
         // `stream_semaphores`, buffers' memory taken).
-        drop(kids);
-        self.destroy_deferred(&live);
+        step(&mut first, || drop(kids));
+        step(&mut first, || self.destroy_deferred(&live));
         for ctx in &live.copy_ctxs {
-            if let Some(c) = lock(ctx).take() {
-                // SAFETY: the device is idle; the context is destroyed once.
-                unsafe { c.destroy(self, &live) };
-            }
+            step(&mut first, || {
+                if let Some(c) = lock(ctx).take() {
+                    // SAFETY: the device is idle; the context is destroyed once.
+                    unsafe { c.destroy(self, &live) };
+                }
+            });
         }
         // Owners other threads dropped while this teardown ran queued their objects (they could
         // not take the device lock): release them too, last, before the device goes.
-        self.drain_garbage(&live);
-        self.destroy_deferred(&live);
-        self.destroy_stream_semaphores(&live);
-        let left = self.objects.snapshot();
-        if left != LiveObjects::default() {
-            log::warn!("{}: objects still counted at destroy: {left:?}", self.id);
-        }
+        step(&mut first, || self.drain_garbage(&live));
+        step(&mut first, || self.destroy_deferred(&live));
+        step(&mut first, || self.destroy_stream_semaphores(&live));
+        step(&mut first, || {
+            let left = self.objects.snapshot();
+            if left != LiveObjects::default() {
+                log::warn!("{}: objects still counted at destroy: {left:?}", self.id);
+            }
+        });
         if live.owns_device {
             // SAFETY: every child object was destroyed above and the device is idle.
             unsafe { live.device.destroy_device(None) };
@@ -1182,7 +1203,8 @@ impl Shared {
                 unsafe { parts.destroy() };
             }
         }
-        log::debug!("{}: destroyed", self.id);
+        step(&mut first, || log::debug!("{}: destroyed", self.id));
+        first
     }
 }
 
@@ -1248,7 +1270,8 @@ impl Drop for Shared {
         }
         let live = self.live.get_mut().unwrap_or_else(PoisonError::into_inner).take();
         if let Some(live) = live {
-            self.teardown(live);
+            // A panic out of a step (a user's logger) is not resumed here: a drop does not panic.
+            drop(self.teardown(live));
         }
         // The owners go last (field drop order), after every vkhost object of the device.
     }
@@ -2455,7 +2478,7 @@ impl Device {
         if self.shared.forked() {
             if let Ok(mut g) = self.shared.live.try_write() {
                 if let Some(live) = g.take() {
-                    self.shared.teardown(live); // forgets, see teardown
+                    drop(self.shared.teardown(live)); // forgets, see teardown
                 }
             }
             return Ok(());
@@ -2475,8 +2498,11 @@ impl Device {
         if g.is_some() && h > 0 {
             return Err(Error::Busy { reason: format!("{h} DeviceHold(s) of this device still live") });
         }
-        if let Some(live) = g.take() {
-            self.shared.teardown(live);
+        let panicked = g.take().and_then(|live| self.shared.teardown(live));
+        drop(g);
+        if let Some(p) = panicked {
+            // The device is gone, every step ran: now the panic (a user's logger's) goes on.
+            std::panic::resume_unwind(p);
         }
         Ok(())
     }

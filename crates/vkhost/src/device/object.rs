@@ -24,6 +24,18 @@ use ash::vk;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
+/// A panic caught in a teardown step, resumed once the whole teardown ran.
+pub(crate) type Panic = Box<dyn std::any::Any + Send>;
+
+/// Runs one step of a teardown and keeps the first panic out of it (a user's logger that
+/// panics on a line the step logs): the remaining steps still run, so no panic leaves the
+/// device's work running or its objects alive.
+pub(crate) fn step(first: &mut Option<Panic>, f: impl FnOnce()) {
+    if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        first.get_or_insert(p);
+    }
+}
+
 /// Teardown phases, in order.
 pub(crate) mod phase {
     /// Finish work: streams submit what they recorded, wait, reap.
@@ -382,9 +394,11 @@ impl Shared {
     }
 
     /// Runs teardown `phase` on `kids` (see [`Shared::live_children`]).
-    pub(crate) fn teardown_children(&self, kids: &[Arc<dyn Child>], l: &Live, phase: u8) {
+    /// Each child's step runs even when an earlier one panicked (a user's logger panicking on a
+    /// line the step logs); the first panic is kept in `first` for the end of the teardown.
+    pub(crate) fn teardown_children(&self, kids: &[Arc<dyn Child>], l: &Live, phase: u8, first: &mut Option<Panic>) {
         for k in kids {
-            k.teardown(self, l, phase);
+            step(first, || k.teardown(self, l, phase));
         }
     }
 }

@@ -406,18 +406,23 @@ impl StreamInner {
         let Ok(q) = pick_queue(l, self.queue_kind, self.queue_index) else { return };
         let g = lock(&q.raw);
         // SAFETY: the queue is externally synchronized by its lock.
-        if let Err(c) = unsafe { l.device.queue_wait_idle(*g) } {
+        let r = unsafe { l.device.queue_wait_idle(*g) };
+        drop(g);
+        if let Err(c) = r {
             log::warn!("{}: vkQueueWaitIdle: {c:?}", self.shared.id);
         }
     }
 
-    /// Synchronizes and destroys the stream's objects (stream drop, device destroy).
+    /// Synchronizes and destroys the stream's objects (stream drop, device destroy). What it has
+    /// to say is logged at the end, once everything is done: a user's logger that panics on
+    /// the warning can cut nothing short (the queue wait, the objects' release).
     pub(crate) fn shutdown(&self, l: &Live) {
         let s = &*self.shared;
         let mut st = relock(&self.state);
         if st.dead {
             return;
         }
+        let mut say = Vec::new();
         let r = self.flush(l, &mut st).and_then(|()| self.wait_sem(l, signalled(&st, st.submitted)));
         match r {
             Ok(()) => {
@@ -427,13 +432,13 @@ impl StreamInner {
                 }
             }
             Err(e) => {
-                log::warn!("{}: stream shutdown: {e}; waiting for the queue to go idle", s.id);
                 self.queue_idle(l);
+                say.push(format!("{}: stream shutdown: {e}; waited for the queue to go idle", s.id));
                 // Whether their batches ran cannot be told: the copy-outs are not run, and their
                 // guards say so (an event waited after this drop answers the error, not `Ok`).
                 let n = cancel_where(&mut st, |_| true, &e);
                 if n > 0 {
-                    log::warn!("{}: {n} pageable d2h copies cancelled at shutdown", s.id);
+                    say.push(format!("{}: {n} pageable d2h copies cancelled at shutdown", s.id));
                 }
             }
         }
@@ -457,6 +462,10 @@ impl StreamInner {
         cancel_where(&mut st, |_| true, &Error::DeviceDestroyed);
         st.wait_on.clear();
         st.waits.clear();
+        drop(st);
+        for line in say {
+            log::warn!("{line}");
+        }
     }
 }
 
