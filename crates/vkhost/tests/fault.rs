@@ -262,7 +262,7 @@ fn fault_launches_with_descriptor_sets() {
 #[test]
 fn failing_probe_disables_registration() {
     init_log();
-    inject(Point::GetMemoryHostPointerProperties, 0, vk::Result::ERROR_OUT_OF_HOST_MEMORY);
+    inject(Point::GetMemoryHostPointerProperties, 0, vk::Result::ERROR_INVALID_EXTERNAL_HANDLE);
     let d = Device::open_default_with(&opts()).unwrap();
     assert!(disarm(), "the probe never queried the host pointer");
     let why = d.host_registration().unwrap_err();
@@ -279,6 +279,32 @@ fn failing_probe_disables_registration() {
     drop(buf);
     d.destroy().unwrap();
     assert_eq!(d.validation_errors(), 0);
+}
+
+/// A probe that runs out of memory at open proves nothing about imports: registration stays
+/// available and the next `register` runs the probe again (one such failure turned
+/// registration off for the device's whole life, as "import probe failed"; found by an audit).
+#[test]
+fn a_probe_out_of_memory_at_open_runs_again_at_the_next_registration() {
+    init_log();
+    for point in [Point::CreateCommandPool, Point::GetMemoryHostPointerProperties, Point::AllocateMemory] {
+        inject(point, 0, vk::Result::ERROR_OUT_OF_HOST_MEMORY);
+        let d = Device::open_default_with(&opts()).unwrap();
+        assert!(disarm(), "{point:?}: the probe never reached it");
+        assert_eq!(d.import_probe(), None, "{point:?}: no verdict yet");
+        assert!(d.host_registration().is_ok(), "{point:?}: {:?}", d.host_registration());
+        let mut v = vec![1u8; 8192];
+        // SAFETY: `v` outlives the registration (unregistered below).
+        unsafe { host::register(&d, v.as_mut_ptr(), v.len()) }.unwrap();
+        assert!(matches!(d.import_probe(), Some(Ok(_))), "{point:?}: the registration ran the probe: {:?}", d.import_probe());
+        let buf = d.alloc_buffer(8192).unwrap();
+        buf.write(0, &v).unwrap();
+        assert_eq!(host::device_stats(&d).direct_bytes, 8192, "{point:?}: the write went direct");
+        host::unregister(&d, v.as_mut_ptr()).unwrap();
+        drop(buf);
+        d.destroy().unwrap();
+        assert_eq!(d.validation_errors(), 0);
+    }
 }
 
 /// A device lost while `open` probes it is no open device: `open` answers `DeviceLost` (it

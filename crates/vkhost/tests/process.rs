@@ -376,12 +376,18 @@ fn a_forked_child_never_waits_on_the_parents_stream_locks() {
 /// Outside a process of its own (`VKHOST_TEST_ALONE` unset): runs the test `name` again in one,
 /// asserts it passed and returns its output (the caller returns). `None` in that process.
 fn rerun_alone(name: &str) -> Option<String> {
+    rerun_alone_with(name, &[])
+}
+
+/// [`rerun_alone`], with `env` set in that process.
+fn rerun_alone_with(name: &str, env: &[(&str, &std::ffi::OsStr)]) -> Option<String> {
     if std::env::var("VKHOST_TEST_ALONE").is_ok() {
         return None;
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([name, "--exact", "--test-threads", "1", "--nocapture"])
         .env("VKHOST_TEST_ALONE", "1")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -426,6 +432,25 @@ fn tombstones_of_a_device_nobody_can_name_leave_the_registry() {
         assert_eq!(host::stats().tombstones, 0, "round {k}: listing an entry dropped the unnamed device's tombstones");
         host::free_pinned(&next, b).unwrap();
     }
+}
+
+/// Malformed environment variables are reported, not read as unset or as "off": a value that is
+/// not UTF-8 made `VKHOST_DEVICE` open the default device and the other variables fall back
+/// silently, and `VKHOST_VALIDATION` took only exact words, silently (" 1" left validation off;
+/// found by an audit).
+#[test]
+fn malformed_environment_variables_are_reported() {
+    use std::os::unix::ffi::OsStrExt;
+    let bad = std::ffi::OsStr::from_bytes(b"1\xff");
+    let env = [("VKHOST_DEVICE", bad), ("VKHOST_VALIDATION", std::ffi::OsStr::new(" on ")), ("VKHOST_STAGING_SLOTS", bad)];
+    if rerun_alone_with("malformed_environment_variables_are_reported", &env).is_some() {
+        return;
+    }
+    let e = Device::open_default().map(drop).unwrap_err();
+    assert!(matches!(e, vkhost::Error::InvalidArgument { ref reason } if reason.contains("VKHOST_DEVICE")), "{e:?}");
+    let o = vkhost::OpenOptions::default();
+    assert!(o.validation, "VKHOST_VALIDATION=\" on \" is on");
+    assert_eq!(o.staging_slots, 3, "a malformed VKHOST_STAGING_SLOTS leaves the default");
 }
 
 /// A forked child opens and uses a device of its own even when a parent thread held one of

@@ -54,9 +54,10 @@ pub(crate) struct ValidationCounts {
     pub last_error: std::sync::Mutex<Option<String>>,
 }
 
-/// Whether `VKHOST_VALIDATION=1` asks for the Khronos validation layer.
+/// Whether `VKHOST_VALIDATION` (1, true or on; 0, false or off, the default) asks for the
+/// Khronos validation layer. Any other value warns and leaves it off, as the other variables do.
 pub(crate) fn validation_requested() -> bool {
-    matches!(std::env::var("VKHOST_VALIDATION").as_deref(), Ok("1") | Ok("true") | Ok("on"))
+    matches!(super::env_word("VKHOST_VALIDATION", &["1", "true", "on", "0", "false", "off"]), Some("1" | "true" | "on"))
 }
 
 /// An instance, and its messenger when validation is on.

@@ -552,8 +552,14 @@ impl OpenOptions {
 }
 
 /// A number from the environment (`None` when unset or not a number: the default applies).
+/// An environment variable's value; one that is not UTF-8 is taken lossily (so that it is
+/// reported as malformed, not read as unset).
+fn env_text(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+}
+
 fn env_usize(name: &str) -> Option<usize> {
-    let v = std::env::var(name).ok()?;
+    let v = env_text(name)?;
     let n = v.trim().parse().ok();
     if n.is_none() {
         log::warn!("{name}={v:?} is not a whole number: ignored, the default applies");
@@ -563,8 +569,8 @@ fn env_usize(name: &str) -> Option<usize> {
 
 /// The word an environment variable holds, warning (and answering `None`, the default) when it
 /// is set to none of `known`.
-fn env_word(name: &str, known: &[&'static str]) -> Option<&'static str> {
-    let v = std::env::var(name).ok()?;
+pub(crate) fn env_word(name: &str, known: &[&'static str]) -> Option<&'static str> {
+    let v = env_text(name)?;
     let w = known.iter().copied().find(|k| *k == v.trim());
     if w.is_none() {
         log::warn!("{name}={v:?} is not one of {known:?}: ignored, the default applies");
@@ -867,6 +873,10 @@ pub(crate) struct Shared {
     pub probe: std::sync::OnceLock<std::result::Result<usize, String>>,
     /// True while the probe runs at open: its copies are not the user's traffic.
     pub probing: AtomicBool,
+    /// Set when the probe could not finish for a reason that may pass (out of memory): the next
+    /// registration runs it again (`host::register_entry`), and meanwhile registration is not
+    /// refused for it.
+    pub probe_retry: AtomicBool,
     /// Set by the host layer once an import of vkhost's own memory for a pinned block was
     /// refused in a way that recurs (`Unsupported`: another memory type than the pinned
     /// ranking's; the driver refusing anonymous memory): later blocks go straight to the driver,
@@ -1617,7 +1627,7 @@ impl Device {
     /// # Ok(()) }
     /// ```
     pub fn open_default_with(opts: &OpenOptions) -> Result<Device> {
-        if let Ok(v) = std::env::var("VKHOST_DEVICE") {
+        if let Some(v) = env_text("VKHOST_DEVICE") {
             let idx = v.trim().parse::<usize>().map_err(|_| Error::invalid(format!("VKHOST_DEVICE={v:?} is not an index")))?;
             return Self::open_with(idx, opts);
         }
@@ -1808,6 +1818,7 @@ impl Device {
                 stream_semaphores: Mutex::new(StreamSemaphores::default()),
                 probe: std::sync::OnceLock::new(),
                 probing: AtomicBool::new(false),
+                probe_retry: AtomicBool::new(false),
                 own_memory_refused: AtomicBool::new(false),
                 pipelines: Arc::new(pipeline::PipelineCache::new(max_pipelines, mode)),
                 copy_choice: queues::Choice::new(queues::CopyQueues::fixed(QueueKind::Copy)),
@@ -1925,7 +1936,12 @@ impl Device {
     /// Proves registration with a real import of one page: register, a device round trip of a
     /// pattern in both directions, unregister. Until then VK_EXT_external_memory_host is only
     /// advertised. Skipped when the facts or the policy already rule registration out.
-    fn probe_registration(&self) {
+    ///
+    /// A failure that may pass (out of host or device memory, in the probe's own import, copy
+    /// context or buffer) is no verdict: registration stays available, unproven, and the next
+    /// `register` runs the probe again. Before, one such failure at open turned registration
+    /// off for the device's whole life, blaming imports (found by an audit).
+    pub(crate) fn probe_registration(&self) {
         let s = &self.shared;
         if s.options.import == ImportPolicy::Never || s.info.host_registration().is_err() {
             return;
@@ -1933,10 +1949,17 @@ impl Device {
         s.probing.store(true, Ordering::Relaxed);
         let verdict = crate::host::probe(self);
         s.probing.store(false, Ordering::Relaxed);
-        if let Err(why) = &verdict {
-            log::warn!("{}: host registration disabled, import probe failed: {why}", s.id);
+        match verdict {
+            Ok(g) => drop(s.probe.set(Ok(g))),
+            Err((why, true)) => {
+                s.probe_retry.store(true, Ordering::Release);
+                log::warn!("{}: the import probe could not finish ({why}); it runs again at the next registration", s.id);
+            }
+            Err((why, false)) => {
+                log::warn!("{}: host registration disabled, import probe failed: {why}", s.id);
+                let _ = s.probe.set(Err(why));
+            }
         }
-        let _ = s.probe.set(verdict);
     }
 
     /// Wraps a VkDevice created elsewhere.
@@ -2607,8 +2630,9 @@ impl Device {
         self.shared.registration()
     }
 
-    /// The import probe's verdict from open: `None` when it did not run (policy, or the device
-    /// cannot import at all), else `Ok(granule)` or what failed.
+    /// The import probe's verdict: `None` when it did not run (policy, or the device cannot
+    /// import at all) or could not finish for a reason that may pass (out of memory: it runs
+    /// again at the next registration), else `Ok(granule)` or what failed.
     ///
     /// # Example
     ///
@@ -2616,7 +2640,7 @@ impl Device {
     /// # fn main() -> vkhost::Result<()> {
     /// let dev = vkhost::Device::open_default()?;
     /// match dev.import_probe() {
-    ///     None => assert!(dev.host_registration().is_err()), // ruled out before any probe
+    ///     None => println!("no verdict: ruled out before any probe, or to be run again"),
     ///     Some(Ok(_)) => assert!(dev.host_registration().is_ok()),
     ///     Some(Err(why)) => println!("the driver advertises imports but the probe failed: {why}"),
     /// }

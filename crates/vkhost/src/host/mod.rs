@@ -935,6 +935,11 @@ pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guard
     if s.options.import == crate::device::ImportPolicy::Never {
         return Err(Error::unsupported("imports disabled by policy"));
     }
+    // The probe could not finish at open (out of memory): run it now, once per failure. Its own
+    // `register` of the probe page comes back here with the flag already cleared.
+    if s.probe_retry.swap(false, Ordering::AcqRel) {
+        dev.probe_registration();
+    }
     let granule = s.registration().map_err(Error::unsupported)?;
     if addr == 0 {
         return Err(Error::invalid("null pointer"));
@@ -1461,12 +1466,20 @@ fn thread_hint() -> usize {
 
 /// The import probe run at open (see `Device::host_registration`): one page registered, a
 /// pattern copied to the device and back through it, unregistered (a borrowed device without
-/// queues only registers and unregisters). `Err` says what failed.
-pub(crate) fn probe(dev: &Device) -> std::result::Result<usize, String> {
+/// queues only registers and unregisters). `Err` says what failed, and whether that may pass
+/// (`true`: out of host or device memory), so that it proves nothing about imports.
+pub(crate) fn probe(dev: &Device) -> std::result::Result<usize, (String, bool)> {
     let page = page_size();
-    let granule = dev.shared.info.host_registration()?;
-    maps::with_probe_page(page, |p| {
-        let fail = |what: &str, e: Error| Error::unsupported(format!("{what}: {e}"));
+    let granule = dev.shared.info.host_registration().map_err(|why| (why, false))?;
+    // Whether the failure may pass, kept beside the message the error carries.
+    let transient = std::cell::Cell::new(false);
+    let r = maps::with_probe_page(page, |p| {
+        let fail = |what: &str, e: Error| {
+            if matches!(e, Error::OutOfHostMemory | Error::OutOfDeviceMemory) {
+                transient.set(true);
+            }
+            Error::unsupported(format!("{what}: {e}"))
+        };
         // SAFETY: the probe page is mapped read-write until with_probe_page returns, after the
         // unregister below.
         unsafe { register(dev, p, page) }.map_err(|e| fail("register", e))?;
@@ -1502,11 +1515,15 @@ pub(crate) fn probe(dev: &Device) -> std::result::Result<usize, String> {
         let u = unregister(dev, p);
         r?;
         u.map_err(|e| fail("unregister", e))
-    })
-    .map(|()| granule)
-    .map_err(|e| match e {
-        Error::Unsupported { reason } => reason,
-        e => e.to_string(),
+    });
+    r.map(|()| granule).map_err(|e| {
+        // The probe page's own mapping failing is out of host memory too.
+        let transient = transient.get() || matches!(e, Error::OutOfHostMemory);
+        let why = match e {
+            Error::Unsupported { reason } => reason,
+            e => e.to_string(),
+        };
+        (why, transient)
     })
 }
 
