@@ -768,3 +768,144 @@ fn plot_leaves_out_values_too_large_for_the_axis() {
         let _ = std::fs::remove_file(&svg);
     }
 }
+
+// ---- found by an audit of the CLI against docs/BENCH.md; each failed on the code before ----
+
+fn show(o: &std::process::Output) -> String {
+    format!("status {:?}\n{}\n{}", o.status, String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn json_of(p: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).expect("JSON")
+}
+
+/// `--hugepages` advises the pageable path's memory too, as documented (it advised only the
+/// registered path's).
+#[test]
+fn hugepages_advise_the_pageable_paths_memory() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("skipped: strace is not installed (it counts the madvise calls)");
+        return;
+    }
+    let o = Command::new("strace")
+        .args(["-f", "-e", "trace=madvise", env!("CARGO_BIN_EXE_vkhost"), "bench", "--quick", "--sizes", "4M", "--hugepages", "-t"])
+        .arg("host_to_device_pageable_ce")
+        .env_remove("VKHOST_DEVICE")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", show(&o));
+    let n = String::from_utf8_lossy(&o.stderr).matches("MADV_HUGEPAGE").count();
+    assert!(n >= 2, "--hugepages: the pageable path's two buffers advised {n} times");
+}
+
+/// The pageable rows' CPU cost counts the timed copies only: the untimed `--flush-cache` writes
+/// made it dozens of cores on a 2-CPU machine.
+#[test]
+fn flush_cache_is_not_counted_as_copy_cpu() {
+    let j = tmp("flush-cpu.json");
+    let o =
+        vkhost(&["bench", "--quick", "--sizes", "4K", "-t", "host_to_device_pageable_ce", "--flush-cache", "--json", j.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", show(&o));
+    let cpus = std::thread::available_parallelism().unwrap().get() as f64;
+    let cores = json_of(&j)["results"][0]["extra"]["cpu_cores"].as_f64().unwrap();
+    assert!(cores <= cpus * 1.1, "cpu_cores {cores:.1} on a machine with {cpus} CPUs");
+}
+
+/// Two outputs through a symbolic link to one file are refused, as two names of it are.
+#[test]
+fn outputs_through_a_symlink_are_one_file() {
+    let (a, l) = (tmp("same.json"), tmp("same-link.json"));
+    std::fs::write(&a, "{}").unwrap();
+    std::os::unix::fs::symlink(&a, &l).unwrap();
+    let o = vkhost(&[
+        "bench",
+        "--quick",
+        "--sizes",
+        "4K",
+        "-t",
+        "host_to_device_ce",
+        "--json",
+        a.to_str().unwrap(),
+        "--csv",
+        l.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("same file"), "{}", show(&o));
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "{}", "nothing written");
+    let _ = std::fs::remove_file(&l);
+}
+
+/// A huge `--iters` with a small budget measures within the budget (every point preallocated
+/// `iters` samples: 4294967295 aborted the process).
+#[test]
+fn huge_iters_within_a_budget_do_not_abort() {
+    let o = vkhost(&["bench", "--sizes", "4K", "-t", "host_to_device_ce", "--iters", "4294967295", "--budget", "0.01"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+}
+
+/// A size named twice is measured once (it gave two points of one identity, which `--compare`
+/// then matched to one old point), and `--quick` keeps to `--max-size`.
+#[test]
+fn sizes_are_measured_once_and_quick_keeps_to_max_size() {
+    let j = tmp("dup.json");
+    let o = vkhost(&["bench", "--quick", "--sizes", "4K,64K,4K", "-t", "host_to_device_ce", "--json", j.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", show(&o));
+    let v = json_of(&j);
+    assert_eq!(v["run"]["sizes"], serde_json::json!([4096, 65536]));
+    assert_eq!(v["results"].as_array().unwrap().len(), 2);
+    let o = vkhost(&["bench", "--quick", "--max-size", "64K", "-t", "host_to_device_ce", "--json", j.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", show(&o));
+    assert_eq!(json_of(&j)["run"]["sizes"], serde_json::json!([4096, 65536]), "--quick --max-size 64K");
+}
+
+/// The costs stop when `--budget` runs out, as every point does (they ran every `--iters`).
+#[test]
+fn costs_respect_the_budget() {
+    let j = tmp("costs-budget.json");
+    let o = vkhost(&["bench", "-t", "costs", "--sizes", "16M", "--iters", "50", "--budget", "0.001", "--json", j.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", show(&o));
+    let v = json_of(&j);
+    let costs: Vec<&Value> = v["results"].as_array().unwrap().iter().filter(|r| r["kind"] == "cost").collect();
+    assert!(costs.len() >= 4, "register, unregister, alloc_pinned, free_pinned: {costs:?}");
+    for r in costs {
+        assert!(r["iters"].as_u64().unwrap() < 50, "budget 0.001 s, {} ran {} iterations", r["dir"], r["iters"]);
+    }
+}
+
+/// Without registration, `vkhost check` leaves the registered kernel cases out of the count
+/// and says so (they passed without running).
+#[test]
+fn check_does_not_pass_kernel_cases_it_cannot_run() {
+    let o =
+        Command::new(env!("CARGO_BIN_EXE_vkhost")).arg("check").env_remove("VKHOST_DEVICE").env("VKHOST_IMPORT", "never").output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{}", show(&o));
+    let rows: Vec<&str> = text.lines().filter(|l| l.contains("kernels, ")).collect();
+    assert!(!rows.is_empty(), "{text}");
+    for row in rows {
+        assert!(row.contains("registered: skipped") && row.contains("36/36"), "{row}");
+    }
+}
+
+/// Bar reads over `--bar-read-cap` are said in the run's notes (only stderr said so).
+#[test]
+fn bar_reads_skipped_by_the_cap_are_in_the_notes() {
+    let j = tmp("bar-cap.json");
+    let o = vkhost(&["bench", "--quick", "--sizes", "4K,8M", "-t", "device_to_host_bar", "--json", j.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", show(&o));
+    let notes = json_of(&j)["run"]["notes"].to_string();
+    assert!(notes.contains("8M skipped, over --bar-read-cap 4M"), "{notes}");
+}
+
+/// The latency testcases time at least 50 copies per size whatever `--budget` says.
+#[test]
+fn latency_keeps_its_fifty_copies_under_a_tiny_budget() {
+    let j = tmp("lat-budget.json");
+    let o = vkhost(&["bench", "-t", "latency_host_to_device", "--budget", "0", "--iters", "5", "--json", j.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", show(&o));
+    let v = json_of(&j);
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "256 B, 4 KiB, 16 KiB, 64 KiB");
+    for r in rows {
+        assert!(r["iters"].as_u64().unwrap() >= 50, "{} at {}: {} iterations", r["testcase"], r["size"], r["iters"]);
+    }
+}

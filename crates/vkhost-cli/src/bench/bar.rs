@@ -221,6 +221,8 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
     let mut assist: Option<Result<BidirBar>> = None;
     let mut host = vec![1u8; max];
     let mut back = vec![0u8; max.min(cap)];
+    // d2h sizes left out for the cap: said in the run's notes, not only on stderr.
+    let mut over_cap = Vec::new();
     for &size in sizes {
         let n = size as usize;
         for &dir in dirs {
@@ -250,6 +252,7 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
                 continue;
             }
             if dir == DirKind::D2h && n > cap {
+                over_cap.push(size_label(size));
                 cx.pb.inc(1);
                 continue;
             }
@@ -306,6 +309,9 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
     }
     let cap_note = format!("bar: d2h reads capped at {} (--bar-read-cap): on discrete GPUs they run at ~0.03 GB/s", size_label(cap as u64));
     cx.pb.suspend(|| eprintln!("{cap_note}"));
+    if !over_cap.is_empty() {
+        cx.notes.push(format!("bar d2h: {} skipped, over --bar-read-cap {}", over_cap.join(", "), size_label(cap as u64)));
+    }
     Ok(())
 }
 

@@ -22,7 +22,9 @@ pub(super) fn costs(cx: &mut Ctx, sizes: &[u64], notes: &mut Vec<String>) -> Res
         if can_register {
             let mut pages = touched_pages(n, false)?;
             let (mut reg, mut unreg, mut released) = (Vec::new(), Vec::new(), Vec::new());
-            for _ in 0..iters.max(1) {
+            let start = Instant::now();
+            // Up to --iters rounds while within --budget (at least one), as every point.
+            for _ in (0..iters.max(1)).take_while(|&k| k == 0 || start.elapsed() < cx.budget) {
                 let t = Instant::now();
                 // SAFETY: `pages` outlives the unregister below.
                 unsafe { host::register(&dev, pages.slice().as_mut_ptr(), n) }?;
@@ -48,7 +50,8 @@ pub(super) fn costs(cx: &mut Ctx, sizes: &[u64], notes: &mut Vec<String>) -> Res
             }
         }
         let (mut al, mut fr, mut fr_released) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..iters.max(1) {
+        let start = Instant::now();
+        for _ in (0..iters.max(1)).take_while(|&k| k == 0 || start.elapsed() < cx.budget) {
             let t = Instant::now();
             let p = host::alloc_pinned(&dev, n)?;
             al.push(t.elapsed().as_secs_f64());
@@ -132,7 +135,7 @@ pub(super) struct ChildCosts {
 }
 
 /// The `costs` testcase in a process of its own: this executable, `bench -t costs` with the
-/// same sizes, iterations, device and CPUs, writing its points as JSON for this process to read.
+/// same sizes, iterations, budget, device and CPUs, writing its points as JSON for this process to read.
 /// Run before this process opens its device.
 ///
 /// Why (H200, docs/PERFORMANCE.md 2026-12-02): what costs does (allocating and freeing pinned
@@ -143,13 +146,20 @@ pub(super) struct ChildCosts {
 /// but not in a process that opens its device after the churning one exited (`exitchurn` in
 /// scripts/h200-run.sh: 2 of 2 fast). Measured after the copies instead, costs would be those of
 /// a process that just moved ~100 GiB (register 1 GiB 73 ms against 52).
-pub(super) fn in_child(device: Option<usize>, cpu: Option<&str>, sizes: &[u64], iters: usize) -> Result<ChildCosts> {
+pub(super) fn in_child(
+    device: Option<usize>,
+    cpu: Option<&str>,
+    sizes: &[u64],
+    iters: usize,
+    budget: std::time::Duration,
+) -> Result<ChildCosts> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable to run the costs in: {e}"))?;
     let dir = PrivateDir::new()?;
     let out = dir.0.join("costs.json");
     let sizes: Vec<String> = sizes.iter().map(u64::to_string).collect();
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(["bench", "-t", "costs", "--sizes", &sizes.join(","), "--iters", &iters.to_string(), "--json"]).arg(&out);
+    let budget = budget.as_secs_f64().to_string();
+    cmd.args(["bench", "-t", "costs", "--sizes", &sizes.join(","), "--iters", &iters.to_string(), "--budget", &budget, "--json"]).arg(&out);
     // The device this process will open: the same --device, or the same default and
     // VKHOST_DEVICE (inherited).
     if let Some(d) = device {

@@ -139,7 +139,7 @@ pub struct Args {
     /// Sizes, comma-separated: 4K,1M,1G. Default: 4K to --max-size in ×4 steps.
     #[arg(long, value_delimiter = ',')]
     sizes: Option<Vec<String>>,
-    /// Largest size of the default sweep.
+    /// Largest size of the default sweep (and of --quick's).
     #[arg(long, default_value = "1G")]
     max_size: String,
     /// Timed iterations per point after one warm-up (median, mean, stddev, min, max reported),
@@ -234,6 +234,22 @@ pub(crate) fn check_output(what: &str, f: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// Whether `a` and `b` exist and are one file (device and inode), whatever links lead to it.
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => (x.dev(), x.ino()) == (y.dev(), y.ino()),
+        _ => false,
+    }
+}
+
+/// Sizes in the order given, each once: a size named twice would be measured twice, as two
+/// points of one identity (which `--compare` cannot tell apart).
+pub(super) fn unique_sizes(v: Vec<u64>) -> Vec<u64> {
+    let mut seen = std::collections::HashSet::new();
+    v.into_iter().filter(|s| seen.insert(*s)).collect()
+}
+
 /// The real path of `f`'s folder (`.` for a bare name), for telling whether two outputs are one.
 fn real_dir(f: &std::path::Path) -> Option<PathBuf> {
     let dir = f.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
@@ -309,6 +325,8 @@ struct Ctx {
     scratch: (Vec<u8>, Vec<u8>),
     /// `--bar-threads`.
     bar_threads: usize,
+    /// Notes a testcase makes on the way (what it skipped and why), for the run's `notes`.
+    notes: Vec<String>,
 }
 
 /// Writes every byte of `buf` (a buffer larger than the LLC), evicting what the last iteration
@@ -363,8 +381,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
     for (i, (what, f)) in outputs.iter().enumerate() {
         check_output(what, f)?;
         // One file for two outputs: the later one would overwrite the earlier (the JSON lost
-        // under the plot). Compared as written and through the folder's real path.
-        let same = |g: &PathBuf| g == *f || (g.file_name() == f.file_name() && real_dir(g) == real_dir(f));
+        // under the plot). Compared as written, through the folder's real path, and, for files
+        // that exist, as files (a symbolic or hard link to the other).
+        let same = |g: &PathBuf| g == *f || (g.file_name() == f.file_name() && real_dir(g) == real_dir(f)) || same_file(g, f);
         if let Some((other, _)) = outputs[..i].iter().find(|(_, g)| same(g)) {
             return Err(format!("{other} and {what} name the same file {}: one would overwrite the other", f.display()).into());
         }
@@ -375,15 +394,18 @@ pub fn run(a: Args) -> Result<ExitCode> {
         None => None,
     };
     let quick = a.quick;
+    let max = parse_size(&a.max_size)?;
     let sizes: Vec<u64> = match &a.sizes {
-        Some(v) => v.iter().map(|s| parse_size(s)).collect::<std::result::Result<_, _>>()?,
-        None if quick => vec![4 << 10, 64 << 10, 1 << 20, 16 << 20],
-        None => sweep(4 << 10, parse_size(&a.max_size)?),
+        Some(v) => unique_sizes(v.iter().map(|s| parse_size(s)).collect::<std::result::Result<_, _>>()?),
+        // `--max-size` holds for the quick sweep too (its default, 1G, is above every quick size).
+        None if quick => [4 << 10, 64 << 10, 1 << 20, 16 << 20].into_iter().filter(|&s| s <= max).collect(),
+        None => sweep(4 << 10, max),
     };
     if sizes.is_empty() {
         return Err(format!("--max-size {}: the default sweep starts at 4K", a.max_size).into());
     }
     let iters = if quick { a.iters.min(5) } else { a.iters };
+    let budget = Duration::from_secs_f64(if quick { a.budget.min(0.5) } else { a.budget });
     let opts = open_options(&a)?;
     if let Some(c) = a.cpu.as_deref().filter(|c| c.trim() != "none") {
         meta::parse_cpu_list(c)?;
@@ -397,7 +419,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let want_costs = chosen.iter().any(|t| t.work == Work::Costs);
     // A failed costs process ends the run, as a failed cost measured here does.
     let child_costs = match (want_costs && chosen.iter().any(|t| t.work != Work::Costs))
-        .then(|| costs::in_child(a.device, a.cpu.as_deref(), &sizes, iters))
+        .then(|| costs::in_child(a.device, a.cpu.as_deref(), &sizes, iters, budget))
     {
         Some(r) => Some(r?),
         None => None,
@@ -407,7 +429,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
         None => Device::open_default_with(&opts)?,
     };
     let max = *sizes.iter().max().unwrap_or(&4096) as usize;
-    let budget = Duration::from_secs_f64(if quick { a.budget.min(0.5) } else { a.budget });
     let info = dev.info().clone();
 
     let pci = meta::pci_address(&dev);
@@ -469,6 +490,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         pb,
         scratch: Default::default(),
         bar_threads: a.bar_threads.unwrap_or_else(bar::default_bar_threads).clamp(1, bar::cpus()),
+        notes: Vec::new(),
     };
 
     let mut notes = Vec::new();
@@ -585,6 +607,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         _ => Vec::new(),
     };
     let at_open = dev.copy_queues().measured.map(|(c, _)| (c.small_to_device_us, c.small_to_host_us));
+    notes.append(&mut cx.notes);
     notes.extend(anomaly::notes(&cx.points, at_open));
     print_table(&cx.points, &cuda, link.as_ref());
     for n in &notes {

@@ -184,7 +184,7 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
     let opts = super::open_options(a)?;
     let devs: Vec<Device> = idx.iter().map(|&i| Device::open_with(i, &opts)).collect::<vkhost::Result<_>>()?;
     let sizes: Vec<u64> = match &a.sizes {
-        Some(v) => v.iter().map(|s| parse_size(s)).collect::<std::result::Result<_, _>>()?,
+        Some(v) => super::unique_sizes(v.iter().map(|s| parse_size(s)).collect::<std::result::Result<_, _>>()?),
         None if a.quick => vec![1 << 20, 16 << 20],
         None => vec![16 << 20, 256 << 20, 1 << 30],
     };

@@ -3,7 +3,7 @@
 
 use super::bar::bench_bar;
 use super::bidir::bidir;
-use super::{Ctx, DirKind, PathKind, flush_cache, measure_with, point, point::pattern};
+use super::{Ctx, DirKind, PathKind, flush_cache, point, point::measure_with_cpu, point::pattern};
 use crate::devices::anyhow_free::Result;
 use crate::pages::{Pages, RW};
 use crate::stats::size_label;
@@ -28,6 +28,8 @@ pub(super) enum Host {
     Pinned(PinnedBuffer, PinnedBuffer),
     Registered(Pages, Pages),
     Pageable(Vec<u8>, Vec<u8>),
+    /// Pageable memory advised huge (`--hugepages`): mapped pages, never registered.
+    PageableHuge(Pages, Pages),
 }
 
 impl Host {
@@ -50,6 +52,7 @@ impl Host {
                 }
                 Host::Registered(a, b)
             }
+            _ if cx.hugepages => Host::PageableHuge(touched_pages(max, true)?, touched_pages(max, true)?),
             _ => {
                 let (mut a, mut b) = (vec![0u8; max], vec![0u8; max]);
                 a.fill(1);
@@ -73,6 +76,7 @@ impl Host {
             Host::Pinned(a, b) => (&mut a[..], &mut b[..]),
             Host::Registered(a, b) => (a.slice(), b.slice()),
             Host::Pageable(a, b) => (&mut a[..], &mut b[..]),
+            Host::PageableHuge(a, b) => (a.slice(), b.slice()),
         }
     }
 }
@@ -188,17 +192,16 @@ fn check_and_measure(
     if ran.iter().any(|&r| r != expect) {
         note = format!("copy path {ran:?}, expected {expect:?}");
     }
-    let cpu0 = super::point::cpu_seconds();
-    let s = match dir {
+    let (s, cpu, cores) = match dir {
         // A submitted copy (the copy engines, "ce"), never DeviceBuffer::write's CPU stores.
         // SAFETY: `src` is a live slice of n bytes for the whole measurement.
-        DirKind::H2d => measure_with(
+        DirKind::H2d => measure_with_cpu(
             cx.iters,
             cx.budget,
             || flush_cache(flush),
             || Ok(unsafe { host::copy_to_device(&cx.dev, src.as_ptr(), n, &dbuf[0], 0) }.map(|_| ())?),
         )?,
-        DirKind::D2h => measure_with(cx.iters, cx.budget, || flush_cache(flush), || Ok(dbuf[1].read(0, dst)?))?,
+        DirKind::D2h => measure_with_cpu(cx.iters, cx.budget, || flush_cache(flush), || Ok(dbuf[1].read(0, dst)?))?,
         DirKind::D2d => return Err("d2d is the device path's direction".into()),
         DirKind::Bidir => {
             for (i, pair) in cx.bidir_queues.clone().iter().enumerate() {
@@ -221,12 +224,10 @@ fn check_and_measure(
             return Ok(());
         }
     };
-    // CPU cost: the process's CPU seconds over the measurement (warm-up included) per copy, and
-    // as cores busy during a copy (a spinning wait is one core; staging adds its threads).
-    let cpu = (super::point::cpu_seconds() - cpu0) / (s.n + 1) as f64;
+    // CPU cost of the timed copies: the process's CPU seconds per copy, and as cores busy during
+    // a copy (a spinning wait is one core; staging adds its threads).
     let mut p = point("vulkan", "copy", path.name(), dir.name(), size, size, s);
     p.verified = Some(ok);
-    let cores = cpu / p.s.mean.max(1e-12);
     // The staged path's CPU cost in the table too (every path's is in the JSON): its memcpys
     // run on the staging threads, and that is what pageable memory costs beside the bandwidth.
     if path == PathKind::Pageable {

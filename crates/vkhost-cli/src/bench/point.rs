@@ -44,6 +44,19 @@ pub fn measure(iters: usize, budget: Duration, f: impl FnMut() -> Result<()>) ->
     measure_with(iters, budget, || {}, f)
 }
 
+/// `measure`, with at least `min` timed runs whatever the budget (the latency testcases' floor).
+pub fn measure_at_least(iters: usize, min: usize, budget: Duration, mut f: impl FnMut() -> Result<()>) -> Result<Summary> {
+    f()?;
+    let mut t = Vec::with_capacity(iters.clamp(1, 1024));
+    let start = Instant::now();
+    while t.len() < iters.max(min).max(1) && (t.len() < min.max(1) || start.elapsed() < budget) {
+        let t0 = Instant::now();
+        f()?;
+        t.push(t0.elapsed().as_secs_f64());
+    }
+    summarize(&t).ok_or_else(|| "no samples".into())
+}
+
 /// `measure`, calling `between` untimed before every timed run (`--flush-cache`).
 pub fn measure_with(iters: usize, budget: Duration, between: impl FnMut(), mut f: impl FnMut() -> Result<()>) -> Result<Summary> {
     f()?;
@@ -55,10 +68,36 @@ pub fn measure_with(iters: usize, budget: Duration, between: impl FnMut(), mut f
     summarize(&t).ok_or_else(|| "no samples".into())
 }
 
+/// [`measure_with`], and the process's CPU cost of the timed runs: CPU seconds per copy, and
+/// cores busy during a copy (that CPU time over the wall time of the same runs). The warm-up
+/// and the untimed `between` (a cache flush) count in neither; the CPU clock is read outside
+/// each run's timing.
+pub fn measure_with_cpu(
+    iters: usize,
+    budget: Duration,
+    between: impl FnMut(),
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<(Summary, f64, f64)> {
+    f()?;
+    let (mut cpu, mut wall) = (0.0, 0.0);
+    let t = runs_within(iters, budget, between, || {
+        let (c0, w0) = (cpu_seconds(), Instant::now());
+        let t0 = Instant::now();
+        f()?;
+        let dt = t0.elapsed().as_secs_f64();
+        cpu += cpu_seconds() - c0;
+        wall += w0.elapsed().as_secs_f64();
+        Ok(dt)
+    })?;
+    let s = summarize(&t).ok_or("no samples")?;
+    Ok((s, cpu / t.len() as f64, cpu / wall.max(1e-12)))
+}
+
 /// Up to `iters` runs of `one` (at least one) while within `budget`, each after an untimed
 /// `between`; what each run returns (for runs that time themselves, such as a pair of threads).
 pub fn runs_within<T>(iters: usize, budget: Duration, mut between: impl FnMut(), mut one: impl FnMut() -> Result<T>) -> Result<Vec<T>> {
-    let mut runs = Vec::with_capacity(iters.max(1));
+    // Not `iters` up front: `--iters` may be huge with a small budget.
+    let mut runs = Vec::with_capacity(iters.clamp(1, 1024));
     let start = Instant::now();
     while runs.len() < iters.max(1) && (runs.is_empty() || start.elapsed() < budget) {
         between();

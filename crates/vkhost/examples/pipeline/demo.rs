@@ -74,7 +74,7 @@ struct Job<'a> {
 
 impl Job<'_> {
     fn chunk(&self, k: usize) -> (usize, usize) {
-        let per = (self.len / self.chunks).next_multiple_of(4096);
+        let per = (self.len / self.chunks).max(1).next_multiple_of(4096);
         let off = k * per;
         (off, per.min(self.len.saturating_sub(off)))
     }
@@ -153,9 +153,13 @@ pub struct Options {
 /// whether every output matched the CPU (and, when the validation layer is on, it reported no
 /// errors).
 pub fn run(dev: Device, o: &Options) -> vkhost::Result<bool> {
-    let (mib, chunks) = (o.mib.max(1), o.chunks.max(1));
-    println!("{} ({}), {mib} MiB in {chunks} chunks", dev.info().name, dev.info().driver_name);
+    let mib = o.mib.max(1);
     let len = mib << 20;
+    // Chunks are whole pages: at most one per 4 KiB, so fewer than asked for a small array.
+    let per = (len / o.chunks.max(1)).max(1).next_multiple_of(4096);
+    let chunks = len.div_ceil(per);
+    let asked = if chunks == o.chunks.max(1) { String::new() } else { format!(" (asked for {}; chunks are whole 4 KiB pages)", o.chunks) };
+    println!("{} ({}), {mib} MiB in {chunks} chunks of {} KiB{asked}", dev.info().name, dev.info().driver_name, per >> 10);
     let input: Vec<u32> = (0..(len / 4) as u32).map(|i| i.wrapping_mul(0x9E37_79B9) ^ 0x5bd1_e995).collect();
     let mut want: Vec<u32> = input.iter().map(|x| x.wrapping_mul(A).wrapping_add(B)).collect();
     if o.plant_mismatch {

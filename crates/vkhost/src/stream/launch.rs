@@ -329,7 +329,7 @@ fn check4(b: &Binding<'_>, what: &str) -> Result<()> {
         Binding::Raw(h) => host::check_host_range(h.addr, h.len)?,
         Binding::Host(_) | Binding::HostMut(_) => {}
     }
-    if (b.len() > 0 && b.phase() % 4 != 0) || b.len() % 4 != 0 {
+    if (!b.is_empty() && b.phase() % 4 != 0) || b.len() % 4 != 0 {
         return Err(Error::invalid(format!("{what}: offsets and lengths of built-in kernels must be multiples of 4 bytes")));
     }
     Ok(())
