@@ -831,6 +831,21 @@ fn outputs_through_a_symlink_are_one_file() {
     ]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("same file"), "{}", show(&o));
     assert_eq!(std::fs::read_to_string(&a).unwrap(), "{}", "nothing written");
+    // A link to an output that does not exist yet.
+    std::fs::remove_file(&a).unwrap();
+    let o = vkhost(&[
+        "bench",
+        "--quick",
+        "--sizes",
+        "4K",
+        "-t",
+        "host_to_device_ce",
+        "--json",
+        a.to_str().unwrap(),
+        "--csv",
+        l.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("same file"), "{}", show(&o));
     let _ = std::fs::remove_file(&l);
 }
 
@@ -861,13 +876,16 @@ fn sizes_are_measured_once_and_quick_keeps_to_max_size() {
 #[test]
 fn costs_respect_the_budget() {
     let j = tmp("costs-budget.json");
-    let o = vkhost(&["bench", "-t", "costs", "--sizes", "16M", "--iters", "50", "--budget", "0.001", "--json", j.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", show(&o));
-    let v = json_of(&j);
-    let costs: Vec<&Value> = v["results"].as_array().unwrap().iter().filter(|r| r["kind"] == "cost").collect();
-    assert!(costs.len() >= 4, "register, unregister, alloc_pinned, free_pinned: {costs:?}");
-    for r in costs {
-        assert!(r["iters"].as_u64().unwrap() < 50, "budget 0.001 s, {} ran {} iterations", r["dir"], r["iters"]);
+    // Alone (in this process) and beside another testcase (in a process of their own).
+    for t in ["costs", "costs,host_to_device_ce"] {
+        let o = vkhost(&["bench", "-t", t, "--sizes", "16M", "--iters", "50", "--budget", "0.001", "--json", j.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", show(&o));
+        let v = json_of(&j);
+        let costs: Vec<&Value> = v["results"].as_array().unwrap().iter().filter(|r| r["kind"] == "cost").collect();
+        assert!(costs.len() >= 4, "-t {t}: register, unregister, alloc_pinned, free_pinned: {costs:?}");
+        for r in costs {
+            assert!(r["iters"].as_u64().unwrap() < 50, "-t {t}: budget 0.001 s, {} ran {} iterations", r["dir"], r["iters"]);
+        }
     }
 }
 

@@ -127,7 +127,8 @@ fn op_stream(e: &mut Env) -> vkhost::Result<()> {
 /// of them binding the pinned block.
 fn op_launch(e: &mut Env) -> vkhost::Result<()> {
     use vkhost::kernel::{Binding, builtin};
-    let s = e.dev.stream()?;
+    // A compute queue's stream: a GPU's default stream may be a copy engine's, which cannot launch.
+    let s = e.dev.stream_on(vkhost::QueueKind::Compute)?;
     let n = 64 << 10;
     s.fill_u32(Binding::Device(&e.buf, 0, n), 0xA5C3_0F01)?;
     s.copy_sm(Binding::Device(&e.buf, 0, n), Binding::Device(&e.buf, n, n))?;

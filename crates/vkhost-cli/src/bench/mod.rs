@@ -234,6 +234,20 @@ pub(crate) fn check_output(what: &str, f: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// `p` with symbolic links followed, also to a target that does not exist yet (a link to an
+/// output the run is about to write); at most 40 links, as the kernel allows.
+fn link_target(p: &std::path::Path) -> PathBuf {
+    let mut p = p.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::read_link(&p) {
+            Ok(t) if t.is_absolute() => p = t,
+            Ok(t) => p = p.parent().unwrap_or(std::path::Path::new("")).join(t),
+            Err(_) => break,
+        }
+    }
+    p
+}
+
 /// Whether `a` and `b` exist and are one file (device and inode), whatever links lead to it.
 fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
     use std::os::unix::fs::MetadataExt;
@@ -383,7 +397,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
         // One file for two outputs: the later one would overwrite the earlier (the JSON lost
         // under the plot). Compared as written, through the folder's real path, and, for files
         // that exist, as files (a symbolic or hard link to the other).
-        let same = |g: &PathBuf| g == *f || (g.file_name() == f.file_name() && real_dir(g) == real_dir(f)) || same_file(g, f);
+        let same = |g: &PathBuf| {
+            let (g2, f2) = (link_target(g), link_target(f));
+            g == *f || (g2.file_name() == f2.file_name() && real_dir(&g2) == real_dir(&f2)) || same_file(g, f)
+        };
         if let Some((other, _)) = outputs[..i].iter().find(|(_, g)| same(g)) {
             return Err(format!("{other} and {what} name the same file {}: one would overwrite the other", f.display()).into());
         }

@@ -551,13 +551,27 @@ impl OpenOptions {
     }
 }
 
-/// A number from the environment (`None` when unset or not a number: the default applies).
+/// How many times the import probe runs at most when it keeps failing in a way that may pass.
+pub(crate) const PROBE_TRIES: u32 = 3;
+
+thread_local! {
+    /// Set while this thread runs an import probe.
+    static IN_PROBE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is running an import probe: its copies are not the user's traffic
+/// (stats), and its `register` of the probe page does not run the probe again.
+pub(crate) fn in_probe() -> bool {
+    IN_PROBE.with(|c| c.get())
+}
+
 /// An environment variable's value; one that is not UTF-8 is taken lossily (so that it is
 /// reported as malformed, not read as unset).
 fn env_text(name: &str) -> Option<String> {
     std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
 }
 
+/// A number from the environment (`None` when unset or not a number: the default applies).
 fn env_usize(name: &str) -> Option<usize> {
     let v = env_text(name)?;
     let n = v.trim().parse().ok();
@@ -869,14 +883,16 @@ pub(crate) struct Shared {
     /// destroy). The one authority over who destroys a stream's semaphore: whoever takes it out
     /// of this list, under its lock (see `StreamSemaphores`).
     pub stream_semaphores: Mutex<StreamSemaphores>,
-    /// The import probe's verdict, run once at open: `Ok(granule)` or why registration failed.
+    /// The import probe's verdict (run at open, and again at a `register` while `probe_retry`
+    /// says it could not finish): `Ok(granule)` or why registration failed.
     pub probe: std::sync::OnceLock<std::result::Result<usize, String>>,
-    /// True while the probe runs at open: its copies are not the user's traffic.
-    pub probing: AtomicBool,
     /// Set when the probe could not finish for a reason that may pass (out of memory): the next
-    /// registration runs it again (`host::register_entry`), and meanwhile registration is not
-    /// refused for it.
+    /// registration runs it again (`host::register_entry`, under `probe_lock`), and meanwhile
+    /// registration is not refused for it (pinned blocks stay the driver's). At most
+    /// [`PROBE_TRIES`] runs: then the failure is the verdict.
     pub probe_retry: AtomicBool,
+    pub probe_lock: Mutex<()>,
+    pub probe_tries: std::sync::atomic::AtomicU32,
     /// Set by the host layer once an import of vkhost's own memory for a pinned block was
     /// refused in a way that recurs (`Unsupported`: another memory type than the pinned
     /// ranking's; the driver refusing anonymous memory): later blocks go straight to the driver,
@@ -1144,7 +1160,9 @@ impl Shared {
         // recorded copies are waited for through their completion hooks.
         self.teardown_children(&kids, &live, object::phase::WORK, &mut first);
         // Then the queues idle, whatever the WORK steps did (a step cut short by a panic may
-        // not have waited for its stream): each wait comes before anything it logs.
+        // not have waited for its stream): each wait comes before anything it logs. On the
+        // caller's device (`from_raw` with `Borrowed`) that covers vkhost's queues only: the
+        // caller's work on vkhost's objects (recorded copies) is waited for in WORK alone.
         if live.owns_device {
             // SAFETY: the device is valid and vkhost's to destroy: no one else submits to any of
             // its queues now (a device from `from_raw` with `Owned` is handed over for good);
@@ -1173,6 +1191,14 @@ impl Shared {
                     }
                 });
             }
+        }
+        if first.is_some() && !live.owns_device {
+            // A step panicked on the caller's device: the caller's work that names vkhost's
+            // imports and blocks may still run, and nothing vkhost can wait on covers it. They
+            // are leaked (as are vkhost's other objects on that device), never freed under it.
+            step(&mut first, || log::error!("{}: teardown interrupted by a panic on a borrowed device: its objects are leaked", self.id));
+            std::mem::forget(kids);
+            return first;
         }
         // Then objects: imports, pinned blocks, device buffers. Owners that outlive the device
         // (registry tombstones, handles) keep inert shells.
@@ -1817,8 +1843,9 @@ impl Device {
                 draining: Mutex::new(()),
                 stream_semaphores: Mutex::new(StreamSemaphores::default()),
                 probe: std::sync::OnceLock::new(),
-                probing: AtomicBool::new(false),
                 probe_retry: AtomicBool::new(false),
+                probe_lock: Mutex::new(()),
+                probe_tries: std::sync::atomic::AtomicU32::new(0),
                 own_memory_refused: AtomicBool::new(false),
                 pipelines: Arc::new(pipeline::PipelineCache::new(max_pipelines, mode)),
                 copy_choice: queues::Choice::new(queues::CopyQueues::fixed(QueueKind::Copy)),
@@ -1946,18 +1973,23 @@ impl Device {
         if s.options.import == ImportPolicy::Never || s.info.host_registration().is_err() {
             return;
         }
-        s.probing.store(true, Ordering::Relaxed);
+        IN_PROBE.with(|c| c.set(true));
         let verdict = crate::host::probe(self);
-        s.probing.store(false, Ordering::Relaxed);
+        IN_PROBE.with(|c| c.set(false));
+        let tries = s.probe_tries.fetch_add(1, Ordering::AcqRel) + 1;
         match verdict {
-            Ok(g) => drop(s.probe.set(Ok(g))),
-            Err((why, true)) => {
+            Ok(g) => {
+                let _ = s.probe.set(Ok(g));
+                s.probe_retry.store(false, Ordering::Release);
+            }
+            Err((why, true)) if tries < PROBE_TRIES => {
                 s.probe_retry.store(true, Ordering::Release);
                 log::warn!("{}: the import probe could not finish ({why}); it runs again at the next registration", s.id);
             }
-            Err((why, false)) => {
+            Err((why, _)) => {
+                let _ = s.probe.set(Err(why.clone()));
+                s.probe_retry.store(false, Ordering::Release);
                 log::warn!("{}: host registration disabled, import probe failed: {why}", s.id);
-                let _ = s.probe.set(Err(why));
             }
         }
     }
@@ -2471,6 +2503,11 @@ impl Device {
     /// [`crate::host::RecordedCopy`] ticket without a completion hook, or a [`DeviceHold`]. On a borrowed device it
     /// waits for every recorded copy's hook (the caller's semaphore or fence) instead of
     /// vkDeviceWaitIdle.
+    ///
+    /// A panic out of the process's logger (on a warning the teardown logs) does not cut the
+    /// teardown short: every step runs, and the panic resumes from `destroy` once the device is
+    /// gone. On a borrowed device, a panic while waiting for the caller's recorded copies leaves
+    /// vkhost's objects there leaked rather than freed under work that may still run.
     ///
     /// **In a forked child** (a process forked after the device was opened) `destroy` makes no
     /// Vulkan call: the child's copies of the handles name the parent's driver objects, and

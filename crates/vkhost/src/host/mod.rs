@@ -15,7 +15,8 @@
 //! One buffer per (device, address). When a device is destroyed its imports and blocks are
 //! destroyed: registrations stay as tombstones so a late [`unregister`] succeeds quietly, once;
 //! pinned blocks are unmapped but stay listed until [`free_pinned`], which then succeeds without
-//! touching them.
+//! touching them. Once no handle or guard of the destroyed device is left, nobody can name them:
+//! the next entry any device lists drops them ([`HostStats::tombstones`] counts those listed).
 //!
 //! **Address reuse (the seed's caveat).** The table is keyed by address within a device. A block
 //! whose device was destroyed stays listed under its old address until `free_pinned`; if the
@@ -547,7 +548,9 @@ fn new_block(s: &Arc<Shared>, l: &crate::device::Live, len: usize, piece: usize)
     // A refusal that will recur (see `refusal_recurs`) sends every later block of the device
     // straight to the driver.
     let mut huge = None;
-    if len <= piece && huge_pinned(s, len) && !s.own_memory_refused.load(Ordering::Relaxed) {
+    // Not while the import probe is still to be run again (it ran out of memory at open): such
+    // a refusal is no verdict on imports, so it must not set `own_memory_refused`.
+    if len <= piece && huge_pinned(s, len) && !s.own_memory_refused.load(Ordering::Relaxed) && !s.probe_retry.load(Ordering::Acquire) {
         if let Some(w) = crate::memtype::pinned(&l.types, u32::MAX).map(|c| c.index) {
             match huge_block(s, l, len, Some(w)) {
                 Ok(h) => huge = Some(h),
@@ -598,6 +601,11 @@ fn huge_pinned(s: &Shared, len: usize) -> bool {
 /// the device's largest import, each into memory type `want` when given; the mapping goes with
 /// the last piece. `Unsupported` where the device cannot import host memory.
 fn huge_block(s: &Arc<Shared>, l: &crate::device::Live, len: usize, want: Option<u32>) -> Result<(NonNull<u8>, Arc<Imports>)> {
+    // Imports the probe proved (not ones still to be proved after a probe that ran out of
+    // memory at open: until `register` runs it again, blocks stay the driver's).
+    if s.probe_retry.load(Ordering::Acquire) {
+        return Err(Error::unsupported("the import probe has not finished (it runs again at the next register)"));
+    }
     let granule = s.registration().map_err(|why| {
         Error::unsupported(format!(
             "a pinned block of {len} bytes of vkhost's own memory (needed beyond one allocation, {} bytes) needs imports, but: {why}",
@@ -935,10 +943,16 @@ pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guard
     if s.options.import == crate::device::ImportPolicy::Never {
         return Err(Error::unsupported("imports disabled by policy"));
     }
-    // The probe could not finish at open (out of memory): run it now, once per failure. Its own
-    // `register` of the probe page comes back here with the flag already cleared.
-    if s.probe_retry.swap(false, Ordering::AcqRel) {
-        dev.probe_registration();
+    // The probe could not finish at open (out of memory): run it now, one thread at a time,
+    // the others waiting for its verdict. Its own `register` of the probe page runs on this
+    // thread and skips this. A destroyed or lost device answers that, not a verdict.
+    if s.probe_retry.load(Ordering::Acquire) && !crate::device::in_probe() {
+        drop(s.live()?);
+        let _one = lock(&s.probe_lock);
+        if s.probe_retry.load(Ordering::Acquire) {
+            dev.probe_registration();
+        }
+        drop(s.live()?);
     }
     let granule = s.registration().map_err(Error::unsupported)?;
     if addr == 0 {
@@ -1286,7 +1300,7 @@ unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer
     let p = plan(s, addr, len, off as u64);
     // Only `BarAssist::Bidir` asks who reads; the open-time probe's read is not a reader a
     // write should be shared beside.
-    let counted = dir == Dir::ToHost && s.options.bar_assist == crate::BarAssist::Bidir && !s.probing.load(Ordering::Relaxed);
+    let counted = dir == Dir::ToHost && s.options.bar_assist == crate::BarAssist::Bidir && !crate::device::in_probe();
     let _reading = counted.then(|| Reading::start(s));
     // SAFETY: staged host ranges are the caller's (readable or writable per the contract); the
     // direct buffers are held (and owned through `p.held`) until this returns; device ranges
@@ -1438,7 +1452,7 @@ impl Drop for Reading<'_> {
 
 /// Counts a write done by CPU stores into mapped device memory.
 fn record_mapped(s: &Shared, bytes: u64) {
-    if s.probing.load(Ordering::Relaxed) {
+    if crate::device::in_probe() {
         return;
     }
     MAPPED.fetch_add(bytes, Ordering::Relaxed);
@@ -1446,7 +1460,7 @@ fn record_mapped(s: &Shared, bytes: u64) {
 }
 
 pub(crate) fn record(s: &Shared, direct: u64, staged: u64) {
-    if s.probing.load(Ordering::Relaxed) {
+    if crate::device::in_probe() {
         return;
     }
     DIRECT.fetch_add(direct, Ordering::Relaxed);
@@ -1464,7 +1478,8 @@ fn thread_hint() -> usize {
     HINT.with(|h| *h)
 }
 
-/// The import probe run at open (see `Device::host_registration`): one page registered, a
+/// The import probe, run at open and again by a `register` after one that could not finish (see
+/// `Device::host_registration`): one page registered, a
 /// pattern copied to the device and back through it, unregistered (a borrowed device without
 /// queues only registers and unregisters). `Err` says what failed, and whether that may pass
 /// (`true`: out of host or device memory), so that it proves nothing about imports.
@@ -1475,7 +1490,8 @@ pub(crate) fn probe(dev: &Device) -> std::result::Result<usize, (String, bool)> 
     let transient = std::cell::Cell::new(false);
     let r = maps::with_probe_page(page, |p| {
         let fail = |what: &str, e: Error| {
-            if matches!(e, Error::OutOfHostMemory | Error::OutOfDeviceMemory) {
+            // Out of memory may pass; a lost or destroyed device says nothing about imports.
+            if matches!(e, Error::OutOfHostMemory | Error::OutOfDeviceMemory | Error::DeviceLost | Error::DeviceDestroyed) {
                 transient.set(true);
             }
             Error::unsupported(format!("{what}: {e}"))

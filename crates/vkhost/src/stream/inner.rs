@@ -402,15 +402,18 @@ impl StreamInner {
     /// semaphore wait fails and something must be released. On a lost device it returns at once,
     /// and nothing runs any more.
     pub(crate) fn queue_idle(&self, l: &Live) {
-        // A stream exists only on a device with queues.
-        let Ok(q) = pick_queue(l, self.queue_kind, self.queue_index) else { return };
-        let g = lock(&q.raw);
-        // SAFETY: the queue is externally synchronized by its lock.
-        let r = unsafe { l.device.queue_wait_idle(*g) };
-        drop(g);
-        if let Err(c) = r {
+        if let Err(c) = self.wait_queue_idle(l) {
             log::warn!("{}: vkQueueWaitIdle: {c:?}", self.shared.id);
         }
+    }
+
+    /// [`StreamInner::queue_idle`] without logging: the caller says what failed.
+    fn wait_queue_idle(&self, l: &Live) -> std::result::Result<(), ash::vk::Result> {
+        // A stream exists only on a device with queues.
+        let Ok(q) = pick_queue(l, self.queue_kind, self.queue_index) else { return Ok(()) };
+        let g = lock(&q.raw);
+        // SAFETY: the queue is externally synchronized by its lock.
+        unsafe { l.device.queue_wait_idle(*g) }
     }
 
     /// Synchronizes and destroys the stream's objects (stream drop, device destroy). What it has
@@ -423,24 +426,33 @@ impl StreamInner {
             return;
         }
         let mut say = Vec::new();
-        let r = self.flush(l, &mut st).and_then(|()| self.wait_sem(l, signalled(&st, st.submitted)));
-        match r {
-            Ok(()) => {
-                if let Err(e) = self.reap(l, &mut st) {
-                    // Copy-outs that could not be confirmed are not run, and their guards say so.
-                    cancel_where(&mut st, |_| true, &e);
+        // Flushing, waiting and reaping may log on their way (a failed submission, a cancelled
+        // copy-out): a user's logger that panics there must not cut the release below short.
+        let work = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let r = self.flush(l, &mut st).and_then(|()| self.wait_sem(l, signalled(&st, st.submitted)));
+            match r {
+                Ok(()) => {
+                    if let Err(e) = self.reap(l, &mut st) {
+                        // Copy-outs that could not be confirmed are not run, and their guards say so.
+                        cancel_where(&mut st, |_| true, &e);
+                    }
+                }
+                Err(e) => {
+                    let idle = self.wait_queue_idle(l);
+                    say.push(format!("{}: stream shutdown: {e}; waited for the queue to go idle ({idle:?})", s.id));
+                    // Whether their batches ran cannot be told: the copy-outs are not run, and
+                    // their guards say so (an event waited after this drop answers the error).
+                    let n = cancel_where(&mut st, |_| true, &e);
+                    if n > 0 {
+                        say.push(format!("{}: {n} pageable d2h copies cancelled at shutdown", s.id));
+                    }
                 }
             }
-            Err(e) => {
-                self.queue_idle(l);
-                say.push(format!("{}: stream shutdown: {e}; waited for the queue to go idle", s.id));
-                // Whether their batches ran cannot be told: the copy-outs are not run, and their
-                // guards say so (an event waited after this drop answers the error, not `Ok`).
-                let n = cancel_where(&mut st, |_| true, &e);
-                if n > 0 {
-                    say.push(format!("{}: {n} pageable d2h copies cancelled at shutdown", s.id));
-                }
-            }
+        }));
+        if work.is_err() {
+            // Cut short: whatever was submitted is waited for here, and nothing queued runs.
+            let _ = self.wait_queue_idle(l);
+            cancel_where(&mut st, |_| true, &Error::DeviceDestroyed);
         }
         st.dead = true;
         // SAFETY: every batch completed (or the device is idle/lost); the objects are ours and
@@ -465,6 +477,9 @@ impl StreamInner {
         drop(st);
         for line in say {
             log::warn!("{line}");
+        }
+        if let Err(p) = work {
+            std::panic::resume_unwind(p);
         }
     }
 }
