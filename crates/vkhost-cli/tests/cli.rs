@@ -817,35 +817,26 @@ fn outputs_through_a_symlink_are_one_file() {
     let (a, l) = (tmp("same.json"), tmp("same-link.json"));
     std::fs::write(&a, "{}").unwrap();
     std::os::unix::fs::symlink(&a, &l).unwrap();
-    let o = vkhost(&[
-        "bench",
-        "--quick",
-        "--sizes",
-        "4K",
-        "-t",
-        "host_to_device_ce",
-        "--json",
-        a.to_str().unwrap(),
-        "--csv",
-        l.to_str().unwrap(),
-    ]);
-    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("same file"), "{}", show(&o));
+    let run = || {
+        let o = vkhost(&[
+            "bench",
+            "--quick",
+            "--sizes",
+            "4K",
+            "-t",
+            "host_to_device_ce",
+            "--json",
+            a.to_str().unwrap(),
+            "--csv",
+            l.to_str().unwrap(),
+        ]);
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("same file"), "{}", show(&o));
+    };
+    run();
     assert_eq!(std::fs::read_to_string(&a).unwrap(), "{}", "nothing written");
     // A link to an output that does not exist yet.
     std::fs::remove_file(&a).unwrap();
-    let o = vkhost(&[
-        "bench",
-        "--quick",
-        "--sizes",
-        "4K",
-        "-t",
-        "host_to_device_ce",
-        "--json",
-        a.to_str().unwrap(),
-        "--csv",
-        l.to_str().unwrap(),
-    ]);
-    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("same file"), "{}", show(&o));
+    run();
     let _ = std::fs::remove_file(&l);
 }
 
