@@ -891,7 +891,9 @@ pub(crate) struct Shared {
     /// registration is not refused for it (pinned blocks stay the driver's). At most
     /// [`PROBE_TRIES`] runs: then the failure is the verdict.
     pub probe_retry: AtomicBool,
+    /// Held while a `register` runs the probe again: the others wait for its verdict.
     pub probe_lock: Mutex<()>,
+    /// Runs of the probe so far (at open and again).
     pub probe_tries: std::sync::atomic::AtomicU32,
     /// Set by the host layer once an import of vkhost's own memory for a pinned block was
     /// refused in a way that recurs (`Unsupported`: another memory type than the pinned
@@ -1973,9 +1975,18 @@ impl Device {
         if s.options.import == ImportPolicy::Never || s.info.host_registration().is_err() {
             return;
         }
+        // Cleared again however the probe ends (a panic out of a logger included): the flag is
+        // only bookkeeping (stats, re-runs), nothing's soundness reads it.
+        struct InProbe;
+        impl Drop for InProbe {
+            fn drop(&mut self) {
+                IN_PROBE.with(|c| c.set(false));
+            }
+        }
         IN_PROBE.with(|c| c.set(true));
+        let in_probe = InProbe;
         let verdict = crate::host::probe(self);
-        IN_PROBE.with(|c| c.set(false));
+        drop(in_probe);
         let tries = s.probe_tries.fetch_add(1, Ordering::AcqRel) + 1;
         match verdict {
             Ok(g) => {
