@@ -84,8 +84,10 @@ impl Resource {
             match tl.wait_for(l, u.value) {
                 Ok(()) => self.tracker.retire(&u.timeline, u.value),
                 Err(e) => {
-                    log::warn!("waiting for work that names a buffer: {e}; waiting for its queue instead");
+                    // The queue first: a user's logger that panics on the line must not skip it
+                    // (the caller may hand the bytes back next).
                     tl.queue_idle(l);
+                    log::warn!("waiting for work that names a buffer: {e}; waited for its queue instead");
                 }
             }
         }

@@ -352,3 +352,70 @@ fn a_panic_out_of_a_teardown_step_leaves_no_work_running_and_no_object() {
     assert_eq!(d.live_objects(), vkhost::LiveObjects::default(), "objects left by the teardown");
     assert_eq!(d.destroy(), Ok(()));
 }
+
+/// Runs `f` with the next semaphore wait failing with OUT_OF_HOST_MEMORY (which logs nothing
+/// itself) and the logger armed to panic on a warning; `f`'s outcome and whether it fired.
+fn with_warn_panic<R>(f: impl FnOnce() -> R) -> (std::thread::Result<R>, bool) {
+    use vkhost::fault::{self, Point};
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        fault::inject(Point::WaitSemaphores, 0, vkhost::vk::Result::ERROR_OUT_OF_HOST_MEMORY);
+        PANIC_ON_WARN.with(|p| p.set(true));
+        f()
+    }));
+    let fired = fault::disarm();
+    PANIC_ON_WARN.with(|p| p.set(false));
+    (r, fired)
+}
+
+/// A registration's drop whose wait for a stream's copy fails and warns: the warning (panicked
+/// on) came before the fallback wait for the queue, so the unwind handed the pages back with
+/// the copy still writing them (142 MB written afterwards; found by an audit).
+#[test]
+fn warn_panic_in_a_registrations_drop_leaves_nothing_in_flight() {
+    warm_up_panics();
+    let d = dev_with(opts());
+    let n = 256 << 20;
+    let (gpu, m) = source_and_pages(&d, n);
+    let stream = d.stream().unwrap();
+    // SAFETY: as in `panic_in_a_sync_reads_wait_leaves_nothing_in_flight`.
+    let reg = d.register(unsafe { std::slice::from_raw_parts_mut(m.ptr, m.len) }).unwrap();
+    // SAFETY: the registered bytes stay mapped and untouched until the registration's drop.
+    unsafe { stream.copy_to_host_async(&gpu, 0, reg.as_ptr().cast_mut(), n) }.unwrap();
+    stream.flush().unwrap();
+    let (r, fired) = with_warn_panic(|| drop(reg));
+    let changed = written_after(&m);
+    drop((stream, gpu));
+    let _ = d.destroy();
+    assert!(r.is_err() && fired, "expected the logger's panic to unwind out of the drop");
+    assert_eq!(changed, 0, "{changed} bytes written by the device after the registration's drop unwound");
+}
+
+/// A download into memory partly registered (copied direct) and partly pageable (a copy-out
+/// queued): its failed wait cancelled the copy-out and warned before anyone waited for the
+/// queue, so the unwind handed the slice back with the direct copy still writing it (180 MB;
+/// found by an audit).
+#[test]
+fn warn_panic_in_a_downloads_wait_leaves_nothing_in_flight() {
+    warm_up_panics();
+    let d = dev_with(small_ring());
+    let n = 256 << 20;
+    let total = n + 8192;
+    let gpu = d.alloc_buffer(total).unwrap();
+    gpu.write(0, &vec![0xAB; total]).unwrap();
+    let mut m = Pages::new(total);
+    // SAFETY: `m` outlives the registration (unregistered below).
+    unsafe { host::register(&d, m.ptr, n) }.unwrap();
+    let stream = d.stream().unwrap();
+    let dst = m.slice();
+    let (r, fired) = with_warn_panic(|| stream.download(&gpu, 0, dst).map(drop));
+    // SAFETY: the download returned (unwound); nothing else references the first n bytes.
+    let host_bytes = unsafe { std::slice::from_raw_parts_mut(m.ptr, n) };
+    host_bytes.fill(0x11);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let changed = host_bytes.iter().filter(|&&b| b != 0x11).count();
+    host::unregister(&d, m.ptr).unwrap();
+    drop((stream, gpu));
+    let _ = d.destroy();
+    assert!(r.is_err() && fired, "expected the logger's panic to unwind out of download");
+    assert_eq!(changed, 0, "{changed} bytes written by the device after download unwound");
+}

@@ -364,9 +364,12 @@ impl StreamInner {
             }
         };
         if let Err(e) = &r {
-            let mut st = relock(&self.state);
-            let n = cancel_where(&mut st, |_| true, e);
+            let n = cancel_where(&mut relock(&self.state), |_| true, e);
             if n > 0 {
+                // The queue idle before the line: its callers wait for it after an error, but a
+                // user's logger that panics on the line would skip their wait, and the caller's
+                // bytes (a download's slice) would be handed back with the device writing them.
+                let _ = self.wait_queue_idle(l);
                 log::warn!("{}: stream wait failed ({e}); {n} pageable d2h copies cancelled", self.shared.id);
             }
         }
