@@ -196,14 +196,24 @@ fn small_ring() -> OpenOptions {
 /// panic on the error it logs; returns `f`'s outcome (`Err`: it panicked) and whether the
 /// fault fired.
 fn with_wait_panic<R>(f: impl FnOnce() -> R) -> (std::thread::Result<R>, bool) {
+    with_wait_fault(vkhost::vk::Result::ERROR_DEVICE_LOST, &PANIC_ON_ERROR, f)
+}
+
+/// Runs `f` with the next semaphore wait failing with `code` and the logger armed (`flag`) to
+/// panic; `f`'s outcome and whether the fault fired.
+fn with_wait_fault<R>(
+    code: vkhost::vk::Result,
+    flag: &'static std::thread::LocalKey<StdCell<bool>>,
+    f: impl FnOnce() -> R,
+) -> (std::thread::Result<R>, bool) {
     use vkhost::fault::{self, Point};
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        fault::inject(Point::WaitSemaphores, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
-        PANIC_ON_ERROR.with(|p| p.set(true));
+        fault::inject(Point::WaitSemaphores, 0, code);
+        flag.with(|p| p.set(true));
         f()
     }));
     let fired = fault::disarm();
-    PANIC_ON_ERROR.with(|p| p.set(false));
+    flag.with(|p| p.set(false));
     (r, fired)
 }
 
@@ -356,15 +366,7 @@ fn a_panic_out_of_a_teardown_step_leaves_no_work_running_and_no_object() {
 /// Runs `f` with the next semaphore wait failing with OUT_OF_HOST_MEMORY (which logs nothing
 /// itself) and the logger armed to panic on a warning; `f`'s outcome and whether it fired.
 fn with_warn_panic<R>(f: impl FnOnce() -> R) -> (std::thread::Result<R>, bool) {
-    use vkhost::fault::{self, Point};
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        fault::inject(Point::WaitSemaphores, 0, vkhost::vk::Result::ERROR_OUT_OF_HOST_MEMORY);
-        PANIC_ON_WARN.with(|p| p.set(true));
-        f()
-    }));
-    let fired = fault::disarm();
-    PANIC_ON_WARN.with(|p| p.set(false));
-    (r, fired)
+    with_wait_fault(vkhost::vk::Result::ERROR_OUT_OF_HOST_MEMORY, &PANIC_ON_WARN, f)
 }
 
 /// A registration's drop whose wait for a stream's copy fails and warns: the warning (panicked
