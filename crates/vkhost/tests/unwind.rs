@@ -421,3 +421,74 @@ fn warn_panic_in_a_downloads_wait_leaves_nothing_in_flight() {
     assert!(r.is_err() && fired, "expected the logger's panic to unwind out of download");
     assert_eq!(changed, 0, "{changed} bytes written by the device after download unwound");
 }
+
+/// A copy context's first use whose command-buffer allocation, or timeline semaphore, fails
+/// with device loss and logs an error the user's logger panics on: the context's command pool
+/// (made before) must go too. It leaked (one pool per failed context, counted until the end;
+/// found by an audit).
+#[test]
+fn a_panic_while_making_a_copy_context_leaks_no_pool() {
+    use vkhost::fault::{self, Point};
+    for point in [Point::AllocateCommandBuffers, Point::CreateSemaphore] {
+        let d = dev_with(opts());
+        let gpu = d.alloc_buffer(4096).unwrap();
+        // Fresh threads until one's first synchronous read takes a context nobody made yet (a
+        // thread's hint picks its context; the open-time probe made one of them).
+        let mut outcome = None;
+        for _ in 0..16 {
+            let (panicked, fired) = std::thread::scope(|t| {
+                t.spawn(|| {
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        fault::inject(point, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
+                        PANIC_ON_ERROR.with(|p| p.set(true));
+                        // A read: never CPU loads through a host-visible mapping.
+                        gpu.read(0, &mut [0u8; 4096])
+                    }));
+                    let fired = fault::disarm();
+                    PANIC_ON_ERROR.with(|p| p.set(false));
+                    (r.is_err(), fired)
+                })
+                .join()
+                .unwrap()
+            });
+            if fired {
+                outcome = Some(panicked);
+                break;
+            }
+        }
+        drop(gpu);
+        let _ = d.destroy();
+        assert_eq!(outcome, Some(true), "{point:?}: expected a new context's failure to panic in the logger");
+        assert_eq!(d.live_objects(), vkhost::LiveObjects::default(), "{point:?}: objects left after destroy");
+    }
+}
+
+/// A stream batch whose submission fails with device loss, and the logger panics on the error:
+/// the batch must still be recorded as lost (its work never ran: a later synchronize must not
+/// report success) and its descriptor pools must go back to the stream. Before, the unwind
+/// skipped both: `synchronize` returned `Ok` and the pools leaked (found by an audit).
+#[test]
+fn a_panic_as_a_batch_fails_to_submit_loses_it_and_leaks_no_descriptor_pool() {
+    use vkhost::fault::{self, Point};
+    use vkhost::kernel::Binding;
+    let d = dev_with(OpenOptions { push_descriptors: false, ..opts() });
+    let gpu = d.alloc_buffer(64 << 10).unwrap();
+    let s = d.stream_on(vkhost::QueueKind::Compute).unwrap();
+    s.fill_u32(Binding::Device(&gpu, 0, 4096), 1).unwrap();
+    s.synchronize().unwrap();
+    s.fill_u32(Binding::Device(&gpu, 0, 4096), 2).unwrap(); // recorded, not submitted
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        fault::inject(Point::QueueSubmit, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
+        PANIC_ON_ERROR.with(|p| p.set(true));
+        s.flush()
+    }));
+    let fired = fault::disarm();
+    PANIC_ON_ERROR.with(|p| p.set(false));
+    let after = s.synchronize();
+    drop(s);
+    drop(gpu);
+    let _ = d.destroy();
+    assert!(r.is_err() && fired, "expected the logger's panic to unwind out of flush");
+    assert!(after.is_err(), "synchronize reported success for a batch that never ran: {after:?}");
+    assert_eq!(d.live_objects(), vkhost::LiveObjects::default(), "objects left after destroy");
+}

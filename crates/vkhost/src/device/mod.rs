@@ -975,13 +975,27 @@ impl Shared {
         }
     }
 
-    /// Classifies a failed call, remembering a device loss.
+    /// Classifies a failed call, remembering a device loss, and logs a loss.
     pub(crate) fn fail(&self, call: &'static str, code: vk::Result) -> Error {
+        let e = self.fail_unlogged(call, code);
+        self.log_failure(call, code);
+        e
+    }
+
+    /// [`Shared::fail`] without the log line: for a caller whose bookkeeping must be done
+    /// before a user's logger runs (it may panic), which then calls [`Shared::log_failure`].
+    pub(crate) fn fail_unlogged(&self, call: &'static str, code: vk::Result) -> Error {
         if code == vk::Result::ERROR_DEVICE_LOST {
             self.lost.store(true, Ordering::Relaxed);
-            log::error!("{}: device lost in {call}", self.id);
         }
         Error::vk(call, code)
+    }
+
+    /// The log line of [`Shared::fail`].
+    pub(crate) fn log_failure(&self, call: &'static str, code: vk::Result) {
+        if code == vk::Result::ERROR_DEVICE_LOST {
+            log::error!("{}: device lost in {call}", self.id);
+        }
     }
 
     // ---- object creation, counted and fault-injectable ----

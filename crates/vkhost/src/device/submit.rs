@@ -140,7 +140,9 @@ impl CopyCtx {
             staging: None,
             chunk: s.options.staging_chunk as u64,
         };
-        let r = (|| {
+        // Under catch_unwind: a failure below logs, and a user's logger may panic; the pool and
+        // whatever else was made go before the panic goes on.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let n = s.options.staging_slots as u32;
             fault::check(Point::AllocateCommandBuffers).map_err(|c| s.fail("vkAllocateCommandBuffers", c))?;
             let ai =
@@ -164,13 +166,18 @@ impl CopyCtx {
                 ctx.slots.push(Slot { cmd, fence, value: 0, pending: None, bytes: 0, recorded: None });
             }
             Ok(())
-        })();
+        }));
         match r {
-            Ok(()) => Ok(ctx),
-            Err(e) => {
+            Ok(Ok(())) => Ok(ctx),
+            Ok(Err(e)) => {
                 // SAFETY: nothing was submitted; the objects are ours and destroyed once.
                 unsafe { ctx.destroy(s, l) };
                 Err(e)
+            }
+            Err(panic) => {
+                // SAFETY: as above.
+                unsafe { ctx.destroy(s, l) };
+                std::panic::resume_unwind(panic)
             }
         }
     }

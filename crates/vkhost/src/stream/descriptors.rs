@@ -108,6 +108,8 @@ impl StreamInner {
     /// reaped (its value completed), or it was never submitted. `st` is this stream's state,
     /// locked.
     pub(super) unsafe fn recycle_pools(&self, l: &Live, st: &mut State, pools: Vec<DescPool>) {
+        // Logged once every pool is placed: a user's logger may panic.
+        let mut failed = None;
         for mut p in pools {
             if st.desc_free.len() >= FREE_POOLS {
                 // SAFETY: the caller's contract.
@@ -122,11 +124,14 @@ impl StreamInner {
                     st.desc_free.push(p);
                 }
                 Err(c) => {
-                    log::warn!("{}: vkResetDescriptorPool: {c:?}; the pool is destroyed", self.shared.id);
                     // SAFETY: the caller's contract.
                     unsafe { self.destroy_pools(l, [p]) };
+                    failed = Some(c);
                 }
             }
+        }
+        if let Some(c) = failed {
+            log::warn!("{}: vkResetDescriptorPool: {c:?}; the pool is destroyed", self.shared.id);
         }
     }
 

@@ -247,9 +247,11 @@ impl StreamInner {
             // SAFETY: never submitted: no work names the batch's descriptor sets.
             unsafe { self.recycle_pools(l, st, b.pools) };
             // Lost as a batch whose submission failed (below): else its copy-outs would stay
-            // queued under a value the next batch signals, and copy stale ring bytes out.
-            let e = s.fail("vkEndCommandBuffer", c);
+            // queued under a value the next batch signals, and copy stale ring bytes out. The
+            // log line comes last: a user's logger may panic.
+            let e = s.fail_unlogged("vkEndCommandBuffer", c);
             lose(st, value, &e);
+            s.log_failure("vkEndCommandBuffer", c);
             return Err(e);
         }
         let wait_sems: Vec<vk::Semaphore> = st.waits.iter().map(|w| w.0).collect();
@@ -265,13 +267,20 @@ impl StreamInner {
             .command_buffers(&cmds)
             .signal_semaphores(&sig)
             .push_next(&mut tsi);
-        let r = fault::check(Point::QueueSubmit).map_err(|c| s.fail("vkQueueSubmit", c)).and_then(|()| {
-            let q = pick_queue(l, self.queue_kind, self.queue_index)?;
-            let g = lock(&q.raw);
-            // SAFETY: the queue is externally synchronized by its lock; everything the command
-            // buffer names is kept alive until `value` completes (last-use tracking).
-            unsafe { d.queue_submit(*g, &[si], vk::Fence::null()) }.map_err(|c| s.fail("vkQueueSubmit", c))
-        });
+        // The failure's log line waits until the batch is accounted for (below): a user's
+        // logger may panic, and an unwind from here would leak the batch's descriptor pools
+        // and leave its copy-outs queued under a value the next batch signals.
+        let submitted: Result<std::result::Result<(), vk::Result>> = match fault::check(Point::QueueSubmit) {
+            Err(c) => Ok(Err(c)),
+            Ok(()) => pick_queue(l, self.queue_kind, self.queue_index).map(|q| {
+                let g = lock(&q.raw);
+                // SAFETY: the queue is externally synchronized by its lock; everything the
+                // command buffer names is kept alive until `value` completes (last-use tracking).
+                unsafe { d.queue_submit(*g, &[si], vk::Fence::null()) }
+            }),
+        };
+        let failed = submitted.as_ref().ok().and_then(|r| r.err());
+        let r = submitted.and_then(|r| r.map_err(|c| s.fail_unlogged("vkQueueSubmit", c)));
         match r {
             Ok(()) => {
                 st.submitted = value;
@@ -290,6 +299,9 @@ impl StreamInner {
                 // vkQueueSubmit leaves what it names unaffected): nothing uses these sets.
                 unsafe { self.recycle_pools(l, st, b.pools) };
                 lose(st, value, &e);
+                if let Some(c) = failed {
+                    s.log_failure("vkQueueSubmit", c);
+                }
                 Err(e)
             }
         }
