@@ -71,7 +71,8 @@ pub enum Error {
     #[error("range overlaps a registration or pinned block on this device")]
     AlreadyRegistered,
     /// The raw `free_pinned`/`unregister` named an entry that a safe guard owns (`what`: a
-    /// `PinnedBuffer` or a `Registration`); nothing changed. Drop the guard instead.
+    /// `PinnedBuffer`, a `Registration` or a `HostRange`); nothing changed. Drop the guard
+    /// instead.
     #[error("that range is owned by a {what}: drop it instead of freeing it through the raw API")]
     OwnedByGuard {
         /// The guard type that owns the entry.

@@ -73,6 +73,13 @@ fn raw_release_of_guarded_entries_is_refused() {
     assert!(host::find(&d, reg.as_ptr(), 8192).is_some(), "the registration is still there");
     drop(reg);
     assert!(host::find(&d, mine.as_ptr(), 8192).is_none());
+    // A HostRange's entries are named as its (the error said "Registration" before).
+    let range = vkhost::HostRange::register(&[&d], &mut mine).unwrap();
+    let r = host::unregister(&d, range.as_ptr());
+    assert!(matches!(r, Err(Error::OwnedByGuard { what: "HostRange" })), "{r:?}");
+    assert!(host::find(&d, range.as_ptr(), 8192).is_some(), "the range is still registered");
+    drop(range);
+    assert!(host::find(&d, mine.as_ptr(), 8192).is_none());
     drop(a);
 }
 

@@ -40,8 +40,9 @@
 //! (`completes_at` a timeline value, or `completes_with_fence`) is what `unregister` waits for.
 //!
 //! Entries owned by a safe guard ([`PinnedBuffer`](crate::PinnedBuffer),
-//! [`Registration`](crate::Registration)) are marked: the raw [`free_pinned`] and [`unregister`]
-//! refuse them with [`Error::OwnedByGuard`] and change nothing.
+//! [`Registration`](crate::Registration), [`HostRange`](crate::HostRange)) are marked: the raw
+//! [`free_pinned`] and [`unregister`] refuse them with [`Error::OwnedByGuard`], which names the
+//! guard type, and change nothing.
 //!
 //! # Example
 //!
@@ -469,11 +470,11 @@ impl HostPtr for usize {
 /// # Ok(()) }
 /// ```
 pub fn alloc_pinned(dev: &Device, len: usize) -> Result<NonNull<u8>> {
-    alloc_pinned_entry(dev, len, false).map(|(p, _)| p)
+    alloc_pinned_entry(dev, len, None).map(|(p, _)| p)
 }
 
-/// [`alloc_pinned`], marking the entry as owned by a guard when `guarded`.
-pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guarded: bool) -> Result<(NonNull<u8>, Arc<Imports>)> {
+/// [`alloc_pinned`], marking the entry as owned by the `guard` type when there is one.
+pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guard: Option<&'static str>) -> Result<(NonNull<u8>, Arc<Imports>)> {
     let s = &dev.shared;
     if len == 0 {
         return Err(Error::invalid("alloc_pinned of zero bytes"));
@@ -503,7 +504,7 @@ pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guarded: bool) -> Res
             user: start..start + len,
             covered: start..start + len,
             live: true,
-            guarded,
+            guard,
             cell: Some(Cell::new(imports.clone())),
         };
         note_lister(s);
@@ -727,7 +728,8 @@ pub fn free_pinned(dev: &Device, ptr: impl HostPtr) -> Result<()> {
 /// Unregisters the registration that starts at `ptr`.
 ///
 /// `NotRegistered` for an interior pointer, an unknown address, a second unregister or a pinned
-/// block; `OwnedByGuard` for a range a [`Registration`](crate::Registration) owns. After the
+/// block; `OwnedByGuard` for a range a [`Registration`](crate::Registration) or a
+/// [`HostRange`](crate::HostRange) owns (`what` names which). After the
 /// device was destroyed the entry is a tombstone: `Ok`, once. Returns once no submitted work can
 /// read or write the registered bytes (it waits for copies in flight that name them). In a
 /// forked child, on a device of the parent's: `Ok`, and nothing happens (the entry is the
@@ -788,8 +790,8 @@ pub(crate) fn release_entry(dev: &Device, addr: usize, kind: Kind, by_guard: boo
         match reg.get(s.id, addr) {
             // A reservation (register in progress) is not live and not ours to remove.
             Some(e) if e.kind == kind && e.live => {
-                if e.guarded && !by_guard {
-                    return Err(Error::OwnedByGuard { what: "PinnedBuffer" });
+                if let (Some(what), false) = (e.guard, by_guard) {
+                    return Err(Error::OwnedByGuard { what });
                 }
                 reg.remove_if(s.id, addr, |_| true)
             }
@@ -824,8 +826,8 @@ fn release_registration(dev: &Device, addr: usize, by_guard: bool) -> Result<()>
         match reg.get(s.id, addr) {
             // A reservation (register in progress) is not live and not ours to remove.
             Some(e) if e.kind == Kind::Registered && e.live => {
-                if e.guarded && !by_guard {
-                    return Err(Error::OwnedByGuard { what: "Registration" });
+                if let (Some(what), false) = (e.guard, by_guard) {
+                    return Err(Error::OwnedByGuard { what });
                 }
                 e.cell.clone()
             }
@@ -929,14 +931,14 @@ fn release_registration(dev: &Device, addr: usize, by_guard: bool) -> Result<()>
 /// ```
 pub unsafe fn register(dev: &Device, ptr: impl HostPtr, len: usize) -> Result<()> {
     // SAFETY: forwarded contract.
-    unsafe { register_entry(dev, ptr.addr(), len, false) }.map(|_| ())
+    unsafe { register_entry(dev, ptr.addr(), len, None) }.map(|_| ())
 }
 
-/// [`register`], marking the entry as owned by a guard when `guarded`.
+/// [`register`], marking the entry as owned by the `guard` type when there is one.
 ///
 /// # Safety
 /// As for [`register`].
-pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guarded: bool) -> Result<Arc<Imports>> {
+pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guard: Option<&'static str>) -> Result<Arc<Imports>> {
     let s = &dev.shared;
     // The policy first, with its own short reason (asked of the options, not read from the
     // longer message `registration` gives for it).
@@ -973,7 +975,7 @@ pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guard
     }
     // Reserve the bytes, so a concurrent overlapping register is refused while we import
     // without holding the registry lock.
-    let reservation = Entry { kind: Kind::Registered, user: addr..end, covered: covered.clone(), live: false, guarded, cell: None };
+    let reservation = Entry { kind: Kind::Registered, user: addr..end, covered: covered.clone(), live: false, guard, cell: None };
     note_lister(s);
     registry().insert(s.id, reservation).map_err(|_| Error::AlreadyRegistered)?;
     /// Takes the reservation back however the import ends short of success (an error, or a

@@ -141,7 +141,7 @@ impl<'a> HostRange<'a> {
             // not useful: new memory at those addresses then copies through the stale import,
             // so on a GPU its bytes are the old pinned pages' (wrong bytes, never freed memory),
             // as `Registration`'s forget docs say.
-            let o = unsafe { super::register_entry(d, addr, buf.len(), true) }?;
+            let o = unsafe { super::register_entry(d, addr, buf.len(), Some("HostRange")) }?;
             undo.done.push((*d).clone());
             owners.push(o);
         }

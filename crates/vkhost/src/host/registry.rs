@@ -33,9 +33,9 @@ pub struct Entry<T> {
     pub covered: Range<usize>,
     /// False while a registration is being imported (a reservation): not usable, not removable.
     pub live: bool,
-    /// Owned by a safe guard (`PinnedBuffer`, `Registration`): the raw `free_pinned` and
-    /// `unregister` refuse it.
-    pub guarded: bool,
+    /// The safe guard type that owns the entry (`PinnedBuffer`, `Registration`, `HostRange`),
+    /// if any: the raw `free_pinned` and `unregister` refuse it, naming that type.
+    pub guard: Option<&'static str>,
     pub cell: T,
 }
 
@@ -395,11 +395,11 @@ mod tests {
     type R = Registry<u32, u32>;
 
     fn reg(user: Range<usize>, g: usize, cell: u32) -> Entry<u32> {
-        Entry { kind: Kind::Registered, covered: round_out(user.start, user.len(), g).unwrap(), user, live: true, guarded: false, cell }
+        Entry { kind: Kind::Registered, covered: round_out(user.start, user.len(), g).unwrap(), user, live: true, guard: None, cell }
     }
 
     fn pin(user: Range<usize>, cell: u32) -> Entry<u32> {
-        Entry { kind: Kind::Pinned, covered: user.clone(), user, live: true, guarded: false, cell }
+        Entry { kind: Kind::Pinned, covered: user.clone(), user, live: true, guard: None, cell }
     }
 
     #[test]

@@ -150,7 +150,7 @@ impl PinnedBuffer {
             }
         }
         let mut counted = Counted(dev, true);
-        let (p, res) = super::alloc_pinned_entry(dev, len, true)?;
+        let (p, res) = super::alloc_pinned_entry(dev, len, Some("PinnedBuffer"))?;
         counted.1 = false;
         Ok(PinnedBuffer { dev: dev.clone(), ptr: SendPtr(p), len, res })
     }
@@ -425,7 +425,7 @@ impl Device {
         }
         // SAFETY: the slice is borrowed mutably for 'a, so its pages stay mapped and writable
         // and nobody else touches it until the Registration (which unregisters on drop) ends.
-        let res = unsafe { super::register_entry(self, ptr.as_ptr() as usize, buf.len(), true) }?;
+        let res = unsafe { super::register_entry(self, ptr.as_ptr() as usize, buf.len(), Some("Registration")) }?;
         Ok(Registration { dev: self.clone(), ptr: SendPtr(ptr), len: buf.len(), res, _borrow: PhantomData })
     }
 }
