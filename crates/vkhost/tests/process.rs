@@ -453,6 +453,22 @@ fn malformed_environment_variables_are_reported() {
     assert_eq!(o.staging_slots, 3, "a malformed VKHOST_STAGING_SLOTS leaves the default");
 }
 
+/// An environment variable whose number parses but is out of range: open's error names the
+/// variable as well as the field (it named only `OpenOptions::staging_slots`, which a user who
+/// set only the environment never wrote).
+#[test]
+fn an_out_of_range_environment_value_is_named_in_opens_error() {
+    let env = [("VKHOST_STAGING_SLOTS", std::ffi::OsStr::new("0"))];
+    if rerun_alone_with("an_out_of_range_environment_value_is_named_in_opens_error", &env).is_some() {
+        return;
+    }
+    let e = Device::open_default().map(drop).unwrap_err();
+    assert!(
+        matches!(e, vkhost::Error::InvalidArgument { ref reason } if reason.contains("staging_slots") && reason.contains("VKHOST_STAGING_SLOTS=\"0\"")),
+        "{e:?}"
+    );
+}
+
 /// A forked child opens and uses a device of its own even when a parent thread held one of
 /// vkhost's process-wide locks at the fork (here the registry's, by `find` in a loop): the
 /// child's registry, like its memcpy pool and releaser, is its own. Before, 17 of 20 children

@@ -501,34 +501,45 @@ impl OpenOptions {
         let min = Self::STAGING_CHUNK_MIN;
         if chunk < min || chunk % min != 0 {
             return Err(Error::invalid(format!(
-                "OpenOptions::staging_chunk = {chunk}: it must be at least {min} bytes and a multiple of {min} (one page)"
+                "OpenOptions::staging_chunk = {chunk}: it must be at least {min} bytes and a multiple of {min} (one page){}",
+                env_hint(&["VKHOST_STAGING_CHUNK"])
             )));
         }
         if !(1..=crate::par::MAX_THREADS).contains(&self.staging_threads) {
             return Err(Error::invalid(format!(
-                "OpenOptions::staging_threads = {}: it must be in 1..={}",
+                "OpenOptions::staging_threads = {}: it must be in 1..={}{}",
                 self.staging_threads,
-                crate::par::MAX_THREADS
+                crate::par::MAX_THREADS,
+                env_hint(&["VKHOST_STAGING_THREADS"])
             )));
         }
         if !(1..=crate::par::MAX_THREADS).contains(&self.assist_threads) {
             return Err(Error::invalid(format!(
-                "OpenOptions::assist_threads = {}: it must be in 1..={}",
+                "OpenOptions::assist_threads = {}: it must be in 1..={}{}",
                 self.assist_threads,
-                crate::par::MAX_THREADS
+                crate::par::MAX_THREADS,
+                env_hint(&["VKHOST_ASSIST_THREADS"])
             )));
         }
         if self.max_pipelines == 0 {
-            return Err(Error::invalid("OpenOptions::max_pipelines = 0: the pipeline cache holds at least one pipeline"));
+            return Err(Error::invalid(format!(
+                "OpenOptions::max_pipelines = 0: the pipeline cache holds at least one pipeline{}",
+                env_hint(&["VKHOST_MAX_PIPELINES"])
+            )));
         }
         if let Some(d) = self.staging_spin.filter(|&d| d > Self::STAGING_SPIN_MAX) {
-            return Err(Error::invalid(format!("OpenOptions::staging_spin = {d:?}: it must be at most {:?}", Self::STAGING_SPIN_MAX)));
+            return Err(Error::invalid(format!(
+                "OpenOptions::staging_spin = {d:?}: it must be at most {:?}{}",
+                Self::STAGING_SPIN_MAX,
+                env_hint(&["VKHOST_STAGING_SPIN_US"])
+            )));
         }
         if !Self::STAGING_SLOTS.contains(&slots) {
             return Err(Error::invalid(format!(
-                "OpenOptions::staging_slots = {slots}: it must be in {}..={}",
+                "OpenOptions::staging_slots = {slots}: it must be in {}..={}{}",
                 Self::STAGING_SLOTS.start(),
-                Self::STAGING_SLOTS.end()
+                Self::STAGING_SLOTS.end(),
+                env_hint(&["VKHOST_STAGING_SLOTS"])
             )));
         }
         let max = info.max_memory_allocation_size;
@@ -536,7 +547,8 @@ impl OpenOptions {
             if p < min || p % min != 0 || p as u64 > max {
                 return Err(Error::invalid(format!(
                     "OpenOptions::max_import_piece = {p}: it must be a multiple of {min} (one page), at least one page, and at \
-                     most this device's maxMemoryAllocationSize ({max} bytes)"
+                     most this device's maxMemoryAllocationSize ({max} bytes){}",
+                    env_hint(&["VKHOST_IMPORT_PIECE"])
                 )));
             }
         }
@@ -544,8 +556,9 @@ impl OpenOptions {
             Some(total) if total <= max => Ok(()),
             total => Err(Error::invalid(format!(
                 "OpenOptions::staging_chunk × staging_slots = {chunk} × {slots} = {}: one staging buffer must fit this device's \
-                 maxMemoryAllocationSize ({max} bytes)",
-                total.map_or_else(|| "more than 2^64".to_string(), |t| format!("{t} bytes"))
+                 maxMemoryAllocationSize ({max} bytes){}",
+                total.map_or_else(|| "more than 2^64".to_string(), |t| format!("{t} bytes")),
+                env_hint(&["VKHOST_STAGING_CHUNK", "VKHOST_STAGING_SLOTS"])
             ))),
         }
     }
@@ -569,6 +582,13 @@ pub(crate) fn in_probe() -> bool {
 /// reported as malformed, not read as unset).
 fn env_text(name: &str) -> Option<String> {
     std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+}
+
+/// For an error about a field the environment may have set: which of `vars` are set, so that a
+/// user who never wrote the field sees where its value came from ("" when none is).
+fn env_hint(vars: &[&str]) -> String {
+    let set: Vec<String> = vars.iter().filter_map(|v| env_text(v).map(|t| format!("{v}={t:?}"))).collect();
+    if set.is_empty() { String::new() } else { format!(" (the environment has {})", set.join(", ")) }
 }
 
 /// A number from the environment (`None` when unset or not a number: the default applies).
