@@ -53,7 +53,7 @@ test: setup fmt clippy
 	$(CARGO) test --workspace --release -- --test-threads=1
 	VKHOST_VALIDATION=1 ./target/release/examples/wgpu_compute
 	./target/release/vkhost check --all
-	$(CARGO) test -p vkhost --release --features fault-injection --test fault --test unwind -- --test-threads=1
+	$(CARGO) test -p vkhost --release --features fault-injection --test fault --test unwind --test unwind_sweep -- --test-threads=1
 	$(CARGO) test -p vkhost --release --features fault-injection --doc -- --test-threads=1
 	bash scripts/memcheck ci
 	bash scripts/capi-test

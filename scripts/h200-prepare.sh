@@ -16,7 +16,7 @@ for l in sys.stdin:
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]:
         print(m["executable"])' | while read -r f; do cp "$f" ".h200/tests/$(basename "$f" | sed "s/-[0-9a-f]*$//")"; done
 # The fault-injection sweep and the unwind tests are a separate build (feature `fault-injection`).
-cargo test --release -p vkhost --features fault-injection --test fault --test unwind --no-run --message-format=json 2>/dev/null \
+cargo test --release -p vkhost --features fault-injection --test fault --test unwind --test unwind_sweep --no-run --message-format=json 2>/dev/null \
   | python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)

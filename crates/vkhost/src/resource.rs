@@ -79,17 +79,21 @@ impl Resource {
     /// Waits for `uses` to complete; a failed wait falls back to waiting the queue idle, so
     /// this never returns while work it was given may still run.
     pub(crate) fn wait_uses(&self, l: &Live, uses: Vec<Use<TimelineRef>>) {
+        // Logged once every use was waited for: a user's logger that panics on the line must
+        // not skip the waits (the caller may hand the bytes back next).
+        let mut failed = None;
         for u in uses {
             let Some(tl) = u.timeline.upgrade() else { continue };
             match tl.wait_for(l, u.value) {
                 Ok(()) => self.tracker.retire(&u.timeline, u.value),
                 Err(e) => {
-                    // The queue first: a user's logger that panics on the line must not skip it
-                    // (the caller may hand the bytes back next).
                     tl.queue_idle(l);
-                    log::warn!("waiting for work that names a buffer: {e}; waited for its queue instead");
+                    failed.get_or_insert(e);
                 }
             }
+        }
+        if let Some(e) = failed {
+            log::warn!("waiting for work that names a buffer: {e}; waited for its queue instead");
         }
     }
 

@@ -129,7 +129,7 @@ fn host_range_on_two_devices() {
     let range = HostRange::register(&[&a, &b], &mut v).unwrap();
     let (ba, bb) = (range.find(&a, 0, n).unwrap().0, range.find(&b, 0, n).unwrap().0);
     assert_ne!(ba, bb, "one import per device");
-    assert_eq!(host::unregister(&a, range.as_ptr()), Err(Error::OwnedByGuard { what: "Registration" }));
+    assert_eq!(host::unregister(&a, range.as_ptr()), Err(Error::OwnedByGuard { what: "HostRange" }));
     let (da, db) = (a.alloc_buffer(n).unwrap(), b.alloc_buffer(n).unwrap());
     let (sa, sb) = (device_stats(&a), device_stats(&b));
     broadcast(&range, &[(&da, 0), (&db, 0)]).unwrap();

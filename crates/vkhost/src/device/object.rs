@@ -36,6 +36,28 @@ pub(crate) fn step(first: &mut Option<Panic>, f: impl FnOnce()) {
     }
 }
 
+/// Makes something in steps that each may fail and log (`make` on `state`, the part made so
+/// far); when one fails, or a user's logger panics on the failure it logs, `undo` takes back
+/// what was made before the error or the panic goes on. Without `catch_unwind` a panic would
+/// skip the undo and leak what was made.
+pub(crate) fn make_or_undo<S, T>(
+    mut state: S,
+    make: impl FnOnce(&mut S) -> crate::Result<T>,
+    undo: impl FnOnce(S),
+) -> crate::Result<(S, T)> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| make(&mut state))) {
+        Ok(Ok(t)) => Ok((state, t)),
+        Ok(Err(e)) => {
+            undo(state);
+            Err(e)
+        }
+        Err(p) => {
+            undo(state);
+            std::panic::resume_unwind(p)
+        }
+    }
+}
+
 /// Teardown phases, in order.
 pub(crate) mod phase {
     /// Finish work: streams submit what they recorded, wait, reap.

@@ -310,64 +310,66 @@ fn create(s: &Arc<Shared>, l: &Live, desc: &PipelineDesc, mode: DescriptorMode) 
         DescriptorMode::Sets => vk::DescriptorSetLayoutCreateFlags::empty(),
     };
     let si = vk::DescriptorSetLayoutCreateInfo::default().flags(flags).bindings(&binds);
-    let mut h = Handles { set_layout: vk::DescriptorSetLayout::null(), layout: vk::PipelineLayout::null(), pipeline: vk::Pipeline::null() };
-    let r = (|| {
-        // SAFETY: valid create info; with PUSH_DESCRIPTOR_KHR only in `Push` mode, where
-        // VK_KHR_push_descriptor is enabled (the mode is chosen from `Live::push_desc`).
-        fault::check(Point::CreateDescriptorSetLayout).map_err(|c| s.fail("vkCreateDescriptorSetLayout", c))?;
-        h.set_layout = unsafe { d.create_descriptor_set_layout(&si, None) }.map_err(|c| s.fail("vkCreateDescriptorSetLayout", c))?;
-        let ranges = [vk::PushConstantRange::default().stage_flags(vk::ShaderStageFlags::COMPUTE).offset(0).size(desc.push_bytes)];
-        let sets = [h.set_layout];
-        let li = vk::PipelineLayoutCreateInfo::default().set_layouts(&sets).push_constant_ranges(if desc.push_bytes > 0 {
-            &ranges
-        } else {
-            &[]
-        });
-        fault::check(Point::CreatePipelineLayout).map_err(|c| s.fail("vkCreatePipelineLayout", c))?;
-        // SAFETY: valid create info over a live set layout.
-        h.layout = unsafe { d.create_pipeline_layout(&li, None) }.map_err(|c| s.fail("vkCreatePipelineLayout", c))?;
-        let mi = vk::ShaderModuleCreateInfo::default().code(&desc.words);
-        fault::check(Point::CreateShaderModule).map_err(|c| s.fail("vkCreateShaderModule", c))?;
-        // SAFETY: the words are SPIR-V (magic checked by the kernel); validity beyond that is the
-        // contract of `Kernel::from_spirv` (built-ins are naga's validated output).
-        let module = unsafe { d.create_shader_module(&mi, None) }.map_err(|c| s.fail("vkCreateShaderModule", c))?;
-        let entry: &CStr = &desc.entry;
-        let stage = vk::PipelineShaderStageCreateInfo::default().stage(vk::ShaderStageFlags::COMPUTE).module(module).name(entry);
-        let ci = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(h.layout)];
-        let r = match fault::check(Point::CreateComputePipelines) {
-            // SAFETY: valid create info; the module and layout are live.
-            Ok(()) => unsafe { d.create_compute_pipelines(vk::PipelineCache::null(), &ci, None) },
-            Err(c) => Err((Vec::new(), c)),
-        };
-        // SAFETY: the module is only needed while the pipeline is created.
-        unsafe { d.destroy_shader_module(module, None) };
-        match r {
-            Ok(v) => h.pipeline = v[0],
-            Err((v, c)) => {
-                for x in v {
-                    // SAFETY: a failed call's partial results are unused, destroyed once.
-                    unsafe { d.destroy_pipeline(x, None) };
+    let h = Handles { set_layout: vk::DescriptorSetLayout::null(), layout: vk::PipelineLayout::null(), pipeline: vk::Pipeline::null() };
+    // A failure logs, and a user's logger may panic: what was made goes either way.
+    let made = super::object::make_or_undo(
+        h,
+        |h| {
+            // SAFETY: valid create info; with PUSH_DESCRIPTOR_KHR only in `Push` mode, where
+            // VK_KHR_push_descriptor is enabled (the mode is chosen from `Live::push_desc`).
+            fault::check(Point::CreateDescriptorSetLayout).map_err(|c| s.fail("vkCreateDescriptorSetLayout", c))?;
+            h.set_layout = unsafe { d.create_descriptor_set_layout(&si, None) }.map_err(|c| s.fail("vkCreateDescriptorSetLayout", c))?;
+            let ranges = [vk::PushConstantRange::default().stage_flags(vk::ShaderStageFlags::COMPUTE).offset(0).size(desc.push_bytes)];
+            let sets = [h.set_layout];
+            let li = vk::PipelineLayoutCreateInfo::default().set_layouts(&sets).push_constant_ranges(if desc.push_bytes > 0 {
+                &ranges
+            } else {
+                &[]
+            });
+            fault::check(Point::CreatePipelineLayout).map_err(|c| s.fail("vkCreatePipelineLayout", c))?;
+            // SAFETY: valid create info over a live set layout.
+            h.layout = unsafe { d.create_pipeline_layout(&li, None) }.map_err(|c| s.fail("vkCreatePipelineLayout", c))?;
+            let mi = vk::ShaderModuleCreateInfo::default().code(&desc.words);
+            fault::check(Point::CreateShaderModule).map_err(|c| s.fail("vkCreateShaderModule", c))?;
+            // SAFETY: the words are SPIR-V (magic checked by the kernel); validity beyond that is the
+            // contract of `Kernel::from_spirv` (built-ins are naga's validated output).
+            let module = unsafe { d.create_shader_module(&mi, None) }.map_err(|c| s.fail("vkCreateShaderModule", c))?;
+            let entry: &CStr = &desc.entry;
+            let stage = vk::PipelineShaderStageCreateInfo::default().stage(vk::ShaderStageFlags::COMPUTE).module(module).name(entry);
+            let ci = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(h.layout)];
+            let r = match fault::check(Point::CreateComputePipelines) {
+                // SAFETY: valid create info; the module and layout are live.
+                Ok(()) => unsafe { d.create_compute_pipelines(vk::PipelineCache::null(), &ci, None) },
+                Err(c) => Err((Vec::new(), c)),
+            };
+            // SAFETY: the module is only needed while the pipeline is created.
+            unsafe { d.destroy_shader_module(module, None) };
+            match r {
+                Ok(v) => h.pipeline = v[0],
+                Err((v, c)) => {
+                    for x in v {
+                        // SAFETY: a failed call's partial results are unused, destroyed once.
+                        unsafe { d.destroy_pipeline(x, None) };
+                    }
+                    return Err(s.fail("vkCreateComputePipelines", c));
                 }
-                return Err(s.fail("vkCreateComputePipelines", c));
             }
-        }
-        Ok::<(), Error>(())
-    })();
-    match r {
-        Ok(()) => Ok(Pipeline {
-            shared: Arc::downgrade(s),
-            fork_gen: s.fork_gen,
-            set_layout: h.set_layout,
-            layout: h.layout,
-            pipeline: h.pipeline,
-            present: AtomicBool::new(true),
-        }),
-        Err(e) => {
+            Ok::<(), Error>(())
+        },
+        |h| {
             // SAFETY: fresh objects of ours, unused; null ones are ignored.
-            unsafe { destroy(l, h) };
-            Err(e)
-        }
-    }
+            unsafe { destroy(l, h) }
+        },
+    );
+    let (h, ()) = made?;
+    Ok(Pipeline {
+        shared: Arc::downgrade(s),
+        fork_gen: s.fork_gen,
+        set_layout: h.set_layout,
+        layout: h.layout,
+        pipeline: h.pipeline,
+        present: AtomicBool::new(true),
+    })
 }
 
 #[cfg(test)]

@@ -131,7 +131,7 @@ impl CopyCtx {
         // SAFETY: valid create info for a family the device was created with.
         let pool = unsafe { l.device.create_command_pool(&pi, None) }.map_err(|c| s.fail("vkCreateCommandPool", c))?;
         s.count_pool(1);
-        let mut ctx = CopyCtx {
+        let ctx = CopyCtx {
             queue: ctx_index,
             pool,
             timeline: None,
@@ -140,46 +140,39 @@ impl CopyCtx {
             staging: None,
             chunk: s.options.staging_chunk as u64,
         };
-        // Under catch_unwind: a failure below logs, and a user's logger may panic; the pool and
-        // whatever else was made go before the panic goes on.
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let n = s.options.staging_slots as u32;
-            fault::check(Point::AllocateCommandBuffers).map_err(|c| s.fail("vkAllocateCommandBuffers", c))?;
-            let ai =
-                vk::CommandBufferAllocateInfo::default().command_pool(pool).level(vk::CommandBufferLevel::PRIMARY).command_buffer_count(n);
-            // SAFETY: `pool` is ours and externally synchronized by the context's lock.
-            let cmds = unsafe { l.device.allocate_command_buffers(&ai) }.map_err(|c| s.fail("vkAllocateCommandBuffers", c))?;
-            if s.info.timeline_semaphore {
-                ctx.timeline = Some(create_timeline(s, l)?);
-            }
-            for cmd in cmds {
-                let fence = if ctx.timeline.is_some() {
-                    vk::Fence::null()
-                } else {
-                    fault::check(Point::CreateFence).map_err(|c| s.fail("vkCreateFence", c))?;
-                    // SAFETY: plain fence creation.
-                    let f =
-                        unsafe { l.device.create_fence(&vk::FenceCreateInfo::default(), None) }.map_err(|c| s.fail("vkCreateFence", c))?;
-                    s.count_fence(1);
-                    f
-                };
-                ctx.slots.push(Slot { cmd, fence, value: 0, pending: None, bytes: 0, recorded: None });
-            }
-            Ok(())
-        }));
-        match r {
-            Ok(Ok(())) => Ok(ctx),
-            Ok(Err(e)) => {
-                // SAFETY: nothing was submitted; the objects are ours and destroyed once.
-                unsafe { ctx.destroy(s, l) };
-                Err(e)
-            }
-            Err(panic) => {
-                // SAFETY: as above.
-                unsafe { ctx.destroy(s, l) };
-                std::panic::resume_unwind(panic)
-            }
-        }
+        let made = super::object::make_or_undo(
+            ctx,
+            |ctx| {
+                let n = s.options.staging_slots as u32;
+                fault::check(Point::AllocateCommandBuffers).map_err(|c| s.fail("vkAllocateCommandBuffers", c))?;
+                let ai = vk::CommandBufferAllocateInfo::default()
+                    .command_pool(pool)
+                    .level(vk::CommandBufferLevel::PRIMARY)
+                    .command_buffer_count(n);
+                // SAFETY: `pool` is ours and externally synchronized by the context's lock.
+                let cmds = unsafe { l.device.allocate_command_buffers(&ai) }.map_err(|c| s.fail("vkAllocateCommandBuffers", c))?;
+                if s.info.timeline_semaphore {
+                    ctx.timeline = Some(create_timeline(s, l)?);
+                }
+                for cmd in cmds {
+                    let fence = if ctx.timeline.is_some() {
+                        vk::Fence::null()
+                    } else {
+                        fault::check(Point::CreateFence).map_err(|c| s.fail("vkCreateFence", c))?;
+                        // SAFETY: plain fence creation.
+                        let f = unsafe { l.device.create_fence(&vk::FenceCreateInfo::default(), None) }
+                            .map_err(|c| s.fail("vkCreateFence", c))?;
+                        s.count_fence(1);
+                        f
+                    };
+                    ctx.slots.push(Slot { cmd, fence, value: 0, pending: None, bytes: 0, recorded: None });
+                }
+                Ok(())
+            },
+            // SAFETY: nothing was submitted; the objects are ours and destroyed once.
+            |ctx| unsafe { ctx.destroy(s, l) },
+        );
+        made.map(|(ctx, ())| ctx)
     }
 
     /// # Safety
@@ -761,6 +754,16 @@ pub(crate) unsafe fn host_read_barrier(d: &ash::Device, cmd: vk::CommandBuffer) 
     unsafe { d.cmd_pipeline_barrier(cmd, src, dst, vk::DependencyFlags::empty(), &[b], &[], &[]) };
 }
 
+/// Records (or reuses) and submits one batch of `ops` in `slot`: staged h2d bytes are copied
+/// into the slot's staging range first; staged d2h bytes are owed to the slot (copied out when
+/// it completes).
+///
+/// # Safety
+/// The slot's previous submission completed (its command buffer and staging range are idle);
+/// `staging`, when given, is this context's staging buffer, large enough for every op's
+/// `base + staging_off` range (see [`batches`]); every staged host range of `ops` is readable
+/// (h2d) or writable (d2h) until the slot completes; `dev` and every direct op's buffer stay
+/// alive until then.
 #[allow(clippy::too_many_arguments)]
 unsafe fn submit_batch(
     s: &Shared,

@@ -244,15 +244,15 @@ impl Device {
         // SAFETY: valid create info for a family of this device.
         let pool = unsafe { l.device.create_command_pool(&pi, None) }.map_err(|c| s.fail("vkCreateCommandPool", c))?;
         s.count_pool(1);
-        let sem = match create_timeline(s, &l) {
-            Ok(x) => x,
-            Err(e) => {
+        let ((), sem) = crate::device::object::make_or_undo(
+            (),
+            |()| create_timeline(s, &l),
+            |()| {
                 // SAFETY: fresh pool, unused.
                 unsafe { l.device.destroy_command_pool(pool, None) };
                 s.count_pool(-1);
-                return Err(e);
-            }
-        };
+            },
+        )?;
         let sem_key = crate::device::lock(&s.stream_semaphores).adopt(sem);
         let inner = Arc::new_cyclic(|me| StreamInner {
             me: me.clone(),
@@ -583,15 +583,17 @@ impl Stream {
     /// returns, so the caller may free or reuse the memory.
     fn drain_after_error(&self) {
         let Ok(l) = self.inner.shared.live_any() else { return };
-        let v = {
+        let (v, flushed) = {
             let mut st = inner::relock(&self.inner.state);
-            if let Err(e) = self.inner.flush(&l, &mut st) {
-                log::warn!("{}: flush after a failed copy: {e}", self.inner.shared.id);
-            }
-            st.submitted
+            let flushed = self.inner.flush(&l, &mut st);
+            (st.submitted, flushed)
         };
         if self.inner.wait_value(&l, v).is_err() {
             self.inner.queue_idle(&l);
+        }
+        // Logged once nothing runs: a user's logger may panic on the line.
+        if let Err(e) = flushed {
+            log::warn!("{}: flush after a failed copy: {e}", self.inner.shared.id);
         }
     }
 
