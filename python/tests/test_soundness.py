@@ -337,3 +337,96 @@ def test_zero_size_items_are_refused() -> None:
             dev.pinned(4, dtype=dt)
     buf.free()
     dev.close()
+
+
+def _run_with_deadline(f: Any, seconds: float = 20.0) -> None:
+    """Runs ``f`` on a thread; fails (instead of hanging the suite) if it does not finish."""
+    err: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            f()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            err.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), "deadlock: cleanup inside a call on the same thread waited for itself"
+    if err:
+        raise err[0]
+
+
+def test_cleanup_inside_a_call_on_the_same_thread_does_not_deadlock(patch_lib: Any) -> None:
+    # A signal handler or a finalizer runs between the bytecodes of a call, still inside its
+    # use of the handle: free() and close() there waited for that use to end, forever (a
+    # SIGTERM handler cleaning up, a __del__ collected during buf.write; found by an audit).
+    dev = vkhost.Device(validation=True)
+    buf = dev.alloc_buffer(MiB)
+    s = dev.stream()
+    a = np.ones(MiB, np.uint8)
+    done: list[str] = []
+
+    def cleanup() -> None:
+        buf.free()
+        s.close()
+        dev.close()
+        done.append("cleaned up")
+
+    patch_lib({"vkhost_copy_to_device": cleanup})
+    _run_with_deadline(lambda: buf.write(a))
+    vkhost.lib = vkhost._ffi.lib
+    assert done == ["cleaned up"]
+    assert not dev._hd.live and not buf._hb.live and not s._hs.live, "a deferred release did not run"
+    for call in (lambda: buf.write(a), s.synchronize):
+        with pytest.raises(vkhost.Error):
+            call()
+
+
+def test_an_ndarray_subclass_cannot_misreport_its_size() -> None:
+    # nbytes, ctypes and flags are properties a subclass can override: vkhost took them at
+    # their word and read 64 MiB into a 16-byte array (a segfault; found by an audit).
+    class Liar(np.ndarray):
+        @property
+        def nbytes(self) -> int:  # type: ignore[override]
+            return 64 * MiB
+
+    dev = vkhost.Device(validation=True)
+    buf = dev.alloc_buffer(64 * MiB)
+    buf.write(np.full(64 * MiB, 7, np.uint8))
+    small = np.zeros(16, np.uint8).view(Liar)
+    out = buf.read(out=small)
+    assert np.asarray(out).tolist() == [7] * 16
+    assert buf.write(np.arange(16, dtype=np.uint8).view(Liar)) is not None
+    assert buf.read(count=16).tolist() == list(range(16))
+    s = dev.stream()
+    s.download(buf, np.zeros(16, np.uint8).view(Liar))
+    s.upload(np.zeros(16, np.uint8).view(Liar), buf)
+    s.synchronize()
+    arr = np.zeros(4096, np.uint8).view(Liar)
+    with dev.register(arr):
+        pass
+    s.close()
+    buf.free()
+    dev.close()
+
+
+def test_wrong_argument_types_raise_type_or_vkhost_errors() -> None:
+    with pytest.raises(TypeError):
+        vkhost.Device(1.5)  # type: ignore[arg-type]
+    dev = vkhost.Device(validation=True)
+    buf = dev.alloc_buffer(64)
+    s = dev.stream()
+    with pytest.raises(TypeError):
+        s.wait_event(object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        s.upload(np.zeros(4, np.uint8), object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        s.download(object(), np.zeros(4, np.uint8))  # type: ignore[arg-type]
+    with pytest.raises(vkhost.InvalidArgumentError):
+        dev.pinned(3, "(2,3)f4")
+    with pytest.raises(vkhost.InvalidArgumentError):
+        vkhost.bench(4096, 0, dev)
+    s.close()
+    buf.free()
+    dev.close()

@@ -20,7 +20,7 @@ import operator
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from ctypes import byref, c_bool, c_int, c_size_t, c_uint64, c_void_p
 from dataclasses import dataclass
@@ -133,12 +133,19 @@ def _item_dtype(dtype: npt.DTypeLike, what: str) -> np.dtype[Any]:
     _plain(dt, what)
     if dt.itemsize == 0:
         raise InvalidArgumentError(f"{what} {dt} has items of 0 bytes", 9)
+    if dt.subdtype is not None:
+        raise InvalidArgumentError(f"{what} {dt} is a subarray dtype: give the item dtype and a count", 9)
     return dt
 
 
 def _contiguous(a: np.ndarray, what: str, writable: bool = False) -> np.ndarray:
+    """``a`` checked, as a plain ``numpy.ndarray`` view (use the result): a subclass could
+    report another size, address or flags than its memory has (``nbytes``, ``ctypes`` and
+    ``flags`` are overridable properties), and the device would copy past its end."""
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{what} must be a numpy.ndarray, not {type(a).__name__}")
+    if type(a) is not np.ndarray:
+        a = a.view(np.ndarray)
     _plain(a.dtype, what)
     if not a.flags.c_contiguous:
         raise InvalidArgumentError(f"{what} must be C-contiguous", 9)
@@ -149,42 +156,67 @@ def _contiguous(a: np.ndarray, what: str, writable: bool = False) -> np.ndarray:
 
 class _Handle:
     """A C handle that several threads may use: every call holds it (``with h.use() as raw``)
-    and ``take`` waits for the calls in flight before it hands the handle out, once, to be
-    released. ctypes lets go of the GIL during each C call, so without this a ``free()`` or
+    and ``release`` hands it, once, to a function that releases it, after the calls in flight
+    returned. ctypes lets go of the GIL during each C call, so without this a ``free()`` or
     ``close()`` on one thread could release a handle another thread's call is still using,
-    which the C ABI leaves undefined (a crash)."""
+    which the C ABI leaves undefined (a crash).
 
-    __slots__ = ("_raw", "_users", "_cv", "_gone")
+    A release asked for on a thread that is itself inside a call on the handle (a signal
+    handler, or a finalizer the garbage collector runs between the bytecodes of that call)
+    cannot wait for that call: it would wait for itself. The handle is then marked released at
+    once (later calls raise) and the release runs when the last call in flight returns."""
+
+    __slots__ = ("_raw", "_users", "_threads", "_deferred", "_cv", "_gone")
 
     def __init__(self, raw: int, gone: type[Error], what: str) -> None:
         self._raw: int | None = raw
         self._users = 0
+        self._threads: dict[int, int] = {}
+        self._deferred: tuple[int, Callable[[int], Any]] | None = None
         self._cv = threading.Condition()
         self._gone = (gone, what)
 
     @contextmanager
     def use(self) -> Iterator[int]:
+        me = threading.get_ident()
         with self._cv:
             if self._raw is None:
                 cls, what = self._gone
                 raise cls(what, 7 if cls is DeviceDestroyedError else 9)
             self._users += 1
+            self._threads[me] = self._threads.get(me, 0) + 1
             raw = self._raw
+        deferred = None
         try:
             yield raw
         finally:
             with self._cv:
                 self._users -= 1
+                n = self._threads[me] - 1
+                if n:
+                    self._threads[me] = n
+                else:
+                    del self._threads[me]
                 if self._users == 0:
+                    deferred, self._deferred = self._deferred, None
                     self._cv.notify_all()
+            if deferred is not None:
+                deferred[1](deferred[0])
 
-    def take(self) -> int | None:
-        """Ends the handle's use: waits for calls in flight, then returns it (None if taken)."""
+    def release(self, fn: Callable[[int], Any]) -> None:
+        """Ends the handle's use: calls ``fn(raw)`` once the calls in flight returned (at once
+        when there are none; nothing if it was released already). On a thread inside a call
+        on the handle, ``fn`` runs when the last call returns (see the class)."""
         with self._cv:
             raw, self._raw = self._raw, None
+            if raw is None:
+                return
+            if threading.get_ident() in self._threads:
+                self._deferred = (raw, fn)
+                return
             while self._users:
                 self._cv.wait()
-            return raw
+        fn(raw)
 
     @property
     def live(self) -> bool:
@@ -192,7 +224,7 @@ class _Handle:
 
 
 _NO_HANDLE = _Handle(0, InvalidArgumentError, "not created")
-_NO_HANDLE.take()
+_NO_HANDLE.release(lambda h: None)
 
 
 class _Owner:
@@ -321,6 +353,8 @@ class Device(_Owner):
         if copy_queue is not None:
             opts.copy_queue = _queue_kind(copy_queue)
         h = c_void_p()
+        if index is not None:
+            index = operator.index(index)  # TypeError for a float or a str, as list indices
         idx = _ffi.VKHOST_DEFAULT_DEVICE if index is None else index
         if index is not None and not 0 <= index < _ffi.VKHOST_DEFAULT_DEVICE:
             raise NoDeviceError(f"no device at index {idx}", 3)
@@ -396,7 +430,7 @@ class Device(_Owner):
         that they are ``array.nbytes`` bytes from its data pointer; a strided or reversed view
         is :class:`InvalidArgumentError`); :class:`NotRegisteredError` if no registration or
         pinned block covers them all."""
-        _contiguous(array, "array")
+        array = _contiguous(array, "array")
         buf, off = c_uint64(), c_uint64()
         with self._use() as d:
             _check(lib.vkhost_find(d, array.ctypes.data, array.nbytes, byref(buf), byref(off)))
@@ -429,9 +463,7 @@ class Device(_Owner):
             # Only an explicit __del__ gets here (each block holds this object): releasing
             # the last reference would destroy the device and unmap the blocks.
             return
-        h = self._hd.take()
-        if h is not None and lib is not None:
-            lib.vkhost_device_release(h)
+        self._hd.release(lambda h: lib.vkhost_device_release(h) if lib is not None else None)
 
     def __del__(self) -> None:
         # Children keep the Device object alive, so this runs after them. Releasing the last
@@ -484,7 +516,10 @@ class DeviceBuffer(_Owner):
 
     def write(self, src: npt.ArrayLike, offset: int = 0) -> CopyPath:
         """Copies ``src``'s bytes into the buffer at byte ``offset``; returns the path taken."""
-        a = src if isinstance(src, np.ndarray) and src.flags.c_contiguous else np.ascontiguousarray(src)
+        # A plain ndarray (a subclass could misreport its size: see `_contiguous`).
+        a = src if type(src) is np.ndarray and src.flags.c_contiguous else np.ascontiguousarray(src)
+        if type(a) is not np.ndarray:
+            a = a.view(np.ndarray)
         _plain(a.dtype, "src")
         offset = _size(offset, "offset")
         path = c_int()
@@ -508,7 +543,7 @@ class DeviceBuffer(_Owner):
             dt = _item_dtype(dtype, "dtype")
             n = (self.nbytes - offset) // dt.itemsize if count is None else count
             out = np.empty(max(n, 0), dtype=dt)
-        _contiguous(out, "out", writable=True)
+        out = _contiguous(out, "out", writable=True)
         path = c_int()
         with self.device._use() as d, self._use() as b:
             _check(lib.vkhost_copy_to_host(d, b, offset, out.ctypes.data, out.nbytes, byref(path)))
@@ -518,9 +553,7 @@ class DeviceBuffer(_Owner):
         """Frees the buffer now (stream work that uses it keeps its memory until done). Waits
         for this buffer's calls in flight on other threads; later calls raise
         :class:`InvalidArgumentError`."""
-        h = self._hb.take()
-        if h is not None and lib is not None:
-            lib.vkhost_buffer_free(h)
+        self._hb.release(lambda h: lib.vkhost_buffer_free(h) if lib is not None else None)
 
     def __del__(self) -> None:
         try:
@@ -543,14 +576,14 @@ class Registration(_Owner):
 
     def __init__(self, device: Device, array: np.ndarray) -> None:
         self._init_once()
-        _contiguous(array, "array", writable=True)
-        if array.nbytes == 0:
+        view = _contiguous(array, "array", writable=True)
+        if view.nbytes == 0:
             raise InvalidArgumentError("cannot register an empty array", 9)
         self.device = device
         self.array = array
         self._ptr: int | None = None
         self._lock = threading.Lock()
-        addr = array.ctypes.data
+        addr = view.ctypes.data
         self._key = (id(device), addr)
         # An exception from a signal handler (Ctrl-C) can land right after the C call returned,
         # and a registration nobody records is never undone (its import would outlive the
@@ -559,7 +592,7 @@ class Registration(_Owner):
         # unless another live Registration owns that address (`_owners`).
         self._maybe: int | None = addr
         with device._use() as d:
-            st = lib.vkhost_register(d, addr, array.nbytes)
+            st = lib.vkhost_register(d, addr, view.nbytes)
         if st != 0:
             self._maybe = None
             _check(st)
@@ -714,10 +747,9 @@ class Event(_Owner):
 
     def __del__(self) -> None:
         h = getattr(self, "_h", None)
-        h = h.take() if h is not None else None
-        if h is not None and lib is not None:
+        if h is not None:
             try:
-                lib.vkhost_event_release(h)
+                h.release(lambda e: lib.vkhost_event_release(e) if lib is not None else None)
             except Exception:
                 pass
 
@@ -760,7 +792,9 @@ class Stream(_Owner):
 
     def upload(self, src: np.ndarray, dst: DeviceBuffer, offset: int = 0) -> None:
         """Enqueues a copy of ``src``'s bytes into ``dst`` at byte ``offset``."""
-        _contiguous(src, "src")
+        src = _contiguous(src, "src")
+        if not isinstance(dst, DeviceBuffer):
+            raise TypeError(f"dst must be a vkhost.DeviceBuffer, not {type(dst).__name__}")
         offset = _size(offset, "offset")
         # Kept before the enqueue: a `synchronize` on another thread meanwhile must not let go
         # of an array whose copy it did not wait for.
@@ -772,7 +806,9 @@ class Stream(_Owner):
     def download(self, src: DeviceBuffer, dst: np.ndarray, offset: int = 0) -> None:
         """Enqueues a copy from ``src`` at byte ``offset`` into ``dst`` (C-contiguous, writable);
         the bytes are there after ``synchronize`` (or an event recorded after this call)."""
-        _contiguous(dst, "dst", writable=True)
+        dst = _contiguous(dst, "dst", writable=True)
+        if not isinstance(src, DeviceBuffer):
+            raise TypeError(f"src must be a vkhost.DeviceBuffer, not {type(src).__name__}")
         offset = _size(offset, "offset")
         with self._enq, self._enqueuing():
             self._keep.append(dst)
@@ -820,6 +856,8 @@ class Stream(_Owner):
 
     def wait_event(self, event: Event) -> None:
         """Makes later work on this stream wait (on the device) for ``event``."""
+        if not isinstance(event, Event):
+            raise TypeError(f"event must be a vkhost.Event, not {type(event).__name__}")
         with self._use() as s, event._use() as e:
             _check(lib.vkhost_stream_wait_event(s, e))
 
@@ -842,12 +880,16 @@ class Stream(_Owner):
     def close(self) -> None:
         """Waits for the stream's work (and for its calls in flight on other threads) and
         destroys it; later calls raise :class:`InvalidArgumentError`."""
-        h = self._hs.take()
-        if h is not None and lib is not None:
+        def destroy(h: int) -> None:
+            if lib is None:
+                return
             _check(lib.vkhost_stream_destroy(h))
-        with self._enq:
-            self._gone += len(self._keep)
-            self._keep.clear()
+            # Only now: the arrays of the stream's work stay alive until it is done.
+            with self._enq:
+                self._gone += len(self._keep)
+                self._keep.clear()
+
+        self._hs.release(destroy)
 
     def __del__(self) -> None:
         try:
@@ -885,6 +927,8 @@ def bench(nbytes: int = 16 << 20, iters: int = 5, device: Device | None = None) 
     "paths": {path: {"h2d": "direct"|"staged"|"mixed", "d2h": ...}}}`` with GB/s = 1e9 bytes/s.
     Registered is left out where the device cannot register host memory.
     """
+    if operator.index(iters) < 1:
+        raise InvalidArgumentError(f"bench of {iters} iterations: at least one is needed for a median", 9)
     own = device is None
     dev = Device() if device is None else device
     gbps: dict[str, dict[str, float]] = {}

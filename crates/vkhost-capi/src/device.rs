@@ -313,8 +313,9 @@ unsafe {
 pub const VKHOST_NO_FAMILY: u32 = u32::MAX;
 
 /// Options for `vkhost_device_open_with` and `vkhost_device_from_vulkan`. Start from
-/// `vkhost_open_options_default`, which reads the environment (`VKHOST_VALIDATION`,
-/// `VKHOST_IMPORT`, `VKHOST_COPY_QUEUE`) as the Rust defaults do.
+/// `vkhost_open_options_default`, which reads the environment as the Rust defaults do
+/// (`VKHOST_VALIDATION`, `VKHOST_IMPORT`, `VKHOST_COPY_QUEUE`, `VKHOST_STAGING_CHUNK`,
+/// `VKHOST_STAGING_SLOTS`, `VKHOST_IMPORT_PIECE`).
 #[cfg_attr(
     doc,
     doc = r#"
@@ -342,7 +343,9 @@ unsafe {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct vkhost_open_options {
-    /// Nonzero: enable the Khronos validation layer and count its errors.
+    /// Nonzero: enable the Khronos validation layer and count its errors. Only where vkhost
+    /// creates the instance (`vkhost_device_open*`): `vkhost_device_from_vulkan` ignores it
+    /// (the caller's instance has whatever layers the caller enabled, and no error is counted).
     pub validation: u32,
     /// `VKHOST_IMPORT_AUTO` or `VKHOST_IMPORT_NEVER`.
     pub import_policy: u32,
@@ -688,7 +691,8 @@ pub const VKHOST_DEFAULT_DEVICE: usize = usize::MAX;
 
 /// Opens physical device `index` (or the preferred one for `VKHOST_DEFAULT_DEVICE`) with
 /// `*options`. Options that fail validation are `VKHOST_INVALID_ARGUMENT`, before anything is
-/// created.
+/// created. `options` NULL is `VKHOST_NULL_ARGUMENT` (`vkhost_device_open` opens with the
+/// defaults).
 ///
 /// # Safety
 /// `options` must be NULL or point to a `vkhost_open_options`; `device` NULL or valid for a
@@ -736,7 +740,8 @@ pub unsafe extern "C" fn vkhost_device_open_with(
 /// its instance's version, its queues and its features). `owned` nonzero: vkhost destroys the VkDevice and the VkInstance
 /// at `vkhost_device_destroy` (or when the last handle goes); zero: the caller destroys them,
 /// after `vkhost_device_destroy` returned. A call that fails (any status but `VKHOST_OK`)
-/// destroys neither, owned or not: they stay the caller's. `options` may be NULL (defaults). Queues the
+/// destroys neither, owned or not: they stay the caller's. `options` may be NULL (defaults;
+/// its `validation` is ignored here, see `vkhost_open_options`). Queues the
 /// physical device cannot have (a family that is not a compute family for the compute queue, an
 /// index past its family's queue count, one queue named twice): `VKHOST_INVALID_ARGUMENT`.
 ///
