@@ -227,6 +227,41 @@ fn huge_pinned(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<
     Ok(dev.validation_errors())
 }
 
+/// The matrix with registrations and pinned blocks imported in 64 KiB pieces
+/// (`max_import_piece`, as a device whose maxMemoryAllocationSize is below a range gets), on a
+/// device of its own: most of its copies cross a piece boundary, which splits them.
+fn in_pieces(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
+    let piece = 64 << 10;
+    let o = OpenOptions { max_import_piece: Some(piece), pinned_huge_min: Some(4096), ..opts.clone() };
+    let dev = Device::open_with(index, &o)?;
+    if let Err(why) = dev.host_registration() {
+        rows.push(Row { name: format!("imports in 64 KiB pieces: skipped ({why})"), passed: 0, total: 0, detail: String::new() });
+    } else {
+        // The imports must really be in pieces: a silent single import would make the rows
+        // below repeat the plain ones. A lookup inside one piece finds it, one across two not.
+        let mut p = Pages::map(4 * piece, RW)?;
+        let base = p.slice().as_mut_ptr() as usize;
+        // SAFETY: the mapping outlives the registration (unregistered below).
+        unsafe { host::register(&dev, base, 4 * piece) }?;
+        let split = host::find(&dev, base + piece / 2, piece / 2).is_some() && host::find(&dev, base + piece / 2, piece).is_none();
+        host::unregister(&dev, base)?;
+        drop(p);
+        rows.push(Row {
+            name: "registrations are imported in pieces".into(),
+            passed: usize::from(split),
+            total: 1,
+            detail: if split { String::new() } else { "one import covers two 64 KiB pieces".into() },
+        });
+        matrix_of(
+            &dev,
+            rows,
+            &[("registered in pieces", Path::Registered), ("mixed in pieces", Path::Mixed), ("pinned in pieces", Path::Pinned)],
+        )?;
+    }
+    dev.destroy()?;
+    Ok(dev.validation_errors())
+}
+
 /// Every size and offset through each of `paths`, both directions, synchronous and on a stream.
 fn matrix_of(dev: &Device, rows: &mut Vec<Row>, paths: &[(&str, Path)]) -> Result<()> {
     let dbuf = dev.alloc_buffer(7 + (1 << 20) + 3 + GUARD + 4096)?;
@@ -754,6 +789,7 @@ fn check_device(index: usize) -> Result<bool> {
         + bar_writes(index, &opts, &mut rows, true)?
         + bar_assist(index, &opts, &mut rows)?
         + huge_pinned(index, &opts, &mut rows)?
+        + in_pieces(index, &opts, &mut rows)?
         + kernels_with_sets(index, &opts, &mut rows)?;
     rows.push(Row {
         name: "registry empty at the end".into(),
