@@ -262,6 +262,17 @@ fn in_pieces(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u6
     Ok(dev.validation_errors())
 }
 
+/// The staged paths through a small staging ring (64 KiB chunks, 2 slots), on a device of its
+/// own: the matrix's larger copies span many chunks, so the ring wraps and staged batches ramp
+/// (with the default 16 MiB chunks no copy of the matrix fills one).
+fn small_ring(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
+    let o = OpenOptions { staging_chunk: 64 << 10, staging_slots: 2, ..opts.clone() };
+    let dev = Device::open_with(index, &o)?;
+    matrix_of(&dev, rows, &[("pageable, small ring", Path::Pageable), ("mixed, small ring", Path::Mixed)])?;
+    dev.destroy()?;
+    Ok(dev.validation_errors())
+}
+
 /// Every size and offset through each of `paths`, both directions, synchronous and on a stream.
 fn matrix_of(dev: &Device, rows: &mut Vec<Row>, paths: &[(&str, Path)]) -> Result<()> {
     let dbuf = dev.alloc_buffer(7 + (1 << 20) + 3 + GUARD + 4096)?;
@@ -790,6 +801,7 @@ fn check_device(index: usize) -> Result<bool> {
         + bar_assist(index, &opts, &mut rows)?
         + huge_pinned(index, &opts, &mut rows)?
         + in_pieces(index, &opts, &mut rows)?
+        + small_ring(index, &opts, &mut rows)?
         + kernels_with_sets(index, &opts, &mut rows)?;
     rows.push(Row {
         name: "registry empty at the end".into(),
