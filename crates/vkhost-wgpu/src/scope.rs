@@ -46,6 +46,13 @@
 //! submission fails on a device that is not lost, nothing can wait soundly for work that may
 //! still write the caller's pages, so the process aborts rather than end the borrow.
 //!
+//! A user's wgpu callback (`on_submitted_work_done`, `map_async`, device lost) that panics
+//! while the scope ends (wgpu runs finished work's callbacks in `submit` and `poll`) does not
+//! cut the wait short: the wait starts again with a fresh submission, and the panic reaches
+//! the caller of [`Interop::scope`] once the work is done (unless the closure is already
+//! unwinding). A callback that panics every time it runs, past 8 tries, is treated as wgpu
+//! failing (above).
+//!
 //! wgpu-core 24 itself can deadlock when one thread polls a device after
 //! `wgpu::Device::destroy` while another calls `Queue::write_buffer` (a lock-order inversion
 //! between its trackers and snatch locks); a scope that ends on a destroyed device polls, so
@@ -56,6 +63,13 @@ use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+
+/// A caught panic's payload.
+type Panic = Box<dyn std::any::Any + Send>;
+
+/// How many panics out of `poll` a scope's wait takes (a user's callback that panics each
+/// time it runs) before it gives up on waiting through wgpu; see [`Inner::wait_only`].
+const POLL_PANICS: u32 = 8;
 use vkhost::ash::{self, vk};
 use vkhost::{PinnedBuffer, RawMemory, Registration};
 use wgpu::hal::api::Vulkan;
@@ -391,8 +405,9 @@ impl Inner {
         Ok(buffer)
     }
 
-    /// Steps 2 and 3 of the module docs: the host-visibility barrier, and the wait.
-    fn flush_and_wait(&self) {
+    /// Step 2 of the module docs: the host-visibility barrier, recorded (submitted by the
+    /// caller).
+    fn barrier(&self) -> wgpu::CommandBuffer {
         let mut enc = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("vkhost-wgpu scope end") });
         // SAFETY: records one pipeline barrier into the open command buffer; destroys nothing.
         unsafe {
@@ -413,8 +428,7 @@ impl Inner {
                 }
             })
         };
-        self.queue.submit([enc.finish()]);
-        self.wait_only();
+        enc.finish()
     }
 
     /// Whether the Vulkan device reports itself lost (`vkGetFenceStatus` of a fresh fence: no
@@ -438,17 +452,40 @@ impl Inner {
     /// scope: an invalid encoder). wgpu-core 24 accepts an empty one even then; without it the
     /// staged copy into a HostBuffer would run at some later submission, after the scope
     /// (audit D, d5/d6).
-    fn wait_only(&self) {
-        self.queue.submit([]);
-        // Attached to the latest submission (ours, or a later one of another thread): it runs
-        // once every submission up to there has completed.
-        let done = Arc::new(AtomicBool::new(false));
-        let d = done.clone();
-        self.queue.on_submitted_work_done(move || d.store(true, Ordering::Release));
-        // One `Maintain::Wait` waits at most 60 s (wgpu-core's CLEANUP_WAIT_MS): loop.
-        while !done.load(Ordering::Acquire) {
-            self.device.poll(wgpu::Maintain::Wait);
+    ///
+    /// A user's wgpu callback (`on_submitted_work_done`, `map_async`, device lost) runs inside
+    /// `poll` (after wgpu's wait) or `submit`, and may panic: the callbacks after it in that batch are
+    /// dropped without running, ours perhaps among them. So a panic out of either is caught,
+    /// the first one kept and returned once the wait is done, and the wait starts again with a
+    /// fresh submission and flag, up to [`POLL_PANICS`] times; then the last panic goes on (to
+    /// the caller's fallback, as one from wgpu failing would). Before, the scope's end took
+    /// such a panic for wgpu failing: it swallowed it, or aborted the process when the
+    /// callback panicked again (found by an audit).
+    fn wait_only(&self) -> Option<Panic> {
+        let mut first: Option<Panic> = None;
+        for tries in 1.. {
+            let waited = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                // `submit` too runs the callbacks of finished work: a panic may come out of it.
+                self.queue.submit([]);
+                // Attached to the latest submission (ours, or a later one of another thread):
+                // it runs once every submission up to there has completed.
+                let done = Arc::new(AtomicBool::new(false));
+                let d = done.clone();
+                self.queue.on_submitted_work_done(move || d.store(true, Ordering::Release));
+                // One `Maintain::Wait` waits at most 60 s (wgpu-core's CLEANUP_WAIT_MS): loop.
+                while !done.load(Ordering::Acquire) {
+                    self.device.poll(wgpu::Maintain::Wait);
+                }
+            }));
+            match waited {
+                Ok(()) => break,
+                Err(p) if tries >= POLL_PANICS => std::panic::resume_unwind(p),
+                Err(p) => {
+                    first.get_or_insert(p);
+                }
+            }
         }
+        first
     }
 }
 
@@ -462,17 +499,49 @@ impl Drop for Inner {
             b.destroy();
         }
         drop(buffers);
-        // Never unwind out of here (this may run while `f` unwinds): wgpu panics on a lost
-        // device, from its default error handler too.
-        if std::panic::catch_unwind(AssertUnwindSafe(|| self.flush_and_wait())).is_err() {
-            // wgpu refused to record or submit the barrier: after `wgpu::Device::destroy` (safe)
-            // it refuses new encoders while what was submitted keeps running, writing the
-            // caller's pages, and the borrow of them ends when this returns. Wait through wgpu,
-            // never with vkDeviceWaitIdle: wgpu-core 24's `Queue::submit` does not check that the
-            // device is valid, so other threads may still call vkQueueSubmit on wgpu's queue, and
-            // vkDeviceWaitIdle needs that queue externally synchronized (found by audit D). An
-            // empty submission is still accepted, and its completion means every earlier one's.
-            let waited = std::panic::catch_unwind(AssertUnwindSafe(|| self.wait_only())).is_ok();
+        // Never unwind out of here until the wait is done (this may run while `f` unwinds):
+        // wgpu panics on a lost device, from its default error handler too, and a user's wgpu
+        // callback may panic inside `Queue::submit` (which runs finished work's callbacks) or
+        // `poll`. Such a panic goes on at the end, once the work is done; one out of recording
+        // the barrier is wgpu refusing it (after `wgpu::Device::destroy`), the scope's own
+        // business, and is not.
+        let mut first_panic: Option<Panic> = None;
+        let waited = match std::panic::catch_unwind(AssertUnwindSafe(|| self.barrier())) {
+            Ok(cmd) => {
+                if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    self.queue.submit([cmd]);
+                })) {
+                    first_panic = Some(p);
+                }
+                match std::panic::catch_unwind(AssertUnwindSafe(|| self.wait_only())) {
+                    Ok(p) => {
+                        first_panic = first_panic.or(p);
+                        true
+                    }
+                    Err(p) => {
+                        first_panic.get_or_insert(p);
+                        false
+                    }
+                }
+            }
+            Err(_) => false,
+        };
+        if !waited {
+            // wgpu refused to record or submit the barrier, or to wait: after
+            // `wgpu::Device::destroy` (safe) it refuses new encoders while what was submitted
+            // keeps running, writing the caller's pages, and the borrow of them ends when this
+            // returns. Wait through wgpu, never with vkDeviceWaitIdle: wgpu-core 24's
+            // `Queue::submit` does not check that the device is valid, so other threads may
+            // still call vkQueueSubmit on wgpu's queue, and vkDeviceWaitIdle needs that queue
+            // externally synchronized (found by audit D). An empty submission is still
+            // accepted, and its completion means every earlier one's.
+            let waited = match std::panic::catch_unwind(AssertUnwindSafe(|| self.wait_only())) {
+                Ok(p) => {
+                    first_panic = first_panic.or(p);
+                    true
+                }
+                Err(_) => false,
+            };
             // A lost device runs nothing more: the scope may end. Otherwise work that names the
             // caller's pages may still run and there is no sound way left to wait for it (no
             // wgpu submission is accepted, and vkDeviceWaitIdle would race other threads'
@@ -492,6 +561,13 @@ impl Drop for Inner {
             }));
             if abort {
                 std::process::abort();
+            }
+        }
+        // The work is done: the panic reaches the caller now, unless the thread is already
+        // unwinding (from `f`), where a second panic would abort.
+        if let Some(p) = first_panic {
+            if !std::thread::panicking() {
+                std::panic::resume_unwind(p);
             }
         }
         // `hold` drops after this: destroy may proceed.

@@ -369,3 +369,56 @@ fn d6_staged_write_runs_after_the_scope_with_a_non_panicking_error_handler() {
     assert_eq!(at_scope_end, later, "the device wrote the caller's Vec after the scope returned and the registration ended");
     assert_eq!(n, 0, "validation errors: {n}, last: {last:?}");
 }
+
+/// A clear of the whole of `b` in its own submission.
+fn clear_all(interop: &Interop, b: &wgpu::Buffer) {
+    let mut enc = interop.device().create_command_encoder(&Default::default());
+    enc.clear_buffer(b, 0, None);
+    interop.queue().submit([enc.finish()]);
+}
+
+/// A user's wgpu callback that panics while the scope's end polls: its panic reaches the
+/// caller once the scope's work is done, and the bytes are there. Before, the scope's end took
+/// it for wgpu failing: it returned `Ok` with the panic swallowed (once), or aborted the
+/// process (a callback that panicked again; found by an audit). Now the wait is retried with a
+/// fresh submission; a callback that keeps panicking past the retries (8) still ends in the
+/// abort, as wgpu refusing to wait does, which this test does not run.
+#[test]
+fn d7_a_panicking_wgpu_callback_reaches_the_caller_after_the_wait() {
+    let Some(interop) = open() else { return };
+    let mut p = PinnedBuffer::new(interop.vkhost(), 4096).unwrap();
+    p.fill(0xEE);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        interop.scope(|s| -> vkhost_wgpu::Result<()> {
+            let b = s.pinned(&mut p)?;
+            clear_all(&interop, &b);
+            interop.queue().on_submitted_work_done(|| panic!("user callback panics once"));
+            Ok(())
+        })
+    }));
+    let msg = r.as_ref().err().and_then(|e| e.downcast_ref::<&str>().copied());
+    assert_eq!(msg, Some("user callback panics once"), "the callback's panic did not reach the caller: {:?}", r.map_err(|_| ()));
+    assert!(p.iter().all(|&b| b == 0), "the scope's clear did not finish before the scope ended");
+    // A callback that panics a few times (re-arming, then stopping) is waited through as well.
+    let left = Arc::new(std::sync::atomic::AtomicU32::new(3));
+    p.fill(0xEE);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        interop.scope(|s| -> vkhost_wgpu::Result<()> {
+            let b = s.pinned(&mut p)?;
+            clear_all(&interop, &b);
+            fn arm(q: wgpu::Queue, left: Arc<std::sync::atomic::AtomicU32>) {
+                let q2 = q.clone();
+                q.on_submitted_work_done(move || {
+                    if left.fetch_sub(1, Ordering::AcqRel) > 1 {
+                        arm(q2, left.clone());
+                    }
+                    panic!("user callback panics again");
+                });
+            }
+            arm(interop.queue().clone(), left.clone());
+            Ok(())
+        })
+    }));
+    assert!(r.is_err(), "the callback's panics were swallowed");
+    assert!(p.iter().all(|&b| b == 0), "the second scope's clear did not finish");
+}

@@ -740,6 +740,31 @@ fn add_kernel(addend: u32) -> Kernel {
     unsafe { Kernel::from_spirv(&spirv(&src), "main", &[Param::ReadWrite], 4) }.unwrap()
 }
 
+/// A launch refused for its bindings compiles and caches no pipeline: with a cache of one, it
+/// evicted the kernel that was there (found by an audit: a refused launch of another kernel
+/// left its pipeline, and the next launch of the cached one compiled it again).
+#[test]
+fn a_refused_launch_leaves_the_pipeline_cache_alone() {
+    for mode in [DescriptorMode::Push, DescriptorMode::Sets] {
+        let d = device_in(mode, 1);
+        let s = compute_stream(&d);
+        let buf = d.alloc_buffer(256).unwrap();
+        buf.write(0, &[0; 256]).unwrap();
+        assert_eq!(d.live_objects().pipelines, 0);
+        let mut not_registered = vec![0u8; 256];
+        let r = s.launch(&add_kernel(2), [1, 1, 1], &[Binding::HostMut(&mut not_registered)], &push(&[64]));
+        assert!(matches!(r, Err(Error::NotRegistered)), "{mode:?}: {r:?}");
+        assert_eq!(d.live_objects().pipelines, 0, "{mode:?}: the refused launch made a pipeline");
+        let k1 = add_kernel(1);
+        s.launch(&k1, [1, 1, 1], &[Binding::Device(&buf, 0, 256)], &push(&[64])).unwrap();
+        let r = s.launch(&add_kernel(5), [1, 1, 1], &[Binding::Device(&buf, 3, 256)], &push(&[64]));
+        assert!(r.is_err(), "{mode:?}: a binding past the end: {r:?}");
+        s.synchronize().unwrap();
+        assert_eq!(d.live_objects().pipelines, 1, "{mode:?}: only the launched kernel's pipeline");
+        assert!(words_of(&buf, 0, 64).iter().all(|&w| w == 1));
+    }
+}
+
 fn words_of(b: &DeviceBuffer, off: usize, n: usize) -> Vec<u32> {
     let mut v = vec![0u8; 4 * n];
     b.read(off, &mut v).unwrap();

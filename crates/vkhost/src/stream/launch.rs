@@ -231,12 +231,14 @@ impl StreamInner {
             },
             DescriptorMode::Sets => None,
         };
+        // The bindings before the pipeline: a refused launch must not compile one, nor evict
+        // another from a full cache (each binding's import is held from here on).
+        let bound = resolve_all(s, k, bindings)?;
+        check_builtin(k, groups, &bound, pc)?;
         // Held until the batch that launches it is reaped, even if the cache evicts it sooner.
         let pipe = s.pipelines.get(&self.shared, &l, &kd.desc)?;
         let mut st = relock(&self.state);
         self.check(&st)?;
-        let bound = resolve_all(s, k, bindings)?;
-        check_builtin(k, groups, &bound, pc)?;
         // Stream order for host bytes: an earlier pageable d2h of this stream into bytes a
         // binding names (queued before they were registered) lands before the kernel runs.
         for b in bindings {
