@@ -338,7 +338,7 @@ fn sweep(code: vk::Result) {
     let only = std::env::var("VKHOST_SWEEP_ONLY").ok();
     let mut bad = Vec::new();
     let t0 = std::time::Instant::now();
-    let mut all_panics = 0;
+    let (mut all_panics, mut all_fired) = (0, 0);
     for (name, op, o) in cases() {
         if only.as_deref().is_some_and(|f| !name.contains(f)) {
             continue;
@@ -350,6 +350,7 @@ fn sweep(code: vk::Result) {
                 // Quiet first: how many lines this fault logs; then a panic on each of them.
                 let (b, _, fired, lines) = one(name, op, &o, point, nth, code, None);
                 unfired += !fired as usize;
+                all_fired += fired as usize;
                 for l in &b {
                     eprintln!("BAD {l}");
                 }
@@ -369,7 +370,12 @@ fn sweep(code: vk::Result) {
         all_panics += panics;
     }
     eprintln!("total {:.1?}, {} problems", t0.elapsed(), bad.len());
-    assert!(all_panics > 0, "no fault made the logger panic: the sweep tested nothing");
+    assert!(all_fired > 0, "no fault fired: the sweep tested nothing");
+    // Device loss logs an error wherever it happens; what OUT_OF_HOST_MEMORY logs depends on
+    // timing (a warning from a wait that may already be over), so it may panic nowhere.
+    if code == vk::Result::ERROR_DEVICE_LOST {
+        assert!(all_panics > 0, "no fault made the logger panic: the sweep tested no unwind");
+    }
     assert!(bad.is_empty(), "{} problems:\n{}", bad.len(), bad.join("\n"));
 }
 
