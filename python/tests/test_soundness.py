@@ -396,6 +396,7 @@ def test_an_ndarray_subclass_cannot_misreport_its_size() -> None:
     buf.write(np.full(64 * MiB, 7, np.uint8))
     small = np.zeros(16, np.uint8).view(Liar)
     out = buf.read(out=small)
+    assert out is small, "read returns the caller's array"
     assert np.asarray(out).tolist() == [7] * 16
     assert buf.write(np.arange(16, dtype=np.uint8).view(Liar)) is not None
     assert buf.read(count=16).tolist() == list(range(16))

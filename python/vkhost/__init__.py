@@ -201,7 +201,12 @@ class _Handle:
                     deferred, self._deferred = self._deferred, None
                     self._cv.notify_all()
             if deferred is not None:
-                deferred[1](deferred[0])
+                # The release its caller asked for earlier (and returned from): a failure
+                # here has nobody to report to, and must not replace this call's outcome.
+                try:
+                    deferred[1](deferred[0])
+                except Exception:
+                    pass
 
     def release(self, fn: Callable[[int], Any]) -> None:
         """Ends the handle's use: calls ``fn(raw)`` once the calls in flight returned (at once
@@ -543,10 +548,10 @@ class DeviceBuffer(_Owner):
             dt = _item_dtype(dtype, "dtype")
             n = (self.nbytes - offset) // dt.itemsize if count is None else count
             out = np.empty(max(n, 0), dtype=dt)
-        out = _contiguous(out, "out", writable=True)
+        target = _contiguous(out, "out", writable=True)
         path = c_int()
         with self.device._use() as d, self._use() as b:
-            _check(lib.vkhost_copy_to_host(d, b, offset, out.ctypes.data, out.nbytes, byref(path)))
+            _check(lib.vkhost_copy_to_host(d, b, offset, target.ctypes.data, target.nbytes, byref(path)))
         return out
 
     def free(self) -> None:
