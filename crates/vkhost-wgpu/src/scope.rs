@@ -63,16 +63,17 @@ use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use vkhost::ash::{self, vk};
+use vkhost::{PinnedBuffer, RawMemory, Registration};
+use wgpu::hal::api::Vulkan;
 
 /// A caught panic's payload.
 type Panic = Box<dyn std::any::Any + Send>;
 
-/// How many panics out of `poll` a scope's wait takes (a user's callback that panics each
-/// time it runs) before it gives up on waiting through wgpu; see [`Inner::wait_only`].
+/// How many panics out of `submit` or `poll` a scope's wait takes (a user's callback that
+/// panics each time it runs) before it gives up on waiting through wgpu; see
+/// [`Inner::wait_only`].
 const POLL_PANICS: u32 = 8;
-use vkhost::ash::{self, vk};
-use vkhost::{PinnedBuffer, RawMemory, Registration};
-use wgpu::hal::api::Vulkan;
 
 /// The wgpu usages of every [`HostBuffer`]: what vkhost's TRANSFER_SRC | TRANSFER_DST |
 /// STORAGE_BUFFER allow. No MAP usage: wgpu cannot map a buffer it did not allocate (the bytes
