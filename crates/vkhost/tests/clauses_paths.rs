@@ -228,14 +228,6 @@ fn c_scattered_tiny_downloads_with_overlaps() {
     assert!(first.is_none(), "block differs from the model at {first:?}");
 }
 
-fn map(n: usize) -> (*mut u8, usize) {
-    // SAFETY: anonymous private mapping.
-    let p =
-        unsafe { libc::mmap(std::ptr::null_mut(), n, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
-    assert_ne!(p, libc::MAP_FAILED);
-    (p.cast(), n)
-}
-
 /// A registration in 64 KiB import pieces: copies crossing piece boundaries (sync and stream,
 /// both ways, odd offsets), mixed with unregistered gaps, find at the boundaries, and after
 /// unregister of one of two adjacent registrations.
@@ -243,16 +235,19 @@ fn map(n: usize) -> (*mut u8, usize) {
 fn c_chunked_import_copies_and_find() {
     let Some(d) = device_with(OpenOptions { max_import_piece: Some(64 << 10), ..opts() }) else { return };
     if d.host_registration().is_err() {
+        eprintln!("SKIPPED: host registration unavailable: {:?}", d.host_registration());
         return;
     }
     let total = 1 << 20;
-    let (base, _) = map(total);
+    let mem = Pages::new(total);
+    let base = mem.ptr;
     let a = base as usize + 4096; // registration A: [a, a + 300 KiB + 5)
     let alen = (300 << 10) + 5;
-    // SAFETY: the mapping outlives the registrations (unregistered below, never unmapped).
+    // SAFETY: the mapping outlives the registrations (unregistered below, unmapped at the end).
     unsafe { host::register(&d, a, alen) }.unwrap();
     let b = (a + alen).next_multiple_of(4096) + 4096; // B after a one-page gap
     let blen = 200 << 10;
+    // SAFETY: as for A.
     unsafe { host::register(&d, b, blen) }.unwrap();
     // find at A's piece boundaries (pieces from A's first page).
     let page0 = a & !4095;
@@ -290,9 +285,11 @@ fn c_chunked_import_copies_and_find() {
             all[hoff..hoff + len].copy_from_slice(&want);
             dbuf.write(0, &vec![0u8; total]).unwrap();
             if stream {
+                // SAFETY: the range lies in the live mapping; synchronized right after.
                 unsafe { s.copy_to_device_async(start as *const u8, len, &dbuf, 17) }.unwrap();
                 s.synchronize().unwrap();
             } else {
+                // SAFETY: the range lies in the live mapping.
                 unsafe { host::copy_to_device(&d, start as *const u8, len, &dbuf, 17) }.unwrap();
             }
             let got = read_all(&dbuf, 17 + len);
@@ -302,9 +299,11 @@ fn c_chunked_import_copies_and_find() {
             dbuf.write(33, &want2).unwrap();
             all[hoff - 1..hoff + len + 1].fill(0xAB);
             if stream {
+                // SAFETY: the range lies in the live mapping; synchronized right after.
                 unsafe { s.copy_to_host_async(&dbuf, 33, start as *mut u8, len) }.unwrap();
                 s.synchronize().unwrap();
             } else {
+                // SAFETY: the range lies in the live mapping.
                 unsafe { host::copy_to_host(&d, &dbuf, 33, start as *mut u8, len) }.unwrap();
             }
             assert!(all[hoff..hoff + len] == want2[..], "case {i} stream {stream}: d2h");
@@ -322,6 +321,7 @@ fn c_chunked_import_copies_and_find() {
     let hoff = start - base as usize;
     let want = pattern(len, 0x77);
     all[hoff..hoff + len].copy_from_slice(&want);
+    // SAFETY: the range lies in the live mapping.
     let path = unsafe { host::copy_to_device(&d, start as *const u8, len, &dbuf, 0) }.unwrap();
     assert_eq!(path, vkhost::CopyPath::Mixed);
     assert!(read_all(&dbuf, len) == want, "mixed after unregister");
@@ -335,13 +335,16 @@ fn c_chunked_import_copies_and_find() {
 fn c_find_with_ten_thousand_registrations() {
     let Some(d) = device() else { return };
     if d.host_registration().is_err() {
+        eprintln!("SKIPPED: host registration unavailable: {:?}", d.host_registration());
         return;
     }
     let n = 10_000;
-    let (base, _) = map(n * 4096);
+    let mem = Pages::new(n * 4096);
+    let base = mem.ptr;
     let base = base as usize;
     for i in 0..n {
         // Ranges of 4000 bytes at odd starts inside each page.
+        // SAFETY: inside the live mapping, unregistered before it goes.
         unsafe { host::register(&d, base + i * 4096 + (i % 90), 4000) }.unwrap();
     }
     let mut seen = std::collections::HashSet::new();
@@ -417,12 +420,15 @@ fn c_bidir_registered_pageable_mix() {
         let Some(d) = device_with(o) else { return };
         let can_reg = d.host_registration().is_ok();
         let n = (6 << 20) + 4099;
-        let (base, _) = map(2 * n + 3 * 4096);
+        let mem = Pages::new(2 * n + 3 * 4096);
+        let base = mem.ptr;
         let up_at = base as usize + 4096 + 3;
         let down_at = up_at + n + 4096;
         if can_reg {
             // Register the middle of each (mixed ranges).
+            // SAFETY: inside the live mapping, unregistered before it goes.
             unsafe { host::register(&d, up_at + n / 3, n / 3) }.unwrap();
+            // SAFETY: as above.
             unsafe { host::register(&d, down_at + n / 4, n / 2) }.unwrap();
         }
         let bufw = d.alloc_buffer(n + 8).unwrap();
@@ -430,9 +436,11 @@ fn c_bidir_registered_pageable_mix() {
         let rwant = pattern(n, 0x31);
         bufr.write(5, &rwant).unwrap();
         for round in 0..4u8 {
+            // SAFETY: inside the live mapping; no other reference to these bytes meanwhile.
             let up = unsafe { std::slice::from_raw_parts_mut(up_at as *mut u8, n) };
             let want = pattern(n, round);
             up.copy_from_slice(&want);
+            // SAFETY: as above, for the read destination.
             let down = unsafe { std::slice::from_raw_parts_mut(down_at as *mut u8, n) };
             down.fill(0);
             let up: &[u8] = up;
@@ -449,6 +457,7 @@ fn c_bidir_registered_pageable_mix() {
             });
             let got = read_all(&bufw, n + 8);
             assert!(got[7..7 + n] == want[..], "round {round}: write");
+            // SAFETY: the reads are done (the threads joined).
             let down = unsafe { std::slice::from_raw_parts(down_at as *const u8, n) };
             assert!(down == &rwant[..], "round {round}: read");
         }
@@ -467,9 +476,11 @@ fn c_random_async_both_ways_mixed_host_match_model() {
     let Some(d) = device() else { return };
     let can_reg = d.host_registration().is_ok();
     let hn = 64 << 10;
-    let (base, _) = map(hn + 8192);
+    let mem = Pages::new(hn + 8192);
+    let base = mem.ptr;
     let h = base as usize + 4096;
     if can_reg {
+        // SAFETY: inside the live mapping, unregistered before it goes.
         unsafe { host::register(&d, h + (16 << 10), 24 << 10) }.unwrap();
     }
     let n = 32 << 10;
@@ -477,6 +488,7 @@ fn c_random_async_both_ways_mixed_host_match_model() {
     let init = pattern(n, 1);
     buf.write(0, &init).unwrap();
     let host_init = pattern(hn, 2);
+    // SAFETY: the live mapping; no copy is in flight yet.
     unsafe { std::slice::from_raw_parts_mut(h as *mut u8, hn) }.copy_from_slice(&host_init);
     let mut mdev = init.clone();
     let mut mhost = host_init.clone();
@@ -494,10 +506,12 @@ fn c_random_async_both_ways_mixed_host_match_model() {
         let dof = next(n - len);
         match next(5) {
             0 | 1 => {
+                // SAFETY: inside the live mapping; the stream is synchronized before the bytes are read.
                 unsafe { s.copy_to_device_async((h + ho) as *const u8, len, &buf, dof) }.unwrap();
                 mdev[dof..dof + len].copy_from_slice(&mhost[ho..ho + len]);
             }
             2 | 3 => {
+                // SAFETY: as above.
                 unsafe { s.copy_to_host_async(&buf, dof, (h + ho) as *mut u8, len) }.unwrap();
                 mhost[ho..ho + len].copy_from_slice(&mdev[dof..dof + len]);
             }
@@ -514,6 +528,7 @@ fn c_random_async_both_ways_mixed_host_match_model() {
     }
     s.synchronize().unwrap();
     let got = read_all(&buf, n);
+    // SAFETY: the stream is synchronized: nothing writes the mapping any more.
     let hg = unsafe { std::slice::from_raw_parts(h as *const u8, hn) };
     let fd = got.iter().zip(&mdev).position(|(a, b)| a != b);
     let fh = hg.iter().zip(&mhost).position(|(a, b)| a != b);
@@ -530,11 +545,14 @@ fn c_chunked_registration_tombstone_then_reregister() {
     let o = OpenOptions { max_import_piece: Some(64 << 10), ..opts() };
     let Some(d) = device_with(o.clone()) else { return };
     if d.host_registration().is_err() {
+        eprintln!("SKIPPED: host registration unavailable: {:?}", d.host_registration());
         return;
     }
     let n = (640 << 10) + 123;
-    let (base, _) = map(n + 8192);
+    let mem = Pages::new(n + 8192);
+    let base = mem.ptr;
     let a = base as usize + 4096 + 7;
+    // SAFETY: inside the live mapping; a tombstone once the device is destroyed.
     unsafe { host::register(&d, a, n) }.unwrap();
     assert!(host::find(&d, a + (64 << 10), 100).is_some());
     d.destroy().unwrap();
@@ -543,10 +561,13 @@ fn c_chunked_registration_tombstone_then_reregister() {
     assert_eq!(host::unregister(&d, a), Err(vkhost::Error::NotRegistered));
     drop(d);
     let Some(d2) = device_with(o) else { return };
+    // SAFETY: inside the live mapping, unregistered before it goes.
     unsafe { host::register(&d2, a, n) }.unwrap();
     let buf = d2.alloc_buffer(n).unwrap();
     let want = pattern(n, 9);
+    // SAFETY: the live mapping; no copy is in flight.
     unsafe { std::slice::from_raw_parts_mut(a as *mut u8, n) }.copy_from_slice(&want);
+    // SAFETY: the registered range in the live mapping.
     let p = unsafe { host::copy_to_device(&d2, a as *const u8, n, &buf, 0) }.unwrap();
     assert_eq!(p, vkhost::CopyPath::Direct);
     assert!(read_all(&buf, n) == want);
