@@ -151,8 +151,17 @@ fn cuda_of<'a>(p: &Point, cuda: &'a [Point]) -> Option<&'a Point> {
 }
 
 pub(super) fn print_table(points: &[Point], cuda: &[Point], link: Option<&Link>) {
-    println!();
-    println!(
+    print!("{}", table(points, cuda, link));
+}
+
+/// The text tables [`print_table`] prints: copies, latency, costs, find and small-async, each
+/// unstable point marked `!`, and the legend after them.
+fn table(points: &[Point], cuda: &[Point], link: Option<&Link>) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
         "{:<33} {:>6} {:>9} {:>9} {:>9} {:>6} {:>6} {:>10} {:>5} {:>5} {:1} {:>9} {:>7}",
         "testcase", "size", "GB/s", "min", "max", "sd%", "link%", "latency", "iters", "check", "!", "CUDA GB/s", "ratio"
     );
@@ -174,7 +183,8 @@ pub(super) fn print_table(points: &[Point], cuda: &[Point], link: Option<&Link>)
             (_, "assist") => format!("{}+assist", p.testcase()),
             _ => p.testcase().to_string(),
         };
-        println!(
+        let _ = writeln!(
+            out,
             "{:<33} {:>6} {:>9} {:>9} {:>9} {:>6} {:>6} {:>10} {:>5} {:>5} {:1} {:>9} {:>7}{}",
             name,
             size_label(p.size),
@@ -186,7 +196,7 @@ pub(super) fn print_table(points: &[Point], cuda: &[Point], link: Option<&Link>)
             lat,
             p.s.n,
             check,
-            if p.s.unstable() { "!" } else { "" },
+            unstable_mark(p),
             cg,
             ratio,
             if p.note.is_empty() { String::new() } else { format!("  ({})", p.note) }
@@ -194,14 +204,16 @@ pub(super) fn print_table(points: &[Point], cuda: &[Point], link: Option<&Link>)
     }
     let lat: Vec<&Point> = points.iter().filter(|p| p.kind == "latency").collect();
     if !lat.is_empty() {
-        println!();
-        println!(
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
             "{:<24} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5} {:>5} {:1}",
             "latency (us)", "size", "median", "mean", "stddev", "min", "max", "iters", "check", "!"
         );
         for p in lat {
             let us = |x: f64| format!("{:.1}", x * 1e6);
-            println!(
+            let _ = writeln!(
+                out,
                 "{:<24} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5} {:>5} {:1}",
                 p.testcase(),
                 size_label(p.size),
@@ -212,27 +224,58 @@ pub(super) fn print_table(points: &[Point], cuda: &[Point], link: Option<&Link>)
                 us(p.s.max),
                 p.s.n,
                 if p.verified == Some(true) { "ok" } else { "FAIL" },
-                if p.s.unstable() { "!" } else { "" }
+                unstable_mark(p)
             );
         }
     }
-    if points.iter().chain(cuda).any(|p| p.s.unstable()) {
-        println!("! unstable: the slowest timed iteration took over {}x the fastest", crate::stats::UNSTABLE_SPREAD);
-    }
     let costs: Vec<&Point> = points.iter().filter(|p| p.kind == "cost").collect();
     if !costs.is_empty() {
-        println!();
-        println!("{:<20} {:>6} {:>12} {:>12} {:>12}", "cost", "size", "median", "min", "max");
+        let _ = writeln!(out);
+        let _ = writeln!(out, "{:<20} {:>6} {:>12} {:>12} {:>12} {:1}", "cost", "size", "median", "min", "max", "!");
         for p in costs {
-            println!("{:<20} {:>6} {:>12} {:>12} {:>12}", p.dir, size_label(p.size), dur(p.s.median), dur(p.s.min), dur(p.s.max));
+            let _ = writeln!(
+                out,
+                "{:<20} {:>6} {:>12} {:>12} {:>12} {:1}",
+                p.dir,
+                size_label(p.size),
+                dur(p.s.median),
+                dur(p.s.min),
+                dur(p.s.max),
+                unstable_mark(p)
+            );
         }
     }
     for p in points.iter().filter(|p| p.kind == "find") {
-        println!("find with {:>6} live registrations: {:.0} ns per lookup", p.size, p.s.median * 1e9);
+        let _ = writeln!(out, "find with {:>6} live registrations: {:.0} ns per lookup{}", p.size, p.s.median * 1e9, trailing_mark(p));
     }
     for p in points.iter().chain(cuda).filter(|p| p.kind == "small-async") {
-        println!("{} small-{}: {} for 1000 copies, {} GB/s ({})", p.api, p.dir, dur(p.s.median), fmt_gbps(p.gbps()), p.note);
+        let _ = writeln!(
+            out,
+            "{} small-{}: {} for 1000 copies, {} GB/s ({}){}",
+            p.api,
+            p.dir,
+            dur(p.s.median),
+            fmt_gbps(p.gbps()),
+            p.note,
+            trailing_mark(p)
+        );
     }
+    // After every table, so that it explains marks in all of them (costs, find and small-async
+    // lines included: their points carry `unstable` in the JSON and CSV too).
+    if points.iter().chain(cuda).any(|p| p.s.unstable()) {
+        let _ = writeln!(out, "! unstable: the slowest timed iteration took over {}x the fastest", crate::stats::UNSTABLE_SPREAD);
+    }
+    out
+}
+
+/// The table's flag for a point whose spread is large.
+fn unstable_mark(p: &Point) -> &'static str {
+    if p.s.unstable() { "!" } else { "" }
+}
+
+/// The flag at the end of a one-line point (find, small-async).
+fn trailing_mark(p: &Point) -> &'static str {
+    if p.s.unstable() { "  !" } else { "" }
 }
 
 fn dur(s: f64) -> String {
@@ -275,5 +318,49 @@ mod tests {
         // A CUDA SM point carries the testcase it compares with.
         assert_eq!(cuda[0].testcase(), "host_to_device_sm");
         assert_eq!(cuda[1].testcase(), "host_to_device_ce");
+    }
+
+    /// Issue 14: points whose spread is large are flagged in the table, whatever their kind.
+    /// (The cost table, find and small-async lines had no mark, and the legend came before
+    /// the cost table.)
+    #[test]
+    fn every_unstable_point_is_marked_in_the_table_and_the_legend_comes_last() {
+        let mk = |kind: &'static str, path: &str, dir: &str, size: u64, unstable: bool| {
+            let s = summarize(&if unstable { vec![1e-3, 2e-3] } else { vec![1e-3, 1.1e-3] }).unwrap();
+            assert_eq!(s.unstable(), unstable);
+            point("vulkan", kind, path, dir, size, size.max(4096), s)
+        };
+        let mut points = Vec::new();
+        for unstable in [false, true] {
+            points.push(mk("copy", "pinned", "h2d", 4096, unstable));
+            points.push(mk("latency", "pinned", "h2d", 4096, unstable));
+            points.push(mk("cost", "pinned", "alloc_pinned", 4096, unstable));
+            points.push(mk("find", "registered", "find", 100, unstable));
+            points.push(mk("small-async", "pinned", "async-scattered", 4096, unstable));
+        }
+        // Distinguish each pair's lines: the stable point first, at a size the unstable one
+        // does not share where a line would otherwise look the same.
+        for p in points.iter_mut().skip(5) {
+            p.size *= 2;
+        }
+        let t = table(&points, &[], None);
+        let line_of = |p: &Point| -> String {
+            let hit = |l: &&str| match p.kind {
+                "copy" | "latency" => l.starts_with(&format!("{} ", p.testcase())) && l.contains(&format!(" {} ", size_label(p.size))),
+                "cost" => l.starts_with(&format!("{} ", p.dir)) && l.contains(&format!(" {} ", size_label(p.size))),
+                "find" => l.starts_with(&format!("find with {:>6} ", p.size)),
+                _ => l.starts_with(&format!("vulkan small-{}:", p.dir)) && l.contains(&super::dur(p.s.median)),
+            };
+            let found: Vec<&str> = t.lines().filter(hit).collect();
+            assert_eq!(found.len(), 1, "{} {}: {found:?}\n{t}", p.kind, p.size);
+            found[0].to_string()
+        };
+        for p in &points {
+            let l = line_of(p);
+            assert_eq!(l.trim_end().ends_with('!') || l.contains(" ! "), p.s.unstable(), "{} {}: {l:?}\n{t}", p.kind, p.size);
+        }
+        assert!(t.trim_end().lines().last().unwrap().starts_with("! unstable"), "legend last:\n{t}");
+        let stable: Vec<Point> = points.iter().filter(|p| !p.s.unstable()).cloned().collect();
+        assert!(!table(&stable, &[], None).contains("! unstable"), "no legend without a mark");
     }
 }
