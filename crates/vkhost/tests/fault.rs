@@ -8,6 +8,7 @@
 //!   and a validation-clean destroy that leaves no object (DEVICE_LOST).
 
 mod common;
+use common::ops::*;
 use common::*;
 use vkhost::fault::{Point, disarm, inject};
 use vkhost::host::{self, entries_of};
@@ -19,132 +20,22 @@ const CODES: [(vk::Result, Error); 3] = [
     (vk::Result::ERROR_DEVICE_LOST, Error::DeviceLost),
 ];
 
-/// Small staging chunks so staged copies span several batches and slots.
-fn fopts() -> OpenOptions {
-    OpenOptions { staging_chunk: 256 << 10, staging_slots: 2, ..opts() }
-}
-
-/// State an operation may use, made before the fault window.
-struct Env {
-    dev: Device,
-    mem: Pages,
-    reg_base: usize,
-    pinned: PinnedBuffer,
-    buf: vkhost::DeviceBuffer,
-}
-
-impl Env {
-    fn with(o: &OpenOptions) -> Env {
-        let dev = Device::open_default_with(o).expect("device");
-        let mem = Pages::new(16 * 4096);
-        let reg_base = mem.ptr as usize + 8 * 4096;
-        // SAFETY: the mapping outlives the registration (Env drops it after destroy).
-        unsafe { host::register(&dev, reg_base, 4 * 4096) }.unwrap();
-        let pinned = PinnedBuffer::new(&dev, 1 << 20).unwrap();
-        let buf = dev.alloc_buffer(1 << 20).unwrap();
-        Env { dev, mem, reg_base, pinned, buf }
-    }
-}
-
 impl Env {
     /// Unregisters (late, after a loss), frees the pinned block and the buffer, destroys the
     /// device, and checks that nothing is left and validation saw no error.
     fn finish(self, ctx: &str) {
-        let Env { dev, mem, pinned, buf, reg_base } = self;
+        let Env { dev, mem, pinned, buf, reg_base, scratch, keep, extra_reg } = self;
+        drop(keep); // streams a failed op left
+        if let Some(p) = extra_reg {
+            let _ = host::unregister(&dev, p); // an op_register whose unregister failed
+        }
         assert_eq!(host::unregister(&dev, reg_base), Ok(()), "{ctx}: late unregister");
         drop((pinned, buf));
         dev.destroy().unwrap();
         assert_eq!(dev.live_objects(), vkhost::LiveObjects::default(), "{ctx}: objects left at destroy");
         assert_eq!(dev.validation_errors(), 0, "{ctx}: validation errors: {:?}", dev.last_validation_error());
-        drop(mem);
+        drop((mem, scratch));
     }
-}
-
-type Op = fn(&mut Env) -> vkhost::Result<()>;
-
-fn op_register(e: &mut Env) -> vkhost::Result<()> {
-    let p = e.mem.ptr as usize + 100;
-    // SAFETY: inside the live mapping, not overlapping the Env registration.
-    unsafe { host::register(&e.dev, p, 3 * 4096) }?;
-    host::unregister(&e.dev, p)
-}
-fn op_alloc_pinned(e: &mut Env) -> vkhost::Result<()> {
-    let p = host::alloc_pinned(&e.dev, 64 << 10)?;
-    host::free_pinned(&e.dev, p)
-}
-fn op_alloc_buffer(e: &mut Env) -> vkhost::Result<()> {
-    e.dev.alloc_buffer(4096).map(drop)
-}
-fn op_staged(e: &mut Env) -> vkhost::Result<()> {
-    let v = pattern(700 << 10, 1);
-    e.buf.write(3, &v)?;
-    let mut out = vec![0u8; v.len()];
-    e.buf.read(3, &mut out)?;
-    assert!(out == v, "staged round trip after faults");
-    Ok(())
-}
-fn op_direct(e: &mut Env) -> vkhost::Result<()> {
-    let n = 4 * 4096;
-    e.mem.slice()[8 * 4096..12 * 4096].copy_from_slice(&pattern(n, 2));
-    // SAFETY: the registered range lies in the live mapping.
-    unsafe { host::copy_to_device(&e.dev, e.reg_base as *const u8, n, &e.buf, 0) }?;
-    // SAFETY: the pinned block holds n bytes and outlives the call.
-    unsafe { host::copy_to_host(&e.dev, &e.buf, 0, e.pinned.as_mut_ptr(), n) }?;
-    assert!(e.pinned[..n] == pattern(n, 2)[..]);
-    Ok(())
-}
-fn op_mixed(e: &mut Env) -> vkhost::Result<()> {
-    // 2 pages before the registration (staged) + 2 registered pages.
-    let from = e.reg_base - 2 * 4096;
-    let n = 4 * 4096;
-    // SAFETY: inside the live mapping.
-    let p = unsafe { host::copy_to_device(&e.dev, from as *const u8, n, &e.buf, 0) }?;
-    assert_eq!(p, vkhost::CopyPath::Mixed);
-    // SAFETY: inside the live mapping.
-    unsafe { host::copy_to_host(&e.dev, &e.buf, 0, from as *mut u8, n) }?;
-    Ok(())
-}
-fn op_stream(e: &mut Env) -> vkhost::Result<()> {
-    let s = e.dev.stream()?;
-    let v = pattern(600 << 10, 3);
-    s.upload(&v, &e.buf, 0)?.wait()?;
-    let mut out = vec![0u8; v.len()];
-    s.download(&e.buf, 0, &mut out)?.wait()?;
-    assert!(out == v, "stream round trip after faults");
-    // SAFETY: registered range in the live mapping; synchronized before return.
-    unsafe { s.copy_to_device_async(e.reg_base as *const u8, 4096, &e.buf, 0) }?;
-    s.fill_async(&e.buf, 4096, 4096, 7)?;
-    let ev = s.record()?;
-    let t = e.dev.stream()?;
-    t.wait_event(&ev)?;
-    t.copy_async(&e.buf, 0, &e.buf, 8192, 4096)?;
-    t.synchronize()?;
-    s.synchronize()
-}
-
-/// Kernel launches: three built-ins through a one-pipeline cache (`launch_opts`), so every call
-/// creates each pipeline again, on a fresh stream (fresh descriptor pools in `Sets` mode), one
-/// of them binding the pinned block.
-fn op_launch(e: &mut Env) -> vkhost::Result<()> {
-    use vkhost::kernel::{Binding, builtin};
-    // A compute queue's stream: a GPU's default stream may be a copy engine's, which cannot launch.
-    let s = e.dev.stream_on(vkhost::QueueKind::Compute)?;
-    let n = 64 << 10;
-    s.fill_u32(Binding::Device(&e.buf, 0, n), 0xA5C3_0F01)?;
-    s.copy_sm(Binding::Device(&e.buf, 0, n), Binding::Device(&e.buf, n, n))?;
-    let sum = s.checksum(Binding::Device(&e.buf, n, n))?;
-    let want: Vec<u8> = 0xA5C3_0F01u32.to_le_bytes().iter().copied().cycle().take(n).collect();
-    assert_eq!(sum, builtin::checksum_cpu(&want), "launch results after faults");
-    s.fill_u32(Binding::pinned_mut(&mut e.pinned, 0, 4096), 0x0102_0304)?;
-    s.synchronize()?;
-    assert!(e.pinned[..4096].chunks(4).all(|w| w == [4, 3, 2, 1]), "pinned fill after faults");
-    Ok(())
-}
-
-/// One cached pipeline (each launch of `op_launch` makes its kernel's again), descriptors pushed
-/// or written into sets.
-fn launch_opts(push: bool) -> OpenOptions {
-    OpenOptions { max_pipelines: 1, push_descriptors: push, ..fopts() }
 }
 
 const OPS: [(&str, Op); 7] = [

@@ -12,8 +12,6 @@
 
 mod common;
 use common::*;
-use std::cell::Cell as StdCell;
-use std::sync::Once;
 use vkhost::host::{self, entries_of};
 use vkhost::{Device, HostRange, OpenOptions, PinnedBuffer};
 
@@ -23,38 +21,8 @@ fn small_pieces() -> OpenOptions {
     OpenOptions { max_import_piece: Some(PIECE), ..opts() }
 }
 
-// ---- a user logger that can be told to panic (a panicking user callback) ----
-thread_local! {
-    static PANIC_ON_ERROR: StdCell<bool> = const { StdCell::new(false) };
-    static PANIC_ON_WARN: StdCell<bool> = const { StdCell::new(false) };
-}
-struct PanicLogger;
-impl log::Log for PanicLogger {
-    fn enabled(&self, _: &log::Metadata) -> bool {
-        true
-    }
-    fn log(&self, r: &log::Record) {
-        if r.level() <= log::Level::Error && PANIC_ON_ERROR.with(|p| p.get()) {
-            PANIC_ON_ERROR.with(|p| p.set(false));
-            panic!("user logger panicked on: {}", r.args());
-        }
-        if r.level() <= log::Level::Warn && PANIC_ON_WARN.with(|p| p.get()) {
-            PANIC_ON_WARN.with(|p| p.set(false));
-            panic!("user logger panicked on: {}", r.args());
-        }
-    }
-    fn flush(&self) {}
-}
-fn install_logger() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        log::set_boxed_logger(Box::new(PanicLogger)).unwrap();
-        log::set_max_level(log::LevelFilter::Warn);
-    });
-}
-
 fn dev_with(o: OpenOptions) -> Checked {
-    install_logger();
+    panic_logger::install();
     device_with(o).expect("device")
 }
 
@@ -70,12 +38,12 @@ fn host_range_panic_during_second_device_leaves_nothing() {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // a's import takes CreateBuffer call 0 on this thread; b's is call 1.
         vkhost::fault::inject(vkhost::fault::Point::CreateBuffer, 1, vkhost::vk::Result::ERROR_DEVICE_LOST);
-        PANIC_ON_ERROR.with(|p| p.set(true));
+        panic_logger::arm(log::Level::Error, 0);
         let r = HostRange::register(&[&a, &b], &mut v);
         r.map(|_| ())
     }));
     vkhost::fault::disarm();
-    PANIC_ON_ERROR.with(|p| p.set(false));
+    panic_logger::disarm();
     eprintln!("register result: {:?}", r.as_ref().map_err(|_| "panicked"));
     let left_a = entries_of(&a);
     let found = host::find(&a, addr, 8).is_some();
@@ -97,12 +65,12 @@ fn panic_in_multi_piece_import_leaks_nothing() {
     let before = d.live_objects();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         vkhost::fault::inject(vkhost::fault::Point::CreateBuffer, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
-        PANIC_ON_ERROR.with(|p| p.set(true));
+        panic_logger::arm(log::Level::Error, 0);
         // SAFETY: mapping outlives the device.
         unsafe { host::register(&d, m.ptr, n) }
     }));
     vkhost::fault::disarm();
-    PANIC_ON_ERROR.with(|p| p.set(false));
+    panic_logger::disarm();
     assert!(r.is_err(), "expected a panic");
     assert_eq!(entries_of(&d), 0, "reservation left behind");
     let after = d.live_objects();
@@ -119,11 +87,11 @@ fn panic_through_register_and_pinned_leaves_nothing() {
     let before = d.live_objects();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         vkhost::fault::inject(vkhost::fault::Point::CreateBuffer, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
-        PANIC_ON_ERROR.with(|p| p.set(true));
+        panic_logger::arm(log::Level::Error, 0);
         d.register(&mut v).map(|_| ())
     }));
     vkhost::fault::disarm();
-    PANIC_ON_ERROR.with(|p| p.set(false));
+    panic_logger::disarm();
     assert!(r.is_err());
     assert_eq!(entries_of(&d), 0, "reservation left behind");
     let after = d.live_objects();
@@ -137,11 +105,11 @@ fn panic_through_register_and_pinned_leaves_nothing() {
     let before = e.live_objects();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         vkhost::fault::inject(vkhost::fault::Point::CreateBuffer, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
-        PANIC_ON_ERROR.with(|p| p.set(true));
+        panic_logger::arm(log::Level::Error, 0);
         PinnedBuffer::new(&e, 8 * PIECE).map(|_| ())
     }));
     vkhost::fault::disarm();
-    PANIC_ON_ERROR.with(|p| p.set(false));
+    panic_logger::disarm();
     assert!(r.is_err());
     assert_eq!(entries_of(&e), 0);
     let after = e.live_objects();
@@ -167,7 +135,7 @@ fn panic_after_the_buffer_was_made_leaks_nothing() {
             let before = d.live_objects();
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 fault::inject(point, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
-                PANIC_ON_ERROR.with(|p| p.set(true));
+                panic_logger::arm(log::Level::Error, 0);
                 match what {
                     // SAFETY: the mapping outlives the device; nothing stays registered.
                     "register" => drop(unsafe { host::register(&d, m.ptr, 4 * page) }),
@@ -176,7 +144,7 @@ fn panic_after_the_buffer_was_made_leaks_nothing() {
                 }
             }));
             fault::disarm();
-            PANIC_ON_ERROR.with(|p| p.set(false));
+            panic_logger::disarm();
             assert!(r.is_err(), "{point:?} in {what}: expected the logger's panic");
             let after = d.live_objects();
             assert_eq!((after.buffers, after.memories), (before.buffers, before.memories), "{point:?} in {what}: objects leaked");
@@ -196,24 +164,20 @@ fn small_ring() -> OpenOptions {
 /// panic on the error it logs; returns `f`'s outcome (`Err`: it panicked) and whether the
 /// fault fired.
 fn with_wait_panic<R>(f: impl FnOnce() -> R) -> (std::thread::Result<R>, bool) {
-    with_wait_fault(vkhost::vk::Result::ERROR_DEVICE_LOST, &PANIC_ON_ERROR, f)
+    with_wait_fault(vkhost::vk::Result::ERROR_DEVICE_LOST, log::Level::Error, f)
 }
 
-/// Runs `f` with the next semaphore wait failing with `code` and the logger armed (`flag`) to
-/// panic; `f`'s outcome and whether the fault fired.
-fn with_wait_fault<R>(
-    code: vkhost::vk::Result,
-    flag: &'static std::thread::LocalKey<StdCell<bool>>,
-    f: impl FnOnce() -> R,
-) -> (std::thread::Result<R>, bool) {
+/// Runs `f` with the next semaphore wait failing with `code` and the logger armed to panic on
+/// its next line at `level` or worse; `f`'s outcome and whether the fault fired.
+fn with_wait_fault<R>(code: vkhost::vk::Result, level: log::Level, f: impl FnOnce() -> R) -> (std::thread::Result<R>, bool) {
     use vkhost::fault::{self, Point};
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         fault::inject(Point::WaitSemaphores, 0, code);
-        flag.with(|p| p.set(true));
+        panic_logger::arm(level, 0);
         f()
     }));
     let fired = fault::disarm();
-    flag.with(|p| p.set(false));
+    panic_logger::disarm();
     (r, fired)
 }
 
@@ -347,11 +311,11 @@ fn a_panic_out_of_a_teardown_step_leaves_no_work_running_and_no_object() {
     failing.fill_async(&gpu, 0, 4096, 9).unwrap(); // recorded, not submitted
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         fault::inject(Point::QueueSubmit, 0, vkhost::vk::Result::ERROR_OUT_OF_HOST_MEMORY);
-        PANIC_ON_WARN.with(|p| p.set(true));
+        panic_logger::arm(log::Level::Warn, 0);
         d.destroy()
     }));
     let fired = fault::disarm();
-    PANIC_ON_WARN.with(|p| p.set(false));
+    panic_logger::disarm();
     drop(reg);
     let changed = written_after(&m);
     eprintln!("destroy: {:?}, fault fired: {fired}", r.as_ref().map_err(|_| "panicked"));
@@ -366,7 +330,7 @@ fn a_panic_out_of_a_teardown_step_leaves_no_work_running_and_no_object() {
 /// Runs `f` with the next semaphore wait failing with OUT_OF_HOST_MEMORY (which logs nothing
 /// itself) and the logger armed to panic on a warning; `f`'s outcome and whether it fired.
 fn with_warn_panic<R>(f: impl FnOnce() -> R) -> (std::thread::Result<R>, bool) {
-    with_wait_fault(vkhost::vk::Result::ERROR_OUT_OF_HOST_MEMORY, &PANIC_ON_WARN, f)
+    with_wait_fault(vkhost::vk::Result::ERROR_OUT_OF_HOST_MEMORY, log::Level::Warn, f)
 }
 
 /// A registration's drop whose wait for a stream's copy fails and warns: the warning (panicked
@@ -440,12 +404,12 @@ fn a_panic_while_making_a_copy_context_leaks_no_pool() {
                 t.spawn(|| {
                     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         fault::inject(point, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
-                        PANIC_ON_ERROR.with(|p| p.set(true));
+                        panic_logger::arm(log::Level::Error, 0);
                         // A read: never CPU loads through a host-visible mapping.
                         gpu.read(0, &mut [0u8; 4096])
                     }));
                     let fired = fault::disarm();
-                    PANIC_ON_ERROR.with(|p| p.set(false));
+                    panic_logger::disarm();
                     (r.is_err(), fired)
                 })
                 .join()
@@ -479,11 +443,11 @@ fn a_panic_as_a_batch_fails_to_submit_loses_it_and_leaks_no_descriptor_pool() {
     s.fill_u32(Binding::Device(&gpu, 0, 4096), 2).unwrap(); // recorded, not submitted
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         fault::inject(Point::QueueSubmit, 0, vkhost::vk::Result::ERROR_DEVICE_LOST);
-        PANIC_ON_ERROR.with(|p| p.set(true));
+        panic_logger::arm(log::Level::Error, 0);
         s.flush()
     }));
     let fired = fault::disarm();
-    PANIC_ON_ERROR.with(|p| p.set(false));
+    panic_logger::disarm();
     let after = s.synchronize();
     drop(s);
     drop(gpu);

@@ -18,184 +18,11 @@
 //! `VKHOST_SWEEP_ONLY=<op name substring>` restricts the ops.
 
 mod common;
-use common::*;
-use std::cell::Cell as StdCell;
-use std::sync::Once;
+use common::ops::*;
+use common::{Pages, panic_logger};
 use vkhost::fault::{Point, calls, disarm, inject};
 use vkhost::host::{self, entries_of};
-use vkhost::{Device, OpenOptions, PinnedBuffer, Stream, vk};
-
-// ---- a user logger that panics on the k-th warning-or-error line of this thread ----
-thread_local! {
-    /// `Some(k)`: the logger panics on the k-th (0-based) line at Warn or worse from now.
-    static PANIC_AT: StdCell<Option<u32>> = const { StdCell::new(None) };
-    /// Lines at Warn or worse logged on this thread since the last reset.
-    static LINES: StdCell<u32> = const { StdCell::new(0) };
-}
-struct PanicLogger;
-impl log::Log for PanicLogger {
-    fn enabled(&self, _: &log::Metadata) -> bool {
-        true
-    }
-    fn log(&self, r: &log::Record) {
-        if r.level() > log::Level::Warn {
-            return;
-        }
-        let i = LINES.with(|l| {
-            let i = l.get();
-            l.set(i + 1);
-            i
-        });
-        if std::env::var_os("VKHOST_SWEEP_LOG").is_some() {
-            eprintln!("  log #{i} [{}] {}", r.level(), r.args());
-        }
-        if PANIC_AT.with(|p| p.get()) == Some(i) {
-            PANIC_AT.with(|p| p.set(None));
-            panic!("user logger panicked on: {}", r.args());
-        }
-    }
-    fn flush(&self) {}
-}
-fn install_logger() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        log::set_boxed_logger(Box::new(PanicLogger)).unwrap();
-        log::set_max_level(log::LevelFilter::Warn);
-        // Quiet panics of the logger (they are expected); others still print.
-        let prev = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let msg = info.payload().downcast_ref::<String>().map(String::as_str).unwrap_or("");
-            if !msg.starts_with("user logger panicked") {
-                prev(info);
-            }
-        }));
-    });
-}
-
-/// Small staging chunks so staged copies span several batches and slots.
-fn fopts() -> OpenOptions {
-    OpenOptions { staging_chunk: 256 << 10, staging_slots: 2, ..opts() }
-}
-fn launch_opts(push: bool) -> OpenOptions {
-    OpenOptions { max_pipelines: 1, push_descriptors: push, ..fopts() }
-}
-
-const SCRATCH: usize = 1 << 20;
-
-struct Env {
-    dev: Device,
-    mem: Pages,
-    reg_base: usize,
-    pinned: PinnedBuffer,
-    buf: vkhost::DeviceBuffer,
-    /// Host destination of downloads and reads: checked for late writes.
-    scratch: Pages,
-    /// Streams the op made, kept past an unwind.
-    keep: Vec<Stream>,
-    /// A registration of op_register, between its register and unregister.
-    extra_reg: Option<usize>,
-}
-
-impl Env {
-    fn with(o: &OpenOptions) -> Env {
-        let dev = Device::open_default_with(o).expect("device");
-        let mem = Pages::new(16 * 4096);
-        let reg_base = mem.ptr as usize + 8 * 4096;
-        // SAFETY: the mapping outlives the registration (Env drops it after destroy).
-        unsafe { host::register(&dev, reg_base, 4 * 4096) }.unwrap();
-        let pinned = PinnedBuffer::new(&dev, 1 << 20).unwrap();
-        let buf = dev.alloc_buffer(1 << 20).unwrap();
-        Env { dev, mem, reg_base, pinned, buf, scratch: Pages::new(SCRATCH), keep: Vec::new(), extra_reg: None }
-    }
-}
-
-type Op = fn(&mut Env) -> vkhost::Result<()>;
-
-fn op_register(e: &mut Env) -> vkhost::Result<()> {
-    let p = e.mem.ptr as usize + 100;
-    // SAFETY: inside the live mapping, not overlapping the Env registration.
-    unsafe { host::register(&e.dev, p, 3 * 4096) }?;
-    e.extra_reg = Some(p);
-    host::unregister(&e.dev, p)?;
-    e.extra_reg = None;
-    Ok(())
-}
-fn op_alloc_pinned(e: &mut Env) -> vkhost::Result<()> {
-    let p = host::alloc_pinned(&e.dev, 64 << 10)?;
-    host::free_pinned(&e.dev, p)
-}
-fn op_alloc_buffer(e: &mut Env) -> vkhost::Result<()> {
-    e.dev.alloc_buffer(4096).map(drop)
-}
-fn op_staged(e: &mut Env) -> vkhost::Result<()> {
-    let v = pattern(700 << 10, 1);
-    e.buf.write(3, &v)?;
-    let buf = &e.buf;
-    let out = &mut e.scratch.slice()[..v.len()];
-    buf.read(3, out)?;
-    assert!(*out == v[..], "staged round trip");
-    Ok(())
-}
-fn op_direct(e: &mut Env) -> vkhost::Result<()> {
-    let n = 4 * 4096;
-    e.mem.slice()[8 * 4096..12 * 4096].copy_from_slice(&pattern(n, 2));
-    // SAFETY: the registered range lies in the live mapping.
-    unsafe { host::copy_to_device(&e.dev, e.reg_base as *const u8, n, &e.buf, 0) }?;
-    // SAFETY: the pinned block holds n bytes and outlives the call.
-    unsafe { host::copy_to_host(&e.dev, &e.buf, 0, e.pinned.as_mut_ptr(), n) }?;
-    assert!(e.pinned[..n] == pattern(n, 2)[..]);
-    Ok(())
-}
-fn op_mixed(e: &mut Env) -> vkhost::Result<()> {
-    let from = e.reg_base - 2 * 4096;
-    let n = 4 * 4096;
-    // SAFETY: inside the live mapping.
-    let p = unsafe { host::copy_to_device(&e.dev, from as *const u8, n, &e.buf, 0) }?;
-    assert_eq!(p, vkhost::CopyPath::Mixed);
-    // SAFETY: inside the live mapping.
-    unsafe { host::copy_to_host(&e.dev, &e.buf, 0, from as *mut u8, n) }?;
-    Ok(())
-}
-fn op_stream(e: &mut Env) -> vkhost::Result<()> {
-    let s = e.dev.stream()?;
-    e.keep.push(s);
-    let s = e.keep.last().unwrap();
-    let v = pattern(600 << 10, 3);
-    s.upload(&v, &e.buf, 0)?.wait()?;
-    let out = &mut e.scratch.slice()[..v.len()];
-    s.download(&e.buf, 0, out)?.wait()?;
-    assert!(*out == v[..], "stream round trip");
-    // SAFETY: registered range in the live mapping; synchronized before return.
-    unsafe { s.copy_to_device_async(e.reg_base as *const u8, 4096, &e.buf, 0) }?;
-    s.fill_async(&e.buf, 4096, 4096, 7)?;
-    let ev = s.record()?;
-    let t = e.dev.stream()?;
-    e.keep.push(t);
-    let (s, t) = (&e.keep[0], &e.keep[1]);
-    t.wait_event(&ev)?;
-    t.copy_async(&e.buf, 0, &e.buf, 8192, 4096)?;
-    t.synchronize()?;
-    s.synchronize()?;
-    e.keep.clear();
-    Ok(())
-}
-fn op_launch(e: &mut Env) -> vkhost::Result<()> {
-    use vkhost::kernel::{Binding, builtin};
-    let s = e.dev.stream_on(vkhost::QueueKind::Compute)?;
-    e.keep.push(s);
-    let s = &e.keep[0];
-    let n = 64 << 10;
-    s.fill_u32(Binding::Device(&e.buf, 0, n), 0xA5C3_0F01)?;
-    s.copy_sm(Binding::Device(&e.buf, 0, n), Binding::Device(&e.buf, n, n))?;
-    let sum = s.checksum(Binding::Device(&e.buf, n, n))?;
-    let want: Vec<u8> = 0xA5C3_0F01u32.to_le_bytes().iter().copied().cycle().take(n).collect();
-    assert_eq!(sum, builtin::checksum_cpu(&want), "launch results");
-    s.fill_u32(Binding::pinned_mut(&mut e.pinned, 0, 4096), 0x0102_0304)?;
-    s.synchronize()?;
-    assert!(e.pinned[..4096].chunks(4).all(|w| w == [4, 3, 2, 1]), "pinned fill");
-    e.keep.clear();
-    Ok(())
-}
+use vkhost::{OpenOptions, vk};
 
 fn cases() -> Vec<(&'static str, Op, OpenOptions)> {
     vec![
@@ -238,18 +65,20 @@ fn one(
     op(&mut env).expect("warm-up");
     let base_entries = entries_of(&env.dev);
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        LINES.with(|l| l.set(0));
-        PANIC_AT.with(|p| p.set(panic_at));
+        panic_logger::reset_lines();
+        if let Some(k) = panic_at {
+            panic_logger::arm(log::Level::Warn, k);
+        }
         inject(point, nth, code);
         op(&mut env)
     }));
     let fired = disarm();
-    PANIC_AT.with(|p| p.set(None));
-    let lines = LINES.with(|l| l.get());
+    panic_logger::disarm();
+    let lines = panic_logger::lines();
     let panicked = match &r {
         Err(p) => {
             let msg = p.downcast_ref::<String>().cloned().unwrap_or_default();
-            if !msg.starts_with("user logger panicked") {
+            if !panic_logger::is_logger_panic(p.as_ref()) {
                 bad.push(format!("{ctx}: a panic that is not the logger's: {msg:?}"));
             } else if std::env::var_os("VKHOST_SWEEP_VERBOSE").is_some() {
                 eprintln!("{ctx}: {msg}");
@@ -334,7 +163,7 @@ fn counts(op: Op, o: &OpenOptions) -> Vec<(Point, u64)> {
 }
 
 fn sweep(code: vk::Result) {
-    install_logger();
+    panic_logger::install();
     let only = std::env::var("VKHOST_SWEEP_ONLY").ok();
     let mut bad = Vec::new();
     let t0 = std::time::Instant::now();

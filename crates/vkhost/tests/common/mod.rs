@@ -7,6 +7,9 @@
 
 use vkhost::{Device, OpenOptions};
 
+pub mod ops;
+pub mod panic_logger;
+
 pub fn init_log() {
     let _ = env_logger::builder().is_test(true).try_init();
 }
