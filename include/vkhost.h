@@ -395,8 +395,12 @@ vkhost_status vkhost_register(const vkhost_device *device, void *ptr, size_t len
 vkhost_status vkhost_unregister(const vkhost_device *device, void *ptr);
 
 // Finds the VkBuffer (as its `uint64_t` handle) and byte offset that address
-// `[ptr, ptr+len)`, when one live registration or pinned block covers all of it. Otherwise
-// `VKHOST_NOT_REGISTERED` (also after the device was destroyed).
+// `[ptr, ptr+len)`, when one live registration or pinned block covers all of it through one
+// buffer. Otherwise `VKHOST_NOT_REGISTERED` (also after the device was destroyed). An entry
+// imported in several pieces (`max_import_piece`, or larger than the device's
+// maxMemoryAllocationSize) has a buffer per piece: a range that crosses from one piece into
+// the next has no single buffer and is `VKHOST_NOT_REGISTERED`; copies over it still go
+// direct.
 //
 // # Safety
 // `device` must be NULL or a live handle; `buffer` and `offset` NULL or valid for writes.

@@ -330,8 +330,12 @@ pub unsafe extern "C" fn vkhost_unregister(device: *const vkhost_device, ptr: *m
 }
 
 /// Finds the VkBuffer (as its `uint64_t` handle) and byte offset that address
-/// `[ptr, ptr+len)`, when one live registration or pinned block covers all of it. Otherwise
-/// `VKHOST_NOT_REGISTERED` (also after the device was destroyed).
+/// `[ptr, ptr+len)`, when one live registration or pinned block covers all of it through one
+/// buffer. Otherwise `VKHOST_NOT_REGISTERED` (also after the device was destroyed). An entry
+/// imported in several pieces (`max_import_piece`, or larger than the device's
+/// maxMemoryAllocationSize) has a buffer per piece: a range that crosses from one piece into
+/// the next has no single buffer and is `VKHOST_NOT_REGISTERED`; copies over it still go
+/// direct.
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `buffer` and `offset` NULL or valid for writes.
@@ -378,7 +382,7 @@ pub unsafe extern "C" fn vkhost_find(
         let (ob, oo) = (out(buffer, "buffer")?, out(offset, "offset")?);
         let (b, off) = host::find(&d.dev, ptr, len).ok_or(Fail::Other(
             vkhost_status::VKHOST_NOT_REGISTERED,
-            format!("no registration or pinned block covers {len} bytes at {ptr:p}"),
+            format!("no single buffer of a registration or pinned block covers {len} bytes at {ptr:p} (none covers them, or they cross between two import pieces)"),
         ))?;
         // SAFETY: forwarded contract.
         unsafe {

@@ -1004,8 +1004,11 @@ pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guard
 }
 
 /// The buffer and byte offset that address `[ptr, ptr+len)` on `dev`, when a live registration
-/// or pinned block covers all of it (its rounded import or its block). `None` otherwise, and
-/// after the device was destroyed. A zero-length range is looked up as the byte at `ptr`: it
+/// or pinned block covers all of it (its rounded import or its block) through one buffer.
+/// `None` otherwise, and after the device was destroyed. An entry imported in several pieces
+/// (larger than `OpenOptions::max_import_piece` or the device's maxMemoryAllocationSize) has
+/// one buffer per piece: a range that crosses from one piece into the next has no single
+/// buffer and is `None` (copies over it still go direct, piece by piece). A zero-length range is looked up as the byte at `ptr`: it
 /// is found where that byte is covered (one past an import's last byte is not).
 ///
 /// # Example
