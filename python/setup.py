@@ -1,6 +1,7 @@
 """Bundles libvkhost_capi.so into the package at build time, so `pip install ./python` gives a
 self-contained install. The library comes from $VKHOST_LIB if set, else from the checkout's
-target/release (built first with cargo when it is missing and cargo is available)."""
+target directory ($CARGO_TARGET_DIR, relative to the checkout, else target/), in release/ (built
+first with cargo when it is missing and cargo is available)."""
 
 import os
 import shutil
@@ -18,7 +19,9 @@ def find_or_build_library() -> Path:
     env = os.environ.get("VKHOST_LIB")
     if env:
         return Path(env)
-    built = HERE.parent / "target" / "release" / LIB
+    # Where cargo (run from the checkout below) writes: $CARGO_TARGET_DIR, relative to its
+    # working directory, else target/.
+    built = HERE.parent / (os.environ.get("CARGO_TARGET_DIR") or "target") / "release" / LIB
     if not built.is_file() and shutil.which("cargo") and (HERE.parent / "Cargo.toml").is_file():
         subprocess.run(["cargo", "build", "--release", "-p", "vkhost-capi"], cwd=HERE.parent, check=True)
     if not built.is_file():

@@ -431,3 +431,51 @@ def test_wrong_argument_types_raise_type_or_vkhost_errors() -> None:
     s.close()
     buf.free()
     dev.close()
+
+
+def test_stream_copy_fill_and_read_check_their_arguments() -> None:
+    """An audit (2026-12-04): `Stream.copy`/`fill` took any object (AttributeError, and `copy`
+    kept it), `fill(b, 1 << 32)` filled with 0 (the value cut to 32 bits), and
+    `read(count=-1)` returned an empty array."""
+    dev = vkhost.Device(validation=True)
+    buf = dev.alloc_buffer(64)
+    s = dev.stream()
+    with pytest.raises(TypeError):
+        s.copy(object(), buf, 4)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        s.copy(buf, object(), 4)  # type: ignore[arg-type]
+    assert s._keep == [], "a refused copy keeps nothing"
+    with pytest.raises(TypeError):
+        s.fill(object(), 1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        s.fill(buf, 1.5)  # type: ignore[arg-type]
+    for bad in (1 << 32, -(1 << 31) - 1):
+        with pytest.raises(vkhost.OutOfRangeError):
+            s.fill(buf, bad)
+    s.fill(buf, -1)  # an int32: all ones
+    s.fill(buf, 0x0102_0304, 32, 32)
+    s.synchronize()
+    got = buf.read(dtype=np.uint32)
+    assert list(got[:8]) == [0xFFFF_FFFF] * 8 and list(got[8:]) == [0x0102_0304] * 8
+    with pytest.raises(vkhost.OutOfRangeError):
+        buf.read(count=-1)
+    with pytest.raises(TypeError):
+        buf.read(count=2.0)  # type: ignore[arg-type]
+    assert buf.read(count=3, dtype=np.uint32).tolist() == [0xFFFF_FFFF] * 3
+    s.close()
+    buf.free()
+    assert dev.validation_errors == 0
+    dev.close()
+
+
+def test_the_loader_and_the_build_look_in_cargo_target_dir(monkeypatch: Any) -> None:
+    """An audit (2026-12-04): with CARGO_TARGET_DIR set, the loader (and `pip install
+    ./python`, which shares the rule) looked for the library in target/ only."""
+    from pathlib import Path
+
+    import vkhost._ffi as ffi
+
+    monkeypatch.setenv("CARGO_TARGET_DIR", "/elsewhere/tgt")
+    assert Path("/elsewhere/tgt/release/libvkhost_capi.so") in ffi._candidates()
+    monkeypatch.delenv("CARGO_TARGET_DIR")
+    assert any(p.parts[-3:] == ("target", "release", "libvkhost_capi.so") for p in ffi._candidates())

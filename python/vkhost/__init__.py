@@ -120,6 +120,22 @@ def _size(v: Any, what: str) -> int:
     return n
 
 
+def _u32(v: Any, what: str) -> int:
+    """A 32-bit fill value: a uint32, or an int32 taken as its two's complement."""
+    try:
+        n = operator.index(v)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, not {type(v).__name__}") from None
+    if not -(1 << 31) <= n < (1 << 32):
+        raise OutOfRangeError(f"{what} = {n}: out of range [-2^31, 2^32) for a 32-bit value", 10)
+    return n & 0xFFFFFFFF
+
+
+def _require_buffer(b: Any, what: str) -> None:
+    if not isinstance(b, DeviceBuffer):
+        raise TypeError(f"{what} must be a vkhost.DeviceBuffer, not {type(b).__name__}")
+
+
 def _plain(dt: np.dtype[Any], what: str) -> None:
     # The device reads and writes raw bytes: over an array of Python objects it would write
     # made-up pointers (a crash when NumPy follows them) or read the objects' addresses.
@@ -546,8 +562,8 @@ class DeviceBuffer(_Owner):
         offset = _size(offset, "offset")
         if out is None:
             dt = _item_dtype(dtype, "dtype")
-            n = (self.nbytes - offset) // dt.itemsize if count is None else count
-            out = np.empty(max(n, 0), dtype=dt)
+            n = max((self.nbytes - offset) // dt.itemsize, 0) if count is None else _size(count, "count")
+            out = np.empty(n, dtype=dt)
         target = _contiguous(out, "out", writable=True)
         path = c_int()
         with self.device._use() as d, self._use() as b:
@@ -798,8 +814,7 @@ class Stream(_Owner):
     def upload(self, src: np.ndarray, dst: DeviceBuffer, offset: int = 0) -> None:
         """Enqueues a copy of ``src``'s bytes into ``dst`` at byte ``offset``."""
         src = _contiguous(src, "src")
-        if not isinstance(dst, DeviceBuffer):
-            raise TypeError(f"dst must be a vkhost.DeviceBuffer, not {type(dst).__name__}")
+        _require_buffer(dst, "dst")
         offset = _size(offset, "offset")
         # Kept before the enqueue: a `synchronize` on another thread meanwhile must not let go
         # of an array whose copy it did not wait for.
@@ -812,8 +827,7 @@ class Stream(_Owner):
         """Enqueues a copy from ``src`` at byte ``offset`` into ``dst`` (C-contiguous, writable);
         the bytes are there after ``synchronize`` (or an event recorded after this call)."""
         dst = _contiguous(dst, "dst", writable=True)
-        if not isinstance(src, DeviceBuffer):
-            raise TypeError(f"src must be a vkhost.DeviceBuffer, not {type(src).__name__}")
+        _require_buffer(src, "src")
         offset = _size(offset, "offset")
         with self._enq, self._enqueuing():
             self._keep.append(dst)
@@ -822,6 +836,8 @@ class Stream(_Owner):
 
     def copy(self, src: DeviceBuffer, dst: DeviceBuffer, nbytes: int, src_offset: int = 0, dst_offset: int = 0) -> None:
         """Enqueues a device-to-device copy."""
+        _require_buffer(src, "src")
+        _require_buffer(dst, "dst")
         nbytes, src_offset, dst_offset = _size(nbytes, "nbytes"), _size(src_offset, "src_offset"), _size(dst_offset, "dst_offset")
         with self._enq, self._enqueuing():
             self._keep += [src, dst]
@@ -829,13 +845,17 @@ class Stream(_Owner):
                 _check(lib.vkhost_stream_copy_buffer_async(s, a, src_offset, b, dst_offset, nbytes))
 
     def fill(self, dst: DeviceBuffer, value: int, offset: int = 0, nbytes: int | None = None) -> None:
-        """Enqueues a fill with the repeated 32-bit ``value`` (offset and size multiples of 4)."""
+        """Enqueues a fill with the repeated 32-bit ``value`` (offset and size multiples of 4).
+        ``value`` is a uint32 or an int32 (a negative value fills with its two's complement);
+        anything outside [-2^31, 2^32) raises :class:`OutOfRangeError` rather than being cut."""
+        _require_buffer(dst, "dst")
+        value = _u32(value, "value")
         offset = _size(offset, "offset")
         n = _size(max(dst.nbytes - offset, 0) if nbytes is None else nbytes, "nbytes")
         with self._enq, self._enqueuing():
             self._keep.append(dst)
             with self._use() as s, dst._use() as b:
-                _check(lib.vkhost_stream_fill_async(s, b, offset, n, value & 0xFFFFFFFF))
+                _check(lib.vkhost_stream_fill_async(s, b, offset, n, value))
 
     @contextmanager
     def _enqueuing(self) -> Iterator[None]:

@@ -3,8 +3,9 @@
 The library is looked up in this order:
 1. ``$VKHOST_LIB`` (a path to the .so);
 2. next to this file (``pip install ./python`` copies it there at build time);
-3. ``target/release`` of the source checkout this package sits in (``python/vkhost`` ->
-   ``../../target/release``), for running from a clone without installing.
+3. ``release/`` of the source checkout's target directory (``$CARGO_TARGET_DIR``, relative to
+   the checkout, else ``target/``; the checkout this package sits in: ``python/vkhost`` ->
+   ``../..``), for running from a clone without installing.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ def _candidates() -> list[Path]:
         out.append(Path(env))
     here = Path(__file__).resolve().parent
     out.append(here / LIB_NAME)
-    out.append(here.parent.parent / "target" / "release" / LIB_NAME)
+    checkout = here.parent.parent
+    out.append(checkout / (os.environ.get("CARGO_TARGET_DIR") or "target") / "release" / LIB_NAME)
     return out
 
 
