@@ -92,12 +92,21 @@ _PATHS: tuple[CopyPath, ...] = ("direct", "staged", "mixed", "mapped")
 _DEVICE_TYPES = ("discrete", "integrated", "virtual", "cpu", "other")
 
 
+def _error(status: int) -> Error | None:
+    """The Error subclass of a non-OK status, with the library's message (this thread's last:
+    read it before any other vkhost call on the thread, such as a release deferred to the end
+    of a ``_use`` block); None for OK."""
+    if status == 0:
+        return None
+    msg = (lib.vkhost_last_error_message() or b"").decode(errors="replace")
+    return BY_STATUS.get(status, Error)(msg, status)
+
+
 def _check(status: int) -> None:
     """Raises the Error subclass of a non-OK status, with the library's message."""
-    if status != 0:
-        msg = (lib.vkhost_last_error_message() or b"").decode(errors="replace")
-        cls = BY_STATUS.get(status, Error)
-        raise cls(msg, status)
+    err = _error(status)
+    if err is not None:
+        raise err
 
 
 def library_path() -> str:
@@ -614,9 +623,10 @@ class Registration(_Owner):
         self._maybe: int | None = addr
         with device._use() as d:
             st = lib.vkhost_register(d, addr, view.nbytes)
-        if st != 0:
+            err = _error(st)  # the message now: the block's end may call vkhost (a deferred release)
+        if err is not None:
             self._maybe = None
-            _check(st)
+            raise err
         ref = weakref.ref(self)
         with _owners_lock:
             _owners[self._key] = ref
@@ -647,8 +657,9 @@ class Registration(_Owner):
         if p is not None and self.device._hd.live:
             with self.device._use() as d:
                 st = lib.vkhost_unregister(d, p)
-            if not (maybe is not None and st == NotRegisteredError.status):
-                _check(st)
+                err = _error(st)  # the message now, as in __init__
+            if err is not None and not (maybe is not None and st == NotRegisteredError.status):
+                raise err
 
     def __del__(self) -> None:
         try:
