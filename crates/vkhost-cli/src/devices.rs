@@ -114,7 +114,7 @@ fn choice(c: Option<vkhost::memtype::Choice>) -> Value {
 pub fn run(a: Args) -> anyhow_free::Result<ExitCode> {
     let infos = vkhost::devices()?;
     if infos.is_empty() {
-        eprintln!("no Vulkan devices");
+        eprintln!("no Vulkan devices: the loader found no driver (`make setup` installs lavapipe, Debian's mesa-vulkan-drivers)");
         return Ok(ExitCode::from(1));
     }
     let mut out = Vec::new();

@@ -560,3 +560,20 @@ fn a_forked_child_opens_its_own_device_whatever_locks_the_parent_held() {
     );
     assert_eq!(d.validation_errors(), 0);
 }
+
+/// A loader with no driver to load (a fresh machine with libvulkan but no mesa-vulkan-drivers):
+/// `devices()` is empty and opening is `NoDevice`, as issue 2 names it. It was
+/// `Vulkan { call: "vkCreateInstance", code: ERROR_INCOMPATIBLE_DRIVER }` (an audit's test). In
+/// a process of its own, whose loader reads no driver manifest.
+#[test]
+fn no_driver_is_no_device() {
+    let none = std::ffi::OsStr::new("/nonexistent/vkhost-no-driver.json");
+    if rerun_alone_with("no_driver_is_no_device", &[("VK_ICD_FILENAMES", none), ("VK_DRIVER_FILES", none)]).is_some() {
+        return;
+    }
+    assert_eq!(vkhost::devices(), Ok(Vec::new()));
+    assert_eq!(Device::open_default().err(), Some(vkhost::Error::NoDevice));
+    assert_eq!(Device::open(0).err(), Some(vkhost::Error::NoDevice));
+    let o = vkhost::OpenOptions { validation: true, ..Default::default() };
+    assert_eq!(Device::open_default_with(&o).err(), Some(vkhost::Error::NoDevice));
+}

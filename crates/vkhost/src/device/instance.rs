@@ -164,7 +164,13 @@ pub(crate) fn create(validation: bool, counts: &Arc<ValidationCounts>) -> Result
         info = info.push_next(&mut dbg_info);
     }
     // SAFETY: every pointer in `info` refers to locals that outlive the call.
-    let instance = unsafe { entry.create_instance(&info, None) }.call("vkCreateInstance")?;
+    let instance = match unsafe { entry.create_instance(&info, None) } {
+        Ok(i) => i,
+        // The loader found no driver it could use (none installed, as on a fresh machine
+        // without mesa-vulkan-drivers, or none that loads): no device, not a Vulkan failure.
+        Err(vk::Result::ERROR_INCOMPATIBLE_DRIVER) => return Err(Error::NoDevice),
+        Err(code) => return Err(Error::vk("vkCreateInstance", code)),
+    };
 
     let debug = if validation {
         let du = ash::ext::debug_utils::Instance::new(&entry, &instance);

@@ -1415,7 +1415,8 @@ impl std::fmt::Debug for Device {
     }
 }
 
-/// Lists the physical devices, one [`DeviceInfo`] each.
+/// Lists the physical devices, one [`DeviceInfo`] each: empty when the loader finds no driver
+/// it can use (none installed). `Err(LoaderMissing)` without a loader.
 ///
 /// # Example
 ///
@@ -1433,7 +1434,12 @@ impl std::fmt::Debug for Device {
 /// ```
 pub fn devices() -> Result<Vec<DeviceInfo>> {
     let counts = Arc::new(ValidationCounts::default());
-    let parts = instance::create(false, &counts)?;
+    let parts = match instance::create(false, &counts) {
+        Ok(p) => p,
+        // A loader without a usable driver: there are no devices.
+        Err(Error::NoDevice) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
     // SAFETY: the instance is alive until `destroy` below.
     let pds = unsafe { parts.instance.enumerate_physical_devices() };
     let out = pds
