@@ -1,6 +1,6 @@
 # vkhost: the two commands are `make run` (the main job: `vkhost bench` on the default device)
 # and `make test` (fmt, clippy, the whole test suite with the validation layer on, the
-# fault-injection sweep, `vkhost check --all`, valgrind over the soundness tests (`make memcheck` runs every device test).
+# fault-injection sweep, `vkhost check --all`, valgrind over the soundness tests (`make memcheck` runs nine device test binaries).
 # Both first run scripts/setup, which installs a Vulkan loader, lavapipe and the validation
 # layer where they are missing, and changes nothing where Vulkan already works.
 

@@ -364,14 +364,17 @@ uint64_t vkhost_validation_errors(void);
 // `device` must be NULL or a live handle; `ptr` NULL or valid for a write.
 vkhost_status vkhost_alloc_pinned(const vkhost_device *device, size_t len, void **ptr);
 
-// Frees the pinned block that starts at `ptr`; waits for copies in flight that use it.
-// `VKHOST_NOT_PINNED` for anything but a live block's start (interior pointers, registered
+// Frees the pinned block that starts at `ptr`. Returns at once: the entry goes now (a later
+// `vkhost_find` misses, the address may come back from a new allocation), and the block's
+// memory is freed once the last copy or launch that uses it completes (vkhost owns it until
+// then, so work in flight never touches freed memory). `VKHOST_NOT_PINNED` for anything but a live block's start (interior pointers, registered
 // addresses, a second free). After `vkhost_device_destroy` the block is a tombstone: `VKHOST_OK`,
 // once.
 //
 // # Safety
 // `device` must be NULL or a live handle. `ptr` is only compared, never dereferenced.
-vkhost_status vkhost_free_pinned(const vkhost_device *device, void *ptr);
+vkhost_status vkhost_free_pinned(const vkhost_device *device,
+                                 void *ptr);
 
 // Registers (imports, VK_EXT_external_memory_host) the caller's memory `[ptr, ptr+len)`, rounded
 // out to the import granule, so copies from or to it go direct.
@@ -574,7 +577,8 @@ vkhost_status vkhost_stream_wait_event(const vkhost_stream *stream, const vkhost
 vkhost_status vkhost_stream_synchronize(const vkhost_stream *stream);
 
 // Waits on the host until the work before `event` is done. After the device or the stream is
-// gone its work is done: `VKHOST_OK`.
+// gone its work is done: `VKHOST_OK`, or the error of work that never ran (a batch lost to a
+// failed submission or a device loss, copy-outs cancelled by the teardown).
 //
 // # Safety
 // `event` must be NULL or a live handle.

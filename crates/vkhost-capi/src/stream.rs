@@ -564,7 +564,8 @@ pub unsafe extern "C" fn vkhost_stream_synchronize(stream: *const vkhost_stream)
 }
 
 /// Waits on the host until the work before `event` is done. After the device or the stream is
-/// gone its work is done: `VKHOST_OK`.
+/// gone its work is done: `VKHOST_OK`, or the error of work that never ran (a batch lost to a
+/// failed submission or a device loss, copy-outs cancelled by the teardown).
 ///
 /// # Safety
 /// `event` must be NULL or a live handle.

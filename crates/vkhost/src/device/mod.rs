@@ -7,7 +7,8 @@
 //! the VkDevice, the messenger, the VkInstance. After that `live` is `None` and every
 //! operation answers `Error::DeviceDestroyed`.
 //!
-//! Lock order, always: `live` → registry → an import's cell → a copy context → a queue.
+//! Lock order, always: `live` → pipeline cache → stream state → registry → a tracker → a copy
+//! context → a queue (docs/ARCHITECTURE.md has the leaves and the exceptions).
 //!
 //! Driver notes:
 //! - lavapipe accepts any host pointer for import and crashes later, so `host::register`
@@ -476,9 +477,12 @@ impl OpenOptions {
     pub const STAGING_SPIN_MAX: std::time::Duration = std::time::Duration::from_millis(100);
 
     /// Checks the options against a device's facts: `staging_chunk` at least 4 KiB and a
-    /// multiple of 4 KiB, `staging_slots` in 2..=16, `max_pipelines` at least 1, `staging_spin`
-    /// at most [`STAGING_SPIN_MAX`](Self::STAGING_SPIN_MAX), and `staging_chunk × staging_slots` (the size
-    /// of one staging buffer) no more than `info.max_memory_allocation_size`. Any failure is
+    /// multiple of 4 KiB, `staging_slots` in 2..=16, `staging_threads` and `assist_threads` in
+    /// 1..=64, `max_pipelines` at least 1, `staging_spin` at most
+    /// [`STAGING_SPIN_MAX`](Self::STAGING_SPIN_MAX), `max_import_piece` (when set) a multiple of
+    /// 4 KiB, at least 4 KiB and no more than `info.max_memory_allocation_size`, and
+    /// `staging_chunk × staging_slots` (the size of one staging buffer) no more than
+    /// `info.max_memory_allocation_size`. Any failure is
     /// `Error::InvalidArgument` naming the field. Called by [`Device::open_with`] and
     /// [`Device::from_raw`] before they create anything.
     ///

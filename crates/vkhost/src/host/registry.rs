@@ -11,8 +11,9 @@
 //! the block for a pinned allocation. Two registrations may share a page, so covered ranges may
 //! overlap; `find` answers with any entry whose covered range holds the whole query.
 //!
-//! Entries hold a cell `T` (in the crate: the import's handles behind a lock). A cell of `None`
-//! state is a tombstone (the device was destroyed); `find` skips those.
+//! Entries hold a cell `T` (in the crate: an `Option` of the entry's imports). `None` is a
+//! reservation whose import is still being made; a cell whose imports are dead (the device was
+//! destroyed) is a tombstone. `find` in `host/mod.rs` skips both.
 
 use std::ops::Range;
 

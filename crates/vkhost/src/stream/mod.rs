@@ -398,7 +398,7 @@ impl Stream {
     /// memory) are read by the time the call returns: it waits for the copy. A borrowed slice
     /// cannot promise more: a `&mut` taken from the same memory before the call is usable again
     /// once the guard is gone, and a guard's destructor may never run (the `thread::scoped`
-    /// lesson, see the module docs). For an upload that returns at once from pinned memory, use
+    /// lesson, see [the crate docs](crate)). For an upload that returns at once from pinned memory, use
     /// [`Stream::upload_pinned`], which borrows the block itself.
     ///
     /// # Example
