@@ -364,17 +364,17 @@ uint64_t vkhost_validation_errors(void);
 // `device` must be NULL or a live handle; `ptr` NULL or valid for a write.
 vkhost_status vkhost_alloc_pinned(const vkhost_device *device, size_t len, void **ptr);
 
-// Frees the pinned block that starts at `ptr`. Returns at once: the entry goes now (a later
-// `vkhost_find` misses, the address may come back from a new allocation), and the block's
-// memory is freed once the last copy or launch that uses it completes (vkhost owns it until
-// then, so work in flight never touches freed memory). `VKHOST_NOT_PINNED` for anything but a live block's start (interior pointers, registered
+// Frees the pinned block that starts at `ptr`. The entry goes at once (a later `vkhost_find`
+// misses); the call returns once the copies and launches in flight that use the block are
+// done, as `cudaFreeHost` does, and the memory is freed after that on vkhost's background
+// thread (a recorded copy without a completion hook holds it until it is reaped).
+// `VKHOST_NOT_PINNED` for anything but a live block's start (interior pointers, registered
 // addresses, a second free). After `vkhost_device_destroy` the block is a tombstone: `VKHOST_OK`,
 // once.
 //
 // # Safety
 // `device` must be NULL or a live handle. `ptr` is only compared, never dereferenced.
-vkhost_status vkhost_free_pinned(const vkhost_device *device,
-                                 void *ptr);
+vkhost_status vkhost_free_pinned(const vkhost_device *device, void *ptr);
 
 // Registers (imports, VK_EXT_external_memory_host) the caller's memory `[ptr, ptr+len)`, rounded
 // out to the import granule, so copies from or to it go direct.

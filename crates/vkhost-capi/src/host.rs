@@ -188,10 +188,11 @@ pub unsafe extern "C" fn vkhost_alloc_pinned(device: *const vkhost_device, len: 
     })
 }
 
-/// Frees the pinned block that starts at `ptr`. Returns at once: the entry goes now (a later
-/// `vkhost_find` misses, the address may come back from a new allocation), and the block's
-/// memory is freed once the last copy or launch that uses it completes (vkhost owns it until
-/// then, so work in flight never touches freed memory). `VKHOST_NOT_PINNED` for anything but a live block's start (interior pointers, registered
+/// Frees the pinned block that starts at `ptr`. The entry goes at once (a later `vkhost_find`
+/// misses); the call returns once the copies and launches in flight that use the block are
+/// done, as `cudaFreeHost` does, and the memory is freed after that on vkhost's background
+/// thread (a recorded copy without a completion hook holds it until it is reaped).
+/// `VKHOST_NOT_PINNED` for anything but a live block's start (interior pointers, registered
 /// addresses, a second free). After `vkhost_device_destroy` the block is a tombstone: `VKHOST_OK`,
 /// once.
 ///

@@ -50,6 +50,7 @@ both_modes!(
     launches_order_against_copies_on_one_stream: 256,
     user_kernel_writes_the_users_vec_in_place: 256,
     unregister_during_a_launch_that_binds_the_range_waits: 256,
+    free_pinned_and_drops_wait_for_the_work_that_names_the_block: 256,
     destroying_the_device_with_launches_in_flight_is_clean: 256,
     many_launches_in_a_batch_and_across_batches: 256,
     pipeline_cache_is_bounded: 4,
@@ -482,6 +483,44 @@ fn unregister_during_a_launch_that_binds_the_range_waits(d: &Device) {
     for (i, c) in got.chunks(4).enumerate() {
         assert_eq!(u32::from_ne_bytes(c.try_into().unwrap()), spin_cpu(i as u32, SPIN_ITERS), "word {i}");
     }
+}
+
+/// Issue 11: "`unregister`/`free_pinned`/drops wait for launches that name the memory". The raw
+/// `free_pinned` and a `PinnedBuffer`'s drop returned at once, the launch still running (the
+/// memory itself was safe: the batch owned it); now they return once it is done, as
+/// `cudaFreeHost` does. An async copy that names a block likewise.
+fn free_pinned_and_drops_wait_for_the_work_that_names_the_block(d: &Device) {
+    let s = compute_stream(d);
+    let k = spin_kernel();
+    let spin = |s: &Stream, b: Binding<'_>| s.launch(&k, [SPIN_N / 64, 1, 1], &[b], &push(&[SPIN_N, SPIN_ITERS])).unwrap();
+    let n = 4 * SPIN_N as usize;
+
+    let block = host::alloc_pinned(d, 1 << 16).unwrap();
+    // SAFETY: the block stays allocated until free_pinned, which waits for the launch.
+    spin(&s, unsafe { Binding::host(block.as_ptr().add(8), n) });
+    let ev = s.record().unwrap();
+    assert!(!ev.is_done().unwrap(), "the kernel finished before free_pinned: make it longer");
+    host::free_pinned(d, block).unwrap();
+    assert!(ev.is_done().unwrap(), "free_pinned returned while a launch that binds the block ran");
+
+    let mut pinned = PinnedBuffer::new(d, 1 << 16).unwrap();
+    spin(&s, Binding::pinned_mut(&mut pinned, 8, n));
+    let ev = s.record().unwrap();
+    assert!(!ev.is_done().unwrap(), "the kernel finished before the drop: make it longer");
+    drop(pinned);
+    assert!(ev.is_done().unwrap(), "a PinnedBuffer's drop returned while a launch that binds it ran");
+
+    // A copy out of a block, queued behind a long launch on other memory.
+    let g = d.alloc_buffer(1 << 16).unwrap();
+    let block = host::alloc_pinned(d, 1 << 16).unwrap();
+    spin(&s, Binding::Device(&g, 0, n));
+    // SAFETY: the block holds 4096 bytes and stays allocated until free_pinned, which waits.
+    unsafe { s.copy_to_device_async(block.as_ptr(), 4096, &g, n) }.unwrap();
+    let ev = s.record().unwrap();
+    assert!(!ev.is_done().unwrap(), "the kernel finished before free_pinned: make it longer");
+    host::free_pinned(d, block).unwrap();
+    assert!(ev.is_done().unwrap(), "free_pinned returned while a copy out of the block was queued");
+    s.synchronize().unwrap();
 }
 
 fn destroying_the_device_with_launches_in_flight_is_clean(d: &Device) {

@@ -31,8 +31,10 @@
 //! while recording, notes its use, and keeps an `Arc` until it is reaped. `unregister` and
 //! `free_pinned` remove the entry at once (later lookups miss; the range may be registered
 //! again). An unregister then closes the import and returns only once no submitted work can read
-//! or write the caller's bytes, and destroys the import; a pinned block, which vkhost owns, goes
-//! when the last work holding it is reaped.
+//! or write the caller's bytes, and destroys the import. `free_pinned` (and a `PinnedBuffer`'s
+//! drop) likewise returns once the copies and launches in flight that name the block are done,
+//! as `cudaFreeHost` does, but a `RecordedCopy` without a completion hook does not hold it up:
+//! the block, which vkhost owns, goes when the last work holding it is reaped.
 //!
 //! **Borrowed devices** ([`crate::Device::from_raw_borrowed`]): vkhost has no queue, so the copies
 //! are the caller's, recorded with [`record_copy`] into its command buffers (direct pieces only;
@@ -699,10 +701,12 @@ fn on_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<
 ///
 /// `NotPinned` for anything but a live block's start: registered addresses, interior pointers,
 /// a second free; `OwnedByGuard` for a `PinnedBuffer`'s block. A block whose device was
-/// destroyed has nothing left to release: `Ok`. Returns at once: the entry goes now (the
-/// address is no longer found), and the memory goes when the last work that names the block
-/// is reaped, on vkhost's background releaser thread (freeing driver memory takes 0.2-0.4 ms
-/// per block on the H200, whatever its size below a few MiB);
+/// destroyed has nothing left to release: `Ok`. The entry goes at once (the address is no
+/// longer found); the call returns once the copies and launches in flight that name the block
+/// are done, as `cudaFreeHost` does (not for a [`RecordedCopy`] that has no completion hook
+/// yet: it holds the block until it is reaped). The memory itself goes after that, on vkhost's
+/// background releaser thread (freeing driver memory takes 0.2-0.4 ms per block on the H200,
+/// whatever its size below a few MiB), so the call does not wait for the driver's free;
 /// [`Device::release_queued`](crate::Device::release_queued) waits until it is freed. See the
 /// module docs for the address-reuse caveat. In a forked child, on a device of the parent's:
 /// `Ok`, and nothing happens (the block is the parent's).
@@ -799,13 +803,21 @@ pub(crate) fn release_entry(dev: &Device, addr: usize, kind: Kind, by_guard: boo
         }
     };
     let e = removed.ok_or(Error::NotPinned)?;
-    if let (Some(_), Some(imports)) = (l.as_ref(), e.cell) {
+    if let (Some(l), Some(imports)) = (l.as_ref(), e.cell) {
         for res in &imports.parts {
             // vkhost's own memory: it goes with the last owner, possibly a batch in flight, and
             // on the background releaser (freeing driver memory takes 0.2-0.4 ms per block on
             // the H200; nothing can name the block any more, so the caller need not wait).
-            res.tracker.close();
             res.obj.release_in_background_when_dropped();
+        }
+        // Closed: no new work can name the block. Like cudaFreeHost, return once the copies
+        // and launches in flight that name it are done (issue 11: free_pinned and drops wait
+        // for launches that name the memory), except work whose completion nobody knows yet
+        // (a `RecordedCopy` without a hook): that holds the block, which goes when it is reaped.
+        let uses: Vec<_> = imports.parts.iter().map(|res| res.tracker.close()).collect();
+        for (res, uses) in imports.parts.iter().zip(uses) {
+            let known = uses.into_iter().filter(|u| !u.timeline.upgrade().is_some_and(|t| t.completion_unknown())).collect();
+            res.wait_uses(l, known);
         }
     }
     Ok(())

@@ -84,8 +84,9 @@ fn raw_memory(
 /// code never touches unmapped memory. Its contents start zeroed where the driver zeroes
 /// (not guaranteed by Vulkan): write before you read.
 ///
-/// Stream work that names the block owns it: dropping the buffer while an async copy runs frees
-/// the memory only once that copy is reaped. Reading the bytes (`Deref`) first waits for device
+/// Stream work that names the block owns it: dropping the buffer waits for the copies and
+/// launches in flight that name it (as [`free_pinned`](super::free_pinned) does), and the
+/// memory goes once the last of them is reaped. Reading the bytes (`Deref`) first waits for device
 /// writes to them still pending, and writing them (`DerefMut`) for any device access, so even a
 /// leaked [`Pending`](crate::Pending) (`mem::forget`) cannot let safe code race the device.
 /// The raw [`host::free_pinned`](super::free_pinned) refuses a `PinnedBuffer`'s block.
