@@ -31,6 +31,12 @@ pub(crate) trait Timeline: Send + Sync {
     /// Blocks until [`Timeline::completion_unknown`] is `false`. Takes no lock of the device, so
     /// the caller may hook the work or destroy the device (`Busy`) meanwhile.
     fn wait_known(&self) {}
+    /// Whether the work is the caller's to submit (a copy recorded into the caller's command
+    /// buffer): vkhost cannot tell when it will run, so only a release that hands the caller's
+    /// own bytes back (an unregister) waits for it; a pinned block's free does not.
+    fn submitted_by_caller(&self) -> bool {
+        false
+    }
 }
 
 /// The timelines among `uses` whose completion is unknown (see

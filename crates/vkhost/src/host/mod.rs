@@ -33,8 +33,8 @@
 //! again). An unregister then closes the import and returns only once no submitted work can read
 //! or write the caller's bytes, and destroys the import. `free_pinned` (and a `PinnedBuffer`'s
 //! drop) likewise returns once the copies and launches in flight that name the block are done,
-//! as `cudaFreeHost` does, but a `RecordedCopy` without a completion hook does not hold it up:
-//! the block, which vkhost owns, goes when the last work holding it is reaped.
+//! as `cudaFreeHost` does, but copies recorded into a caller's command buffers (a
+//! `RecordedCopy`, which only the caller submits) do not hold it up: the block, which vkhost owns, goes when the last work holding it is reaped.
 //!
 //! **Borrowed devices** ([`crate::Device::from_raw_borrowed`]): vkhost has no queue, so the copies
 //! are the caller's, recorded with [`record_copy`] into its command buffers (direct pieces only;
@@ -703,8 +703,8 @@ fn on_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<
 /// a second free; `OwnedByGuard` for a `PinnedBuffer`'s block. A block whose device was
 /// destroyed has nothing left to release: `Ok`. The entry goes at once (the address is no
 /// longer found); the call returns once the copies and launches in flight that name the block
-/// are done, as `cudaFreeHost` does (not for a [`RecordedCopy`] that has no completion hook
-/// yet: it holds the block until it is reaped). The memory itself goes after that, on vkhost's
+/// are done, as `cudaFreeHost` does (not for a [`RecordedCopy`]: the caller submits it, maybe
+/// after this call; it holds the block until it is reaped). The memory itself goes after that, on vkhost's
 /// background releaser thread (freeing driver memory takes 0.2-0.4 ms per block on the H200,
 /// whatever its size below a few MiB), so the call does not wait for the driver's free;
 /// [`Device::release_queued`](crate::Device::release_queued) waits until it is freed. See the
@@ -811,13 +811,15 @@ pub(crate) fn release_entry(dev: &Device, addr: usize, kind: Kind, by_guard: boo
             res.obj.release_in_background_when_dropped();
         }
         // Closed: no new work can name the block. Like cudaFreeHost, return once the copies
-        // and launches in flight that name it are done (issue 11: free_pinned and drops wait
-        // for launches that name the memory), except work whose completion nobody knows yet
-        // (a `RecordedCopy` without a hook): that holds the block, which goes when it is reaped.
+        // and launches in flight on vkhost's queues that name it are done (issue 11:
+        // free_pinned and drops wait for launches that name the memory). Not for copies
+        // recorded into a caller's command buffers (a borrowed device): the caller may free the
+        // block before it submits them, and only it can; they hold the block, which goes when
+        // they are reaped.
         let uses: Vec<_> = imports.parts.iter().map(|res| res.tracker.close()).collect();
         for (res, uses) in imports.parts.iter().zip(uses) {
-            let known = uses.into_iter().filter(|u| !u.timeline.upgrade().is_some_and(|t| t.completion_unknown())).collect();
-            res.wait_uses(l, known);
+            let ours = uses.into_iter().filter(|u| !u.timeline.upgrade().is_some_and(|t| t.submitted_by_caller())).collect();
+            res.wait_uses(l, ours);
         }
     }
     Ok(())

@@ -260,6 +260,10 @@ impl Timeline for Recorded {
         self.wait(l)
     }
 
+    fn submitted_by_caller(&self) -> bool {
+        true
+    }
+
     /// There is no queue of vkhost's to wait for (the caller's queues are not ours to
     /// synchronize): keep waiting on the hook until it succeeds, or the device is lost.
     fn queue_idle(&self, l: &Live) {
