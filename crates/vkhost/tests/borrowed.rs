@@ -979,3 +979,114 @@ fn a_last_drop_waiting_for_a_hook_blocks_no_other_drop() {
     c.destroy();
     assert!(r.is_ok(), "deadlock: teardown held the process-wide releaser lock while waiting for the caller's hook");
 }
+
+/// Runs `f` on a thread; `Some(result)` if it returned within `secs`, else `None` (the thread
+/// is left running, to be released by the caller).
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> (Option<T>, std::sync::mpsc::Receiver<T>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    let r = rx.recv_timeout(Duration::from_secs(secs)).ok();
+    (r, rx)
+}
+
+struct OwnObjects {
+    d: vkhost::ash::Device,
+    pool: vk::CommandPool,
+    sem: vk::Semaphore,
+}
+
+impl OwnObjects {
+    fn new(dev: &vkhost::Device) -> OwnObjects {
+        let raw = dev.raw().unwrap();
+        let d = raw.device.clone();
+        // SAFETY: valid create infos for this device; destroyed at the end of the test.
+        unsafe {
+            let pool = d.create_command_pool(&vk::CommandPoolCreateInfo::default().queue_family_index(raw.compute_family), None).unwrap();
+            let mut kind = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE);
+            let sem = d.create_semaphore(&vk::SemaphoreCreateInfo::default().push_next(&mut kind), None).unwrap();
+            OwnObjects { d, pool, sem }
+        }
+    }
+    fn cmd(&self) -> vk::CommandBuffer {
+        // SAFETY: our pool, this thread only.
+        unsafe {
+            let info = vk::CommandBufferAllocateInfo::default().command_pool(self.pool).command_buffer_count(1);
+            let cmd = self.d.allocate_command_buffers(&info).unwrap()[0];
+            self.d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default()).unwrap();
+            cmd
+        }
+    }
+    /// What the caller's submission would do: signal the hook's value (from the host here).
+    fn signal(&self, v: u64) {
+        // SAFETY: a timeline semaphore of this device, value increasing.
+        unsafe { self.d.signal_semaphore(&vk::SemaphoreSignalInfo::default().semaphore(self.sem).value(v)) }.unwrap();
+    }
+    fn destroy(self) {
+        // SAFETY: vkhost observed the value; nothing of ours is in flight.
+        unsafe {
+            self.d.destroy_semaphore(self.sem, None);
+            self.d.destroy_command_pool(self.pool, None);
+        }
+    }
+}
+
+/// record_copy's contract: hook the ticket before submitting. A program may free the pinned
+/// block between the hook and its submission (as `pinned_block_freed_while_a_recorded_copy_runs_stays_alive`
+/// does): `free_pinned` must not wait for the caller's later submission. When free_pinned first
+/// waited for the block's uses (a3ddfb3), it hung here under the device's `live` read lock
+/// (a review's test; a concurrent destroy then blocked every other call on the device).
+#[test]
+fn free_pinned_between_a_hook_and_its_submission_returns() {
+    let dev = device().unwrap();
+    let own = OwnObjects::new(&dev);
+    let gpu = dev.alloc_buffer(4096).unwrap();
+    let block = host::alloc_pinned(&dev, 4096).unwrap();
+    let cmd = own.cmd();
+    // SAFETY: recording, ours; gpu has TRANSFER_DST and 4096 bytes; hooked before any submit.
+    unsafe {
+        let mut t = host::record_copy(&dev, cmd, Direction::HostToDevice, block, 4096, gpu.raw(), 0).unwrap();
+        t.completes_at(own.sem, 1).unwrap();
+    }
+    let (d2, b) = (dev.0.clone(), block.as_ptr() as usize);
+    let (r, rx) = within(5, move || host::free_pinned(&d2, b));
+    eprintln!("free_pinned within 5 s (the caller's submit still to come): {r:?}");
+    let hung = r.is_none();
+    // Stand in for the submission the caller would make after free_pinned returned.
+    own.signal(1);
+    let late = rx.recv_timeout(Duration::from_secs(20));
+    eprintln!("after the value was signalled: {late:?}");
+    drop(gpu);
+    while host::reap_recorded(&dev) > 0 {}
+    own.destroy();
+    assert!(
+        !hung,
+        "free_pinned of a block named by a hooked, not yet submitted RecordedCopy hung (returned only once the caller's later submit signalled)"
+    );
+}
+
+/// The same with a PinnedBuffer's drop.
+#[test]
+fn a_pinned_buffers_drop_between_a_hook_and_its_submission_returns() {
+    let dev = device().unwrap();
+    let own = OwnObjects::new(&dev);
+    let gpu = dev.alloc_buffer(4096).unwrap();
+    let pb = vkhost::PinnedBuffer::new(&dev, 4096).unwrap();
+    let cmd = own.cmd();
+    // SAFETY: as in f1.
+    unsafe {
+        let mut t = host::record_copy(&dev, cmd, Direction::HostToDevice, pb.as_ptr(), 4096, gpu.raw(), 0).unwrap();
+        t.completes_at(own.sem, 1).unwrap();
+    }
+    let (r, rx) = within(5, move || drop(pb));
+    eprintln!("PinnedBuffer drop within 5 s: {r:?}");
+    let hung = r.is_none();
+    own.signal(1);
+    let late = rx.recv_timeout(Duration::from_secs(20));
+    eprintln!("after the value was signalled: {late:?}");
+    drop(gpu);
+    while host::reap_recorded(&dev) > 0 {}
+    own.destroy();
+    assert!(!hung, "a PinnedBuffer's drop hung on a hooked, not yet submitted RecordedCopy");
+}

@@ -413,7 +413,8 @@ fn release_with_work_in_flight_then_reregister() {
     let buf = d.alloc_buffer(n).unwrap();
     buf.write(0, &pattern(n, 12)).unwrap();
     let s = d.stream().unwrap();
-    // Raw pinned block with a big async d2h in flight: free_pinned returns at once, entry gone.
+    // Raw pinned block with a big async d2h in flight: free_pinned waits for it (as
+    // cudaFreeHost), the entry is gone, and the memory goes after, in the background.
     let blk = host::alloc_pinned(&d, n).unwrap();
     // SAFETY: a live block, not touched until reaped (we never touch it again).
     unsafe { s.copy_to_host_async(&buf, 0, blk.as_ptr(), n) }.unwrap();
@@ -421,6 +422,8 @@ fn release_with_work_in_flight_then_reregister() {
     let t = Instant::now();
     host::free_pinned(&d, blk).unwrap();
     eprintln!("free_pinned with work in flight returned in {:?}", t.elapsed());
+    let ev = s.record().unwrap();
+    assert!(ev.is_done().unwrap(), "free_pinned returned before the copy into the block was done");
     assert_eq!(host::find(&d, blk, 1), None);
     assert_eq!(host::free_pinned(&d, blk), Err(Error::NotPinned));
     // Registered range with an async h2d in flight: unregister waits; register again at once.

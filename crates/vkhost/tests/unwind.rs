@@ -456,3 +456,101 @@ fn a_panic_as_a_batch_fails_to_submit_loses_it_and_leaks_no_descriptor_pool() {
     assert!(after.is_err(), "synchronize reported success for a batch that never ran: {after:?}");
     assert_eq!(d.live_objects(), vkhost::LiveObjects::default(), "objects left after destroy");
 }
+
+/// A `PinnedBuffer`'s drop waits for the copies that name its block; a user's logger that
+/// panics on that wait's failure unwound out of the drop before the device's count of live
+/// `PinnedBuffer`s went down, and every later `destroy` answered `Busy` (a review's test).
+#[test]
+fn a_pinned_buffers_drop_unwinding_out_of_its_wait_leaves_destroy_free() {
+    let d = dev_with(opts());
+    let g = d.alloc_buffer(4096).unwrap();
+    let s = d.stream().unwrap();
+    let pb = PinnedBuffer::new(&d, 4096).unwrap();
+    // SAFETY: the block is vkhost's; its drop waits for the copy (the batch owns it anyway).
+    unsafe { s.copy_to_device_async(pb.as_ptr(), 4096, &g, 0) }.unwrap();
+    let (r, fired) = with_warn_panic(|| drop(pb));
+    eprintln!("drop: {}, fault fired: {fired}", if r.is_err() { "panicked (user logger)" } else { "returned" });
+    assert!(r.is_err() && fired, "expected the logger's panic out of the drop's failed wait");
+    let _ = s.synchronize();
+    drop((s, g));
+    assert_eq!(d.destroy(), Ok(()), "the PinnedBuffer is gone");
+}
+
+/// An unregister waits for a copy recorded into the caller's command buffer (a hooked
+/// `RecordedCopy`), saying every 10 s that it still waits. A user's logger that panicked on
+/// that line unwound out of the wait with the copy still to run (the registration's bytes
+/// handed back) and left the ticket counted as in use for good: never reported done, and the
+/// device's teardown waited for it forever (a review's test). Now the wait goes on and the
+/// panic comes after it. About 10 s.
+#[test]
+fn a_logger_panic_in_a_recorded_copys_wait_comes_after_the_wait() {
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+    use vkhost::ash::vk;
+    use vkhost::host::Direction;
+    let dev = dev_with(opts());
+    let raw = dev.raw().unwrap();
+    let d = raw.device.clone();
+    // SAFETY: valid create infos for this device; destroyed at the end.
+    let (pool, sem) = unsafe {
+        let pool = d.create_command_pool(&vk::CommandPoolCreateInfo::default().queue_family_index(raw.compute_family), None).unwrap();
+        let mut kind = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE);
+        let sem = d.create_semaphore(&vk::SemaphoreCreateInfo::default().push_next(&mut kind), None).unwrap();
+        (pool, sem)
+    };
+    let gpu = dev.alloc_buffer(4096).unwrap();
+    let m = Pages::new(4096);
+    // SAFETY: the mapping outlives the registration.
+    unsafe { host::register(&dev, m.ptr, 4096) }.unwrap();
+    // SAFETY: a recording command buffer of ours (never submitted: the host signals the hook's
+    // value instead); the range is registered; the hook is a timeline semaphore of this device.
+    unsafe {
+        let info = vk::CommandBufferAllocateInfo::default().command_pool(pool).command_buffer_count(1);
+        let cmd = d.allocate_command_buffers(&info).unwrap()[0];
+        d.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default()).unwrap();
+        let mut t = host::record_copy(&dev, cmd, Direction::HostToDevice, m.ptr, 4096, gpu.raw(), 0).unwrap();
+        t.completes_at(sem, 1).unwrap();
+    }
+    let (tx, rx) = mpsc::channel();
+    let (d2, p) = (dev.0.clone(), m.ptr as usize);
+    let t0 = Instant::now();
+    std::thread::spawn(move || {
+        panic_logger::arm(log::Level::Warn, 0);
+        let r = std::panic::catch_unwind(|| host::unregister(&d2, p));
+        panic_logger::disarm();
+        let _ = tx.send(r.is_err());
+    });
+    // Past the first 10 s step: the logger panicked on the line; the unregister must still wait.
+    let early = rx.recv_timeout(Duration::from_secs(13)).ok();
+    eprintln!("unregister after {:.1?} (the hook not yet signalled): {early:?}", t0.elapsed());
+    // The caller's work completes now.
+    // SAFETY: a timeline semaphore of this device, value increasing.
+    unsafe { d.signal_semaphore(&vk::SemaphoreSignalInfo::default().semaphore(sem).value(1)) }.unwrap();
+    let late = rx.recv_timeout(Duration::from_secs(20));
+    eprintln!("unregister after the signal: panicked = {late:?}");
+    let pending = host::reap_recorded(&dev);
+    drop(gpu);
+    if pending == 0 {
+        // SAFETY: vkhost observed the value (nothing pending); the objects are ours, and go
+        // before the VkDevice that vkhost's destroy destroys.
+        unsafe {
+            d.destroy_semaphore(sem, None);
+            d.destroy_command_pool(pool, None);
+        }
+    }
+    let (tx, rx) = mpsc::channel();
+    let d3 = dev.0.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(d3.destroy());
+    });
+    let destroyed = rx.recv_timeout(Duration::from_secs(10));
+    eprintln!("destroy: {destroyed:?}; tickets pending: {pending}");
+    if destroyed.is_err() {
+        std::mem::forget(dev); // its teardown hangs: the drop would destroy it again
+    }
+    assert!(early.is_none(), "unregister returned (panicked) before the recorded copy could run");
+    assert_eq!(late, Ok(true), "the logger's panic comes out of unregister after the wait");
+    assert_eq!(pending, 0, "the signalled ticket is observed done");
+    assert_eq!(destroyed, Ok(Ok(())), "destroy");
+    drop(m);
+}

@@ -208,16 +208,26 @@ impl Recorded {
                 return Ok(());
             }
         };
-        let r = self.wait_object(l, h);
+        let (r, panicked) = self.wait_object(l, h);
         self.leave(r.is_ok());
+        if let Some(p) = panicked {
+            // After the wait and the leave: the caller (an unregister) may hand the bytes back
+            // next, and a count left behind would keep the ticket pending for good.
+            if r.is_ok() {
+                self.quiesce();
+            }
+            std::panic::resume_unwind(p);
+        }
         r?;
         self.quiesce();
         Ok(())
     }
 
-    /// The wait on the caller's object itself, in 10 s steps.
-    fn wait_object(&self, l: &Live, h: Object) -> Result<()> {
+    /// The wait on the caller's object itself, in 10 s steps; with the panic of a user's logger
+    /// on the "still waiting" line, if one came (the wait went on regardless).
+    fn wait_object(&self, l: &Live, h: Object) -> (Result<()>, Option<Box<dyn std::any::Any + Send>>) {
         const STEP_NS: u64 = 10_000_000_000;
+        let mut panicked = None;
         loop {
             let r = match h {
                 Object::Semaphore(sem, v) => {
@@ -235,12 +245,21 @@ impl Recorded {
                 Object::Fence(f) => unsafe { l.device.wait_for_fences(&[f], true, STEP_NS) },
             };
             match r {
-                Err(vk::Result::TIMEOUT) => log::warn!(
-                    "{}: a host::RecordedCopy's semaphore or fence has not signalled in 10 s (was the work it \
-                     completes submitted?); still waiting",
-                    self.device
-                ),
-                r => return r.call(if matches!(h, Object::Fence(_)) { "vkWaitForFences" } else { "vkWaitSemaphores" }),
+                Err(vk::Result::TIMEOUT) if panicked.is_none() => {
+                    let warn = || {
+                        log::warn!(
+                            "{}: a host::RecordedCopy's semaphore or fence has not signalled in 10 s (was the work \
+                             it completes submitted?); still waiting",
+                            self.device
+                        )
+                    };
+                    panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(warn)).err();
+                }
+                Err(vk::Result::TIMEOUT) => {}
+                r => {
+                    let call = if matches!(h, Object::Fence(_)) { "vkWaitForFences" } else { "vkWaitSemaphores" };
+                    return (r.call(call), panicked);
+                }
             }
         }
     }
@@ -478,8 +497,8 @@ impl RecordedCopy {
     ///   recorded for this ticket has completed (the submission that executes them signals
     ///   `value`, or a value is reached only after that work).
     /// - It is not destroyed until vkhost observed the value: [`reap_recorded`] reported this
-    ///   ticket done (`0` pending), an `unregister`/`free_pinned` of the bytes returned, or the
-    ///   device was destroyed. ([`RecordedCopy::is_complete`] returning `true` on one thread
+    ///   ticket done (`0` pending), an `unregister` of the bytes returned, or the device was
+    ///   destroyed (a `free_pinned` does not wait for recorded copies). ([`RecordedCopy::is_complete`] returning `true` on one thread
     ///   says the same: vkhost reports completion only once none of its calls on the semaphore
     ///   runs on any thread, and makes none after.) "The device was destroyed" is for devices
     ///   vkhost borrows: on one it owns (`Device::open*`, `from_raw` owned), the semaphore, pool
@@ -567,7 +586,8 @@ impl RecordedCopy {
     ///   call [`reap_recorded`] after your own wait and before `vkResetFences` (it must report
     ///   this ticket done; or [`RecordedCopy::is_complete`] returned `true`, which vkhost says
     ///   only once none of its calls on the fence runs on any thread), or let an
-    ///   `unregister`/`free_pinned` of the bytes or the device's destroy return first. (On a
+    ///   `unregister` of the bytes or the device's destroy return first (not a `free_pinned`,
+    ///   which does not wait for recorded copies). (On a
     ///   device vkhost owns, the fence, pool and command buffers are objects of the VkDevice
     ///   `Device::destroy` destroys: destroy them before it, after one of the others.)
     ///

@@ -347,10 +347,19 @@ impl Drop for PinnedBuffer {
         if self.dev.shared.forked() {
             return;
         }
+        // Uncounted after the release, and on an unwind out of it too (a user's logger that
+        // panics on a failed wait's warning): a count left behind would answer every later
+        // `Device::destroy` with `Busy`.
+        struct Uncount<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Uncount<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let _uncount = Uncount(&self.dev.shared.safe_pinned);
         if let Err(e) = super::release_entry(&self.dev, self.ptr.0.as_ptr() as usize, Kind::Pinned, true) {
             log::error!("PinnedBuffer drop: free_pinned failed: {e}");
         }
-        self.dev.shared.safe_pinned.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
