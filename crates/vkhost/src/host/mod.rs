@@ -34,7 +34,8 @@
 //! or write the caller's bytes, and destroys the import. `free_pinned` (and a `PinnedBuffer`'s
 //! drop) likewise returns once the copies and launches in flight that name the block are done,
 //! as `cudaFreeHost` does, but copies recorded into a caller's command buffers (a
-//! `RecordedCopy`, which only the caller submits) do not hold it up: the block, which vkhost owns, goes when the last work holding it is reaped.
+//! `RecordedCopy`, which only the caller submits) do not hold it up: the block, which vkhost
+//! owns, goes when the last work holding it is reaped.
 //!
 //! **Borrowed devices** ([`crate::Device::from_raw_borrowed`]): vkhost has no queue, so the copies
 //! are the caller's, recorded with [`record_copy`] into its command buffers (direct pieces only;
@@ -704,9 +705,10 @@ fn on_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<
 /// destroyed has nothing left to release: `Ok`. The entry goes at once (the address is no
 /// longer found); the call returns once the copies and launches in flight that name the block
 /// are done, as `cudaFreeHost` does (not for a [`RecordedCopy`]: the caller submits it, maybe
-/// after this call; it holds the block until it is reaped). The memory itself goes after that, on vkhost's
-/// background releaser thread (freeing driver memory takes 0.2-0.4 ms per block on the H200,
-/// whatever its size below a few MiB), so the call does not wait for the driver's free;
+/// after this call; it holds the block until it is reaped). The memory itself goes after
+/// that, on vkhost's background releaser thread (freeing driver memory takes 0.2-0.4 ms per
+/// block on the H200, whatever its size below a few MiB), so the call does not wait for the
+/// driver's free;
 /// [`Device::release_queued`](crate::Device::release_queued) waits until it is freed. See the
 /// module docs for the address-reuse caveat. In a forked child, on a device of the parent's:
 /// `Ok`, and nothing happens (the block is the parent's).
@@ -807,7 +809,8 @@ pub(crate) fn release_entry(dev: &Device, addr: usize, kind: Kind, by_guard: boo
         for res in &imports.parts {
             // vkhost's own memory: it goes with the last owner, possibly a batch in flight, and
             // on the background releaser (freeing driver memory takes 0.2-0.4 ms per block on
-            // the H200; nothing can name the block any more, so the caller need not wait).
+            // the H200; nothing can name the block any more, so the caller need not wait for
+            // the free itself).
             res.obj.release_in_background_when_dropped();
         }
         // Closed: no new work can name the block. Like cudaFreeHost, return once the copies
@@ -1022,8 +1025,9 @@ pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guard
 /// `None` otherwise, and after the device was destroyed. An entry imported in several pieces
 /// (larger than `OpenOptions::max_import_piece` or the device's maxMemoryAllocationSize) has
 /// one buffer per piece: a range that crosses from one piece into the next has no single
-/// buffer and is `None` (copies over it still go direct, piece by piece). A zero-length range is looked up as the byte at `ptr`: it
-/// is found where that byte is covered (one past an import's last byte is not).
+/// buffer and is `None` (copies over it still go direct, piece by piece). A zero-length range
+/// is looked up as the byte at `ptr`: it is found where that byte is covered (one past an
+/// import's last byte is not).
 ///
 /// # Example
 ///

@@ -498,9 +498,10 @@ impl RecordedCopy {
     ///   `value`, or a value is reached only after that work).
     /// - It is not destroyed until vkhost observed the value: [`reap_recorded`] reported this
     ///   ticket done (`0` pending), an `unregister` of the bytes returned, or the device was
-    ///   destroyed (a `free_pinned` does not wait for recorded copies). ([`RecordedCopy::is_complete`] returning `true` on one thread
-    ///   says the same: vkhost reports completion only once none of its calls on the semaphore
-    ///   runs on any thread, and makes none after.) "The device was destroyed" is for devices
+    ///   destroyed (a `free_pinned` does not wait for recorded copies).
+    ///   ([`RecordedCopy::is_complete`] returning `true` on one thread says the same: vkhost
+    ///   reports completion only once none of its calls on the semaphore runs on any thread,
+    ///   and makes none after.) "The device was destroyed" is for devices
     ///   vkhost borrows: on one it owns (`Device::open*`, `from_raw` owned), the semaphore, pool
     ///   and command buffers are objects of the VkDevice that `Device::destroy` (or the last
     ///   handle's drop) destroys, so destroy them before it, after one of the other two.
@@ -587,9 +588,9 @@ impl RecordedCopy {
     ///   this ticket done; or [`RecordedCopy::is_complete`] returned `true`, which vkhost says
     ///   only once none of its calls on the fence runs on any thread), or let an
     ///   `unregister` of the bytes or the device's destroy return first (not a `free_pinned`,
-    ///   which does not wait for recorded copies). (On a
-    ///   device vkhost owns, the fence, pool and command buffers are objects of the VkDevice
-    ///   `Device::destroy` destroys: destroy them before it, after one of the others.)
+    ///   which does not wait for recorded copies). (On a device vkhost owns, the fence, pool and
+    ///   command buffers are objects of the VkDevice `Device::destroy` destroys: destroy them
+    ///   before it, after one of the others.)
     ///
     /// # Example
     ///
