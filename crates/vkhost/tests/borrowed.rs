@@ -1040,26 +1040,11 @@ impl OwnObjects {
 #[test]
 fn free_pinned_between_a_hook_and_its_submission_returns() {
     let dev = device().unwrap();
-    let own = OwnObjects::new(&dev);
-    let gpu = dev.alloc_buffer(4096).unwrap();
     let block = host::alloc_pinned(&dev, 4096).unwrap();
-    let cmd = own.cmd();
-    // SAFETY: recording, ours; gpu has TRANSFER_DST and 4096 bytes; hooked before any submit.
-    unsafe {
-        let mut t = host::record_copy(&dev, cmd, Direction::HostToDevice, block, 4096, gpu.raw(), 0).unwrap();
-        t.completes_at(own.sem, 1).unwrap();
-    }
     let (d2, b) = (dev.0.clone(), block.as_ptr() as usize);
-    let (r, rx) = within(5, move || host::free_pinned(&d2, b));
-    eprintln!("free_pinned within 5 s (the caller's submit still to come): {r:?}");
-    let hung = r.is_none();
-    // Stand in for the submission the caller would make after free_pinned returned.
-    own.signal(1);
-    let late = rx.recv_timeout(Duration::from_secs(20));
-    eprintln!("after the value was signalled: {late:?}");
-    drop(gpu);
-    while host::reap_recorded(&dev) > 0 {}
-    own.destroy();
+    let hung = released_between_a_hook_and_its_submission(&dev, block.as_ptr(), "free_pinned", move || {
+        host::free_pinned(&d2, b).unwrap();
+    });
     assert!(
         !hung,
         "free_pinned of a block named by a hooked, not yet submitted RecordedCopy hung (returned only once the caller's later submit signalled)"
@@ -1070,23 +1055,34 @@ fn free_pinned_between_a_hook_and_its_submission_returns() {
 #[test]
 fn a_pinned_buffers_drop_between_a_hook_and_its_submission_returns() {
     let dev = device().unwrap();
-    let own = OwnObjects::new(&dev);
-    let gpu = dev.alloc_buffer(4096).unwrap();
     let pb = vkhost::PinnedBuffer::new(&dev, 4096).unwrap();
+    let p = pb.as_ptr();
+    let hung = released_between_a_hook_and_its_submission(&dev, p, "PinnedBuffer drop", move || drop(pb));
+    assert!(!hung, "a PinnedBuffer's drop hung on a hooked, not yet submitted RecordedCopy");
+}
+
+/// Records a 4096-byte copy from the pinned block at `src` and hooks it to a timeline value,
+/// then runs `release` (which frees the block) before that value is signalled, as the
+/// caller's later submission would. Whether `release` hung: it did not return within 5 s.
+fn released_between_a_hook_and_its_submission(dev: &Checked, src: *const u8, what: &str, release: impl FnOnce() + Send + 'static) -> bool {
+    let own = OwnObjects::new(dev);
+    let gpu = dev.alloc_buffer(4096).unwrap();
     let cmd = own.cmd();
-    // SAFETY: as in f1.
+    // SAFETY: recording, ours; `src` is a live pinned block of 4096 bytes (freed only by
+    // `release`, which the ticket's hold outlives); gpu has TRANSFER_DST and 4096 bytes;
+    // hooked before any submit.
     unsafe {
-        let mut t = host::record_copy(&dev, cmd, Direction::HostToDevice, pb.as_ptr(), 4096, gpu.raw(), 0).unwrap();
+        let mut t = host::record_copy(dev, cmd, Direction::HostToDevice, src, 4096, gpu.raw(), 0).unwrap();
         t.completes_at(own.sem, 1).unwrap();
     }
-    let (r, rx) = within(5, move || drop(pb));
-    eprintln!("PinnedBuffer drop within 5 s: {r:?}");
-    let hung = r.is_none();
+    let (r, rx) = within(5, release);
+    eprintln!("{what} within 5 s (the caller's submit still to come): {r:?}");
+    // Stand in for the submission the caller would make after the release returned.
     own.signal(1);
     let late = rx.recv_timeout(Duration::from_secs(20));
-    eprintln!("after the value was signalled: {late:?}");
+    eprintln!("{what} after the value was signalled: {late:?}");
     drop(gpu);
-    while host::reap_recorded(&dev) > 0 {}
+    while host::reap_recorded(dev) > 0 {}
     own.destroy();
-    assert!(!hung, "a PinnedBuffer's drop hung on a hooked, not yet submitted RecordedCopy");
+    r.is_none()
 }

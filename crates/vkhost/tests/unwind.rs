@@ -466,7 +466,8 @@ fn a_pinned_buffers_drop_unwinding_out_of_its_wait_leaves_destroy_free() {
     let g = d.alloc_buffer(4096).unwrap();
     let s = d.stream().unwrap();
     let pb = PinnedBuffer::new(&d, 4096).unwrap();
-    // SAFETY: the block is vkhost's; its drop waits for the copy (the batch owns it anyway).
+    // SAFETY: the block is vkhost's and the batch owns it until the copy is reaped, whether or
+    // not the drop below waits (it does).
     unsafe { s.copy_to_device_async(pb.as_ptr(), 4096, &g, 0) }.unwrap();
     let (r, fired) = with_warn_panic(|| drop(pb));
     eprintln!("drop: {}, fault fired: {fired}", if r.is_err() { "panicked (user logger)" } else { "returned" });
