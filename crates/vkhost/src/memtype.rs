@@ -3,7 +3,8 @@
 //! Each chooser returns the index and a short reason, which `vkhost devices` prints.
 //! The orders come from the seed (`pinned_memory_type`): on a discrete GPU the
 //! DEVICE_LOCAL|HOST_VISIBLE type is the BAR window onto VRAM, write-combined and read at
-//! 0.03 GB/s on the H200, so host memory is never placed there while a system-memory type exists.
+//! 0.03 GB/s on the H200 (0.5-0.7 GB/s with streaming loads), so host memory is never placed
+//! there while a system-memory type exists.
 //! AMD's DEVICE_COHERENT/DEVICE_UNCACHED types are never picked: they are uncached for the device
 //! and meant for debugging markers, not bulk transfers.
 //!

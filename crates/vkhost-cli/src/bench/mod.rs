@@ -72,6 +72,15 @@ use std::time::Duration;
 use testcase::{Testcase, Work};
 use vkhost::{Device, OpenOptions};
 
+/// `--bar-reads`: how the bar path's d2h rows read the BAR window.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BarReads {
+    /// Streaming loads where the CPU has them (x86-64 with SSE4.1), else a memcpy.
+    Stream,
+    /// A plain memcpy (`copy_from_slice`).
+    Memcpy,
+}
+
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PathKind {
     Pinned,
@@ -162,11 +171,16 @@ pub struct Args {
     /// Skip the register/alloc/find cost measurements (the `costs` testcase).
     #[arg(long)]
     no_costs: bool,
-    /// Largest read from the BAR window (reads run at ~0.03 GB/s on discrete GPUs).
+    /// Largest read from the BAR window (on a discrete GPU reads run at ~0.03 GB/s by memcpy,
+    /// 0.5-5 GB/s with streaming loads).
     #[arg(long, default_value = "4M")]
     bar_read_cap: String,
-    /// Threads that split a bar write of 128 KiB or more (default: half the CPUs, at most 8;
-    /// capped at the CPUs this process may use).
+    /// How the bar path reads the BAR window: `stream`, SSE4.1 streaming loads (movntdqa, four
+    /// cache lines in flight; a plain memcpy where the CPU lacks them), or `memcpy`.
+    #[arg(long, value_enum, default_value = "stream")]
+    bar_reads: BarReads,
+    /// Threads that split a bar write of 128 KiB or more, or a bar read of 8 KiB or more
+    /// (default: half the CPUs, at most 8; capped at the CPUs this process may use).
     #[arg(long)]
     bar_threads: Option<usize>,
     /// Between timed iterations on the paths where the CPU copies the bytes (pageable, bar),
@@ -339,6 +353,8 @@ struct Ctx {
     scratch: (Vec<u8>, Vec<u8>),
     /// `--bar-threads`.
     bar_threads: usize,
+    /// `--bar-reads`.
+    bar_reads: BarReads,
     /// Notes a testcase makes on the way (what it skipped and why), for the run's `notes`.
     notes: Vec<String>,
 }
@@ -428,6 +444,17 @@ pub fn run(a: Args) -> Result<ExitCode> {
         meta::parse_cpu_list(c)?;
     }
     let bar_cap = parse_size(&a.bar_read_cap)? as usize;
+    // Options the device would refuse are refused before anything runs, the costs process
+    // included: checked against the chosen device, or without `--device` against every device
+    // (refused when none takes them; one the default device alone refuses fails at its open).
+    let infos = vkhost::devices()?;
+    let first_err = infos.iter().filter(|i| a.device.is_none_or(|d| d == i.index)).try_fold(None, |first, i| match opts.validate(i) {
+        Ok(()) => Err(()),
+        Err(e) => Ok(first.or(Some(e))),
+    });
+    if let Ok(Some(e)) = first_err {
+        return Err(e.into());
+    }
     // From here Ctrl-C stops between points (the costs process stops too: it gets the same
     // signal) and the run still writes its files.
     catch_sigint();
@@ -507,6 +534,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         pb,
         scratch: Default::default(),
         bar_threads: a.bar_threads.unwrap_or_else(bar::default_bar_threads).clamp(1, bar::cpus()),
+        bar_reads: a.bar_reads,
         notes: Vec::new(),
     };
 
@@ -657,6 +685,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "spin_us": dev.staging_spin().as_micros() as u64,
         }),
         "bar_threads": cx.bar_threads,
+        "bar_reads": bar::read_method(cx.bar_reads),
         "flush_cache_bytes": cx.flush.as_ref().map(|_| flush_bytes),
         "unstable_spread": crate::stats::UNSTABLE_SPREAD,
         "failures": cx.failures,

@@ -155,6 +155,7 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
         (a.plant_mismatch, "--plant-mismatch"),
         (a.bar_threads.is_some(), "--bar-threads"),
         (a.bar_read_cap != "4M", "--bar-read-cap"),
+        (a.bar_reads != super::BarReads::Stream, "--bar-reads"),
         (a.max_size != "1G", "--max-size"),
         (a.bidir_queues != ["copy-copy"], "--bidir-queues"),
     ]

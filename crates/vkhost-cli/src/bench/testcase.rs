@@ -79,7 +79,7 @@ pub const TESTCASES: &[Testcase] = &[
     Testcase {
         name: "device_to_host_bar",
         work: Work::Copy(Bar, D2h),
-        about: "CPU memcpy out of the BAR window (reads capped by --bar-read-cap)",
+        about: "CPU reads out of the BAR window (streaming loads or memcpy, --bar-reads; capped by --bar-read-cap)",
     },
     Testcase {
         name: "bidir_bar",
