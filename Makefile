@@ -5,6 +5,8 @@
 # layer where they are missing, and changes nothing where Vulkan already works.
 
 CARGO ?= cargo
+# Where cargo puts the release build ($CARGO_TARGET_DIR when set, as cargo itself does).
+BIN := $(or $(CARGO_TARGET_DIR),target)/release
 
 .PHONY: run test setup build devices check fmt clippy bench-full memcheck capi-test
 
@@ -16,18 +18,18 @@ build: setup
 
 # The main job: a short sweep (under a minute on lavapipe), every point verified.
 run: build
-	./target/release/vkhost devices
-	./target/release/vkhost bench --quick
+	$(BIN)/vkhost devices
+	$(BIN)/vkhost bench --quick
 
 devices: build
-	./target/release/vkhost devices
+	$(BIN)/vkhost devices
 
 check: build
-	./target/release/vkhost check --all
+	$(BIN)/vkhost check --all
 
 # The full sweep of docs/PERFORMANCE.md (4K..1G, all paths and directions).
 bench-full: build
-	./target/release/vkhost bench --json bench.json --plot bench.svg
+	$(BIN)/vkhost bench --json bench.json --plot bench.svg
 
 fmt:
 	$(CARGO) fmt --all -- --check
@@ -51,16 +53,16 @@ clippy:
 test: export VK_LAYER_ENABLES = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
 test: setup fmt clippy
 	$(CARGO) test --workspace --release -- --test-threads=1
-	VKHOST_VALIDATION=1 ./target/release/examples/wgpu_compute
-	./target/release/vkhost check --all
+	VKHOST_VALIDATION=1 $(BIN)/examples/wgpu_compute
+	$(BIN)/vkhost check --all
 	$(CARGO) test -p vkhost --release --features fault-injection --test fault --test unwind --test unwind_sweep -- --test-threads=1
 	$(CARGO) test -p vkhost --release --features fault-injection --doc -- --test-threads=1
 	bash scripts/memcheck ci
 	bash scripts/capi-test
 	bash scripts/crate-check
 
-# Every device test binary under valgrind memcheck (0 errors, 0 definite leaks); about 4 minutes
-# on 2 cores. `make test` (and CI) runs `bash scripts/memcheck ci` (the soundness and fork
+# Nine device test binaries under valgrind memcheck (0 errors, 0 definite leaks; scripts/memcheck
+# lists them); about 4 minutes on 2 cores. `make test` (and CI) runs `bash scripts/memcheck ci` (the soundness and fork
 # tests under valgrind, under 2 minutes) to stay inside its 20-minute budget with the wgpu
 # crate's build; `bash scripts/memcheck quick` is the middle set.
 memcheck: setup

@@ -161,7 +161,12 @@ pub fn run(a: Args) -> anyhow_free::Result<ExitCode> {
             println!("    queue family {}: {} x{}{tag}", q.index, flags(q.flags), q.count);
         }
         println!("    max allocation: {}", fmt_bytes(info.max_memory_allocation_size));
-        let proof = if o.probed && o.registration.is_ok() { " (proven by an import probe at open)" } else { "" };
+        let proof = match (&o.registration, o.probed) {
+            (Ok(_), true) => " (proven by an import probe at open)",
+            // The device did not open: the extension is only advertised, nothing was probed.
+            (Ok(_), false) if o.open_error.is_some() => " (advertised; not probed: the device did not open)",
+            _ => "",
+        };
         println!("    host registration: {}{proof}", registration_line(&o.registration));
         if let Some(c) = &o.choices {
             let show = |c: Option<vkhost::memtype::Choice>| match c {

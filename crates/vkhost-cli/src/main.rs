@@ -87,7 +87,17 @@ enum Cmd {
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let cli = Cli::parse();
+    // A usage error exits 1, as every other refused input does: clap's own code, 2, is what a
+    // failed round-trip check exits with (`bench`, `--devices`), and a script must tell them apart.
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            // --help and --version print to stdout and succeed; an output that went away is not
+            // an error (as `println!` here).
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
+        }
+    };
     let r = match cli.cmd {
         Cmd::Devices(a) => devices::run(a),
         Cmd::Bench(a) => bench::run(*a),
