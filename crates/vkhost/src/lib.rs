@@ -53,9 +53,12 @@
 //!   (shared for an upload, exclusively for a download) for the guard's life, so no view of
 //!   the block made before the call outlives the borrow, and every view made after it comes
 //!   from the block's `Deref` (which waits for the device's pending writes to it) or `DerefMut`
-//!   (which waits for any device access): a forgotten guard cannot let safe code see or change
+//!   (which waits for any device access): a forgotten guard cannot let the CPU see or change
 //!   bytes the device is using. Kernel launches bind a block the same way, async:
-//!   [`Binding::pinned`] (shared) and [`Binding::pinned_mut`] (exclusive).
+//!   [`Binding::pinned`] (shared) and [`Binding::pinned_mut`] (exclusive). Device work on two
+//!   streams is unordered, as in CUDA (see [`Stream`]): a kernel on one stream that reads a
+//!   block while a copy on another writes it may read old bytes, new ones or a mix, unless
+//!   the caller orders them with an [`Event`]; no CPU view sees the bytes while either runs.
 //! - **Releases the caller makes are exact.** [`host::unregister`] (and a [`Registration`]'s
 //!   drop) returns only once no submitted work can read or write the registered bytes. Raw
 //!   [`host::free_pinned`]/[`host::unregister`] refuse entries a guard owns

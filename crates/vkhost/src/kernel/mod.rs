@@ -683,7 +683,7 @@ impl PinnedRange<'_> {
     /// let dev = vkhost::Device::open_default()?;
     /// let block = vkhost::PinnedBuffer::new(&dev, 4096)?;
     /// let vkhost::Binding::Pinned(r) = vkhost::Binding::pinned(&block, 64, 0) else { unreachable!() };
-    /// assert!(r.is_empty(), "refused at launch: a zero-length binding");
+    /// assert!(r.is_empty(), "Stream::launch refuses a zero-length binding");
     /// # Ok(()) }
     /// ```
     pub fn is_empty(&self) -> bool {

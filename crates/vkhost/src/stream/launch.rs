@@ -496,7 +496,8 @@ impl Stream {
     /// Fills `dst` with the repeated u32 `pattern` with the built-in `fill` kernel (any binding
     /// kind). Offset and length multiples of 4 bytes, else `InvalidArgument`. Async as
     /// [`Stream::launch`]. A call refused by the argument checks (for any of the pieces it is
-    /// cut into) writes nothing.
+    /// cut into) writes nothing. An empty `dst` (in range) is nothing to do and `Ok`, as a
+    /// zero-length [`Stream::fill_async`]; only [`Stream::launch`] refuses an empty binding.
     ///
     /// # Example
     ///
@@ -508,6 +509,7 @@ impl Stream {
     /// let mut pinned = vkhost::PinnedBuffer::new(&dev, 4096)?;
     /// // Any binding kind: here pinned host memory, written by the kernel in place.
     /// stream.fill_u32(Binding::HostMut(&mut pinned[64..]), 0xDEAD_BEEF)?;
+    /// stream.fill_u32(Binding::HostMut(&mut pinned[..0]), 7)?; // empty: nothing to do
     /// stream.synchronize()?;
     /// assert_eq!(pinned.as_slice::<u32>()?[16], 0xDEAD_BEEF);
     /// # Ok(()) }
