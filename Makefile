@@ -5,8 +5,9 @@
 # layer where they are missing, and changes nothing where Vulkan already works.
 
 CARGO ?= cargo
-# Where cargo puts the release build ($CARGO_TARGET_DIR when set, as cargo itself does).
-BIN := $(or $(CARGO_TARGET_DIR),target)/release
+# Where cargo puts the release build ($CARGO_TARGET_DIR or $CARGO_BUILD_TARGET_DIR when set;
+# a target-dir in a cargo config file is not read here).
+BIN := $(or $(CARGO_TARGET_DIR),$(CARGO_BUILD_TARGET_DIR),target)/release
 
 .PHONY: run test setup build devices check fmt clippy bench-full memcheck capi-test
 

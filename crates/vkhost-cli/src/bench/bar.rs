@@ -45,6 +45,10 @@ unsafe fn read_stream_sse41(dst: &mut [u8], src: &[u8]) {
     // thread, 4 KiB: 7.1 us at 4 lines, 16.4 at 8, 16.2 at 16, 12.2 at 32; 2026-12-04).
     const LOADS: usize = 16;
     let round = 16 * LOADS;
+    // Streaming loads may be served from a streaming-load buffer filled by an earlier read of
+    // the same line; a fence first, as Intel advises, so a read sees what the device wrote
+    // since the last one.
+    std::arch::x86_64::_mm_mfence();
     let n = src.len();
     // Up to the first 16-byte boundary of the source by memcpy (movntdqa needs aligned loads).
     let head = src.as_ptr().align_offset(16).min(n);
@@ -102,10 +106,11 @@ struct StoreJob {
     stop: AtomicBool,
 }
 
-/// Worker threads that, with the calling thread, split a memcpy into the BAR. Workers spin
-/// between jobs (a wake-up would cost more than a 256 KiB write), so they start only at the
-/// first write large enough to split (the small sizes, measured first, run with no spinning
-/// threads beside them) and live only while the bar rows run.
+/// Worker threads that, with the calling thread, split a memcpy into the BAR (or a read out of
+/// it). Workers spin between jobs (a wake-up would cost more than a 256 KiB write), so they
+/// start only at the first job large enough to split (the small sizes, measured first, run
+/// with no spinning threads beside them) and live only while their owner does: the bar rows'
+/// writes share one `Stores`, each d2h point gets its own.
 struct Stores {
     threads: usize,
     job: Arc<StoreJob>,
@@ -192,26 +197,44 @@ impl Stores {
         self.run(dst, src, READ_PART_MIN, stream);
     }
 
+    /// How [`Stores::run`] splits `len` bytes in parts of at least `part_min` over `threads`:
+    /// (bytes per part, a multiple of 4096, or `len` when it does not split; parts that get
+    /// bytes), which is what a point's note says.
+    fn split(len: usize, part_min: usize, threads: usize) -> (usize, usize) {
+        let parts = (len / part_min).min(threads);
+        if parts <= 1 {
+            return (len, 1);
+        }
+        let step = len.div_ceil(parts).next_multiple_of(4096);
+        (step, len.div_ceil(step))
+    }
+
     fn run(&self, dst: &mut [u8], src: &[u8], part_min: usize, stream: bool) {
         let len = src.len();
         assert_eq!(dst.len(), len);
         let once = |dst: &mut [u8], src: &[u8]| if stream { read_stream(dst, src) } else { dst.copy_from_slice(src) };
-        let parts = (len / part_min).min(self.threads());
+        let (step, parts) = Stores::split(len, part_min, self.threads());
         if parts <= 1 {
             once(dst, src);
             return;
         }
         let workers = self.workers();
-        let step = len.div_ceil(parts).next_multiple_of(4096);
         let j = &self.job;
+        // Part 0 is reached through this pointer, as the workers reach theirs, never through
+        // `dst` again while they run: reborrowing `dst` (its `IndexMut`) would retag the whole
+        // slice under the workers' writes (Miri: a data race under Tree Borrows).
+        let dp = dst.as_mut_ptr();
         j.src.store(src.as_ptr() as usize, Ordering::Relaxed);
-        j.dst.store(dst.as_mut_ptr() as usize, Ordering::Relaxed);
+        j.dst.store(dp as usize, Ordering::Relaxed);
         j.len.store(len, Ordering::Relaxed);
         j.step.store(step, Ordering::Relaxed);
         j.stream.store(stream, Ordering::Relaxed);
         j.done.store(0, Ordering::Relaxed);
         j.generation.fetch_add(1, Ordering::AcqRel);
-        once(&mut dst[..step.min(len)], &src[..step.min(len)]);
+        // SAFETY: `dp` is `dst`'s start, valid for `len >= step.min(len)` bytes; part 0 is this
+        // thread's alone (the workers take parts 1..), and `dst` is not used again until they
+        // are done.
+        once(unsafe { std::slice::from_raw_parts_mut(dp, step.min(len)) }, &src[..step.min(len)]);
         // Every worker acknowledges every job (those past `len` copy nothing): once all have,
         // none touches `src` or `dst` any more.
         while j.done.load(Ordering::Acquire) < workers {
@@ -356,7 +379,16 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
             // read out as the timed reads do and check.
             stores.copy(&mut bar.slice()[..n], &want);
             let k = n.min(cap);
-            stores.read(&mut back[..k], &bar.slice()[..k], stream);
+            // Reads split over threads of their own, started for a d2h point and stopped after
+            // it: the store threads spin between jobs, and reads starting them at 8 KiB would
+            // leave them spinning beside the smaller writes of the next sizes (they start at
+            // the first write that splits, 128 KiB). An h2d point's check reads on this thread.
+            let readers = (dir == DirKind::D2h).then(|| Stores::new(stores.threads()));
+            match &readers {
+                Some(r) => r.read(&mut back[..k], &bar.slice()[..k], stream),
+                None if stream => read_stream(&mut back[..k], &bar.slice()[..k]),
+                None => back[..k].copy_from_slice(&bar.slice()[..k]),
+            }
             let ok = cx.check(&what, &back[..k], &want[..k]);
             // --flush-cache: the CPU copies the bytes here too.
             let s = match dir {
@@ -374,7 +406,9 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
                     cx.budget,
                     || flush_cache(&mut cx.flush),
                     || {
-                        stores.read(&mut host[..n], &bar.slice()[..n], stream);
+                        if let Some(r) = &readers {
+                            r.read(&mut host[..n], &bar.slice()[..n], stream);
+                        }
                         Ok(())
                     },
                 )?,
@@ -386,7 +420,7 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
             let mut p = point("vulkan", "copy", "bar", dir.name(), size, size, s);
             p.verified = Some(ok);
             let mut notes = Vec::new();
-            let parts = (n / if dir == DirKind::H2d { STORE_PART_MIN } else { READ_PART_MIN }).clamp(1, stores.threads());
+            let parts = Stores::split(n, if dir == DirKind::H2d { STORE_PART_MIN } else { READ_PART_MIN }, stores.threads()).1;
             notes.push(format!("{parts} thread{}", if parts == 1 { "" } else { "s" }));
             if dir == DirKind::D2h {
                 notes.push(read_method(cx.bar_reads).to_string());
@@ -396,6 +430,7 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
             }
             p.note = notes.join("; ");
             cx.push(p);
+            drop(readers);
             if dir == DirKind::H2d {
                 assisted(cx, &mut assist, max, n, dir)?;
             }
@@ -628,6 +663,23 @@ mod tests {
             let mut d = vec![0u8; big.len() - 1];
             stores.read(&mut d, &big[1..], stream);
             assert_eq!(d, &big[1..], "stream {stream}");
+        }
+    }
+
+    /// The parts a point's note counts are the parts that get bytes: parts are whole pages, so
+    /// 3 threads over 16 KiB are 2 parts of 8 KiB, not 3.
+    #[test]
+    fn split_counts_the_parts_that_get_bytes() {
+        assert_eq!(Stores::split(16 << 10, 4 << 10, 3), (8 << 10, 2));
+        assert_eq!(Stores::split(32 << 10, 4 << 10, 7), (8 << 10, 4));
+        assert_eq!(Stores::split(64 << 10, 4 << 10, 7), (12 << 10, 6));
+        assert_eq!(Stores::split(4 << 10, 4 << 10, 8), (4 << 10, 1));
+        assert_eq!(Stores::split(100, 4 << 10, 8), (100, 1));
+        for len in [8 << 10, (1 << 20) + 7, 4 << 20] {
+            for threads in 1..=16 {
+                let (step, parts) = Stores::split(len, 4 << 10, threads);
+                assert!(parts <= threads && parts * step >= len && (parts - 1) * step < len, "{len} {threads}");
+            }
         }
     }
 }
