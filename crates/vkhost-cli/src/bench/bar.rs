@@ -2,9 +2,9 @@
 //! memory), and reads out of it (streaming loads by default, `--bar-reads`), capped by
 //! `--bar-read-cap`.
 //!
-//! Writes of 128 KiB and more are split over `--bar-threads` threads ([`Stores`]): one thread's
-//! stores into the H200's BAR reach about 9 GB/s sustained, 4-16 threads 29-31 GB/s (the write
-//! side of the link), so one thread would measure the CPU, not the BAR.
+//! Writes and reads of 128 KiB and more are split over `--bar-threads` threads ([`Stores`]):
+//! one thread's stores into the H200's BAR reach about 9 GB/s sustained, 4-16 threads 29-31
+//! GB/s (the write side of the link), so one thread would measure the CPU, not the BAR.
 
 use super::{Ctx, DirKind, flush_cache, measure_with, point, point::pattern, point::runs_within};
 use crate::devices::anyhow_free::Result;
@@ -16,9 +16,12 @@ use vkhost::{Device, vk};
 /// The smallest share of a write one store thread takes.
 const STORE_PART_MIN: usize = 64 << 10;
 
-/// The smallest share of a read one thread takes: reads from the BAR are uncached round trips
-/// over the link (~0.03 GB/s for a memcpy), so even small ones gain from more requests in flight.
-const READ_PART_MIN: usize = 4 << 10;
+/// The smallest share of a read one thread takes: as for writes, so reads and writes start
+/// the spinning threads at the same size (starting them at a smaller read left them spinning
+/// beside the small writes of the next sizes, and on a 2-core machine a read's own threads
+/// waited for CPU behind them: 256 KiB took 4 ms). Reads of 16-64 KiB would gain from threads
+/// too (64 KiB: 106 us from one thread, 22 from eight on the H200).
+const READ_PART_MIN: usize = STORE_PART_MIN;
 
 /// `dst.copy_from_slice(src)` for a `src` in write-combining memory (the BAR window): on
 /// x86-64 with SSE4.1, streaming loads (`movntdqa`), four 64-byte lines per round, so the CPU
@@ -109,8 +112,7 @@ struct StoreJob {
 /// Worker threads that, with the calling thread, split a memcpy into the BAR (or a read out of
 /// it). Workers spin between jobs (a wake-up would cost more than a 256 KiB write), so they
 /// start only at the first job large enough to split (the small sizes, measured first, run
-/// with no spinning threads beside them) and live only while their owner does: the bar rows'
-/// writes share one `Stores`, each d2h point gets its own.
+/// with no spinning threads beside them) and live only while the bar rows run.
 struct Stores {
     threads: usize,
     job: Arc<StoreJob>,
@@ -379,15 +381,12 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
             // read out as the timed reads do and check.
             stores.copy(&mut bar.slice()[..n], &want);
             let k = n.min(cap);
-            // Reads split over threads of their own, started for a d2h point and stopped after
-            // it: the store threads spin between jobs, and reads starting them at 8 KiB would
-            // leave them spinning beside the smaller writes of the next sizes (they start at
-            // the first write that splits, 128 KiB). An h2d point's check reads on this thread.
-            let readers = (dir == DirKind::D2h).then(|| Stores::new(stores.threads()));
-            match &readers {
-                Some(r) => r.read(&mut back[..k], &bar.slice()[..k], stream),
-                None if stream => read_stream(&mut back[..k], &bar.slice()[..k]),
-                None => back[..k].copy_from_slice(&bar.slice()[..k]),
+            // An h2d point's check reads on this thread (it must not start the threads before
+            // a write would); a d2h point's as its timed reads do.
+            match dir {
+                DirKind::D2h => stores.read(&mut back[..k], &bar.slice()[..k], stream),
+                _ if stream => read_stream(&mut back[..k], &bar.slice()[..k]),
+                _ => back[..k].copy_from_slice(&bar.slice()[..k]),
             }
             let ok = cx.check(&what, &back[..k], &want[..k]);
             // --flush-cache: the CPU copies the bytes here too.
@@ -406,9 +405,7 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
                     cx.budget,
                     || flush_cache(&mut cx.flush),
                     || {
-                        if let Some(r) = &readers {
-                            r.read(&mut host[..n], &bar.slice()[..n], stream);
-                        }
+                        stores.read(&mut host[..n], &bar.slice()[..n], stream);
                         Ok(())
                     },
                 )?,
@@ -430,7 +427,6 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
             }
             p.note = notes.join("; ");
             cx.push(p);
-            drop(readers);
             if dir == DirKind::H2d {
                 assisted(cx, &mut assist, max, n, dir)?;
             }
@@ -671,6 +667,7 @@ mod tests {
     #[test]
     fn split_counts_the_parts_that_get_bytes() {
         assert_eq!(Stores::split(16 << 10, 4 << 10, 3), (8 << 10, 2));
+        assert_eq!(Stores::split(64 << 10, super::READ_PART_MIN, 8), (64 << 10, 1));
         assert_eq!(Stores::split(32 << 10, 4 << 10, 7), (8 << 10, 4));
         assert_eq!(Stores::split(64 << 10, 4 << 10, 7), (12 << 10, 6));
         assert_eq!(Stores::split(4 << 10, 4 << 10, 8), (4 << 10, 1));

@@ -179,7 +179,7 @@ pub struct Args {
     /// cache lines in flight; a plain memcpy where the CPU lacks them), or `memcpy`.
     #[arg(long, value_enum, default_value = "stream")]
     bar_reads: BarReads,
-    /// Threads that split a bar write of 128 KiB or more, or a bar read of 8 KiB or more
+    /// Threads that split a bar write or read of 128 KiB or more
     /// (default: half the CPUs, at most 8; capped at the CPUs this process may use).
     #[arg(long)]
     bar_threads: Option<usize>,
