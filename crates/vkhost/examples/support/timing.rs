@@ -1,5 +1,5 @@
-//! Timing shared by the latency examples (`queue_latency`, `pinned_small`, `split_copy`),
-//! included with `#[path]`; not an example itself (no `main`).
+//! Timing shared by the latency examples (`queue_latency`, `pinned_small`, `split_copy`,
+//! `mid_split`), included with `#[path]`; not an example itself (no `main`).
 
 use std::time::Instant;
 
@@ -10,7 +10,7 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Median µs of `n` synchronous writes and of `n` reads of `len` bytes between `host` and `buf`.
-#[allow(dead_code)] // split_copy times its own copies
+#[allow(dead_code)] // split_copy and mid_split time their own copies
 pub fn sync_copies(buf: &vkhost::DeviceBuffer, host: &mut [u8], len: usize, n: usize) -> vkhost::Result<(f64, f64)> {
     let (mut w, mut r) = (Vec::new(), Vec::new());
     for _ in 0..n {
