@@ -174,7 +174,8 @@ pub(super) fn in_child(
     // 0: all verified; 2: a check failed; 130: Ctrl-C (what was measured is still written, and
     // this process, which got the same Ctrl-C, stops too).
     if !matches!(status.code(), Some(0 | 2 | 130)) {
-        return Err(format!("the costs process failed ({status}); `vkhost bench -t costs` alone shows why").into());
+        // Its error went straight to the user's terminal, just above.
+        return Err(format!("the costs process failed ({status}; its error is above)").into());
     }
     let text = std::fs::read_to_string(&out).map_err(|e| format!("reading the costs process's {}: {e}", out.display()))?;
     let doc: serde_json::Value = serde_json::from_str(&text)?;
