@@ -598,29 +598,21 @@ fn multi_device(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result
     Ok(errors_b + a.validation_errors())
 }
 
-/// Why the BAR rows cannot run on device `index`: it has no DEVICE_LOCAL|HOST_VISIBLE|
-/// HOST_COHERENT memory type, so `BarWrites::On` leaves device buffers unmapped.
-fn no_mapped_device_memory(index: usize) -> Result<Option<String>> {
-    use vkhost::vk::MemoryPropertyFlags as F;
-    let infos = vkhost::devices()?;
-    let want = F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_COHERENT;
-    let has = infos.iter().find(|i| i.index == index).is_some_and(|i| i.memory_type_flags().iter().any(|f| f.contains(want)));
-    Ok((!has).then(|| "no DEVICE_LOCAL|HOST_VISIBLE|HOST_COHERENT memory type".to_string()))
-}
-
 /// `DeviceBuffer::write` as CPU stores into mapped device memory (`BarWrites::On`, so every
 /// device with a DEVICE_LOCAL|HOST_VISIBLE type runs it): every size and offset of the matrix
 /// with guard bytes, and the ordering of stores between stream work on the same bytes.
 ///
 /// `split`: with `bar_write_max` raised to 2 MiB and 4 staging threads, so writes of 512 KiB and
 /// more are stores split over threads (the h2d side of `vkhost bench -t bidir_bar`).
-fn bar_writes(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>, split: bool) -> Result<u64> {
+///
+/// `skip`: why the BAR rows cannot run on this device (see [`bar_skip`]).
+fn bar_writes(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>, split: bool, skip: Option<&str>) -> Result<u64> {
     let (what, order_name) = if split {
         ("split bar writes (4 threads), sizes x offsets", "split bar writes ordered with stream work")
     } else {
         ("bar writes (CPU stores), sizes x offsets", "bar writes ordered with stream work")
     };
-    if let Some(why) = no_mapped_device_memory(index)? {
+    if let Some(why) = skip {
         rows.push(Row { name: format!("{what}: skipped ({why})"), passed: 0, total: 0, detail: String::new() });
         return Ok(0);
     }
@@ -755,8 +747,8 @@ fn ordered_with_streams(
 /// plain `Vec` (the copy engine's share staged) and from a pinned block (direct), with guard
 /// bytes; the two sides' byte counts must add up to each write; and stream work before and
 /// after a write on the same bytes stays in order.
-fn bar_assist(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
-    if let Some(why) = no_mapped_device_memory(index)? {
+fn bar_assist(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>, skip: Option<&str>) -> Result<u64> {
+    if let Some(why) = skip {
         rows.push(Row { name: format!("bar assist: skipped ({why})"), passed: 0, total: 0, detail: String::new() });
         return Ok(0);
     }
@@ -820,6 +812,14 @@ fn bar_assist(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u
     Ok(dev.validation_errors())
 }
 
+/// Why the BAR rows cannot run on a device: no memory type `BarWrites::On` maps device buffers
+/// in (`memtype::device_mapped`, the library's own choice), so they would stay unmapped.
+fn bar_skip(info: &vkhost::DeviceInfo) -> Option<&'static str> {
+    vkhost::memtype::device_mapped(&info.memory_type_flags(), u32::MAX)
+        .is_none()
+        .then_some("no DEVICE_LOCAL|HOST_VISIBLE|HOST_COHERENT memory type")
+}
+
 fn check_device(index: usize) -> Result<bool> {
     let validation = vkhost::validation_layer_installed();
     if !validation {
@@ -830,6 +830,7 @@ fn check_device(index: usize) -> Result<bool> {
     let info = dev.info().clone();
     println!("[{}] {} ({}, {})", info.index, info.name, info.device_type.as_str(), info.driver_name);
     println!("    host registration: {}", crate::devices::registration_line(&dev.host_registration()));
+    let skip = bar_skip(&info);
     let mut rows = Vec::new();
     let t = std::time::Instant::now();
     matrix(&dev, &mut rows)?;
@@ -840,9 +841,9 @@ fn check_device(index: usize) -> Result<bool> {
     let errors = dev.validation_errors()
         + teardown(index, &opts, &mut rows)?
         + multi_device(index, &opts, &mut rows)?
-        + bar_writes(index, &opts, &mut rows, false)?
-        + bar_writes(index, &opts, &mut rows, true)?
-        + bar_assist(index, &opts, &mut rows)?
+        + bar_writes(index, &opts, &mut rows, false, skip)?
+        + bar_writes(index, &opts, &mut rows, true, skip)?
+        + bar_assist(index, &opts, &mut rows, skip)?
         + huge_pinned(index, &opts, &mut rows)?
         + in_pieces(index, &opts, &mut rows)?
         + small_ring(index, &opts, &mut rows)?

@@ -30,12 +30,20 @@ const READ_PART_MIN: usize = STORE_PART_MIN;
 pub(super) fn read_stream(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len());
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("sse4.1") {
+    if streaming_loads() {
         // SAFETY: the CPU has SSE4.1 (checked just above); the slices are valid and of one length.
         unsafe { read_stream_sse41(dst, src) };
         return;
     }
     dst.copy_from_slice(src);
+}
+
+/// Whether [`read_stream`] reads with streaming loads on this CPU (x86-64 with SSE4.1).
+fn streaming_loads() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("sse4.1");
+    #[cfg(not(target_arch = "x86_64"))]
+    return false;
 }
 
 /// # Safety
@@ -86,8 +94,7 @@ unsafe fn read_stream_sse41(dst: &mut [u8], src: &[u8]) {
 pub(super) fn read_method(r: super::BarReads) -> &'static str {
     match r {
         super::BarReads::Memcpy => "memcpy",
-        #[cfg(target_arch = "x86_64")]
-        super::BarReads::Stream if std::arch::is_x86_feature_detected!("sse4.1") => "movntdqa",
+        super::BarReads::Stream if streaming_loads() => "movntdqa",
         super::BarReads::Stream => "memcpy (no streaming loads on this CPU)",
     }
 }
