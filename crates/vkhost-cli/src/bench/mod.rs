@@ -401,8 +401,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         return multi::run(&a, spec);
     }
     let started = std::time::SystemTime::now();
+    let infos = vkhost::devices()?;
     if let Some(i) = a.device {
-        crate::devices::check_index("--device", i, &vkhost::devices()?)?;
+        crate::devices::check_index("--device", i, &infos)?;
     }
     let chosen = chosen(&a)?;
     // Before measuring: an output that cannot be written would lose the whole run.
@@ -447,7 +448,6 @@ pub fn run(a: Args) -> Result<ExitCode> {
     // Options the device would refuse are refused before anything runs, the costs process
     // included: checked against the chosen device, or without `--device` against every device
     // (refused when none takes them; one the default device alone refuses fails at its open).
-    let infos = vkhost::devices()?;
     let first_err = infos.iter().filter(|i| a.device.is_none_or(|d| d == i.index)).try_fold(None, |first, i| match opts.validate(i) {
         Ok(()) => Err(()),
         Err(e) => Ok(first.or(Some(e))),
