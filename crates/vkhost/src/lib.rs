@@ -139,7 +139,7 @@ pub use ash;
 pub use ash::vk;
 pub use buffer::DeviceBuffer;
 pub use device::info::{ApiVersion, DeviceInfo, DeviceType, MemoryHeap, MemoryType, QueueFamily, fmt_bytes};
-pub use device::queues::{CopyQueues, QueueFigures};
+pub use device::queues::{CopyFloor, CopyQueues, QueueFigures};
 pub use device::{
     BarAssist, BarWrites, BorrowedDevice, Device, DeviceHold, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership,
     QueueKind, RawDevice, devices, validation_layer_installed,

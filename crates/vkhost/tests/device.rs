@@ -449,3 +449,45 @@ fn recorded_copies_are_not_reused_across_a_buffer_destroy() {
     drop((p, back));
     assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
 }
+
+/// `copy_floor` times what it was asked, on the queue the choice gives, with validation clean
+/// (its d2h copy's HOST_READ barrier included), refuses nothing to time, and leaves the copy
+/// context it borrowed fit for copies: a pinned round trip of the same size before and after
+/// (whose recorded commands the floor's recording replaced) still carries its bytes.
+#[test]
+fn copy_floor_times_the_chosen_queue_and_leaves_copies_working() {
+    let Some(d) = device() else { return };
+    let n = 4096;
+    let mut p = vkhost::PinnedBuffer::new(&d, n).unwrap();
+    let mut back = vkhost::PinnedBuffer::new(&d, n).unwrap();
+    let buf = d.alloc_buffer(n).unwrap();
+    let round_trip = |p: &mut vkhost::PinnedBuffer, back: &mut vkhost::PinnedBuffer, seed: u8| {
+        p.fill(seed);
+        buf.write(0, p).unwrap();
+        back.fill(0);
+        buf.read(0, back).unwrap();
+        assert!(back[..] == p[..], "round trip {seed}");
+    };
+    round_trip(&mut p, &mut back, 1);
+    let objects = d.live_objects();
+    for to_device in [true, false] {
+        for len in [4096u64, 3 << 20] {
+            let f = d.copy_floor(to_device, len, 7).unwrap();
+            assert_eq!((f.len, f.to_device, f.times.len()), (len, to_device, 7), "{f:?}");
+            assert_eq!(f.queue, d.copy_queues().queue_for(to_device, len), "{f:?}");
+            assert!(f.min() > std::time::Duration::ZERO && f.min() <= f.median(), "{f:?}");
+            round_trip(&mut p, &mut back, 2 + len as u8 + to_device as u8);
+        }
+    }
+    for (len, iters) in [(0, 5), (4096, 0)] {
+        match d.copy_floor(true, len, iters) {
+            Err(Error::InvalidArgument { .. }) => {}
+            other => panic!("copy_floor({len}, {iters}): {other:?}"),
+        }
+    }
+    assert!(matches!(d.copy_floor(false, d.info().max_memory_allocation_size + 1, 1), Err(Error::InvalidArgument { .. })));
+    let now = d.live_objects();
+    assert_eq!((now.buffers, now.memories), (objects.buffers, objects.memories), "the floor's buffers are released");
+    drop((p, back, buf));
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
+}

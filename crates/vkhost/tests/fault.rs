@@ -131,6 +131,23 @@ fn fault_mixed_copies() {
 fn fault_stream_work() {
     sweep(OPS[6].0, OPS[6].1);
 }
+/// `Device::copy_floor` both ways: a failed allocation, submission or wait returns its typed
+/// error with nothing left behind (its buffers released, whatever it submitted waited for:
+/// `finish` destroys the device validation-clean), and the next one works.
+#[test]
+fn fault_copy_floor() {
+    fn op(e: &mut Env) -> vkhost::Result<()> {
+        let up = e.dev.copy_floor(true, 4096, 2)?;
+        let down = e.dev.copy_floor(false, 4096, 2)?;
+        assert_eq!((up.times.len(), down.times.len()), (2, 2));
+        Ok(())
+    }
+    let at = sweep_with("copy_floor", op, &fopts());
+    for p in [Point::AllocateMemory, Point::QueueSubmit, Point::WaitSemaphores] {
+        assert!(at.get(&p).is_some_and(|&n| n > 0), "copy_floor: no fault at {p:?}: {at:?}");
+    }
+}
+
 /// The points a kernel's pipeline goes through, each of which the launch sweeps must reach.
 const PIPELINE_POINTS: [Point; 4] =
     [Point::CreateDescriptorSetLayout, Point::CreatePipelineLayout, Point::CreateShaderModule, Point::CreateComputePipelines];

@@ -33,7 +33,7 @@ use ash::vk;
 use info::DeviceInfo;
 use instance::{InstanceParts, ValidationCounts};
 pub use pipeline::DescriptorMode;
-use queues::CopyQueues;
+use queues::{CopyFloor, CopyQueues};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
@@ -1974,6 +1974,47 @@ impl Device {
         let c = queues::measure(s, &g)?;
         s.copy_choice.set(c);
         Ok(c)
+    }
+
+    /// The floor of a synchronous copy of `len` bytes on this device: `iters` submissions (after
+    /// three untimed ones) of one pre-recorded `vkCmdCopyBuffer` between a pinned block and a
+    /// device buffer of the memory types vkhost uses for them, each submitted and waited the
+    /// way a synchronous copy waits (a poll of a timeline semaphore, then a block), on the queue
+    /// [`Device::copy_queues`] picks for that direction and size. A device-to-host copy ends with
+    /// the TRANSFER→HOST_READ memory barrier the Vulkan spec requires before the host may read
+    /// what the device wrote, as every copy of vkhost's into host memory does. No planning,
+    /// lookup, recording or ownership: what the device and the driver alone cost, so that
+    /// [`DeviceBuffer::write`](crate::DeviceBuffer::write) and
+    /// [`read`](crate::DeviceBuffer::read) of the same size show vkhost's own cost on top
+    /// (`vkhost bench`'s `copy_floor` testcase; docs/PERFORMANCE.md). On the H200 (2026-12-04) a
+    /// 4 KiB copy's floor was 12.0-12.3 us host to device and 12.8-13.2 us device to host, of
+    /// which 1.6-1.9 us is that barrier; `DeviceBuffer::write`/`read` took 0.5-0.9 us more.
+    ///
+    /// The two buffers are allocated for the call and released before it returns.
+    ///
+    /// Errors: `InvalidArgument` for `len` 0, `iters` 0, or `len` above the device's largest
+    /// allocation; `DeviceDestroyed`, `DeviceLost`, `Unsupported` on a borrowed device without
+    /// queues; out of host or device memory for the buffers.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let f = dev.copy_floor(false, 4096, 20)?;
+    /// assert_eq!((f.times.len(), f.queue), (20, dev.copy_queues().queue_for(false, 4096)));
+    /// println!("4 KiB device to host: at least {:?} on {:?}", f.median(), f.queue);
+    /// assert!(dev.copy_floor(true, 0, 20).is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn copy_floor(&self, to_device: bool, len: u64, iters: usize) -> Result<CopyFloor> {
+        if len == 0 || iters == 0 {
+            return Err(Error::invalid(format!("copy_floor needs a length and a count above 0 (len {len}, iters {iters})")));
+        }
+        let s = &self.shared;
+        let g = s.live()?;
+        g.compute_queue()?;
+        queues::floor(s, &g, to_device, len, iters)
     }
 
     /// The queues synchronous copies use, by direction and size, with the measurement behind

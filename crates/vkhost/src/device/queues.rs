@@ -467,6 +467,101 @@ pub(crate) fn measure(s: &Shared, l: &Live) -> Result<CopyQueues> {
     r
 }
 
+/// What [`Device::copy_floor`](super::Device::copy_floor) measured: the time a synchronous
+/// copy of one size and direction costs the device and the driver alone, on the queue vkhost
+/// copies on.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use vkhost::{CopyFloor, QueueKind};
+///
+/// let f = CopyFloor { queue: QueueKind::Copy, len: 4096, to_device: false, times: [13, 11, 12].map(Duration::from_micros).to_vec() };
+/// assert_eq!(f.median(), Duration::from_micros(12));
+/// assert_eq!(f.min(), Duration::from_micros(11));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyFloor {
+    /// The queue it ran on: the one [`CopyQueues::queue_for`] gives for this direction and size.
+    pub queue: QueueKind,
+    /// Bytes copied.
+    pub len: u64,
+    /// Host to device (`true`) or device to host.
+    pub to_device: bool,
+    /// Each timed submission, submit to completion seen, in order; never empty.
+    pub times: Vec<std::time::Duration>,
+}
+
+impl CopyFloor {
+    /// The median time (the upper middle for an even count).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use vkhost::{CopyFloor, QueueKind};
+    ///
+    /// let f = CopyFloor { queue: QueueKind::Compute, len: 1 << 20, to_device: true, times: [40, 10, 30, 20].map(Duration::from_micros).to_vec() };
+    /// assert_eq!(f.median(), Duration::from_micros(30));
+    /// ```
+    pub fn median(&self) -> std::time::Duration {
+        let mut t = self.times.clone();
+        t.sort_unstable();
+        t.get(t.len() / 2).copied().unwrap_or_default()
+    }
+
+    /// The fastest time.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use vkhost::{CopyFloor, QueueKind};
+    ///
+    /// let f = CopyFloor { queue: QueueKind::Copy, len: 4096, to_device: false, times: vec![Duration::from_micros(13); 3] };
+    /// assert_eq!(f.min(), f.median());
+    /// ```
+    pub fn min(&self) -> std::time::Duration {
+        self.times.iter().copied().min().unwrap_or_default()
+    }
+}
+
+/// [`Device::copy_floor`](super::Device::copy_floor): a pinned-type buffer and a device buffer
+/// of the type [`crate::DeviceBuffer`]s get, `len` bytes each, then [`submit::floor`] on the
+/// queue the choice gives, and both buffers released.
+pub(crate) fn floor(s: &Shared, l: &Live, to_device: bool, len: u64, iters: usize) -> Result<CopyFloor> {
+    let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
+    let kind = s.copy_choice.get().queue_for(to_device, len);
+    let host = s.alloc_bound(l, len, usage, memtype::pinned, false)?;
+    let mapped = s.mapped_buffers.then(|| s.alloc_bound(l, len, usage, memtype::device_mapped, false));
+    let dev = match mapped {
+        Some(Ok(b)) => Ok(b),
+        Some(Err(crate::Error::Unsupported { .. })) | None => s.alloc_bound(l, len, usage, memtype::device_local, false),
+        Some(Err(e)) => Err(e),
+    };
+    let dev = match dev {
+        Ok(b) => b,
+        Err(e) => {
+            // SAFETY: a fresh object of ours, never used.
+            unsafe { s.release_bound(l, host.buffer, host.memory) };
+            return Err(e);
+        }
+    };
+    let dir = if to_device { Dir::ToDevice } else { Dir::ToHost };
+    // SAFETY: both buffers are ours, made above with transfer usage and `len` bytes, used by
+    // nothing else, and released below only after `floor` returned (it waits for whatever it
+    // submitted, on every path).
+    let r = unsafe { submit::floor(s, l, dir, dev.buffer, host.buffer, len, kind, iters) };
+    // SAFETY: nothing pending names them any more (above); released once.
+    unsafe {
+        s.release_bound(l, dev.buffer, dev.memory);
+        s.release_bound(l, host.buffer, host.memory);
+    }
+    let times = r?.into_iter().map(std::time::Duration::from_secs_f64).collect();
+    Ok(CopyFloor { queue: kind, len, to_device, times })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -754,6 +754,103 @@ pub(crate) unsafe fn host_read_barrier(d: &ash::Device, cmd: vk::CommandBuffer) 
     unsafe { d.cmd_pipeline_barrier(cmd, src, dst, vk::DependencyFlags::empty(), &[b], &[], &[]) };
 }
 
+/// Seconds of each of `iters` submissions (after 3 untimed ones) of one pre-recorded copy of
+/// `len` bytes in `dir` between `host` and `dev` (both from offset 0) on one of `kind`'s
+/// contexts: submit, then the wait every synchronous copy does (a poll of the timeline or
+/// fence, then a block). Device-to-host copies end with the TRANSFER→HOST_READ barrier the
+/// spec requires before the host reads what the device wrote, as every d2h copy of vkhost's
+/// does. Nothing else of a copy's work: no planning, no lookup, no owners. What a synchronous
+/// copy of `len` bytes costs the device and the driver alone (see [`super::Device::copy_floor`]).
+///
+/// The context's first command buffer is re-recorded; the next copy in that slot records its
+/// own again.
+///
+/// # Safety
+/// `host` and `dev` are live buffers of this device, with TRANSFER_SRC and TRANSFER_DST usage
+/// and at least `len` bytes, that stay alive until this returns and that no other work uses
+/// meanwhile; `len` is not 0.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn floor(
+    s: &Shared,
+    l: &Live,
+    dir: Dir,
+    dev: vk::Buffer,
+    host: vk::Buffer,
+    len: u64,
+    kind: super::QueueKind,
+    iters: usize,
+) -> Result<Vec<f64>> {
+    let mut g = acquire(s, l, 0, kind, false)?;
+    let ctx = g.ctx();
+    let queue = queue_of(l, ctx.queue)?;
+    let (timeline, staging) = (ctx.timeline, ctx.staging.and_then(|b| b.ptr));
+    // An unlocked context is drained (`execute_in`); waited again in case, with its copy-outs.
+    for slot in ctx.slots.iter_mut() {
+        complete(s, l, slot, timeline, staging)?;
+    }
+    let d = &l.device;
+    let slot = &mut ctx.slots[0];
+    slot.recorded = None;
+    let (src, dst) = match dir {
+        Dir::ToDevice => (host, dev),
+        Dir::ToHost => (dev, host),
+    };
+    // SAFETY: the command buffer is this locked context's and idle (every slot completed); the
+    // buffers are live with the usage and size the caller promised.
+    unsafe {
+        d.reset_command_buffer(slot.cmd, vk::CommandBufferResetFlags::empty()).map_err(|c| s.fail("vkResetCommandBuffer", c))?;
+        d.begin_command_buffer(slot.cmd, &vk::CommandBufferBeginInfo::default()).map_err(|c| s.fail("vkBeginCommandBuffer", c))?;
+        d.cmd_copy_buffer(slot.cmd, src, dst, &[vk::BufferCopy { src_offset: 0, dst_offset: 0, size: len }]);
+        if dir == Dir::ToHost {
+            host_read_barrier(d, slot.cmd);
+        }
+        d.end_command_buffer(slot.cmd).map_err(|c| s.fail("vkEndCommandBuffer", c))?;
+    }
+    let mut t = Vec::with_capacity(iters);
+    for i in 0..iters + 3 {
+        let value = ctx.next + 1;
+        let cmds = [slot.cmd];
+        let (sig, vals) = ([timeline.unwrap_or_default()], [value]);
+        let mut tsi = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&vals);
+        let mut si = vk::SubmitInfo::default().command_buffers(&cmds);
+        if timeline.is_some() {
+            si = si.signal_semaphores(&sig).push_next(&mut tsi);
+        } else {
+            // SAFETY: the slot's fence is idle (its last submission was waited on).
+            unsafe { d.reset_fences(&[slot.fence]) }.map_err(|c| s.fail("vkResetFences", c))?;
+        }
+        let t0 = Instant::now();
+        fault::check(Point::QueueSubmit).map_err(|c| s.fail("vkQueueSubmit", c))?;
+        {
+            let q = lock(&queue.raw);
+            // SAFETY: the queue is externally synchronized by its lock; the command buffer is
+            // recorded and idle, the timeline value above every value the context submitted.
+            unsafe { d.queue_submit(*q, &[si], slot.fence) }.map_err(|c| s.fail("vkQueueSubmit", c))?;
+        }
+        if timeline.is_some() {
+            ctx.next = value;
+        }
+        let waited = match timeline {
+            Some(sem) => wait_timeline(s, l, sem, value, spin_for(s, len)),
+            None => wait_fence(s, l, slot.fence, spin_for(s, len)),
+        };
+        if let Err(e) = waited {
+            // Possibly still running: wait for the whole queue before the caller may free the
+            // buffers (on a lost device this returns at once, and nothing runs any more).
+            let q = lock(&queue.raw);
+            // SAFETY: the queue is externally synchronized by its lock.
+            if let Err(c) = unsafe { d.queue_wait_idle(*q) } {
+                log::warn!("{}: vkQueueWaitIdle after a failed wait: {c:?}", s.id);
+            }
+            return Err(e);
+        }
+        if i >= 3 {
+            t.push(t0.elapsed().as_secs_f64());
+        }
+    }
+    Ok(t)
+}
+
 /// Records (or reuses) and submits one batch of `ops` in `slot`: staged h2d bytes are copied
 /// into the slot's staging range first; staged d2h bytes are owed to the slot (copied out when
 /// it completes).
