@@ -101,17 +101,19 @@ fn latency(points: &[&Point]) -> Vec<Series> {
     } else {
         lat
     };
+    // The floor (`latency_floor_*`, path "floor") dotted beside the copies it is the floor of.
     LATENCY
         .iter()
-        .filter_map(|&(dir, c)| {
+        .flat_map(|&(dir, c)| [(dir, c, "pinned", Style::Solid), (dir, c, "floor", Style::Dotted)])
+        .filter_map(|(dir, c, path, style)| {
             let mut pts: Vec<(f64, f64)> = src
                 .iter()
-                .filter(|p| p.dir == dir)
+                .filter(|p| p.dir == dir && (p.path == "floor") == (path == "floor"))
                 .map(|p| ((p.size as f64).log2(), p.s.median * 1e6))
                 .filter(|(x, y)| x.is_finite() && y.is_finite() && *y >= 0.0)
                 .collect();
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            (!pts.is_empty()).then(|| Series { name: format!("pinned {dir}"), colour: c, style: Style::Solid, pts })
+            (!pts.is_empty()).then(|| Series { name: format!("{path} {dir}"), colour: c, style, pts })
         })
         .collect()
 }

@@ -221,7 +221,20 @@ fn quick_json_has_run_metadata_and_statistics() {
             assert!((f("latency_us") - f("median_s") * 1e6).abs() < 1e-6, "{r}");
         }
     }
-    assert!(q.stdout.contains("all points verified"));
+    // The floor: both directions at its four sizes, unverified (it moves the library's own
+    // buffers), at least 50 submissions each whatever --iters says, and at the sizes the sweep
+    // also copied, how much longer the sweep's `_ce` copy took.
+    let floors: Vec<&Value> = results.iter().filter(|r| r["path"] == "floor").collect();
+    assert_eq!(floors.len(), 8, "{floors:?}");
+    for r in &floors {
+        assert!(r["kind"] == "latency" && r["verified"].is_null() && r["iters"].as_u64().unwrap() >= 50, "{r}");
+        assert!(r["testcase"].as_str().unwrap().starts_with("latency_floor_"), "{r}");
+        let note = r["note"].as_str().unwrap();
+        assert!(note.contains(" queue"), "{r}");
+        let ce = if r["dir"] == "h2d" { "host_to_device_ce" } else { "device_to_host_ce" };
+        assert_eq!(note.contains(ce), [4096, 65536, 1 << 20].contains(&r["size"].as_u64().unwrap()), "the quick sweep's sizes: {r}");
+    }
+    assert!(q.stdout.contains("all points verified but the 8 latency floor point(s)"), "{}", q.stdout);
 }
 
 #[test]
@@ -283,6 +296,8 @@ fn list_prints_every_testcase_with_a_description() {
         "device_to_host_pageable_ce",
         "latency_host_to_device",
         "latency_device_to_host",
+        "latency_floor_host_to_device",
+        "latency_floor_device_to_host",
         "small_async",
         "small_async_scattered",
         "costs",

@@ -4,7 +4,7 @@
 //! vkhost uses them (`BarWrites`, noted `path mapped` on the point); the submitted copy's
 //! latency is the `host_to_device_ce` testcase at the same sizes.
 
-use super::testcase::LATENCY_SIZES;
+use super::testcase::{FLOOR_SIZES, LATENCY_SIZES};
 use super::{Ctx, DirKind, point, point::measure_at_least, point::pattern};
 use crate::devices::anyhow_free::Result;
 use crate::stats::size_label;
@@ -67,6 +67,35 @@ pub(super) fn latency(cx: &mut Ctx, dirs: &[DirKind], mem: &mut Mem) -> Result<(
             if vkhost::host::device_stats(&dev).mapped_bytes > before {
                 p.note = "path mapped (CPU stores into the BAR)".into();
             }
+            cx.push(p);
+        }
+    }
+    Ok(())
+}
+
+/// `latency_floor_host_to_device`, `latency_floor_device_to_host`: `Device::copy_floor` at
+/// `FLOOR_SIZES`, the same number of timed runs as a latency point. Its buffers are the
+/// library's own, so the point moves no bytes of the bench's and is not verified. The note
+/// gives the queue and how much more the sweep's synchronous copy of the same size and
+/// direction from pinned memory took (the `_ce` point, when the run measured it): vkhost's own
+/// cost over the device's.
+pub(super) fn floor(cx: &mut Ctx, dirs: &[DirKind]) -> Result<()> {
+    for &size in &FLOOR_SIZES {
+        for &dir in dirs {
+            if super::interrupted() {
+                return Ok(());
+            }
+            cx.pb.set_message(format!("latency floor {} {}", dir.name(), size_label(size)));
+            let iters = cx.iters.max(MIN_ITERS);
+            let f = cx.dev.copy_floor(dir == DirKind::H2d, size, iters)?;
+            let secs: Vec<f64> = f.times.iter().map(|t| t.as_secs_f64()).collect();
+            let s = crate::stats::summarize(&secs).ok_or("no samples")?;
+            let mut p = point("vulkan", "latency", "floor", dir.name(), size, size, s);
+            let ce = cx.points.iter().find(|q| q.kind == "copy" && q.path == "pinned" && q.dir == dir.name() && q.size == size && !q.sm);
+            p.note = match ce {
+                Some(q) => format!("{:?} queue; {} {:+.1} us", f.queue, q.testcase(), (q.s.median - s.median) * 1e6),
+                None => format!("{:?} queue", f.queue),
+            };
             cx.push(p);
         }
     }

@@ -207,14 +207,14 @@ fn table(points: &[Point], cuda: &[Point], link: Option<&Link>) -> String {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "{:<24} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5} {:>5} {:1}",
+            "{:<28} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5} {:>5} {:1}",
             "latency (us)", "size", "median", "mean", "stddev", "min", "max", "iters", "check", "!"
         );
         for p in lat {
             let us = |x: f64| format!("{:.1}", x * 1e6);
             let _ = writeln!(
                 out,
-                "{:<24} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5} {:>5} {:1}",
+                "{:<28} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5} {:>5} {:1}{}",
                 p.testcase(),
                 size_label(p.size),
                 us(p.s.median),
@@ -223,8 +223,13 @@ fn table(points: &[Point], cuda: &[Point], link: Option<&Link>) -> String {
                 us(p.s.min),
                 us(p.s.max),
                 p.s.n,
-                if p.verified == Some(true) { "ok" } else { "FAIL" },
-                unstable_mark(p)
+                match p.verified {
+                    Some(true) => "ok",
+                    Some(false) => "FAIL",
+                    None => "-",
+                },
+                unstable_mark(p),
+                if p.note.is_empty() { String::new() } else { format!("  ({})", p.note) }
             );
         }
     }

@@ -21,6 +21,9 @@ pub enum Work {
     Sm(PathKind, DirKind),
     /// Synchronous pinned copies at `LATENCY_SIZES`, reported in µs.
     Latency(DirKind),
+    /// `Device::copy_floor` at `FLOOR_SIZES`: a pre-recorded copy submitted and waited with
+    /// nothing of vkhost's around it, reported in µs.
+    Floor(DirKind),
     /// 1000 async 4 KiB copies plus one synchronize, against 1000 synchronous ones.
     SmallAsync { scattered: bool },
     /// register/unregister, alloc/free pinned per size, and `find`.
@@ -36,6 +39,10 @@ pub struct Testcase {
 
 /// The sizes of the latency testcases: small enough that fixed costs dominate.
 pub const LATENCY_SIZES: [u64; 4] = [256, 4 << 10, 16 << 10, 64 << 10];
+
+/// The sizes of the floor testcases: the small copy of issue 10's latency target and the
+/// mid-size copies of its 1-4 MiB target, each beside a `_ce` point of the sweep's default sizes.
+pub const FLOOR_SIZES: [u64; 4] = [4 << 10, 64 << 10, 1 << 20, 4 << 20];
 
 use DirKind::{Bidir, D2d, D2h, H2d};
 use PathKind::{Bar, Device, Pageable, Pinned, Registered};
@@ -127,6 +134,16 @@ pub const TESTCASES: &[Testcase] = &[
         about: "one synchronous DeviceBuffer::read into pinned memory, 256 B to 64 KiB, in us",
     },
     Testcase {
+        name: "latency_floor_host_to_device",
+        work: Work::Floor(H2d),
+        about: "the floor under host_to_device_ce: one pre-recorded copy from a pinned block, submitted and polled on vkhost's queue with nothing of vkhost's around it (Device::copy_floor), 4 KiB to 4 MiB, in us",
+    },
+    Testcase {
+        name: "latency_floor_device_to_host",
+        work: Work::Floor(D2h),
+        about: "the same into a pinned block, with the HOST_READ barrier the spec requires (as every vkhost d2h copy), in us",
+    },
+    Testcase {
         name: "small_async",
         work: Work::SmallAsync { scattered: false },
         about: "1000 async 4 KiB copies to consecutive offsets + synchronize, vs synchronous",
@@ -148,6 +165,8 @@ pub fn testcase_of(kind: &str, path: &str, dir: &str, sm: bool) -> &'static str 
         "cost" | "find" => "costs",
         "small-async" if dir.ends_with("scattered") => "small_async_scattered",
         "small-async" => "small_async",
+        "latency" if path == "floor" && dir == "d2h" => "latency_floor_device_to_host",
+        "latency" if path == "floor" => "latency_floor_host_to_device",
         "latency" if dir == "d2h" => "latency_device_to_host",
         "latency" => "latency_host_to_device",
         _ => TESTCASES
@@ -218,6 +237,11 @@ mod tests {
             ]
         );
         assert_eq!(names(&select(&["device_to_device".into()]).unwrap()), ["device_to_device_ce", "device_to_device_sm"]);
+        assert_eq!(
+            names(&select(&["latency".into()]).unwrap()),
+            ["latency_host_to_device", "latency_device_to_host", "latency_floor_host_to_device", "latency_floor_device_to_host"]
+        );
+        assert_eq!(names(&select(&["latency_floor".into()]).unwrap()), ["latency_floor_host_to_device", "latency_floor_device_to_host"]);
         // Order is the table's, duplicates collapse.
         assert_eq!(names(&select(&["costs".into(), "bidir_ce".into(), "bidir_ce".into()]).unwrap()), ["bidir_ce", "costs"]);
         let e = select(&["nope".into()]).unwrap_err();
@@ -236,6 +260,8 @@ mod tests {
         }
         assert_eq!(testcase_of("small-async", "pinned", "sync-scattered", false), "small_async_scattered");
         assert_eq!(testcase_of("latency", "pinned", "d2h", false), "latency_device_to_host");
+        assert_eq!(testcase_of("latency", "floor", "d2h", false), "latency_floor_device_to_host");
+        assert_eq!(testcase_of("latency", "floor", "h2d", false), "latency_floor_host_to_device");
         assert_eq!(testcase_of("find", "registered", "find", false), "costs");
         // No sm testcase over pageable memory: a kernel binds only imported memory.
         assert_eq!(testcase_of("copy", "pageable", "h2d", true), "unknown");
