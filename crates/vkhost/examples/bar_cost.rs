@@ -7,7 +7,8 @@
 //! Prints, for device buffers placed by the environment's choice: device-to-device copy
 //! bandwidth (stream copy, 256 MiB), h2d / d2h DMA from pinned memory (256 MiB), a compute
 //! kernel's fill bandwidth over the buffer, and the median time of `DeviceBuffer::write` against
-//! a submitted copy (`host::copy_to_device`) at 4 KiB to 1 MiB.
+//! a submitted copy (`host::copy_to_device`) at 4 KiB to 4 MiB (`VKHOST_BAR_WRITE_MAX` decides up
+//! to which size the write is CPU stores).
 
 use std::time::Instant;
 use vkhost::{Device, PinnedBuffer, host};
@@ -66,7 +67,7 @@ fn main() -> vkhost::Result<()> {
     println!("h2d DMA 256 MiB: {:.1} GB/s", gb(big, t));
     let t = time(10, || a.read(0, &mut p))?;
     println!("d2h DMA 256 MiB: {:.1} GB/s", gb(big, t));
-    for n in [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20] {
+    for n in [4 << 10, 16 << 10, 64 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20] {
         let w = time(200, || a.write(0, &p[..n]))?;
         // SAFETY: as above.
         let c = time(200, || unsafe { host::copy_to_device(&dev, p.as_ptr(), n, &a, 0) }.map(|_| ()))?;

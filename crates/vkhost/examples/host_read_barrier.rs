@@ -1,0 +1,203 @@
+//! What the HOST_READ barrier of a device-to-host copy costs, by form (issue 10, 4 KiB d2h).
+//! A probe in raw ash, on its own VkDevice with timeline semaphores and, where the device has
+//! it, synchronization2 (vkhost is not involved):
+//!
+//!     cargo run --release --example host_read_barrier [iters=2000] [rounds=5]
+//!
+//! On the copy-engine family's queue 0 (else the first compute family's), a pre-recorded 4 KiB
+//! copy from a DEVICE_LOCAL buffer to a HOST_VISIBLE|HOST_COHERENT one, submitted with a
+//! timeline signal and busy-polled, followed by:
+//! - `none`: nothing (not what the spec allows before the host reads the bytes);
+//! - `v1 global`: vkCmdPipelineBarrier TRANSFER→HOST, TRANSFER_WRITE→HOST_READ (vkhost's);
+//! - `v1 buffer`: the same as a buffer memory barrier over the 4 KiB;
+//! - `v2 copy`: vkCmdPipelineBarrier2 COPY→HOST, TRANSFER_WRITE→HOST_READ;
+//! - `v2 all`: vkCmdPipelineBarrier2 ALL_TRANSFER→HOST, MEMORY_WRITE→HOST_READ;
+//! - `h2d`: the copy the other way, no barrier (for scale).
+//!
+//! Rounds interleave the forms; each line is a round's medians, the last line their medians.
+
+use std::time::Instant;
+use vkhost::ash::{self, vk};
+
+fn main() {
+    let iters: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2000).max(10);
+    let rounds: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(5).max(1);
+    // SAFETY (whole block): plain Vulkan calls on objects created here, used by this thread
+    // only; a command buffer is resubmitted only after its previous submission completed.
+    unsafe {
+        let entry = ash::Entry::load().expect("loader");
+        let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_3);
+        let instance = entry.create_instance(&vk::InstanceCreateInfo::default().application_info(&app), None).expect("instance");
+        let pds = instance.enumerate_physical_devices().expect("devices");
+        let pd = *pds
+            .iter()
+            .find(|&&p| instance.get_physical_device_properties(p).device_type == vk::PhysicalDeviceType::DISCRETE_GPU)
+            .unwrap_or(&pds[0]);
+        let props = instance.get_physical_device_properties(pd);
+        println!(
+            "device: {:?}, API {}.{}",
+            props.device_name_as_c_str().unwrap_or_default(),
+            vk::api_version_major(props.api_version),
+            vk::api_version_minor(props.api_version)
+        );
+        let mut f13 = vk::PhysicalDeviceVulkan13Features::default();
+        let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut f13);
+        instance.get_physical_device_features2(pd, &mut f2);
+        let sync2 = f13.synchronization2 == vk::TRUE && props.api_version >= vk::API_VERSION_1_3;
+        println!("synchronization2: {}", if sync2 { "yes" } else { "no (v2 rows skipped)" });
+        let fams = instance.get_physical_device_queue_family_properties(pd);
+        let fam = (0..fams.len() as u32)
+            .find(|&f| {
+                let fl = fams[f as usize].queue_flags;
+                fl.contains(vk::QueueFlags::TRANSFER) && !fl.intersects(vk::QueueFlags::COMPUTE | vk::QueueFlags::GRAPHICS)
+            })
+            .or_else(|| (0..fams.len() as u32).find(|&f| fams[f as usize].queue_flags.contains(vk::QueueFlags::COMPUTE)))
+            .expect("a queue family");
+        println!("queue family {fam} ({:?})", fams[fam as usize].queue_flags);
+        let prio = [1.0f32];
+        let qci = [vk::DeviceQueueCreateInfo::default().queue_family_index(fam).queue_priorities(&prio)];
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
+        let mut f13on = vk::PhysicalDeviceVulkan13Features::default().synchronization2(sync2);
+        let mut dci = vk::DeviceCreateInfo::default().queue_create_infos(&qci).push_next(&mut f12);
+        if props.api_version >= vk::API_VERSION_1_3 {
+            dci = dci.push_next(&mut f13on);
+        }
+        let device = instance.create_device(pd, &dci, None).expect("device");
+        let queue = device.get_device_queue(fam, 0);
+        let mem = instance.get_physical_device_memory_properties(pd);
+        let pick = |bits: u32, want: vk::MemoryPropertyFlags, avoid: vk::MemoryPropertyFlags| {
+            (0..mem.memory_type_count)
+                .find(|&i| {
+                    bits & (1 << i) != 0
+                        && mem.memory_types[i as usize].property_flags.contains(want)
+                        && !mem.memory_types[i as usize].property_flags.intersects(avoid)
+                })
+                .or_else(|| {
+                    (0..mem.memory_type_count).find(|&i| bits & (1 << i) != 0 && mem.memory_types[i as usize].property_flags.contains(want))
+                })
+                .expect("memory type")
+        };
+        let n: u64 = 4096;
+        let mk = |host: bool| {
+            let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
+            let b = device.create_buffer(&vk::BufferCreateInfo::default().size(n).usage(usage), None).unwrap();
+            let req = device.get_buffer_memory_requirements(b);
+            let t = if host {
+                pick(
+                    req.memory_type_bits,
+                    vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT,
+                    vk::MemoryPropertyFlags::DEVICE_LOCAL,
+                )
+            } else {
+                pick(req.memory_type_bits, vk::MemoryPropertyFlags::DEVICE_LOCAL, vk::MemoryPropertyFlags::HOST_VISIBLE)
+            };
+            let m =
+                device.allocate_memory(&vk::MemoryAllocateInfo::default().allocation_size(req.size).memory_type_index(t), None).unwrap();
+            device.bind_buffer_memory(b, m, 0).unwrap();
+            (b, m)
+        };
+        let (hb, hm) = mk(true);
+        let (db, dm) = mk(false);
+        let pool = device.create_command_pool(&vk::CommandPoolCreateInfo::default().queue_family_index(fam), None).unwrap();
+        let names = ["none", "v1 global", "v1 buffer", "v2 copy", "v2 all", "h2d"];
+        let forms: Vec<usize> = (0..names.len()).filter(|&k| sync2 || !(3..=4).contains(&k)).collect();
+        let cbs = device
+            .allocate_command_buffers(&vk::CommandBufferAllocateInfo::default().command_pool(pool).command_buffer_count(names.len() as u32))
+            .unwrap();
+        let (src1, dst1) = (vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::HOST);
+        for &k in &forms {
+            let cb = cbs[k];
+            device.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default()).unwrap();
+            let region = [vk::BufferCopy { src_offset: 0, dst_offset: 0, size: n }];
+            if k == 5 {
+                device.cmd_copy_buffer(cb, hb, db, &region);
+            } else {
+                device.cmd_copy_buffer(cb, db, hb, &region);
+            }
+            match k {
+                1 => {
+                    let b = vk::MemoryBarrier::default()
+                        .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+                        .dst_access_mask(vk::AccessFlags::HOST_READ);
+                    device.cmd_pipeline_barrier(cb, src1, dst1, vk::DependencyFlags::empty(), &[b], &[], &[]);
+                }
+                2 => {
+                    let b = vk::BufferMemoryBarrier::default()
+                        .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+                        .dst_access_mask(vk::AccessFlags::HOST_READ)
+                        .src_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
+                        .dst_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
+                        .buffer(hb)
+                        .offset(0)
+                        .size(n);
+                    device.cmd_pipeline_barrier(cb, src1, dst1, vk::DependencyFlags::empty(), &[], &[b], &[]);
+                }
+                3 | 4 => {
+                    let (stage, access) = if k == 3 {
+                        (vk::PipelineStageFlags2::COPY, vk::AccessFlags2::TRANSFER_WRITE)
+                    } else {
+                        (vk::PipelineStageFlags2::ALL_TRANSFER, vk::AccessFlags2::MEMORY_WRITE)
+                    };
+                    let b = [vk::MemoryBarrier2::default()
+                        .src_stage_mask(stage)
+                        .src_access_mask(access)
+                        .dst_stage_mask(vk::PipelineStageFlags2::HOST)
+                        .dst_access_mask(vk::AccessFlags2::HOST_READ)];
+                    device.cmd_pipeline_barrier2(cb, &vk::DependencyInfo::default().memory_barriers(&b));
+                }
+                _ => {}
+            }
+            device.end_command_buffer(cb).unwrap();
+        }
+        let mut ti = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(0);
+        let sem = device.create_semaphore(&vk::SemaphoreCreateInfo::default().push_next(&mut ti), None).unwrap();
+        let mut value = 0u64;
+        let mut once = |cb: vk::CommandBuffer| {
+            value += 1;
+            let (cbi, vals, sems) = ([cb], [value], [sem]);
+            let mut tsi = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&vals);
+            let si = vk::SubmitInfo::default().command_buffers(&cbi).signal_semaphores(&sems).push_next(&mut tsi);
+            let t = Instant::now();
+            device.queue_submit(queue, &[si], vk::Fence::null()).unwrap();
+            while device.get_semaphore_counter_value(sem).unwrap() < value {}
+            t.elapsed().as_secs_f64() * 1e6
+        };
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        for &k in &forms {
+            for _ in 0..50 {
+                once(cbs[k]);
+            }
+        }
+        print!("{:<6}", "round");
+        for &k in &forms {
+            print!(" {:>10}", names[k]);
+        }
+        println!("   (median us of {iters})");
+        let mut all: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+        for r in 1..=rounds {
+            print!("{r:<6}");
+            for &k in &forms {
+                let m = median((0..iters).map(|_| once(cbs[k])).collect());
+                all[k].push(m);
+                print!(" {m:>10.2}");
+            }
+            println!();
+        }
+        print!("{:<6}", "median");
+        for &k in &forms {
+            print!(" {:>10.2}", median(all[k].clone()));
+        }
+        println!();
+        device.destroy_semaphore(sem, None);
+        device.destroy_command_pool(pool, None);
+        for (b, m) in [(hb, hm), (db, dm)] {
+            device.destroy_buffer(b, None);
+            device.free_memory(m, None);
+        }
+        device.destroy_device(None);
+        instance.destroy_instance(None);
+    }
+}
