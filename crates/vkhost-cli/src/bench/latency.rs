@@ -73,29 +73,71 @@ pub(super) fn latency(cx: &mut Ctx, dirs: &[DirKind], mem: &mut Mem) -> Result<(
     Ok(())
 }
 
+/// The floor testcases' memory: a pinned block and a device buffer of the largest floor size,
+/// allocated with the sweep's memory, as [`Mem`] is.
+pub(super) struct FloorMem {
+    host: PinnedBuffer,
+    dbuf: vkhost::DeviceBuffer,
+}
+
+impl FloorMem {
+    pub(super) fn new(dev: &vkhost::Device) -> Result<FloorMem> {
+        let max = *FLOOR_SIZES.iter().max().unwrap_or(&4096) as usize;
+        Ok(FloorMem { host: PinnedBuffer::new(dev, max)?, dbuf: dev.alloc_buffer(max)? })
+    }
+}
+
+/// Rounds of the floor testcases: the floor and vkhost's copy alternate this many times, so
+/// that a change of the device's state within the process (seen on the H200: every 4 KiB copy
+/// from 13 to 43 us between the start and the end of one run) hits both alike.
+const FLOOR_ROUNDS: usize = 5;
+
 /// `latency_floor_host_to_device`, `latency_floor_device_to_host`: `Device::copy_floor` at
-/// `FLOOR_SIZES`, the same number of timed runs as a latency point. Its buffers are the
-/// library's own, so the point moves no bytes of the bench's and is not verified. The note
-/// gives the queue and how much more the sweep's synchronous copy of the same size and
-/// direction from pinned memory took (the `_ce` point, when the run measured it): vkhost's own
-/// cost over the device's.
-pub(super) fn floor(cx: &mut Ctx, dirs: &[DirKind]) -> Result<()> {
+/// `FLOOR_SIZES`, in [`FLOOR_ROUNDS`] rounds alternated with the `_ce` testcase's own call on
+/// the same size and direction (`host::copy_to_device` from a pinned block, or
+/// `DeviceBuffer::read` into one), at least [`MIN_ITERS`] timed runs of each. The floor's
+/// buffers are the library's own, so the point moves no bytes of the bench's and is not
+/// verified. The note and `extra` give the queue and vkhost's copy's median over the floor's:
+/// vkhost's own cost per copy, measured side by side.
+pub(super) fn floor(cx: &mut Ctx, dirs: &[DirKind], mem: &mut FloorMem) -> Result<()> {
+    let dev = cx.dev.clone();
+    let FloorMem { host, dbuf } = mem;
+    host.fill(0x5A);
     for &size in &FLOOR_SIZES {
         for &dir in dirs {
             if super::interrupted() {
                 return Ok(());
             }
             cx.pb.set_message(format!("latency floor {} {}", dir.name(), size_label(size)));
-            let iters = cx.iters.max(MIN_ITERS);
-            let f = cx.dev.copy_floor(dir == DirKind::H2d, size, iters)?;
-            let secs: Vec<f64> = f.times.iter().map(|t| t.as_secs_f64()).collect();
-            let s = crate::stats::summarize(&secs).ok_or("no samples")?;
-            let mut p = point("vulkan", "latency", "floor", dir.name(), size, size, s);
-            let ce = cx.points.iter().find(|q| q.kind == "copy" && q.path == "pinned" && q.dir == dir.name() && q.size == size && !q.sm);
-            p.note = match ce {
-                Some(q) => format!("{:?} queue; {} {:+.1} us", f.queue, q.testcase(), (q.s.median - s.median) * 1e6),
-                None => format!("{:?} queue", f.queue),
+            let n = size as usize;
+            let per = cx.iters.max(MIN_ITERS).div_ceil(FLOOR_ROUNDS);
+            let mut copy = || -> Result<f64> {
+                let t = std::time::Instant::now();
+                match dir {
+                    // SAFETY: the pinned block holds `n` bytes and outlives the call.
+                    DirKind::H2d => unsafe { vkhost::host::copy_to_device(&dev, host.as_ptr(), n, dbuf, 0) }.map(|_| ())?,
+                    _ => dbuf.read(0, &mut host[..n])?,
+                }
+                Ok(t.elapsed().as_secs_f64())
             };
+            copy()?; // warm-up: the copy's recorded commands
+            let (mut floor, mut ours, mut queue) = (Vec::new(), Vec::new(), None);
+            for _ in 0..FLOOR_ROUNDS {
+                let f = dev.copy_floor(dir == DirKind::H2d, size, per)?;
+                floor.extend(f.times.iter().map(|t| t.as_secs_f64()));
+                queue = Some(f.queue);
+                for _ in 0..per {
+                    ours.push(copy()?);
+                }
+            }
+            let s = crate::stats::summarize(&floor).ok_or("no samples")?;
+            let mine = crate::stats::summarize(&ours).ok_or("no samples")?;
+            let over = (mine.median - s.median) * 1e6;
+            let mut p = point("vulkan", "latency", "floor", dir.name(), size, size, s);
+            let ce = if dir == DirKind::H2d { "host_to_device_ce" } else { "device_to_host_ce" };
+            let queue = queue.map(|q| format!("{q:?}")).unwrap_or_default();
+            p.note = format!("{queue} queue; vkhost's {ce} copy {:.1} us, {over:+.1} over it", mine.median * 1e6);
+            p.extra = serde_json::json!({ "queue": queue, "vkhost_median_s": mine.median, "vkhost_over_floor_us": over });
             cx.push(p);
         }
     }

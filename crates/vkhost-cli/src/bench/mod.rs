@@ -577,6 +577,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         cx.scratch = (vec![0u8; max], vec![0u8; max]);
     }
     let mut lat_mem = (!lat.is_empty() && !interrupted()).then(|| latency::Mem::new(&dev));
+    let mut floor_mem = (!floor.is_empty() && !interrupted()).then(|| latency::FloorMem::new(&dev));
     let mut small_mem = (!small.is_empty() && !interrupted()).then(|| small_async::Mem::new(&dev));
     // A failed cost (alone, in this process) ends the run, after the sweep's registrations are
     // released below.
@@ -621,8 +622,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
     }
     // Right after the latency testcase, which it is the floor of (and of the sweep's `_ce` points).
-    if !floor.is_empty() && !interrupted() {
-        if let Err(e) = latency::floor(&mut cx, &floor) {
+    if let Some(mem) = floor_mem.as_mut().filter(|_| !interrupted()) {
+        if let Err(e) = mem.as_mut().map_err(|e| e.to_string()).and_then(|m| latency::floor(&mut cx, &floor, m).map_err(|e| e.to_string()))
+        {
             notes.push(format!("latency floor: skipped ({e})"));
         }
     }
@@ -631,7 +633,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             notes.push(format!("small-async: skipped ({e})"));
         }
     }
-    drop((lat_mem, small_mem));
+    drop((lat_mem, floor_mem, small_mem));
     cx.pb.finish_and_clear();
     if interrupted() {
         notes.push("interrupted (Ctrl-C): the points measured so far are reported".into());
