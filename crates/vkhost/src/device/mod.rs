@@ -1986,9 +1986,10 @@ impl Device {
     /// lookup, recording or ownership: what the device and the driver alone cost, so that
     /// [`DeviceBuffer::write`](crate::DeviceBuffer::write) and
     /// [`read`](crate::DeviceBuffer::read) of the same size show vkhost's own cost on top
-    /// (`vkhost bench`'s `copy_floor` testcase; docs/PERFORMANCE.md). On the H200 (2026-12-04) a
-    /// 4 KiB copy's floor was 12.0-12.3 us host to device and 12.8-13.2 us device to host, of
-    /// which 1.6-1.9 us is that barrier; `DeviceBuffer::write`/`read` took 0.5-0.9 us more.
+    /// (`vkhost bench`'s `latency_floor_*` testcases; docs/PERFORMANCE.md). On the H200
+    /// (2026-12-04, ten processes) a 4 KiB copy's floor was 11.6-12.7 us host to device and
+    /// 12.5-13.7 us device to host, 1.6-2.0 us of which is that barrier (no form of it is
+    /// cheaper there); `DeviceBuffer::write`/`read` took 0.4-1.0 us more.
     ///
     /// The two buffers are allocated for the call and released before it returns.
     ///
