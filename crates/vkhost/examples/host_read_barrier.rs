@@ -17,7 +17,10 @@
 //! Rounds interleave the forms; each line is a round's medians, the last line their medians.
 
 use std::time::Instant;
-use vkhost::ash::{self, vk};
+use vkhost::ash::vk;
+
+#[path = "support/raw.rs"]
+mod raw;
 
 fn main() {
     let iters: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2000).max(10);
@@ -25,14 +28,7 @@ fn main() {
     // SAFETY (whole block): plain Vulkan calls on objects created here, used by this thread
     // only; a command buffer is resubmitted only after its previous submission completed.
     unsafe {
-        let entry = ash::Entry::load().expect("loader");
-        let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_3);
-        let instance = entry.create_instance(&vk::InstanceCreateInfo::default().application_info(&app), None).expect("instance");
-        let pds = instance.enumerate_physical_devices().expect("devices");
-        let pd = *pds
-            .iter()
-            .find(|&&p| instance.get_physical_device_properties(p).device_type == vk::PhysicalDeviceType::DISCRETE_GPU)
-            .unwrap_or(&pds[0]);
+        let (_entry, instance, pd) = raw::instance_and_gpu(vk::API_VERSION_1_3);
         let props = instance.get_physical_device_properties(pd);
         println!(
             "device: {:?}, API {}.{}",
@@ -64,40 +60,9 @@ fn main() {
         }
         let device = instance.create_device(pd, &dci, None).expect("device");
         let queue = device.get_device_queue(fam, 0);
-        let mem = instance.get_physical_device_memory_properties(pd);
-        let pick = |bits: u32, want: vk::MemoryPropertyFlags, avoid: vk::MemoryPropertyFlags| {
-            (0..mem.memory_type_count)
-                .find(|&i| {
-                    bits & (1 << i) != 0
-                        && mem.memory_types[i as usize].property_flags.contains(want)
-                        && !mem.memory_types[i as usize].property_flags.intersects(avoid)
-                })
-                .or_else(|| {
-                    (0..mem.memory_type_count).find(|&i| bits & (1 << i) != 0 && mem.memory_types[i as usize].property_flags.contains(want))
-                })
-                .expect("memory type")
-        };
         let n: u64 = 4096;
-        let mk = |host: bool| {
-            let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
-            let b = device.create_buffer(&vk::BufferCreateInfo::default().size(n).usage(usage), None).unwrap();
-            let req = device.get_buffer_memory_requirements(b);
-            let t = if host {
-                pick(
-                    req.memory_type_bits,
-                    vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT,
-                    vk::MemoryPropertyFlags::DEVICE_LOCAL,
-                )
-            } else {
-                pick(req.memory_type_bits, vk::MemoryPropertyFlags::DEVICE_LOCAL, vk::MemoryPropertyFlags::HOST_VISIBLE)
-            };
-            let m =
-                device.allocate_memory(&vk::MemoryAllocateInfo::default().allocation_size(req.size).memory_type_index(t), None).unwrap();
-            device.bind_buffer_memory(b, m, 0).unwrap();
-            (b, m)
-        };
-        let (hb, hm) = mk(true);
-        let (db, dm) = mk(false);
+        let (hb, hm) = raw::transfer_buffer(&instance, pd, &device, n, true);
+        let (db, dm) = raw::transfer_buffer(&instance, pd, &device, n, false);
         let pool = device.create_command_pool(&vk::CommandPoolCreateInfo::default().queue_family_index(fam), None).unwrap();
         let names = ["none", "v1 global", "v1 buffer", "v2 copy", "v2 all", "h2d"];
         let forms: Vec<usize> = (0..names.len()).filter(|&k| sync2 || !(3..=4).contains(&k)).collect();
