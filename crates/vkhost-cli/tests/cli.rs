@@ -876,6 +876,15 @@ fn outputs_through_a_symlink_are_one_file() {
 fn huge_iters_within_a_budget_do_not_abort() {
     let o = vkhost(&["bench", "--sizes", "4K", "-t", "host_to_device_ce", "--iters", "4294967295", "--budget", "0.01"]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    // The floor testcases too: at least 50 runs of each point, then the budget (they ran every
+    // `--iters`, hours).
+    let j = tmp("floor-budget.json");
+    let o = vkhost(&["bench", "-t", "latency_floor", "--iters", "4294967295", "--budget", "0.01", "--json", j.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    for r in json_of(&j)["results"].as_array().unwrap() {
+        let n = r["iters"].as_u64().unwrap();
+        assert!((50..1000).contains(&n), "{r}");
+    }
 }
 
 /// A size named twice is measured once (it gave two points of one identity, which `--compare`

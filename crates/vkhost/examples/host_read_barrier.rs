@@ -1,6 +1,6 @@
 //! What the HOST_READ barrier of a device-to-host copy costs, by form (issue 10, 4 KiB d2h).
-//! A probe in raw ash, on its own VkDevice with timeline semaphores and, where the device has
-//! it, synchronization2 (vkhost is not involved):
+//! A probe in raw ash, on its own VkDevice with timeline semaphores (Vulkan 1.2 or later) and,
+//! where the device has it (Vulkan 1.3), synchronization2 (vkhost is not involved):
 //!
 //!     cargo run --release --example host_read_barrier [iters=2000] [rounds=5]
 //!

@@ -46,8 +46,10 @@ struct Raw {
 
 impl Raw {
     /// # Safety
-    /// `device` is vkhost's live device, (`family`, `index`) one of its queues that nothing
-    /// else submits to while this exists, and the buffers are live and hold `LEN` bytes.
+    /// `device` is vkhost's live device and (`family`, `index`) one of its queues; the queue is
+    /// externally synchronized: no vkhost call that may submit runs while this submits (vkhost
+    /// guards its queues with its own locks, which this code does not take); the buffers are
+    /// live and hold `LEN` bytes.
     unsafe fn new(device: &vkhost::ash::Device, family: u32, index: u32, host: vk::Buffer, host_off: u64, dev: vk::Buffer) -> Raw {
         // SAFETY: the caller's contract; plain object creation and recording.
         unsafe {
@@ -98,7 +100,7 @@ impl Raw {
         let si = vk::SubmitInfo::default().command_buffers(&cbi).signal_semaphores(&sems).push_next(&mut ti);
         let t = Instant::now();
         // SAFETY: the command buffer's previous submission completed (polled below before this
-        // returns); the queue is used by this thread only (`new`'s contract).
+        // returns); no vkhost call runs meanwhile (`new`'s contract).
         unsafe {
             self.device.queue_submit(self.queue, &[si], vk::Fence::null()).unwrap();
             while self.device.get_semaphore_counter_value(self.timeline).unwrap() < self.value {}
@@ -137,9 +139,10 @@ fn main() -> vkhost::Result<()> {
         queues.push((QueueKind::Copy, f, i));
     }
     queues.push((QueueKind::Compute, raw.compute_family, raw.compute_queue_index));
-    // SAFETY: vkhost's live device and queues; this thread is the only one that submits (vkhost
-    // submits only inside the calls below, made from this thread between raw submissions); the
-    // buffers live until the end of main, after the Raws drop.
+    // SAFETY: vkhost's live device and queues; this thread is the only one that submits, and
+    // vkhost submits only inside the calls below, made from this thread between raw submissions
+    // (never during one: each is polled to completion); the buffers live until the end of
+    // main, after the Raws drop.
     let mut raws: Vec<Raw> =
         queues.iter().map(|&(_, f, i)| unsafe { Raw::new(&raw.device, f, i, mem.buffer, mem.offset, buf.raw()) }).collect();
     // [queue][command buffer] and vkhost [dir]: one median per round.

@@ -479,7 +479,7 @@ fn copy_floor_times_the_chosen_queue_and_leaves_copies_working() {
             round_trip(&mut p, &mut back, 2 + len as u8 + to_device as u8);
         }
     }
-    for (len, iters) in [(0, 5), (4096, 0)] {
+    for (len, iters) in [(0, 5), (4096, 0), (4096, vkhost::CopyFloor::MAX_ITERS + 1), (4096, usize::MAX)] {
         match d.copy_floor(true, len, iters) {
             Err(Error::InvalidArgument { .. }) => {}
             other => panic!("copy_floor({len}, {iters}): {other:?}"),
@@ -489,5 +489,17 @@ fn copy_floor_times_the_chosen_queue_and_leaves_copies_working() {
     let now = d.live_objects();
     assert_eq!((now.buffers, now.memories), (objects.buffers, objects.memories), "the floor's buffers are released");
     drop((p, back, buf));
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
+}
+
+/// With `copy_queue: Compute` every synchronous copy takes the compute queue, and so does the
+/// floor, whatever a later `measure_copy_queues` chose.
+#[test]
+fn copy_floor_follows_the_copy_queue_option() {
+    let Some(d) = device_with(OpenOptions { copy_queue: vkhost::QueueKind::Compute, ..opts() }) else { return };
+    d.measure_copy_queues().unwrap();
+    for to_device in [true, false] {
+        assert_eq!(d.copy_floor(to_device, 4096, 3).unwrap().queue, vkhost::QueueKind::Compute);
+    }
     assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
 }

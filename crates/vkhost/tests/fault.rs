@@ -136,13 +136,7 @@ fn fault_stream_work() {
 /// `finish` destroys the device validation-clean), and the next one works.
 #[test]
 fn fault_copy_floor() {
-    fn op(e: &mut Env) -> vkhost::Result<()> {
-        let up = e.dev.copy_floor(true, 4096, 2)?;
-        let down = e.dev.copy_floor(false, 4096, 2)?;
-        assert_eq!((up.times.len(), down.times.len()), (2, 2));
-        Ok(())
-    }
-    let at = sweep_with("copy_floor", op, &fopts());
+    let at = sweep_with("copy_floor", op_floor, &fopts());
     for p in [Point::AllocateMemory, Point::QueueSubmit, Point::WaitSemaphores] {
         assert!(at.get(&p).is_some_and(|&n| n > 0), "copy_floor: no fault at {p:?}: {at:?}");
     }

@@ -33,6 +33,7 @@ fn cases() -> Vec<(&'static str, Op, OpenOptions)> {
         ("direct copies", op_direct, fopts()),
         ("mixed copies", op_mixed, fopts()),
         ("stream work", op_stream, fopts()),
+        ("copy_floor", op_floor, fopts()),
         ("launch (push)", op_launch, launch_opts(true)),
         ("launch (sets)", op_launch, launch_opts(false)),
     ]

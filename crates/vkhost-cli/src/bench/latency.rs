@@ -87,18 +87,20 @@ impl FloorMem {
     }
 }
 
-/// Rounds of the floor testcases: the floor and vkhost's copy alternate this many times, so
-/// that a change of the device's state within the process (seen on the H200: every 4 KiB copy
-/// from 13 to 43 us between the start and the end of one run) hits both alike.
-const FLOOR_ROUNDS: usize = 5;
+/// Timed runs of the floor, and of vkhost's copy, per round: the floor and vkhost's copy
+/// alternate in rounds of this many (five rounds at the default `--iters`), so that a change of
+/// the device's state within the process (seen on the H200: every 4 KiB copy from 13 to 43 us
+/// between the start and the end of one run) hits both alike.
+const FLOOR_ROUND: usize = 10;
 
 /// `latency_floor_host_to_device`, `latency_floor_device_to_host`: `Device::copy_floor` at
-/// `FLOOR_SIZES`, in [`FLOOR_ROUNDS`] rounds alternated with the `_ce` testcase's own call on
-/// the same size and direction (`host::copy_to_device` from a pinned block, or
-/// `DeviceBuffer::read` into one), at least [`MIN_ITERS`] timed runs of each. The floor's
-/// buffers are the library's own, so the point moves no bytes of the bench's and is not
-/// verified. The note and `extra` give the queue and vkhost's copy's median over the floor's:
-/// vkhost's own cost per copy, measured side by side.
+/// `FLOOR_SIZES`, in rounds of [`FLOOR_ROUND`] alternated with the `_ce` testcase's own call
+/// on the same size and direction (`host::copy_to_device` from a pinned block, or
+/// `DeviceBuffer::read` into one): `--iters` timed runs of each, at least [`MIN_ITERS`], and
+/// no new round once `--budget` ran out past those. The floor's buffers are the library's
+/// own, so the point moves no bytes of the bench's and is not verified. The note and `extra`
+/// give the queue and vkhost's copy's median over the floor's: vkhost's own cost per copy,
+/// measured side by side.
 pub(super) fn floor(cx: &mut Ctx, dirs: &[DirKind], mem: &mut FloorMem) -> Result<()> {
     let dev = cx.dev.clone();
     let FloorMem { host, dbuf } = mem;
@@ -110,7 +112,6 @@ pub(super) fn floor(cx: &mut Ctx, dirs: &[DirKind], mem: &mut FloorMem) -> Resul
             }
             cx.pb.set_message(format!("latency floor {} {}", dir.name(), size_label(size)));
             let n = size as usize;
-            let per = cx.iters.max(MIN_ITERS).div_ceil(FLOOR_ROUNDS);
             let mut copy = || -> Result<f64> {
                 let t = std::time::Instant::now();
                 match dir {
@@ -120,13 +121,17 @@ pub(super) fn floor(cx: &mut Ctx, dirs: &[DirKind], mem: &mut FloorMem) -> Resul
                 }
                 Ok(t.elapsed().as_secs_f64())
             };
-            copy()?; // warm-up: the copy's recorded commands
+            let want = cx.iters.max(MIN_ITERS);
             let (mut floor, mut ours, mut queue) = (Vec::new(), Vec::new(), None);
-            for _ in 0..FLOOR_ROUNDS {
-                let f = dev.copy_floor(dir == DirKind::H2d, size, per)?;
+            let start = std::time::Instant::now();
+            while floor.len() < want && (floor.len() < MIN_ITERS || start.elapsed() < cx.budget) {
+                let k = FLOOR_ROUND.min(want - floor.len());
+                let f = dev.copy_floor(dir == DirKind::H2d, size, k)?;
                 floor.extend(f.times.iter().map(|t| t.as_secs_f64()));
                 queue = Some(f.queue);
-                for _ in 0..per {
+                // Untimed: the floor's buffers went, so the copy records its commands again.
+                copy()?;
+                for _ in 0..k {
                     ours.push(copy()?);
                 }
             }
@@ -134,6 +139,7 @@ pub(super) fn floor(cx: &mut Ctx, dirs: &[DirKind], mem: &mut FloorMem) -> Resul
             let mine = crate::stats::summarize(&ours).ok_or("no samples")?;
             let over = (mine.median - s.median) * 1e6;
             let mut p = point("vulkan", "latency", "floor", dir.name(), size, size, s);
+            p.warmup = 3; // per round: `copy_floor`'s untimed submissions
             let ce = if dir == DirKind::H2d { "host_to_device_ce" } else { "device_to_host_ce" };
             let queue = queue.map(|q| format!("{q:?}")).unwrap_or_default();
             p.note = format!("{queue} queue; vkhost's {ce} copy {:.1} us, {over:+.1} over it", mine.median * 1e6);

@@ -494,6 +494,15 @@ pub struct CopyFloor {
 }
 
 impl CopyFloor {
+    /// The most iterations [`Device::copy_floor`](super::Device::copy_floor) takes in one call.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// assert_eq!(vkhost::CopyFloor::MAX_ITERS, 100_000);
+    /// ```
+    pub const MAX_ITERS: usize = 100_000;
+
     /// The median time (the upper middle for an even count).
     ///
     /// # Example
@@ -529,37 +538,43 @@ impl CopyFloor {
 
 /// [`Device::copy_floor`](super::Device::copy_floor): a pinned-type buffer and a device buffer
 /// of the type [`crate::DeviceBuffer`]s get, `len` bytes each, then [`submit::floor`] on the
-/// queue the choice gives, and both buffers released.
+/// queue a synchronous copy of that size and direction takes, and both buffers released
+/// (also when this unwinds).
 pub(crate) fn floor(s: &Shared, l: &Live, to_device: bool, len: u64, iters: usize) -> Result<CopyFloor> {
     let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
-    let kind = s.copy_choice.get().queue_for(to_device, len);
-    let host = s.alloc_bound(l, len, usage, memtype::pinned, false)?;
+    let dir = if to_device { Dir::ToDevice } else { Dir::ToHost };
+    // As `submit::execute` picks (the bulk-both-ways exception aside: the floor runs alone).
+    let kind = match s.options.copy_queue {
+        QueueKind::Compute => QueueKind::Compute,
+        QueueKind::Copy => s.copy_choice.pick(dir, len),
+    };
+    /// A buffer of ours, released when dropped: on every path out, unwinding included, and
+    /// only after `submit::floor` returned, which leaves nothing running that names it.
+    struct Owned<'a> {
+        s: &'a Shared,
+        l: &'a Live,
+        b: super::Bound,
+    }
+    impl Drop for Owned<'_> {
+        fn drop(&mut self) {
+            // SAFETY: ours, released once; nothing pending names it (see the type's docs).
+            unsafe { self.s.release_bound(self.l, self.b.buffer, self.b.memory) };
+        }
+    }
+    let host = Owned { s, l, b: s.alloc_bound(l, len, usage, memtype::pinned, false)? };
     let mapped = s.mapped_buffers.then(|| s.alloc_bound(l, len, usage, memtype::device_mapped, false));
     let dev = match mapped {
-        Some(Ok(b)) => Ok(b),
-        Some(Err(crate::Error::Unsupported { .. })) | None => s.alloc_bound(l, len, usage, memtype::device_local, false),
-        Some(Err(e)) => Err(e),
+        Some(Ok(b)) => b,
+        Some(Err(crate::Error::Unsupported { .. })) | None => s.alloc_bound(l, len, usage, memtype::device_local, false)?,
+        Some(Err(e)) => return Err(e),
     };
-    let dev = match dev {
-        Ok(b) => b,
-        Err(e) => {
-            // SAFETY: a fresh object of ours, never used.
-            unsafe { s.release_bound(l, host.buffer, host.memory) };
-            return Err(e);
-        }
-    };
-    let dir = if to_device { Dir::ToDevice } else { Dir::ToHost };
+    let dev = Owned { s, l, b: dev };
     // SAFETY: both buffers are ours, made above with transfer usage and `len` bytes, used by
-    // nothing else, and released below only after `floor` returned (it waits for whatever it
-    // submitted, on every path).
-    let r = unsafe { submit::floor(s, l, dir, dev.buffer, host.buffer, len, kind, iters) };
-    // SAFETY: nothing pending names them any more (above); released once.
-    unsafe {
-        s.release_bound(l, dev.buffer, dev.memory);
-        s.release_bound(l, host.buffer, host.memory);
-    }
-    let times = r?.into_iter().map(std::time::Duration::from_secs_f64).collect();
-    Ok(CopyFloor { queue: kind, len, to_device, times })
+    // nothing else, and released (when `dev` and `host` drop) only after `floor` returned,
+    // which waits for whatever it submitted on every path, unwinding included.
+    let times = unsafe { submit::floor(s, l, dir, dev.b.buffer, host.b.buffer, len, kind, iters) }?;
+    drop((dev, host));
+    Ok(CopyFloor { queue: kind, len, to_device, times: times.into_iter().map(std::time::Duration::from_secs_f64).collect() })
 }
 
 #[cfg(test)]

@@ -754,16 +754,32 @@ pub(crate) unsafe fn host_read_barrier(d: &ash::Device, cmd: vk::CommandBuffer) 
     unsafe { d.cmd_pipeline_barrier(cmd, src, dst, vk::DependencyFlags::empty(), &[b], &[], &[]) };
 }
 
-/// Seconds of each of `iters` submissions (after 3 untimed ones) of one pre-recorded copy of
-/// `len` bytes in `dir` between `host` and `dev` (both from offset 0) on one of `kind`'s
-/// contexts: submit, then the wait every synchronous copy does (a poll of the timeline or
-/// fence, then a block). Device-to-host copies end with the TRANSFER→HOST_READ barrier the
-/// spec requires before the host reads what the device wrote, as every d2h copy of vkhost's
-/// does. Nothing else of a copy's work: no planning, no lookup, no owners. What a synchronous
-/// copy of `len` bytes costs the device and the driver alone (see [`super::Device::copy_floor`]).
+/// Untimed submissions before [`floor`] times any.
+pub(crate) const FLOOR_WARMUP: usize = 3;
+
+/// Spreads threads over copy contexts: each thread's preferred context (the `prefer` of
+/// [`execute`]).
+pub(crate) fn thread_hint() -> usize {
+    thread_local! { static HINT: usize = {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as usize
+    }}
+    HINT.with(|h| *h)
+}
+
+/// Seconds of each of `iters` submissions (after [`FLOOR_WARMUP`] untimed ones) of one
+/// pre-recorded copy of `len` bytes in `dir` between `host` and `dev` (both from offset 0) on
+/// one of `kind`'s contexts (this thread's, as for a synchronous copy): submit, then the wait
+/// every synchronous copy does (a poll of the timeline or fence, then a block); on a device
+/// without timelines the fence's reset is timed too, as a copy pays it. Device-to-host copies
+/// end with the TRANSFER→HOST_READ barrier the spec requires before the host reads what the
+/// device wrote, as every d2h copy of vkhost's does. Nothing else of a copy's work: no
+/// planning, no lookup, no owners. What a synchronous copy of `len` bytes costs the device and
+/// the driver alone (see [`super::Device::copy_floor`]).
 ///
 /// The context's first command buffer is re-recorded; the next copy in that slot records its
-/// own again.
+/// own again. However this ends, unwinding included, nothing it submitted still runs when it
+/// returns.
 ///
 /// # Safety
 /// `host` and `dev` are live buffers of this device, with TRANSFER_SRC and TRANSFER_DST usage
@@ -780,7 +796,10 @@ pub(crate) unsafe fn floor(
     kind: super::QueueKind,
     iters: usize,
 ) -> Result<Vec<f64>> {
-    let mut g = acquire(s, l, 0, kind, false)?;
+    let runs = iters.checked_add(FLOOR_WARMUP).ok_or_else(|| Error::invalid("copy_floor: too many iterations"))?;
+    let mut t = Vec::new();
+    t.try_reserve_exact(iters).map_err(|_| Error::OutOfHostMemory)?;
+    let mut g = acquire(s, l, thread_hint(), kind, false)?;
     let ctx = g.ctx();
     let queue = queue_of(l, ctx.queue)?;
     let (timeline, staging) = (ctx.timeline, ctx.staging.and_then(|b| b.ptr));
@@ -806,20 +825,38 @@ pub(crate) unsafe fn floor(
         }
         d.end_command_buffer(slot.cmd).map_err(|c| s.fail("vkEndCommandBuffer", c))?;
     }
-    let mut t = Vec::with_capacity(iters);
-    for i in 0..iters + 3 {
+    /// Set while a submission has not been waited for: dropped so (an error return, or an
+    /// unwind out of a wait's log line), the queue goes idle first, quietly (no logging: the
+    /// logger may be what panicked), so that the caller may release the buffers.
+    struct InFlight<'a> {
+        l: &'a Live,
+        queue: &'a Queue,
+        armed: bool,
+    }
+    impl Drop for InFlight<'_> {
+        fn drop(&mut self) {
+            if self.armed {
+                let q = lock(&self.queue.raw);
+                // SAFETY: the queue is externally synchronized by its lock. The result is
+                // ignored: on a lost device nothing runs any more either way.
+                let _ = unsafe { self.l.device.queue_wait_idle(*q) };
+            }
+        }
+    }
+    let mut in_flight = InFlight { l, queue, armed: false };
+    for i in 0..runs {
         let value = ctx.next + 1;
         let cmds = [slot.cmd];
         let (sig, vals) = ([timeline.unwrap_or_default()], [value]);
         let mut tsi = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&vals);
         let mut si = vk::SubmitInfo::default().command_buffers(&cmds);
+        let t0 = Instant::now();
         if timeline.is_some() {
             si = si.signal_semaphores(&sig).push_next(&mut tsi);
         } else {
             // SAFETY: the slot's fence is idle (its last submission was waited on).
             unsafe { d.reset_fences(&[slot.fence]) }.map_err(|c| s.fail("vkResetFences", c))?;
         }
-        let t0 = Instant::now();
         fault::check(Point::QueueSubmit).map_err(|c| s.fail("vkQueueSubmit", c))?;
         {
             let q = lock(&queue.raw);
@@ -827,24 +864,16 @@ pub(crate) unsafe fn floor(
             // recorded and idle, the timeline value above every value the context submitted.
             unsafe { d.queue_submit(*q, &[si], slot.fence) }.map_err(|c| s.fail("vkQueueSubmit", c))?;
         }
+        in_flight.armed = true;
         if timeline.is_some() {
             ctx.next = value;
         }
-        let waited = match timeline {
-            Some(sem) => wait_timeline(s, l, sem, value, spin_for(s, len)),
-            None => wait_fence(s, l, slot.fence, spin_for(s, len)),
-        };
-        if let Err(e) = waited {
-            // Possibly still running: wait for the whole queue before the caller may free the
-            // buffers (on a lost device this returns at once, and nothing runs any more).
-            let q = lock(&queue.raw);
-            // SAFETY: the queue is externally synchronized by its lock.
-            if let Err(c) = unsafe { d.queue_wait_idle(*q) } {
-                log::warn!("{}: vkQueueWaitIdle after a failed wait: {c:?}", s.id);
-            }
-            return Err(e);
+        match timeline {
+            Some(sem) => wait_timeline(s, l, sem, value, spin_for(s, len))?,
+            None => wait_fence(s, l, slot.fence, spin_for(s, len))?,
         }
-        if i >= 3 {
+        in_flight.armed = false;
+        if i >= FLOOR_WARMUP {
             t.push(t0.elapsed().as_secs_f64());
         }
     }

@@ -1328,7 +1328,7 @@ unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer
     // SAFETY: staged host ranges are the caller's (readable or writable per the contract); the
     // direct buffers are held (and owned through `p.held`) until this returns; device ranges
     // were range-checked. `execute` never returns with work in flight.
-    let moved = unsafe { submit::execute(s, &l, dir, buf.raw(), &p.pieces, thread_hint()) }?;
+    let moved = unsafe { submit::execute(s, &l, dir, buf.raw(), &p.pieces, submit::thread_hint()) }?;
     record(s, moved.direct, moved.staged);
     Ok(path_of(&p.pieces))
 }
@@ -1382,7 +1382,7 @@ unsafe fn assisted_write(
             // by `p.held` until this iteration ends; the device range is within the checked
             // `[off, off+len)`; the stores never touch this chunk (taken once from the split).
             // `execute_on` never returns with work in flight.
-            let m = unsafe { submit::execute_on(s, l, Dir::ToDevice, buf.raw(), &p.pieces, thread_hint(), ce_queue) }?;
+            let m = unsafe { submit::execute_on(s, l, Dir::ToDevice, buf.raw(), &p.pieces, submit::thread_hint(), ce_queue) }?;
             moved.direct += m.direct;
             moved.staged += m.staged;
             let this = path_of(&p.pieces);
@@ -1434,7 +1434,7 @@ pub(crate) fn share_write(mode: crate::BarAssist, since_read: Option<std::time::
 /// This thread's number (from 1: 0 in `read_thread` is "nobody"), to tell whose read ended
 /// last.
 fn thread_number() -> u64 {
-    thread_hint() as u64 + 1
+    submit::thread_hint() as u64 + 1
 }
 
 /// How long ago the device was last reading on another thread (zero while a synchronous
@@ -1490,15 +1490,6 @@ pub(crate) fn record(s: &Shared, direct: u64, staged: u64) {
     STAGED.fetch_add(staged, Ordering::Relaxed);
     s.direct_bytes.fetch_add(direct, Ordering::Relaxed);
     s.staged_bytes.fetch_add(staged, Ordering::Relaxed);
-}
-
-/// Spreads threads over copy contexts.
-fn thread_hint() -> usize {
-    thread_local! { static HINT: usize = {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        NEXT.fetch_add(1, Ordering::Relaxed) as usize
-    }}
-    HINT.with(|h| *h)
 }
 
 /// The import probe, run at open and again by a `register` after one that could not finish (see

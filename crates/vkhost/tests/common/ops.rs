@@ -155,3 +155,11 @@ pub fn op_launch(e: &mut Env) -> vkhost::Result<()> {
     e.keep.clear();
     Ok(())
 }
+
+/// `Device::copy_floor` both ways, 4 KiB, twice each.
+pub fn op_floor(e: &mut Env) -> vkhost::Result<()> {
+    let up = e.dev.copy_floor(true, 4096, 2)?;
+    let down = e.dev.copy_floor(false, 4096, 2)?;
+    assert_eq!((up.times.len(), down.times.len()), (2, 2));
+    Ok(())
+}
