@@ -483,7 +483,8 @@ pub(crate) fn measure(s: &Shared, l: &Live) -> Result<CopyQueues> {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CopyFloor {
-    /// The queue it ran on: the one [`CopyQueues::queue_for`] gives for this direction and size.
+    /// The queue it ran on: the one a synchronous copy of this size and direction takes
+    /// ([`CopyQueues::queue_for`], or the compute queue with `OpenOptions::copy_queue: Compute`).
     pub queue: QueueKind,
     /// Bytes copied.
     pub len: u64,
