@@ -14,7 +14,8 @@ use vkhost::PinnedBuffer;
 /// noise.
 const MIN_ITERS: usize = 50;
 
-/// The latency testcases' memory: a pinned block and a device buffer of the largest size.
+/// The latency and floor testcases' memory: a pinned block and a device buffer of the largest
+/// of their sizes.
 ///
 /// Allocated with the sweep's memory, before any copy: allocated after the sweep freed its 1 GiB
 /// pinned blocks, a pinned block is slower for small copies on the H200 (4 KiB d2h 14.9 us
@@ -25,8 +26,9 @@ pub(super) struct Mem {
 }
 
 impl Mem {
-    pub(super) fn new(dev: &vkhost::Device) -> Result<Mem> {
-        let max = *LATENCY_SIZES.iter().max().unwrap_or(&4096) as usize;
+    /// For `sizes` (`LATENCY_SIZES` or `FLOOR_SIZES`).
+    pub(super) fn new(dev: &vkhost::Device, sizes: &[u64]) -> Result<Mem> {
+        let max = *sizes.iter().max().unwrap_or(&4096) as usize;
         Ok(Mem { host: PinnedBuffer::new(dev, max)?, dbuf: dev.alloc_buffer(max)? })
     }
 }
@@ -73,20 +75,6 @@ pub(super) fn latency(cx: &mut Ctx, dirs: &[DirKind], mem: &mut Mem) -> Result<(
     Ok(())
 }
 
-/// The floor testcases' memory: a pinned block and a device buffer of the largest floor size,
-/// allocated with the sweep's memory, as [`Mem`] is.
-pub(super) struct FloorMem {
-    host: PinnedBuffer,
-    dbuf: vkhost::DeviceBuffer,
-}
-
-impl FloorMem {
-    pub(super) fn new(dev: &vkhost::Device) -> Result<FloorMem> {
-        let max = *FLOOR_SIZES.iter().max().unwrap_or(&4096) as usize;
-        Ok(FloorMem { host: PinnedBuffer::new(dev, max)?, dbuf: dev.alloc_buffer(max)? })
-    }
-}
-
 /// Timed runs of the floor, and of vkhost's copy, per round: the floor and vkhost's copy
 /// alternate in rounds of this many (five rounds at the default `--iters`), so that a change of
 /// the device's state within the process (seen on the H200: every 4 KiB copy from 13 to 43 us
@@ -101,9 +89,9 @@ const FLOOR_ROUND: usize = 10;
 /// own, so the point moves no bytes of the bench's and is not verified. The note and `extra`
 /// give the queue and vkhost's copy's median over the floor's: vkhost's own cost per copy,
 /// measured side by side.
-pub(super) fn floor(cx: &mut Ctx, dirs: &[DirKind], mem: &mut FloorMem) -> Result<()> {
+pub(super) fn floor(cx: &mut Ctx, dirs: &[DirKind], mem: &mut Mem) -> Result<()> {
     let dev = cx.dev.clone();
-    let FloorMem { host, dbuf } = mem;
+    let Mem { host, dbuf } = mem;
     host.fill(0x5A);
     for &size in &FLOOR_SIZES {
         for &dir in dirs {
@@ -140,7 +128,7 @@ pub(super) fn floor(cx: &mut Ctx, dirs: &[DirKind], mem: &mut FloorMem) -> Resul
             let over = (mine.median - s.median) * 1e6;
             let mut p = point("vulkan", "latency", "floor", dir.name(), size, size, s);
             p.warmup = 3; // per round: `copy_floor`'s untimed submissions
-            let ce = if dir == DirKind::H2d { "host_to_device_ce" } else { "device_to_host_ce" };
+            let ce = super::testcase::testcase_of("copy", "pinned", dir.name(), false);
             let queue = queue.map(|q| format!("{q:?}")).unwrap_or_default();
             p.note = format!("{queue} queue; vkhost's {ce} copy {:.1} us, {over:+.1} over it", mine.median * 1e6);
             p.extra = serde_json::json!({ "queue": queue, "vkhost_median_s": mine.median, "vkhost_over_floor_us": over });

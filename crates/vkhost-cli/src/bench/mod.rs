@@ -576,8 +576,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
         cx.scratch = (vec![0u8; max], vec![0u8; max]);
     }
-    let mut lat_mem = (!lat.is_empty() && !interrupted()).then(|| latency::Mem::new(&dev));
-    let mut floor_mem = (!floor.is_empty() && !interrupted()).then(|| latency::FloorMem::new(&dev));
+    let mut lat_mem = (!lat.is_empty() && !interrupted()).then(|| latency::Mem::new(&dev, &testcase::LATENCY_SIZES));
+    let mut floor_mem = (!floor.is_empty() && !interrupted()).then(|| latency::Mem::new(&dev, &testcase::FLOOR_SIZES));
     let mut small_mem = (!small.is_empty() && !interrupted()).then(|| small_async::Mem::new(&dev));
     // A failed cost (alone, in this process) ends the run, after the sweep's registrations are
     // released below.
