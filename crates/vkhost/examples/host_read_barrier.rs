@@ -16,11 +16,13 @@
 //!
 //! Rounds interleave the forms; each line is a round's medians, the last line their medians.
 
-use std::time::Instant;
 use vkhost::ash::vk;
 
 #[path = "support/raw.rs"]
 mod raw;
+#[path = "support/timing.rs"]
+mod timing;
+use timing::median;
 
 fn main() {
     let iters: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2000).max(10);
@@ -69,7 +71,6 @@ fn main() {
         let cbs = device
             .allocate_command_buffers(&vk::CommandBufferAllocateInfo::default().command_pool(pool).command_buffer_count(names.len() as u32))
             .unwrap();
-        let (src1, dst1) = (vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::HOST);
         for &k in &forms {
             let cb = cbs[k];
             device.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default()).unwrap();
@@ -80,23 +81,8 @@ fn main() {
                 device.cmd_copy_buffer(cb, db, hb, &region);
             }
             match k {
-                1 => {
-                    let b = vk::MemoryBarrier::default()
-                        .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-                        .dst_access_mask(vk::AccessFlags::HOST_READ);
-                    device.cmd_pipeline_barrier(cb, src1, dst1, vk::DependencyFlags::empty(), &[b], &[], &[]);
-                }
-                2 => {
-                    let b = vk::BufferMemoryBarrier::default()
-                        .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-                        .dst_access_mask(vk::AccessFlags::HOST_READ)
-                        .src_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
-                        .dst_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
-                        .buffer(hb)
-                        .offset(0)
-                        .size(n);
-                    device.cmd_pipeline_barrier(cb, src1, dst1, vk::DependencyFlags::empty(), &[], &[b], &[]);
-                }
+                1 => raw::host_read_barrier(&device, cb, None),
+                2 => raw::host_read_barrier(&device, cb, Some((hb, 0, n))),
                 3 | 4 => {
                     let (stage, access) = if k == 3 {
                         (vk::PipelineStageFlags2::COPY, vk::AccessFlags2::TRANSFER_WRITE)
@@ -114,22 +100,11 @@ fn main() {
             }
             device.end_command_buffer(cb).unwrap();
         }
-        let mut ti = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(0);
-        let sem = device.create_semaphore(&vk::SemaphoreCreateInfo::default().push_next(&mut ti), None).unwrap();
+        let sem = raw::timeline(&device);
         let mut value = 0u64;
         let mut once = |cb: vk::CommandBuffer| {
             value += 1;
-            let (cbi, vals, sems) = ([cb], [value], [sem]);
-            let mut tsi = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&vals);
-            let si = vk::SubmitInfo::default().command_buffers(&cbi).signal_semaphores(&sems).push_next(&mut tsi);
-            let t = Instant::now();
-            device.queue_submit(queue, &[si], vk::Fence::null()).unwrap();
-            while device.get_semaphore_counter_value(sem).unwrap() < value {}
-            t.elapsed().as_secs_f64() * 1e6
-        };
-        let median = |mut v: Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
+            raw::submit_and_poll(&device, queue, cb, sem, value)
         };
         for &k in &forms {
             for _ in 0..50 {

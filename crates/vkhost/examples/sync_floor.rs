@@ -27,6 +27,8 @@ use std::time::Instant;
 use vkhost::ash::vk;
 use vkhost::{BarWrites, Device, OpenOptions, PinnedBuffer, QueueKind};
 
+#[path = "support/raw.rs"]
+mod raw;
 #[path = "support/timing.rs"]
 mod timing;
 use timing::median;
@@ -59,7 +61,6 @@ impl Raw {
                 .allocate_command_buffers(&vk::CommandBufferAllocateInfo::default().command_pool(pool).command_buffer_count(4))
                 .unwrap();
             let cbs = [v[0], v[1], v[2], v[3]];
-            let (src, dst) = (vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::HOST);
             for (k, &cb) in cbs.iter().enumerate() {
                 device.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default()).unwrap();
                 if k == 0 {
@@ -67,27 +68,14 @@ impl Raw {
                 } else {
                     device.cmd_copy_buffer(cb, dev, host, &[vk::BufferCopy { src_offset: 0, dst_offset: host_off, size: LEN }]);
                 }
-                if k == 2 {
-                    let b = vk::MemoryBarrier::default()
-                        .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-                        .dst_access_mask(vk::AccessFlags::HOST_READ);
-                    device.cmd_pipeline_barrier(cb, src, dst, vk::DependencyFlags::empty(), &[b], &[], &[]);
-                }
-                if k == 3 {
-                    let b = vk::BufferMemoryBarrier::default()
-                        .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-                        .dst_access_mask(vk::AccessFlags::HOST_READ)
-                        .src_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
-                        .dst_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
-                        .buffer(host)
-                        .offset(host_off)
-                        .size(LEN);
-                    device.cmd_pipeline_barrier(cb, src, dst, vk::DependencyFlags::empty(), &[], &[b], &[]);
+                match k {
+                    2 => raw::host_read_barrier(device, cb, None),
+                    3 => raw::host_read_barrier(device, cb, Some((host, host_off, LEN))),
+                    _ => {}
                 }
                 device.end_command_buffer(cb).unwrap();
             }
-            let mut ti = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(0);
-            let timeline = device.create_semaphore(&vk::SemaphoreCreateInfo::default().push_next(&mut ti), None).unwrap();
+            let timeline = raw::timeline(device);
             Raw { device: device.clone(), queue, pool, cbs, timeline, value: 0 }
         }
     }
@@ -95,17 +83,9 @@ impl Raw {
     /// Microseconds of one submit + busy-poll of command buffer `d` (see `cbs`).
     fn once(&mut self, d: usize) -> f64 {
         self.value += 1;
-        let (cbi, vals, sems) = ([self.cbs[d]], [self.value], [self.timeline]);
-        let mut ti = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&vals);
-        let si = vk::SubmitInfo::default().command_buffers(&cbi).signal_semaphores(&sems).push_next(&mut ti);
-        let t = Instant::now();
-        // SAFETY: the command buffer's previous submission completed (polled below before this
-        // returns); no vkhost call runs meanwhile (`new`'s contract).
-        unsafe {
-            self.device.queue_submit(self.queue, &[si], vk::Fence::null()).unwrap();
-            while self.device.get_semaphore_counter_value(self.timeline).unwrap() < self.value {}
-        }
-        t.elapsed().as_secs_f64() * 1e6
+        // SAFETY: the command buffer's previous submission completed (polled to completion by
+        // the last call); no vkhost call runs meanwhile (`new`'s contract); values only grow.
+        unsafe { raw::submit_and_poll(&self.device, self.queue, self.cbs[d], self.timeline, self.value) }
     }
 }
 
