@@ -3,7 +3,6 @@
 use crate::device::Device;
 use crate::device::object::BufferObj;
 use crate::error::{Error, Result};
-use crate::memtype;
 use crate::resource::Resource;
 use ash::vk;
 use std::sync::Arc;
@@ -73,14 +72,8 @@ impl DeviceBuffer {
             return Err(Error::invalid("device buffer of zero bytes"));
         }
         let l = s.live()?;
-        // Mapped VRAM where small writes are CPU stores (`OpenOptions::bar_writes`); if no mapped
-        // type can hold this buffer (its memory-type bits), ordinary VRAM. A failed allocation is
-        // the caller's error either way: on a full BAR both types share one heap.
-        let b = match s.mapped_buffers.then(|| s.alloc_bound(&l, len as u64, USAGE, memtype::device_mapped, true)) {
-            Some(Ok(b)) => b,
-            Some(Err(Error::Unsupported { .. })) | None => s.alloc_bound(&l, len as u64, USAGE, memtype::device_local, false)?,
-            Some(Err(e)) => return Err(e),
-        };
+        // Mapped (for the CPU stores) where the device's buffers live in mapped VRAM.
+        let b = s.alloc_device_bound(&l, len as u64, USAGE, true)?;
         let res = Resource::new(s, BufferObj::new(s, b, len as u64));
         Ok(DeviceBuffer { shared: s.clone(), res, len, stores: std::sync::Mutex::new(()) })
     }

@@ -1164,6 +1164,18 @@ impl Shared {
         Ok(fresh.done(ptr))
     }
 
+    /// [`alloc_bound`](Self::alloc_bound) in the memory device buffers get: mapped VRAM where
+    /// small writes are CPU stores (`OpenOptions::bar_writes`; mapped when `map`), else, or if
+    /// no mapped type can hold this buffer (its memory-type bits), ordinary VRAM. A failed
+    /// allocation is the caller's error either way: on a full BAR both types share one heap.
+    pub(crate) fn alloc_device_bound(&self, l: &Live, size: u64, usage: vk::BufferUsageFlags, map: bool) -> Result<Bound> {
+        match self.mapped_buffers.then(|| self.alloc_bound(l, size, usage, memtype::device_mapped, map)) {
+            Some(Ok(b)) => Ok(b),
+            Some(Err(Error::Unsupported { .. })) | None => self.alloc_bound(l, size, usage, memtype::device_local, false),
+            Some(Err(e)) => Err(e),
+        }
+    }
+
     /// # Safety
     /// `b` came from `alloc_bound` (or an import) on this device, nothing pending uses it, and it
     /// is released once.

@@ -563,13 +563,7 @@ pub(crate) fn floor(s: &Shared, l: &Live, to_device: bool, len: u64, iters: usiz
         }
     }
     let host = Owned { s, l, b: s.alloc_bound(l, len, usage, memtype::pinned, false)? };
-    let mapped = s.mapped_buffers.then(|| s.alloc_bound(l, len, usage, memtype::device_mapped, false));
-    let dev = match mapped {
-        Some(Ok(b)) => b,
-        Some(Err(crate::Error::Unsupported { .. })) | None => s.alloc_bound(l, len, usage, memtype::device_local, false)?,
-        Some(Err(e)) => return Err(e),
-    };
-    let dev = Owned { s, l, b: dev };
+    let dev = Owned { s, l, b: s.alloc_device_bound(l, len, usage, false)? };
     // SAFETY: both buffers are ours, made above with transfer usage and `len` bytes, used by
     // nothing else, and released (when `dev` and `host` drop) only after `floor` returned,
     // which waits for whatever it submitted on every path, unwinding included.
