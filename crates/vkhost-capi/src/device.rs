@@ -406,6 +406,7 @@ impl vkhost_open_options {
             staging_threads: OpenOptions::default().staging_threads,
             staging_spin: OpenOptions::default().staging_spin,
             pinned_huge_min: OpenOptions::default().pinned_huge_min,
+            pinned_cache: OpenOptions::default().pinned_cache,
             bar_write_max: OpenOptions::default().bar_write_max,
             bar_assist: OpenOptions::default().bar_assist,
             assist_threads: OpenOptions::default().assist_threads,

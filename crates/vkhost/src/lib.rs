@@ -125,6 +125,7 @@ pub mod kernel;
 pub mod memtype;
 mod par;
 mod resource;
+mod reuse;
 mod stream;
 mod track;
 
@@ -149,4 +150,5 @@ pub use host::range::{HostRange, broadcast, gather};
 pub use host::safe::{PinnedBuffer, RawMemory, Registration};
 pub use host::{CopyPath, HostStats};
 pub use kernel::{Binding, Kernel, Param};
+pub use reuse::PinnedCacheStats;
 pub use stream::{Event, Pending, Stream};

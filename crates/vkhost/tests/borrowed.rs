@@ -1086,3 +1086,41 @@ fn released_between_a_hook_and_its_submission(dev: &Checked, src: *const u8, wha
     own.destroy();
     r.is_none()
 }
+
+/// A pinned block kept for reuse (`OpenOptions::pinned_cache`) is kept only once its last owner
+/// goes: a block freed while a recorded copy still names it is not handed to the next
+/// `alloc_pinned` of its size until that copy is reaped (then it is, the same block).
+#[test]
+fn a_freed_block_is_reused_only_after_its_recorded_copy_is_reaped() {
+    let Some(mut c) = Caller::new() else { return };
+    let dev = c.wrap_with(&vkhost::OpenOptions { pinned_cache: Some(1 << 20), ..opts() });
+    let done = c.timeline();
+    let n = 2 * host::page_size();
+    let raw = host::alloc_pinned(&dev, n).unwrap();
+    let cmd = c.begin();
+    // SAFETY: recording; the range is a pinned block; hooked before submit; `done` outlives
+    // vkhost's device; the host bytes are not touched until `done`.
+    unsafe {
+        let mut t = host::record_copy(&dev, cmd, Direction::DeviceToHost, raw, n, c.buffer, 0).unwrap();
+        t.completes_at(done, 1).unwrap();
+    }
+    host::free_pinned(&dev, raw).unwrap();
+    assert_eq!(host::reap_recorded(&dev), 1, "the copy is still outstanding");
+    assert_eq!(dev.pinned_cache().blocks, 0, "kept while a recorded copy still names it");
+    let other = host::alloc_pinned(&dev, n).unwrap();
+    assert_ne!(other, raw, "the block a recorded copy names was handed out again");
+    c.submit(cmd, None, done, 1);
+    c.wait(done, 1);
+    assert_eq!(host::reap_recorded(&dev), 0, "reaped");
+    assert_eq!(dev.pinned_cache().blocks, 1, "kept once the copy was reaped");
+    let again = host::alloc_pinned(&dev, n).unwrap();
+    assert_eq!(again, raw, "the kept block, reused");
+    assert_eq!(dev.pinned_cache().reused, 1);
+    host::free_pinned(&dev, again).unwrap();
+    host::free_pinned(&dev, other).unwrap();
+    assert_eq!(dev.pinned_cache().blocks, 2);
+    // Teardown frees what the cache keeps (the caller's validation layer counts a leak).
+    dev.destroy().unwrap();
+    assert_eq!(dev.live_objects(), vkhost::LiveObjects::default());
+    c.destroy();
+}

@@ -463,3 +463,102 @@ fn large_direct_copies_off_a_host_boundary_are_exact() {
     }
     host::unregister(&d, m.ptr).unwrap();
 }
+
+/// `OpenOptions::pinned_cache`: a freed pinned driver block is kept and is the next block of
+/// exactly its size (raw and safe API alike), with its registry entry, `find` and direct copies
+/// as for a new block; other sizes, blocks over the cap and the oldest blocks past it are not
+/// kept; `trim_pinned_cache`, `release_queued`, `live_objects` and teardown free what is kept.
+#[test]
+fn pinned_cache_reuses_freed_blocks_of_the_same_size() {
+    const CAP: usize = 1 << 20;
+    let d = device_with(OpenOptions { pinned_cache: Some(CAP), ..opts() }).unwrap();
+    assert_eq!(d.pinned_cache().cap, CAP as u64);
+    let before = d.live_objects();
+    let n = 8192;
+    let a = host::alloc_pinned(&d, n).unwrap();
+    let (buf_a, _) = host::find(&d, a, n).unwrap();
+    host::free_pinned(&d, a).unwrap();
+    assert!(host::find(&d, a, 1).is_none(), "a freed block is out of the registry at once");
+    assert_eq!(host::free_pinned(&d, a), Err(Error::NotPinned));
+    let s = d.pinned_cache();
+    assert_eq!((s.blocks, s.bytes, s.reused), (1, n as u64, 0));
+    // Another size is a new block.
+    let other = host::alloc_pinned(&d, n + 4096).unwrap();
+    assert_eq!(d.pinned_cache().reused, 0);
+    // The same size is the kept block: same address and buffer, listed again.
+    let b = host::alloc_pinned(&d, n).unwrap();
+    assert_eq!(b, a);
+    assert_eq!(host::find(&d, b, n), Some((buf_a, 0)));
+    assert_eq!((d.pinned_cache().blocks, d.pinned_cache().reused), (0, 1));
+    // SAFETY: b is mapped for n bytes until free_pinned; no device work names it.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(b.as_ptr(), n) };
+    bytes.copy_from_slice(&pattern(n, 61));
+    let gpu = d.alloc_buffer(n).unwrap();
+    // SAFETY: the block is readable and writable for n bytes during the calls.
+    assert_eq!(unsafe { host::copy_to_device(&d, b.as_ptr(), n, &gpu, 0) }, Ok(CopyPath::Direct));
+    bytes.fill(0);
+    // SAFETY: as above.
+    assert_eq!(unsafe { host::copy_to_host(&d, &gpu, 0, b.as_ptr(), n) }, Ok(CopyPath::Direct));
+    assert!(bytes[..] == pattern(n, 61)[..], "a round trip through a reused block");
+    host::free_pinned(&d, b).unwrap();
+    host::free_pinned(&d, other).unwrap();
+    assert_eq!(d.pinned_cache().bytes, (2 * n + 4096) as u64);
+    // The safe guard goes the same way.
+    let g = PinnedBuffer::new(&d, n).unwrap();
+    assert_eq!(g.as_ptr(), a.as_ptr());
+    drop(g);
+    // Over the cap: never kept.
+    let big = host::alloc_pinned(&d, CAP + 4096).unwrap();
+    host::free_pinned(&d, big).unwrap();
+    assert_eq!(d.pinned_cache().bytes, (2 * n + 4096) as u64, "a block over the cap is released");
+    // Past the cap: the oldest go.
+    let halves: Vec<_> = (0..3).map(|_| host::alloc_pinned(&d, CAP / 2).unwrap()).collect();
+    for &h in &halves {
+        host::free_pinned(&d, h).unwrap();
+    }
+    let s = d.pinned_cache();
+    assert_eq!((s.blocks, s.bytes), (2, CAP as u64), "the two newest halves, nothing older");
+    let twelve = host::alloc_pinned(&d, n + 4096).unwrap();
+    assert_ne!(twelve, other, "evicted");
+    let h = host::alloc_pinned(&d, CAP / 2).unwrap();
+    assert_eq!(h, halves[2], "the newest of its size first");
+    host::free_pinned(&d, h).unwrap();
+    assert_eq!(d.trim_pinned_cache(), CAP as u64);
+    assert_eq!(d.pinned_cache().blocks, 0);
+    drop(gpu);
+    // What is still listed: the 12 KiB block allocated above (not freed). `live_objects` counts
+    // kept blocks as gone (it frees them).
+    let kept = host::alloc_pinned(&d, CAP / 2).unwrap();
+    host::free_pinned(&d, kept).unwrap();
+    assert_eq!(d.pinned_cache().blocks, 1);
+    assert_eq!(d.live_objects().memories, before.memories + 1);
+    assert_eq!(d.pinned_cache().blocks, 0);
+    // `release_queued` frees kept blocks too: the memory's pins go at a known point.
+    let kept = host::alloc_pinned(&d, n).unwrap();
+    host::free_pinned(&d, kept).unwrap();
+    assert_eq!(d.pinned_cache().blocks, 1);
+    d.release_queued();
+    assert_eq!(d.pinned_cache().blocks, 0);
+    // Teardown frees the cache too (the validation layer, checked on drop, sees any leak).
+    let last = host::alloc_pinned(&d, n).unwrap();
+    host::free_pinned(&d, last).unwrap();
+    d.destroy().unwrap();
+    assert_eq!(d.live_objects(), vkhost::LiveObjects::default());
+    assert_eq!(d.trim_pinned_cache(), 0);
+    assert_eq!(host::alloc_pinned(&d, n), Err(Error::DeviceDestroyed));
+    assert_eq!(host::free_pinned(&d, twelve), Ok(()), "the tombstone of the block still listed at teardown");
+}
+
+/// With the cache off (`Some(0)`, and the default on CPU drivers) a freed block is released as
+/// before: nothing kept, nothing reused.
+#[test]
+fn pinned_cache_off_keeps_nothing() {
+    let d = device_with(OpenOptions { pinned_cache: Some(0), ..opts() }).unwrap();
+    let before = d.live_objects();
+    for _ in 0..3 {
+        drop(PinnedBuffer::new(&d, 4096).unwrap());
+    }
+    assert_eq!(d.pinned_cache(), vkhost::PinnedCacheStats::default());
+    d.release_queued();
+    assert_eq!(d.live_objects(), before);
+}

@@ -95,6 +95,9 @@ pub(crate) struct BufferObj {
     /// Set by [`BufferObj::release_in_background_when_dropped`]: the last owner's drop hands the
     /// objects to the background releaser instead of freeing them on its own thread.
     background: std::sync::atomic::AtomicBool,
+    /// Set by [`BufferObj::reuse_when_dropped`]: the last owner's drop keeps the objects in the
+    /// device's cache of freed blocks (`Shared::keep_for_reuse`) when they fit.
+    reuse: std::sync::atomic::AtomicBool,
 }
 
 /// Something that must outlive a `BufferObj`'s memory.
@@ -177,6 +180,7 @@ impl BufferObj {
             backed: false,
             map: b.ptr,
             background: std::sync::atomic::AtomicBool::new(false),
+            reuse: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -187,6 +191,15 @@ impl BufferObj {
     /// that still holds the object: it goes when the last of them is reaped, as before.
     pub(crate) fn release_in_background_when_dropped(&self) {
         self.background.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// From now on, the last owner's drop keeps a mapped buffer without a backing (a pinned
+    /// driver block the caller let go of) in the device's cache of freed blocks, for the next
+    /// block of its size (`OpenOptions::pinned_cache`), instead of releasing it; when the cache
+    /// cannot keep it, the release goes on as set. As for the release: nothing changes for work
+    /// that still holds the object, and it is kept only once the last of them is reaped.
+    pub(crate) fn reuse_when_dropped(&self) {
+        self.reuse.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// The mapping of the memory, if it was allocated mapped. Using it is sound only while the
@@ -293,6 +306,22 @@ impl Drop for BufferObj {
         };
         self.slot.present.store(false, Ordering::Release);
         let backing = lock(&self.slot.backing).take();
+        if let (true, None, Some(p)) = (*self.reuse.get_mut(), &backing, self.map) {
+            let b = Bound { buffer: self.buffer, memory: m, ptr: Some(p) };
+            // Not kept (`Err`: no room for it, or the device is going): released as set below
+            // (the handles are plain values; `m` is still ours).
+            if let Ok(evicted) = s.keep_for_reuse(b, self.size) {
+                // Kept: the objects live on in the cache, out of this (now empty) slot.
+                drop(g);
+                let w = Arc::downgrade(&s);
+                drop_shared(s);
+                if evicted {
+                    // Older blocks queued to make room: the releaser frees them.
+                    releaser().send(w);
+                }
+                return;
+            }
+        }
         if *self.background.get_mut() {
             s.queue_garbage(self.buffer, m, backing);
             // Let go of the slot, then of the device, then wake the releaser: woken first, it
@@ -328,6 +357,50 @@ impl Shared {
         }
         lock(&self.garbage).push((buffer, memory, backing));
         self.has_garbage.store(true, Ordering::Release);
+    }
+
+    /// Keeps a freed block (a pinned driver block whose last owner went: nothing uses it) in
+    /// the cache for the next block of `size` bytes ([`Shared::reuse_block`]). `Ok(evicted)`:
+    /// kept, and whether older blocks were queued for the releaser to make room. `Err(b)`: not
+    /// kept, for the caller to release: it does not fit the cache, the device is lost, or its
+    /// lock is taken (a destroy waits or runs: its teardown frees what the cache holds, and a
+    /// block put in after that would outlive the device).
+    pub(crate) fn keep_for_reuse(&self, b: Bound, size: u64) -> Result<bool, Bound> {
+        if self.forked() || self.lost.load(Ordering::Acquire) {
+            return Err(b);
+        }
+        let Ok(g) = self.live.try_read() else { return Err(b) };
+        if g.is_none() {
+            return Err(b);
+        }
+        let evicted = lock(&self.block_cache).put(size, b)?;
+        let any = !evicted.is_empty();
+        for e in evicted {
+            self.queue_garbage(e.buffer, e.memory, None);
+        }
+        drop(g);
+        Ok(any)
+    }
+
+    /// A kept block of exactly `size` bytes (see [`Shared::keep_for_reuse`]), taken out of the
+    /// cache: its buffer, memory and mapping are as the block's first allocation made them.
+    pub(crate) fn reuse_block(&self, _l: &Live, size: u64) -> Option<Bound> {
+        lock(&self.block_cache).take(size)
+    }
+
+    /// Releases every block the cache keeps; returns their bytes.
+    pub(crate) fn trim_block_cache(&self, l: &Live) -> u64 {
+        let (blocks, bytes) = {
+            let mut c = lock(&self.block_cache);
+            let bytes = c.stats().bytes;
+            (c.drain(), bytes)
+        };
+        for b in blocks {
+            // SAFETY: kept only after the last owner went (nothing uses it), taken out of the
+            // cache under its lock, so released once.
+            unsafe { self.release_bound(l, b.buffer, b.memory) };
+        }
+        bytes
     }
 
     /// Queues a buffer and its memory for the next drain (the releaser's, an allocation's,
@@ -599,7 +672,9 @@ mod tests {
     fn setup() -> Option<(std::sync::MutexGuard<'static, ()>, crate::Device)> {
         let one = lock(&SERIAL);
         REACHED.store(false, Ordering::Release);
-        match crate::Device::open_default() {
+        // Freed blocks released, not kept for reuse (whatever VKHOST_PINNED_CACHE says): these
+        // tests follow a block to the releaser.
+        match crate::Device::open_default_with(&crate::OpenOptions { pinned_cache: Some(0), ..Default::default() }) {
             Ok(d) => {
                 // The open-time import probe's unregister sent the device to the releaser:
                 // let that go by before a test arms the pause, or the releaser could stop on

@@ -443,6 +443,11 @@ impl HostPtr for usize {
 /// kind on UMA/CPU devices). With imports off by policy every block that fits one allocation
 /// is the driver's.
 ///
+/// A freed driver block of exactly `len` bytes that the device kept
+/// ([`OpenOptions::pinned_cache`](crate::OpenOptions::pinned_cache), on GPUs by default) is
+/// reused instead of a new allocation: the same buffer and mapping, listed anew, holding what
+/// its last user wrote.
+///
 /// A huge-page block is one import of vkhost's own 2 MiB-aligned anonymous memory, faulted in
 /// first. A block larger than maxMemoryAllocationSize (or `OpenOptions::max_import_piece`) is
 /// such memory imported in pieces behind one entry (needs host registration; the block stays
@@ -709,7 +714,11 @@ fn on_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<
 /// that, on vkhost's background releaser thread (freeing driver memory takes 0.2-0.4 ms per
 /// block on the H200, whatever its size below a few MiB), so the call does not wait for the
 /// driver's free;
-/// [`Device::release_queued`](crate::Device::release_queued) waits until it is freed. See the
+/// [`Device::release_queued`](crate::Device::release_queued) waits until it is freed. Where
+/// the device keeps freed blocks ([`OpenOptions::pinned_cache`](crate::OpenOptions::pinned_cache),
+/// on GPUs by default), a driver block is kept instead (still mapped, out of the registry) and
+/// is the next block of exactly its size; [`Device::trim_pinned_cache`](crate::Device::trim_pinned_cache)
+/// frees what is kept. See the
 /// module docs for the address-reuse caveat. In a forked child, on a device of the parent's:
 /// `Ok`, and nothing happens (the block is the parent's).
 ///
@@ -812,6 +821,12 @@ pub(crate) fn release_entry(dev: &Device, addr: usize, kind: Kind, by_guard: boo
             // the H200; nothing can name the block any more, so the caller need not wait for
             // the free itself).
             res.obj.release_in_background_when_dropped();
+            if !res.obj.has_backing() {
+                // A driver block: kept for the next block of its size where the device keeps
+                // freed blocks (`OpenOptions::pinned_cache`), once the last work naming it is
+                // reaped, as its release would be.
+                res.obj.reuse_when_dropped();
+            }
         }
         // Closed: no new work can name the block. Like cudaFreeHost, return once the copies
         // and launches in flight on vkhost's queues that name it are done (issue 11:

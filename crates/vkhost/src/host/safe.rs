@@ -82,7 +82,9 @@ fn raw_memory(
 ///
 /// While any `PinnedBuffer` of a device lives, `Device::destroy` returns `Error::Busy`, so safe
 /// code never touches unmapped memory. Its contents start zeroed where the driver zeroes
-/// (not guaranteed by Vulkan): write before you read.
+/// (not guaranteed by Vulkan), and a block reused from the device's cache of freed blocks
+/// ([`OpenOptions::pinned_cache`](crate::OpenOptions::pinned_cache)) holds what its last user
+/// wrote: write before you read.
 ///
 /// Stream work that names the block owns it: dropping the buffer waits for the copies and
 /// launches in flight that name it (as [`free_pinned`](super::free_pinned) does), and the
