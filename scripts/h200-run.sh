@@ -369,6 +369,17 @@ if [ "$what" = bidirsweep ]; then
   echo "== 6: full sweep, no costs, driver pinned blocks"; VKHOST_PINNED_HUGE_MIN=off $v bench --no-costs 2>&1 | grep -E "$g" | grep -E "16M|256M|=="
   } 2>&1 | tee "$OUT/bidirsweep.txt"
 fi
+if [ "$what" = cache ]; then
+  # Nineteenth session: freed pinned blocks kept for reuse (OpenOptions::pinned_cache). The
+  # costs testcase alone with the cache on (the default) against VKHOST_PINNED_CACHE=off,
+  # alternated; the JSON of each round under $OUT.
+  {
+  for r in 1 2; do
+    echo "== costs, cache on (default), round $r"; $v bench -t costs --sizes 4K,64K,256K,1M,4M --iters 20 --json "$OUT/cache-on-$r.json" 2>&1 | grep -E "alloc_pinned|free_pinned"
+    echo "== costs, VKHOST_PINNED_CACHE=off, round $r"; VKHOST_PINNED_CACHE=off $v bench -t costs --sizes 4K,64K,256K,1M,4M --iters 20 --json "$OUT/cache-off-$r.json" 2>&1 | grep -E "alloc_pinned|free_pinned"
+  done
+  } 2>&1 | tee "$OUT/cache.txt"
+fi
 if [ "$what" = costsab ]; then
   # The full sweep with its costs (measured first, in a child process) against the same sweep
   # with --no-costs, alternated on one machine: pinned bidir_ce at 16-256 MiB read ~49 GB/s in

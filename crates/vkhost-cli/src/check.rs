@@ -227,6 +227,42 @@ fn huge_pinned(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<
     Ok(dev.validation_errors())
 }
 
+/// The matrix with freed pinned blocks kept and reused (`pinned_cache`, whatever the device's
+/// default), on a device of its own: every case of the pinned rows allocates its block and frees
+/// it, so later cases of a size run in a block an earlier case used, filled with their own guard
+/// bytes and payload.
+fn reused_pinned(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
+    // Driver blocks whatever VKHOST_IMPORT_PIECE or VKHOST_PINNED_HUGE_MIN say: blocks in
+    // pieces or of vkhost's own memory are not kept.
+    let o = OpenOptions {
+        pinned_cache: Some(OpenOptions::PINNED_CACHE),
+        max_import_piece: None,
+        pinned_huge_min: Some(usize::MAX),
+        ..opts.clone()
+    };
+    let dev = Device::open_with(index, &o)?;
+    matrix_of(&dev, rows, &[("pinned, reused blocks", Path::Pinned)])?;
+    // The cases must really run in kept blocks: a cache that kept nothing would make these rows
+    // repeat the plain pinned ones.
+    let reused = dev.pinned_cache().reused;
+    rows.push(Row {
+        name: "pinned blocks reused from the cache".into(),
+        passed: usize::from(reused > 0),
+        total: 1,
+        detail: if reused > 0 { String::new() } else { "no block was reused".into() },
+    });
+    let left = entries_of(&dev);
+    dev.destroy()?;
+    let clean = left == 0 && dev.live_objects() == vkhost::LiveObjects::default();
+    rows.push(Row {
+        name: "kept pinned blocks freed at teardown".into(),
+        passed: usize::from(clean),
+        total: 1,
+        detail: if clean { String::new() } else { format!("{left} entries, {:?} left", dev.live_objects()) },
+    });
+    Ok(dev.validation_errors())
+}
+
 /// The matrix with registrations and pinned blocks imported in 64 KiB pieces
 /// (`max_import_piece`, as a device whose maxMemoryAllocationSize is below a range gets), on a
 /// device of its own: most of its copies cross a piece boundary, which splits them.
@@ -845,6 +881,7 @@ fn check_device(index: usize) -> Result<bool> {
         + bar_writes(index, &opts, &mut rows, true, skip)?
         + bar_assist(index, &opts, &mut rows, skip)?
         + huge_pinned(index, &opts, &mut rows)?
+        + reused_pinned(index, &opts, &mut rows)?
         + in_pieces(index, &opts, &mut rows)?
         + small_ring(index, &opts, &mut rows)?
         + kernels_with_sets(index, &opts, &mut rows)?;

@@ -49,24 +49,54 @@ pub(super) fn costs(cx: &mut Ctx, sizes: &[u64], notes: &mut Vec<String>) -> Res
                 }
             }
         }
-        let (mut al, mut fr, mut fr_released) = (Vec::new(), Vec::new(), Vec::new());
+        // Where the device keeps freed blocks of this size (`OpenOptions::pinned_cache`: driver
+        // blocks that fit its cap), a program that allocates and frees in a loop gets the kept
+        // block back: that is `alloc_pinned`, and `alloc_pinned_uncached` is a new driver block,
+        // timed in the same round with the cache emptied first (`release_queued`, untimed).
+        // Elsewhere `alloc_pinned` is the new block. Whether it keeps them, one untimed block
+        // tells.
+        let cached = {
+            dev.release_queued();
+            host::free_pinned(&dev, host::alloc_pinned(&dev, n)?)?;
+            let kept = dev.pinned_cache().bytes >= size;
+            dev.release_queued();
+            kept
+        };
+        let (mut al, mut fresh, mut fr, mut fr_released) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let start = Instant::now();
         for _ in (0..iters.max(1)).take_while(|&k| k == 0 || start.elapsed() < cx.budget) {
+            if cached {
+                let t = Instant::now();
+                let p = host::alloc_pinned(&dev, n)?;
+                fresh.push(t.elapsed().as_secs_f64());
+                host::free_pinned(&dev, p)?;
+            }
             let t = Instant::now();
             let p = host::alloc_pinned(&dev, n)?;
             al.push(t.elapsed().as_secs_f64());
             let t = Instant::now();
             host::free_pinned(&dev, p)?;
             fr.push(t.elapsed().as_secs_f64());
-            // As for unregister: `free_pinned` hands the memory to the background releaser; the
-            // next alloc is timed only after it is freed, and the whole cost is reported too.
+            // As for unregister: `free_pinned` hands the memory to the background releaser (or
+            // keeps it for reuse); the next alloc is timed only after it is freed
+            // (`release_queued` frees both), and the whole cost is reported too.
             dev.release_queued();
             fr_released.push(t.elapsed().as_secs_f64());
         }
-        for (op, v) in [("alloc_pinned", &al), ("free_pinned", &fr), ("free_pinned+release", &fr_released)] {
+        for (op, v) in
+            [("alloc_pinned", &al), ("alloc_pinned_uncached", &fresh), ("free_pinned", &fr), ("free_pinned+release", &fr_released)]
+        {
             if let Some(s) = summarize(v) {
                 let mut p = point("vulkan", "cost", "pinned", op, size, size, s);
                 p.warmup = 0;
+                if cached {
+                    p.note = match op {
+                        "alloc_pinned" => "the freed block of this size, kept for reuse (pinned_cache)",
+                        "alloc_pinned_uncached" => "a new driver block: the cache emptied first",
+                        _ => "into the cache (pinned_cache)",
+                    }
+                    .into();
+                }
                 cx.points.push(p);
             }
         }

@@ -236,11 +236,11 @@ fn table(points: &[Point], cuda: &[Point], link: Option<&Link>) -> String {
     let costs: Vec<&Point> = points.iter().filter(|p| p.kind == "cost").collect();
     if !costs.is_empty() {
         let _ = writeln!(out);
-        let _ = writeln!(out, "{:<20} {:>6} {:>12} {:>12} {:>12} {:1}", "cost", "size", "median", "min", "max", "!");
+        let _ = writeln!(out, "{:<21} {:>6} {:>12} {:>12} {:>12} {:1}", "cost", "size", "median", "min", "max", "!");
         for p in costs {
             let _ = writeln!(
                 out,
-                "{:<20} {:>6} {:>12} {:>12} {:>12} {:1}",
+                "{:<21} {:>6} {:>12} {:>12} {:>12} {:1}",
                 p.dir,
                 size_label(p.size),
                 dur(p.s.median),
