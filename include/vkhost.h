@@ -367,8 +367,10 @@ vkhost_status vkhost_alloc_pinned(const vkhost_device *device, size_t len, void 
 // Frees the pinned block that starts at `ptr`. The entry goes at once (a later `vkhost_find`
 // misses); the call returns once the copies and launches in flight that use the block are
 // done, as `cudaFreeHost` does, and the memory is freed after that on vkhost's background
-// thread (a copy recorded into the caller's command buffer, which only the caller submits,
-// does not hold the call up: it holds the block until it is reaped).
+// thread, or kept for the next block of the same size where the device keeps freed blocks
+// (on GPUs by default; `VKHOST_PINNED_CACHE=N|off` sets the bytes kept). A copy recorded into
+// the caller's command buffer, which only the caller submits, does not hold the call up: it
+// holds the block until it is reaped.
 // `VKHOST_NOT_PINNED` for anything but a live block's start (interior pointers, registered
 // addresses, a second free). After `vkhost_device_destroy` the block is a tombstone: `VKHOST_OK`,
 // once.

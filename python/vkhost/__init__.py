@@ -708,7 +708,9 @@ class PinnedArray(np.ndarray):
     directly). ``PinnedArray(device, shape, dtype)`` or ``device.pinned(shape, dtype)``.
 
     Slices and views share the pinned memory and keep it alive; the block is freed when the
-    last of them goes. Results of arithmetic are ordinary arrays. ``copy()`` is not pinned.
+    last of them goes (on GPUs it is kept for the next block of the same size, unless
+    ``VKHOST_PINNED_CACHE=off``). Results of arithmetic are ordinary arrays. ``copy()`` is not
+    pinned.
     """
 
     def __new__(cls, device: Device, shape: int | tuple[int, ...], dtype: npt.DTypeLike = np.uint8) -> PinnedArray:

@@ -6,13 +6,20 @@
 
 use std::collections::VecDeque;
 
-/// Blocks of at most `cap` bytes in all, oldest first.
+/// Blocks of at most `cap` bytes and [`MAX_BLOCKS`] blocks in all, oldest first: (key, cost,
+/// block). A block is found by its key (the size it was asked for) and counts its cost (the
+/// memory it holds) against the cap.
 pub(crate) struct Cache<T> {
     cap: u64,
     bytes: u64,
-    blocks: VecDeque<(u64, T)>,
+    blocks: VecDeque<(u64, u64, T)>,
     reused: u64,
 }
+
+/// The most blocks a [`Cache`] keeps, whatever their bytes: each kept pinned block is a
+/// VkDeviceMemory, and Vulkan guarantees only 4096 allocations at once
+/// (maxMemoryAllocationCount), shared with everything else the program allocates.
+pub(crate) const MAX_BLOCKS: usize = 1024;
 
 /// What a device's cache of freed pinned blocks holds and has given out
 /// ([`Device::pinned_cache`](crate::Device::pinned_cache), `OpenOptions::pinned_cache`).
@@ -34,7 +41,7 @@ pub(crate) struct Cache<T> {
 pub struct PinnedCacheStats {
     /// Blocks kept now.
     pub blocks: usize,
-    /// Their bytes (the sizes they were allocated for).
+    /// The memory they hold: each block's size rounded up to whole 4 KiB pages.
     pub bytes: u64,
     /// The most bytes kept at once (the cache's cap).
     pub cap: u64,
@@ -48,33 +55,33 @@ impl<T> Cache<T> {
         Cache { cap, bytes: 0, blocks: VecDeque::new(), reused: 0 }
     }
 
-    /// Keeps `item`, a block of `size` bytes. `Ok` with the blocks evicted to make room (the
-    /// oldest first; the caller releases them); `Err(item)` when it can never fit (`size` 0 or
-    /// over the cap), nothing changed.
-    pub(crate) fn put(&mut self, size: u64, item: T) -> Result<Vec<T>, T> {
-        if size == 0 || size > self.cap {
+    /// Keeps `item`, found by `key`, holding `cost` bytes. `Ok` with the blocks evicted to make
+    /// room (the oldest first; the caller releases them); `Err(item)` when it can never fit
+    /// (`cost` 0 or over the cap), nothing changed.
+    pub(crate) fn put(&mut self, key: u64, cost: u64, item: T) -> Result<Vec<T>, T> {
+        if cost == 0 || cost > self.cap {
             return Err(item);
         }
         let mut evicted = Vec::new();
-        while self.bytes + size > self.cap {
+        while self.bytes + cost > self.cap || self.blocks.len() >= MAX_BLOCKS {
             match self.blocks.pop_front() {
-                Some((n, old)) => {
+                Some((_, n, old)) => {
                     self.bytes -= n;
                     evicted.push(old);
                 }
-                // Unreachable while `bytes` is the sum of the blocks' sizes and `size <= cap`.
+                // Unreachable while `bytes` is the sum of the blocks' costs and `cost <= cap`.
                 None => break,
             }
         }
-        self.bytes += size;
-        self.blocks.push_back((size, item));
+        self.bytes += cost;
+        self.blocks.push_back((key, cost, item));
         Ok(evicted)
     }
 
-    /// The most recently kept block of exactly `size` bytes, taken out.
-    pub(crate) fn take(&mut self, size: u64) -> Option<T> {
-        let i = self.blocks.iter().rposition(|&(n, _)| n == size)?;
-        let (n, item) = self.blocks.remove(i)?;
+    /// The most recently kept block found by `key`, taken out.
+    pub(crate) fn take(&mut self, key: u64) -> Option<T> {
+        let i = self.blocks.iter().rposition(|&(k, _, _)| k == key)?;
+        let (_, n, item) = self.blocks.remove(i)?;
         self.bytes -= n;
         self.reused += 1;
         Some(item)
@@ -83,7 +90,7 @@ impl<T> Cache<T> {
     /// Every block, taken out (the caller releases them).
     pub(crate) fn drain(&mut self) -> Vec<T> {
         self.bytes = 0;
-        self.blocks.drain(..).map(|(_, item)| item).collect()
+        self.blocks.drain(..).map(|(_, _, item)| item).collect()
     }
 
     pub(crate) fn stats(&self) -> PinnedCacheStats {
@@ -98,9 +105,9 @@ mod tests {
     #[test]
     fn takes_exact_sizes_newest_first() {
         let mut c = Cache::new(100);
-        assert!(c.put(10, "a").unwrap().is_empty());
-        assert!(c.put(20, "b").unwrap().is_empty());
-        assert!(c.put(10, "c").unwrap().is_empty());
+        assert!(c.put(10, 10, "a").unwrap().is_empty());
+        assert!(c.put(20, 20, "b").unwrap().is_empty());
+        assert!(c.put(10, 10, "c").unwrap().is_empty());
         assert_eq!(c.stats(), PinnedCacheStats { blocks: 3, bytes: 40, cap: 100, reused: 0 });
         assert_eq!(c.take(10), Some("c"), "the newest of that size");
         assert_eq!(c.take(15), None, "no size but the exact one");
@@ -113,31 +120,51 @@ mod tests {
     fn evicts_the_oldest_to_stay_under_the_cap() {
         let mut c = Cache::new(100);
         for (i, n) in [40u64, 30, 20].into_iter().enumerate() {
-            assert!(c.put(n, i).unwrap().is_empty());
+            assert!(c.put(n, n, i).unwrap().is_empty());
         }
         // 90 kept; 50 more needs 40 out: the oldest (40) goes, and only it.
-        assert_eq!(c.put(50, 3), Ok(vec![0]));
+        assert_eq!(c.put(50, 50, 3), Ok(vec![0]));
         assert_eq!(c.stats().bytes, 100);
         // 100 needs everything out.
-        assert_eq!(c.put(100, 4), Ok(vec![1, 2, 3]));
+        assert_eq!(c.put(100, 100, 4), Ok(vec![1, 2, 3]));
         assert_eq!(c.stats(), PinnedCacheStats { blocks: 1, bytes: 100, cap: 100, reused: 0 });
     }
 
     #[test]
     fn refuses_what_cannot_fit() {
         let mut c = Cache::new(100);
-        assert_eq!(c.put(101, 'x'), Err('x'));
-        assert_eq!(c.put(0, 'y'), Err('y'));
+        assert_eq!(c.put(101, 101, 'x'), Err('x'));
+        assert_eq!(c.put(0, 0, 'y'), Err('y'));
         let mut off = Cache::new(0);
-        assert_eq!(off.put(1, 'z'), Err('z'), "a cap of 0 keeps nothing");
+        assert_eq!(off.put(1, 1, 'z'), Err('z'), "a cap of 0 keeps nothing");
         assert_eq!(c.stats().blocks + off.stats().blocks, 0);
+    }
+
+    #[test]
+    fn finds_by_key_and_counts_the_cost() {
+        let mut c = Cache::new(16384);
+        // One byte asked for, a page held: the cap counts the page.
+        assert!(c.put(1, 4096, 'a').unwrap().is_empty());
+        assert_eq!(c.stats().bytes, 4096);
+        assert_eq!(c.take(4096), None, "found by the size asked for, not its cost");
+        assert_eq!(c.take(1), Some('a'));
+    }
+
+    #[test]
+    fn keeps_at_most_max_blocks() {
+        let mut c = Cache::new(u64::MAX);
+        for i in 0..MAX_BLOCKS {
+            assert!(c.put(1, 1, i).unwrap().is_empty());
+        }
+        assert_eq!(c.put(1, 1, MAX_BLOCKS), Ok(vec![0]), "the oldest goes past MAX_BLOCKS");
+        assert_eq!(c.stats().blocks, MAX_BLOCKS);
     }
 
     #[test]
     fn drain_empties() {
         let mut c = Cache::new(100);
-        c.put(10, 1).unwrap();
-        c.put(20, 2).unwrap();
+        c.put(10, 10, 1).unwrap();
+        c.put(20, 20, 2).unwrap();
         assert_eq!(c.drain(), vec![1, 2]);
         assert_eq!(c.stats().bytes, 0);
         assert_eq!(c.take(10), None);

@@ -662,3 +662,53 @@ fn a_lost_batch_frees_no_staging_chunk_earlier_batches_use() {
     assert!(ring_chunk_after_a_lost_batch(false), "the upload before the lost batch was overwritten in the ring");
     assert!(ring_chunk_after_a_lost_batch(true), "the download before the lost batch holds another copy's bytes");
 }
+
+/// The cache of freed pinned blocks (`OpenOptions::pinned_cache`) after a device loss: a block
+/// freed then is released, not kept, and no kept block is handed out (`alloc_pinned` answers
+/// `DeviceLost`); teardown frees what was kept before the loss.
+#[test]
+fn pinned_cache_after_device_loss() {
+    init_log();
+    let d = Device::open_default_with(&OpenOptions { pinned_cache: Some(1 << 20), ..fopts() }).unwrap();
+    let kept = host::alloc_pinned(&d, 8192).unwrap();
+    let live = host::alloc_pinned(&d, 8192).unwrap();
+    host::free_pinned(&d, kept).unwrap();
+    assert_eq!(d.pinned_cache().blocks, 1);
+    let buf = d.alloc_buffer(64).unwrap();
+    let wait = if d.info().timeline_semaphore { Point::WaitSemaphores } else { Point::WaitForFences };
+    inject(wait, 0, vk::Result::ERROR_DEVICE_LOST);
+    assert_eq!(buf.write(0, &[1u8; 64]), Err(Error::DeviceLost));
+    assert!(disarm(), "the injected loss did not fire");
+    host::free_pinned(&d, live).unwrap();
+    assert_eq!(d.pinned_cache().blocks, 1, "a block freed after the loss is not kept");
+    assert_eq!(host::alloc_pinned(&d, 8192), Err(Error::DeviceLost), "no kept block after a loss");
+    assert_eq!(d.pinned_cache().reused, 0);
+    drop(buf);
+    d.destroy().unwrap();
+    assert_eq!(d.live_objects(), vkhost::LiveObjects::default());
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
+}
+
+/// An allocation that fails for lack of memory while the cache keeps blocks of other sizes
+/// frees them and tries once more; with nothing kept, the failure is the caller's.
+#[test]
+fn pinned_cache_frees_kept_blocks_when_memory_runs_out() {
+    init_log();
+    let d = Device::open_default_with(&OpenOptions { pinned_cache: Some(1 << 20), ..fopts() }).unwrap();
+    for n in [4096, 8192] {
+        host::free_pinned(&d, host::alloc_pinned(&d, n).unwrap()).unwrap();
+    }
+    assert_eq!(d.pinned_cache().blocks, 2);
+    inject(Point::AllocateMemory, 0, vk::Result::ERROR_OUT_OF_DEVICE_MEMORY);
+    let p = host::alloc_pinned(&d, 16384).expect("the retry after freeing the kept blocks");
+    assert!(disarm(), "the injected failure did not fire");
+    assert_eq!(d.pinned_cache().blocks, 0, "the kept blocks were freed for it");
+    host::free_pinned(&d, p).unwrap();
+    d.release_queued();
+    inject(Point::AllocateMemory, 0, vk::Result::ERROR_OUT_OF_DEVICE_MEMORY);
+    assert_eq!(host::alloc_pinned(&d, 16384), Err(Error::OutOfDeviceMemory), "nothing kept: no retry");
+    assert!(disarm(), "the injected failure did not fire");
+    d.destroy().unwrap();
+    assert_eq!(d.live_objects(), vkhost::LiveObjects::default());
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
+}

@@ -518,8 +518,9 @@ fn pinned_cache_reuses_freed_blocks_of_the_same_size() {
     }
     let s = d.pinned_cache();
     assert_eq!((s.blocks, s.bytes), (2, CAP as u64), "the two newest halves, nothing older");
+    let reused = d.pinned_cache().reused;
     let twelve = host::alloc_pinned(&d, n + 4096).unwrap();
-    assert_ne!(twelve, other, "evicted");
+    assert_eq!(d.pinned_cache().reused, reused, "evicted: a new block");
     let h = host::alloc_pinned(&d, CAP / 2).unwrap();
     assert_eq!(h, halves[2], "the newest of its size first");
     host::free_pinned(&d, h).unwrap();
@@ -547,6 +548,40 @@ fn pinned_cache_reuses_freed_blocks_of_the_same_size() {
     assert_eq!(d.trim_pinned_cache(), 0);
     assert_eq!(host::alloc_pinned(&d, n), Err(Error::DeviceDestroyed));
     assert_eq!(host::free_pinned(&d, twelve), Ok(()), "the tombstone of the block still listed at teardown");
+}
+
+/// A block whose last owner is a stream batch is kept once that batch is reaped, not when the
+/// guard goes: the guard's drop waits for the work, the batch still holds the block until the
+/// stream reaps it. The reused block then holds what the download wrote. And blocks are
+/// counted in whole pages: tiny blocks cannot fill the cache past its cap.
+#[test]
+fn pinned_cache_keeps_a_block_its_stream_batch_held_once_reaped() {
+    let d = device_with(OpenOptions { pinned_cache: Some(64 << 10), ..opts() }).unwrap();
+    let n = 8192;
+    let gpu = d.alloc_buffer(n).unwrap();
+    gpu.write(0, &pattern(n, 71)).unwrap();
+    let s = d.stream().unwrap();
+    let mut block = PinnedBuffer::new(&d, n).unwrap();
+    let at = block.as_ptr();
+    let pending = s.download_pinned(&gpu, 0, &mut block, 0..n).unwrap();
+    pending.wait().unwrap(); // done; the batch still holds the block until it is reaped
+    drop(block);
+    s.synchronize().unwrap(); // reaps the batch: its owner goes
+    assert_eq!(d.pinned_cache().blocks, 1, "kept once the batch that held it was reaped");
+    let again = PinnedBuffer::new(&d, n).unwrap();
+    assert_eq!(again.as_ptr(), at);
+    assert!(again[..] == pattern(n, 71)[..], "the reused block holds what the download wrote");
+    drop(again);
+    d.release_queued();
+    // 1-byte blocks count a page each: 16 fill the 64 KiB cap, the 17th evicts the oldest.
+    let tiny: Vec<_> = (0..17).map(|_| host::alloc_pinned(&d, 1).unwrap()).collect();
+    for &t in &tiny {
+        host::free_pinned(&d, t).unwrap();
+    }
+    let st = d.pinned_cache();
+    assert_eq!((st.blocks, st.bytes), (16, 64 << 10), "counted in pages");
+    drop(s);
+    d.destroy().unwrap();
 }
 
 /// With the cache off (`Some(0)`, and the default on CPU drivers) a freed block is released as

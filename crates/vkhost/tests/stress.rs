@@ -187,3 +187,58 @@ fn sixteen_threads_mixed() {
 fn shared_len() -> usize {
     SHARED_PAGES * host::page_size()
 }
+
+/// Freed pinned blocks kept for reuse (`OpenOptions::pinned_cache`) while the device is
+/// destroyed: three threads allocate, copy from (a stream upload and a synchronous copy),
+/// free and now and then trim, and the main thread destroys the device under them. Nothing
+/// outlives the teardown (no object counted, no validation error: a block kept after the
+/// teardown freed the cache would be both), and the threads see typed errors only.
+#[test]
+fn pinned_cache_racing_destroy() {
+    for round in 0..5 {
+        let d = device_with(vkhost::OpenOptions { pinned_cache: Some(1 << 20), ..opts() }).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let reused = std::thread::scope(|sc| {
+            let workers: Vec<_> = (0..3)
+                .map(|t| {
+                    let (d, stop) = (&*d, &stop);
+                    sc.spawn(move || {
+                        let Ok(gpu) = d.alloc_buffer(16384) else { return 0 };
+                        let s = d.stream().ok();
+                        let mut n = 0usize;
+                        while !stop.load(Ordering::Relaxed) {
+                            let len = 4096 * (1 + (n + t) % 3);
+                            let Ok(p) = host::alloc_pinned(d, len) else { break };
+                            // SAFETY: a live block of `len` bytes until the free_pinned below.
+                            let bytes = unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), len) };
+                            bytes.fill(n as u8);
+                            if let Some(s) = &s {
+                                let _ = s.upload(bytes, &gpu, 0);
+                            }
+                            // SAFETY: as above.
+                            let _ = unsafe { host::copy_to_device(d, p.as_ptr(), len, &gpu, 0) };
+                            let _ = host::free_pinned(d, p);
+                            if n % 7 == 0 {
+                                d.trim_pinned_cache();
+                            }
+                            n += 1;
+                        }
+                        n
+                    })
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis(150));
+            let r = d.destroy();
+            stop.store(true, Ordering::Relaxed);
+            let ops: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+            assert!(ops > 0, "round {round}: no thread got to work");
+            if r.is_err() {
+                d.destroy().unwrap();
+            }
+            d.pinned_cache().reused
+        });
+        assert_eq!(d.live_objects(), vkhost::LiveObjects::default(), "round {round}");
+        assert_eq!(d.validation_errors(), 0, "round {round}: {:?}", d.last_validation_error());
+        eprintln!("pinned_cache_racing_destroy round {round}: {reused} blocks reused");
+    }
+}

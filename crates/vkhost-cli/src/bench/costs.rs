@@ -93,7 +93,8 @@ pub(super) fn costs(cx: &mut Ctx, sizes: &[u64], notes: &mut Vec<String>) -> Res
                     p.note = match op {
                         "alloc_pinned" => "the freed block of this size, kept for reuse (pinned_cache)",
                         "alloc_pinned_uncached" => "a new driver block: the cache emptied first",
-                        _ => "into the cache (pinned_cache)",
+                        "free_pinned" => "into the cache (pinned_cache)",
+                        _ => "into the cache, then freed by release_queued (which empties it)",
                     }
                     .into();
                 }

@@ -308,8 +308,10 @@ pub struct OpenOptions {
     /// instead of freed, and the next block of exactly its size is that block again: no
     /// vkAllocateMemory, vkBindBufferMemory or vkMapMemory, as `cudaHostAlloc` and PyTorch's
     /// caching host allocator reuse freed pinned memory. A reused block holds what its last
-    /// user wrote. Oldest blocks go first (to the background releaser) when the sum would pass
-    /// this; a block larger than it is never kept. Only driver blocks are kept: blocks of
+    /// user wrote. Oldest blocks go first (to the background releaser) when the sum (each
+    /// block counted in whole 4 KiB pages) would pass this, or past 1024 blocks (each is a
+    /// VkDeviceMemory, and Vulkan promises only 4096 at once); a block larger than it is never
+    /// kept. An allocation that fails for lack of memory frees what is kept and tries once more. Only driver blocks are kept: blocks of
     /// vkhost's own huge-page memory ([`pinned_huge_min`](Self::pinned_huge_min)) are released
     /// as before. [`Device::trim_pinned_cache`] frees what is kept;
     /// [`Device::release_queued`], [`Device::live_objects`] and teardown do too.
@@ -486,7 +488,8 @@ impl OpenOptions {
     /// # fn main() -> vkhost::Result<()> {
     /// use vkhost::OpenOptions;
     /// assert_eq!(OpenOptions::PINNED_CACHE, 64 << 20);
-    /// let dev = vkhost::Device::open_default()?;
+    /// // `None`: the default, whatever VKHOST_PINNED_CACHE says.
+    /// let dev = vkhost::Device::open_default_with(&OpenOptions { pinned_cache: None, ..Default::default() })?;
     /// let gpu = dev.info().device_type != vkhost::DeviceType::Cpu;
     /// assert_eq!(dev.pinned_cache().cap, if gpu { OpenOptions::PINNED_CACHE as u64 } else { 0 });
     /// # Ok(()) }
@@ -938,7 +941,8 @@ pub(crate) struct Shared {
     /// Set when either garbage list may hold something.
     pub has_garbage: AtomicBool,
     /// Freed pinned driver blocks kept for reuse (`OpenOptions::pinned_cache`; see
-    /// `object`'s `keep_for_reuse`). Locked under `live` (read), a leaf.
+    /// `object`'s `keep_for_reuse`). A leaf lock: taken under `live` (read, or teardown's
+    /// write) to add, take or free blocks, alone to read the counts.
     pub block_cache: Mutex<crate::reuse::Cache<Bound>>,
     /// Held while a thread drains the garbage lists (`drain_garbage`), always under `live`.
     pub draining: Mutex<()>,
@@ -2576,7 +2580,9 @@ impl Device {
         self.shared.options.validation
     }
 
-    /// Vulkan objects this device's vkhost code has alive now.
+    /// Vulkan objects this device's vkhost code has alive now. What waits for the background
+    /// releaser and the freed pinned blocks kept for reuse count as gone: this call frees them
+    /// first ([`release_queued`](Self::release_queued)), so the counts are exact.
     ///
     /// # Example
     ///
@@ -2615,6 +2621,10 @@ impl Device {
     /// # Ok(()) }
     /// ```
     pub fn pinned_cache(&self) -> crate::PinnedCacheStats {
+        if self.shared.forked() {
+            // The parent's blocks, and a lock a parent thread may have held at the fork.
+            return crate::PinnedCacheStats::default();
+        }
         lock(&self.shared.block_cache).stats()
     }
 

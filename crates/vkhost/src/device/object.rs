@@ -100,6 +100,9 @@ pub(crate) struct BufferObj {
     reuse: std::sync::atomic::AtomicBool,
 }
 
+/// The granule a kept block's memory is counted in against `OpenOptions::pinned_cache`.
+const PAGE: u64 = 4096;
+
 /// Something that must outlive a `BufferObj`'s memory.
 pub(crate) type Backing = Arc<dyn std::any::Any + Send + Sync>;
 
@@ -373,7 +376,10 @@ impl Shared {
         if g.is_none() {
             return Err(b);
         }
-        let evicted = lock(&self.block_cache).put(size, b)?;
+        // The memory a block holds: whole pages at least (a 1-byte block is a page or more of
+        // device memory), so many tiny blocks cannot pass the cap uncounted.
+        let cost = size.max(1).next_multiple_of(PAGE);
+        let evicted = lock(&self.block_cache).put(size, cost, b)?;
         let any = !evicted.is_empty();
         for e in evicted {
             self.queue_garbage(e.buffer, e.memory, None);

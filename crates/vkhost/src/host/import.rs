@@ -85,7 +85,16 @@ pub(crate) fn alloc_pinned_block(s: &Shared, l: &Live, len: usize) -> Result<(Bo
         // of the cache once.
         unsafe { s.release_bound(l, b.buffer, b.memory) };
     }
-    let b = s.alloc_bound(l, len as u64, USAGE, memtype::pinned, true)?;
+    let b = match s.alloc_bound(l, len as u64, USAGE, memtype::pinned, true) {
+        // Out of memory (or of allocations) while blocks of other sizes are kept: free them and
+        // try once more.
+        Err(Error::OutOfHostMemory | Error::OutOfDeviceMemory | Error::Vulkan { code: vk::Result::ERROR_TOO_MANY_OBJECTS, .. })
+            if s.trim_block_cache(l) > 0 =>
+        {
+            s.alloc_bound(l, len as u64, USAGE, memtype::pinned, true)?
+        }
+        r => r?,
+    };
     match b.ptr {
         Some(SendPtr(p)) => Ok((b, p)),
         None => {

@@ -703,7 +703,8 @@ fn on_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<
     out.into_iter().filter_map(|m| m.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner)).collect()
 }
 
-/// Releases a pinned block: its buffer and memory, which unmaps it.
+/// Releases a pinned block: its buffer and memory, which unmaps it (or, where the device keeps
+/// freed blocks, keeps it for the next block of its size: below).
 ///
 /// `NotPinned` for anything but a live block's start: registered addresses, interior pointers,
 /// a second free; `OwnedByGuard` for a `PinnedBuffer`'s block. A block whose device was
