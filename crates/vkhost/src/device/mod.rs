@@ -1201,7 +1201,16 @@ impl Shared {
         let Choice { index, .. } = choose(&l.types, req.memory_type_bits)
             .ok_or_else(|| Error::unsupported(format!("no suitable memory type among bits {:#x} for {:?}", req.memory_type_bits, usage)))?;
         let ai = vk::MemoryAllocateInfo::default().allocation_size(req.size).memory_type_index(index);
-        let memory = self.allocate_memory(l, &ai)?;
+        let memory = match self.allocate_memory(l, &ai) {
+            // Out of memory (or of allocations) while freed pinned blocks are kept for reuse
+            // (`OpenOptions::pinned_cache`): free them and try once more.
+            Err(Error::OutOfHostMemory | Error::OutOfDeviceMemory | Error::Vulkan { code: vk::Result::ERROR_TOO_MANY_OBJECTS, .. })
+                if self.trim_block_cache(l) > 0 =>
+            {
+                self.allocate_memory(l, &ai)?
+            }
+            r => r?,
+        };
         fresh.memory = Some(memory);
         self.bind(l, fresh.buffer, memory)?;
         let ptr = if map { Some(SendPtr(self.map(l, memory)?)) } else { None };

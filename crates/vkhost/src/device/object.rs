@@ -309,38 +309,39 @@ impl Drop for BufferObj {
         };
         self.slot.present.store(false, Ordering::Release);
         let backing = lock(&self.slot.backing).take();
-        if let (true, None, Some(p)) = (*self.reuse.get_mut(), &backing, self.map) {
-            let b = Bound { buffer: self.buffer, memory: m, ptr: Some(p) };
-            // Not kept (`Err`: no room for it, or the device is going): released as set below
-            // (the handles are plain values; `m` is still ours).
-            if let Ok(evicted) = s.keep_for_reuse(b, self.size) {
-                // Kept: the objects live on in the cache, out of this (now empty) slot.
+        // A pinned driver block let go of: kept for reuse where the cache takes it (`Err`: no
+        // room for it, or the device is going; the handles are plain values, `m` is still ours).
+        let kept = match (*self.reuse.get_mut(), &backing, self.map) {
+            (true, None, Some(p)) => s.keep_for_reuse(Bound { buffer: self.buffer, memory: m, ptr: Some(p) }, self.size).ok(),
+            _ => None,
+        };
+        // Whether the background releaser has something to free.
+        let wake = match kept {
+            // Kept: the objects live on in the cache, out of this (now empty) slot; older blocks
+            // queued to make room are the releaser's.
+            Some(evicted) => evicted,
+            None if *self.background.get_mut() => {
+                s.queue_garbage(self.buffer, m, backing);
+                true
+            }
+            None => {
+                s.release_or_defer(self.buffer, m, backing);
+                // Before `s`: if it is the last reference, its teardown sweeps this slot.
                 drop(g);
-                let w = Arc::downgrade(&s);
-                drop_shared(s);
-                if evicted {
-                    // Older blocks queued to make room: the releaser frees them.
-                    releaser().send(w);
-                }
+                drop(s);
                 return;
             }
-        }
-        if *self.background.get_mut() {
-            s.queue_garbage(self.buffer, m, backing);
-            // Let go of the slot, then of the device, then wake the releaser: woken first, it
-            // could take the device before `drop_shared`, which would then wait out its whole
-            // drain (an earlier unregister's 1 GiB unpin: ~30 ms) on this thread. If this was
-            // the last reference, the teardown just freed the queue and the releaser's upgrade
-            // fails. (A last reference's teardown sweeps this slot: its lock must be free.)
-            drop(g);
-            let w = Arc::downgrade(&s);
-            drop_shared(s);
+        };
+        // Let go of the slot, then of the device, then wake the releaser: woken first, it could
+        // take the device before `drop_shared`, which would then wait out its whole drain (an
+        // earlier unregister's 1 GiB unpin: ~30 ms) on this thread. If this was the last
+        // reference, the teardown just freed the queue and the cache, and the releaser's upgrade
+        // fails. (A last reference's teardown sweeps this slot: its lock must be free.)
+        drop(g);
+        let w = Arc::downgrade(&s);
+        drop_shared(s);
+        if wake {
             releaser().send(w);
-        } else {
-            s.release_or_defer(self.buffer, m, backing);
-            // Before `s`: if it is the last reference, its teardown sweeps this slot.
-            drop(g);
-            drop(s);
         }
     }
 }

@@ -74,31 +74,17 @@ pub(crate) fn import_range(s: &Shared, l: &Live, covered: &Range<usize>, want: O
 
 /// A driver allocation of `len` bytes, bound and mapped for its whole life.
 pub(crate) fn alloc_pinned_block(s: &Shared, l: &Live, len: usize) -> Result<(Bound, NonNull<u8>)> {
-    // A freed block of this size the device kept (`OpenOptions::pinned_cache`): made by this
-    // function, with the same usage and memory type, mapped.
-    if let Some(b) = s.reuse_block(l, len as u64) {
-        if let Some(SendPtr(p)) = b.ptr {
-            return Ok((b, p));
-        }
-        // Never kept unmapped (`BufferObj`'s drop keeps mapped blocks only).
-        // SAFETY: the kept block's objects, unused (kept after its last owner went), taken out
-        // of the cache once.
-        unsafe { s.release_bound(l, b.buffer, b.memory) };
-    }
-    let b = match s.alloc_bound(l, len as u64, USAGE, memtype::pinned, true) {
-        // Out of memory (or of allocations) while blocks of other sizes are kept: free them and
-        // try once more.
-        Err(Error::OutOfHostMemory | Error::OutOfDeviceMemory | Error::Vulkan { code: vk::Result::ERROR_TOO_MANY_OBJECTS, .. })
-            if s.trim_block_cache(l) > 0 =>
-        {
-            s.alloc_bound(l, len as u64, USAGE, memtype::pinned, true)?
-        }
-        r => r?,
+    // A freed block of this size the device kept (`OpenOptions::pinned_cache`, always mapped):
+    // made by this function, with the same usage and memory type.
+    let b = match s.reuse_block(l, len as u64) {
+        Some(b) => b,
+        None => s.alloc_bound(l, len as u64, USAGE, memtype::pinned, true)?,
     };
     match b.ptr {
         Some(SendPtr(p)) => Ok((b, p)),
         None => {
-            // SAFETY: fresh objects of ours, released once.
+            // SAFETY: fresh objects of ours (a kept block is always mapped: never here), that no
+            // work named, released once.
             unsafe { s.release_bound(l, b.buffer, b.memory) };
             Err(Error::unsupported("pinned memory was not mapped"))
         }
