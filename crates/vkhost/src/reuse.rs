@@ -78,13 +78,19 @@ impl<T> Cache<T> {
         Ok(evicted)
     }
 
-    /// The most recently kept block found by `key`, taken out.
+    /// The most recently kept block found by `key`, taken out. It counts as reused only once
+    /// the caller says it was handed out ([`Cache::count_reuse`]): a taken block can still be
+    /// released instead.
     pub(crate) fn take(&mut self, key: u64) -> Option<T> {
         let i = self.blocks.iter().rposition(|&(k, _, _)| k == key)?;
         let (_, n, item) = self.blocks.remove(i)?;
         self.bytes -= n;
-        self.reused += 1;
         Some(item)
+    }
+
+    /// Counts one taken block as handed out.
+    pub(crate) fn count_reuse(&mut self) {
+        self.reused += 1;
     }
 
     /// Every block, taken out (the caller releases them).
@@ -113,7 +119,9 @@ mod tests {
         assert_eq!(c.take(15), None, "no size but the exact one");
         assert_eq!(c.take(10), Some("a"));
         assert_eq!(c.take(10), None);
-        assert_eq!(c.stats(), PinnedCacheStats { blocks: 1, bytes: 20, cap: 100, reused: 2 });
+        assert_eq!(c.stats(), PinnedCacheStats { blocks: 1, bytes: 20, cap: 100, reused: 0 }, "taken, not yet counted");
+        c.count_reuse();
+        assert_eq!(c.stats().reused, 1, "only what the caller handed out");
     }
 
     #[test]

@@ -689,6 +689,41 @@ fn pinned_cache_after_device_loss() {
     assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
 }
 
+/// A driver block kept while huge-page blocks were off (the import probe ran out of memory at
+/// open, so `pinned_huge_min` waits for its retry) is the next block of its size once they are
+/// back on: the cache is asked before any new block is made (it sat in the cache unused, a
+/// review found).
+#[test]
+fn pinned_cache_reuses_a_driver_block_kept_before_the_import_probe_ran() {
+    init_log();
+    inject(Point::AllocateMemory, 0, vk::Result::ERROR_OUT_OF_HOST_MEMORY);
+    let o = OpenOptions { pinned_cache: Some(1 << 20), pinned_huge_min: Some(4096), ..fopts() };
+    let d = Device::open_default_with(&o).unwrap();
+    assert!(disarm(), "the probe never reached vkAllocateMemory");
+    assert_eq!(d.import_probe(), None, "no verdict yet");
+    let n = 8192;
+    let a = host::alloc_pinned(&d, n).unwrap();
+    host::free_pinned(&d, a).unwrap();
+    assert_eq!(d.pinned_cache().blocks, 1, "a driver block (no huge-page block before the probe's verdict) is kept");
+    let mut v = vec![1u8; 8192];
+    // SAFETY: `v` outlives the registration (unregistered below).
+    unsafe { host::register(&d, v.as_mut_ptr(), v.len()) }.unwrap();
+    assert!(matches!(d.import_probe(), Some(Ok(_))), "the registration ran the probe: {:?}", d.import_probe());
+    host::unregister(&d, v.as_mut_ptr()).unwrap();
+    let b = host::alloc_pinned(&d, n).unwrap();
+    assert_eq!(b, a, "the kept block, not a new huge-page block");
+    let st = d.pinned_cache();
+    assert_eq!((st.blocks, st.reused), (0, 1));
+    // Another size, with nothing kept, is a huge-page block again (not kept when freed).
+    let c = host::alloc_pinned(&d, 3 * n).unwrap();
+    host::free_pinned(&d, c).unwrap();
+    assert_eq!(d.pinned_cache().blocks, 0, "a huge-page block is never kept");
+    host::free_pinned(&d, b).unwrap();
+    d.destroy().unwrap();
+    assert_eq!(d.live_objects(), vkhost::LiveObjects::default());
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
+}
+
 /// An allocation that fails for lack of memory while the cache keeps blocks of other sizes
 /// frees them and tries once more; with nothing kept, the failure is the caller's.
 #[test]

@@ -391,8 +391,15 @@ impl Shared {
 
     /// A kept block of exactly `size` bytes (see [`Shared::keep_for_reuse`]), taken out of the
     /// cache: its buffer, memory and mapping are as the block's first allocation made them.
+    /// It counts as reused once handed out ([`Shared::count_block_reuse`]).
     pub(crate) fn reuse_block(&self, _l: &Live, size: u64) -> Option<Bound> {
         lock(&self.block_cache).take(size)
+    }
+
+    /// Counts a block [`Shared::reuse_block`] gave as handed out to a caller
+    /// (`PinnedCacheStats::reused`).
+    pub(crate) fn count_block_reuse(&self) {
+        lock(&self.block_cache).count_reuse();
     }
 
     /// Releases every block the cache keeps; returns their bytes.

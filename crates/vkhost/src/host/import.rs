@@ -72,19 +72,29 @@ pub(crate) fn import_range(s: &Shared, l: &Live, covered: &Range<usize>, want: O
     Ok(fresh.done(None))
 }
 
-/// A driver allocation of `len` bytes, bound and mapped for its whole life.
+/// A freed driver block of exactly `len` bytes that the device kept (`OpenOptions::pinned_cache`),
+/// taken out of the cache: made by [`alloc_pinned_block`], so with the same usage and memory
+/// type, and mapped. Nothing uses it (it was kept only once its last owner went).
+pub(crate) fn kept_pinned_block(s: &Shared, l: &Live, len: usize) -> Option<(Bound, NonNull<u8>)> {
+    let b = s.reuse_block(l, len as u64)?;
+    match b.ptr {
+        Some(SendPtr(p)) => Some((b, p)),
+        None => {
+            // SAFETY: never here (a kept block is always mapped); if it were, nothing uses the
+            // block and it left the cache under its lock: released once.
+            unsafe { s.release_bound(l, b.buffer, b.memory) };
+            None
+        }
+    }
+}
+
+/// A new driver allocation of `len` bytes, bound and mapped for its whole life.
 pub(crate) fn alloc_pinned_block(s: &Shared, l: &Live, len: usize) -> Result<(Bound, NonNull<u8>)> {
-    // A freed block of this size the device kept (`OpenOptions::pinned_cache`, always mapped):
-    // made by this function, with the same usage and memory type.
-    let b = match s.reuse_block(l, len as u64) {
-        Some(b) => b,
-        None => s.alloc_bound(l, len as u64, USAGE, memtype::pinned, true)?,
-    };
+    let b = s.alloc_bound(l, len as u64, USAGE, memtype::pinned, true)?;
     match b.ptr {
         Some(SendPtr(p)) => Ok((b, p)),
         None => {
-            // SAFETY: fresh objects of ours (a kept block is always mapped: never here), that no
-            // work named, released once.
+            // SAFETY: fresh objects of ours, that no work named, released once.
             unsafe { s.release_bound(l, b.buffer, b.memory) };
             Err(Error::unsupported("pinned memory was not mapped"))
         }

@@ -502,7 +502,7 @@ pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guard: Option<&'stati
     // later block.
     let mut refused: Vec<Arc<Imports>> = Vec::new();
     let r = loop {
-        let (ptr, imports) = match new_block(s, &l, len, piece) {
+        let (ptr, imports, reused) = match new_block(s, &l, len, piece) {
             Ok(b) => b,
             Err(e) => break Err(e),
         };
@@ -517,6 +517,9 @@ pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guard: Option<&'stati
         };
         note_lister(s);
         if registry().insert(s.id, entry).is_ok() {
+            if reused {
+                s.count_block_reuse();
+            }
             break Ok((ptr, imports));
         }
         refused.push(imports);
@@ -525,7 +528,8 @@ pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guard: Option<&'stati
         }
     };
     for imports in &refused {
-        // SAFETY: fresh objects of ours, never listed, never used by any work.
+        // SAFETY: objects of ours never listed: fresh ones no work ever named, or a kept block
+        // whose work was all reaped before it was kept.
         unsafe { release_fresh(s, &l, &imports.parts) };
     }
     r
@@ -534,8 +538,8 @@ pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guard: Option<&'stati
 /// Destroys `parts`' Vulkan objects now, on this thread, instead of through the releaser.
 ///
 /// # Safety
-/// The parts are fresh imports or allocations of the device `s`, `l` that no work ever named
-/// and no registry entry lists.
+/// The parts are imports or allocations of the device `s`, `l` that no registry entry lists
+/// and no pending or future work names (fresh ones, or a kept block taken from the cache).
 unsafe fn release_fresh(s: &Shared, l: &crate::device::Live, parts: &[Arc<Resource>]) {
     for p in parts {
         // SAFETY: the caller's contract: no pending or future work uses the buffer.
@@ -547,9 +551,17 @@ unsafe fn release_fresh(s: &Shared, l: &crate::device::Live, parts: &[Arc<Resour
 /// registrations cover.
 const PINNED_TRIES: usize = 4;
 
-/// A fresh pinned block of `len` bytes, not listed yet: vkhost's own huge-page memory
-/// (`OpenOptions::pinned_huge_min`) or a driver allocation, in pieces beyond `piece` bytes.
-fn new_block(s: &Arc<Shared>, l: &crate::device::Live, len: usize, piece: usize) -> Result<(NonNull<u8>, Arc<Imports>)> {
+/// A pinned block of `len` bytes, not listed yet, and whether it came from the device's cache:
+/// a kept driver block of that size first (whatever path would make a new one now: a block
+/// made by the driver while huge-page blocks were off, e.g. during an import probe's retry, is
+/// still reused), else vkhost's own huge-page memory (`OpenOptions::pinned_huge_min`) or a new
+/// driver allocation, in pieces beyond `piece` bytes.
+fn new_block(s: &Arc<Shared>, l: &crate::device::Live, len: usize, piece: usize) -> Result<(NonNull<u8>, Arc<Imports>, bool)> {
+    if len <= piece {
+        if let Some((b, ptr)) = import::kept_pinned_block(s, l, len) {
+            return Ok((ptr, Imports::one(Resource::new(s, BufferObj::new(s, b, len as u64)), len), true));
+        }
+    }
     // vkhost's own huge-page memory (`OpenOptions::pinned_huge_min`) where the device would
     // import it into the memory type it gives driver-allocated blocks (the seed's order);
     // anything else that stops that path leaves the block to the driver. (The type is ranked
@@ -573,7 +585,7 @@ fn new_block(s: &Arc<Shared>, l: &crate::device::Live, len: usize, piece: usize)
             }
         }
     }
-    Ok(match huge {
+    let (ptr, imports) = match huge {
         Some(h) => h,
         None if len <= piece => {
             let (b, ptr) = import::alloc_pinned_block(s, l, len)?;
@@ -582,7 +594,8 @@ fn new_block(s: &Arc<Shared>, l: &crate::device::Live, len: usize, piece: usize)
         // Larger than one allocation may be: imports in pieces of one mapping, so the block
         // stays contiguous.
         None => huge_block(s, l, len, None)?,
-    })
+    };
+    Ok((ptr, imports, false))
 }
 
 /// Whether a failed import of vkhost's own memory for a pinned block will fail again for the
