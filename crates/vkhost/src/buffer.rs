@@ -59,11 +59,7 @@ impl std::fmt::Debug for DeviceBuffer {
     }
 }
 
-pub(crate) const USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
-    vk::BufferUsageFlags::TRANSFER_SRC.as_raw()
-        | vk::BufferUsageFlags::TRANSFER_DST.as_raw()
-        | vk::BufferUsageFlags::STORAGE_BUFFER.as_raw(),
-);
+pub(crate) use crate::device::BUFFER_USAGE as USAGE;
 
 impl DeviceBuffer {
     pub(crate) fn new(device: &Device, len: usize) -> Result<DeviceBuffer> {
@@ -227,5 +223,27 @@ impl DeviceBuffer {
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         // SAFETY: `out` is a live, writable slice for the whole call, borrowed exclusively.
         unsafe { crate::host::copy_to_host_impl(&self.shared, self, offset, out.as_mut_ptr(), out.len()) }.map(|_| ())
+    }
+}
+
+/// Device buffers, from the device (here, with the type, so the device layer names no
+/// higher one).
+impl Device {
+    /// Allocates a device-local buffer of `len` bytes (see [`crate::DeviceBuffer`]). Its
+    /// contents are unspecified until written (not zeroed: they may be bytes an earlier buffer of
+    /// this process left).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let buf = dev.alloc_buffer(256 << 10)?;
+    /// assert_eq!(buf.len(), 256 << 10);
+    /// buf.write_slice(0, &[0.5f32; 1024])?;
+    /// # Ok(()) }
+    /// ```
+    pub fn alloc_buffer(&self, len: usize) -> Result<DeviceBuffer> {
+        DeviceBuffer::new(self, len)
     }
 }

@@ -725,7 +725,8 @@ fn pinned_cache_reuses_a_driver_block_kept_before_the_import_probe_ran() {
 }
 
 /// An allocation that fails for lack of memory while the cache keeps blocks of other sizes
-/// frees them and tries once more; with nothing kept, the failure is the caller's.
+/// frees them and tries once more; with nothing kept, the failure is the caller's. An import
+/// (a registration) that runs out of allocations gets the same retry.
 #[test]
 fn pinned_cache_frees_kept_blocks_when_memory_runs_out() {
     init_log();
@@ -743,6 +744,21 @@ fn pinned_cache_frees_kept_blocks_when_memory_runs_out() {
     inject(Point::AllocateMemory, 0, vk::Result::ERROR_OUT_OF_DEVICE_MEMORY);
     assert_eq!(host::alloc_pinned(&d, 16384), Err(Error::OutOfDeviceMemory), "nothing kept: no retry");
     assert!(disarm(), "the injected failure did not fire");
+    // An import gets the same retry (a registration's vkAllocateMemory): a kept block freed,
+    // then the import made.
+    host::free_pinned(&d, host::alloc_pinned(&d, 4096).unwrap()).unwrap();
+    assert_eq!(d.pinned_cache().blocks, 1);
+    let mut v = vec![3u8; 8192];
+    inject(Point::AllocateMemory, 0, vk::Result::ERROR_TOO_MANY_OBJECTS);
+    // SAFETY: `v` outlives the registration (unregistered below).
+    unsafe { host::register(&d, v.as_mut_ptr(), v.len()) }.expect("the import's retry after freeing the kept block");
+    assert!(disarm(), "the injected failure did not fire");
+    assert_eq!(d.pinned_cache().blocks, 0, "the kept block was freed for it");
+    let buf = d.alloc_buffer(8192).unwrap();
+    buf.write(0, &v).unwrap();
+    assert_eq!(host::device_stats(&d).direct_bytes, 8192, "the write went direct, through the import");
+    host::unregister(&d, v.as_mut_ptr()).unwrap();
+    drop(buf);
     d.destroy().unwrap();
     assert_eq!(d.live_objects(), vkhost::LiveObjects::default());
     assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());

@@ -38,6 +38,14 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 
+/// The usage of every buffer vkhost makes over memory (device buffers, pinned blocks, imports):
+/// copies both ways and storage bindings for kernels.
+pub(crate) const BUFFER_USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
+    vk::BufferUsageFlags::TRANSFER_SRC.as_raw()
+        | vk::BufferUsageFlags::TRANSFER_DST.as_raw()
+        | vk::BufferUsageFlags::STORAGE_BUFFER.as_raw(),
+);
+
 /// Locks a mutex, ignoring poisoning: every structure behind our mutexes stays consistent
 /// across a panic in user code (we never hold a lock while calling user code).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -183,7 +191,7 @@ pub enum BarWrites {
     /// On a discrete GPU whose mapped VRAM type spans its VRAM (a full BAR, as on the H200):
     /// device buffers live in that type, mapped, and [`DeviceBuffer::write`](crate::DeviceBuffer::write)
     /// of at most [`OpenOptions::bar_write_max`] bytes is a CPU store into the mapping instead of
-    /// a submitted copy (0.2 µs for 4 KiB on the H200, where a copy takes 15 µs). Elsewhere, off.
+    /// a submitted copy (0.5-0.7 µs for 4 KiB on the H200, where a copy takes 12-14 µs). Elsewhere, off.
     #[default]
     Auto,
     /// Wherever a DEVICE_LOCAL|HOST_VISIBLE|HOST_COHERENT type exists (UMA and CPU devices too).
@@ -311,7 +319,9 @@ pub struct OpenOptions {
     /// user wrote. Oldest blocks go first (to the background releaser) when the sum (each
     /// block counted in whole 4 KiB pages) would pass this, or past 1024 blocks (each is a
     /// VkDeviceMemory, and Vulkan promises only 4096 at once); a block larger than it is never
-    /// kept. An allocation that fails for lack of memory frees what is kept and tries once more. Only driver blocks are kept: blocks of
+    /// kept. Any vkAllocateMemory of the device (a pinned block, a device or staging buffer, an
+    /// import of a registration or of huge-page memory) that fails for lack of memory or of
+    /// allocations frees what is kept and tries once more. Only driver blocks are kept: blocks of
     /// vkhost's own huge-page memory ([`pinned_huge_min`](Self::pinned_huge_min)) are released
     /// as before. [`Device::trim_pinned_cache`] frees what is kept;
     /// [`Device::release_queued`], [`Device::live_objects`] and teardown do too.
@@ -1201,20 +1211,25 @@ impl Shared {
         let Choice { index, .. } = choose(&l.types, req.memory_type_bits)
             .ok_or_else(|| Error::unsupported(format!("no suitable memory type among bits {:#x} for {:?}", req.memory_type_bits, usage)))?;
         let ai = vk::MemoryAllocateInfo::default().allocation_size(req.size).memory_type_index(index);
-        let memory = match self.allocate_memory(l, &ai) {
-            // Out of memory (or of allocations) while freed pinned blocks are kept for reuse
-            // (`OpenOptions::pinned_cache`): free them and try once more.
-            Err(Error::OutOfHostMemory | Error::OutOfDeviceMemory | Error::Vulkan { code: vk::Result::ERROR_TOO_MANY_OBJECTS, .. })
-                if self.trim_block_cache(l) > 0 =>
-            {
-                self.allocate_memory(l, &ai)?
-            }
-            r => r?,
-        };
+        let memory = self.allocate_memory_or_trim(l, &ai)?;
         fresh.memory = Some(memory);
         self.bind(l, fresh.buffer, memory)?;
         let ptr = if map { Some(SendPtr(self.map(l, memory)?)) } else { None };
         Ok(fresh.done(ptr))
+    }
+
+    /// `vkAllocateMemory` (a driver allocation or an import). Out of memory (or of allocations)
+    /// while freed pinned blocks are kept for reuse (`OpenOptions::pinned_cache`): frees them
+    /// and tries once more.
+    pub(crate) fn allocate_memory_or_trim(&self, l: &Live, ai: &vk::MemoryAllocateInfo<'_>) -> Result<vk::DeviceMemory> {
+        match self.allocate_memory(l, ai) {
+            Err(Error::OutOfHostMemory | Error::OutOfDeviceMemory | Error::Vulkan { code: vk::Result::ERROR_TOO_MANY_OBJECTS, .. })
+                if self.trim_block_cache(l) > 0 =>
+            {
+                self.allocate_memory(l, ai)
+            }
+            r => r,
+        }
     }
 
     /// [`alloc_bound`](Self::alloc_bound) in the memory device buffers get: mapped VRAM where
@@ -2860,24 +2875,6 @@ impl Device {
         lock(&self.shared.owners).push(owner);
     }
 
-    /// Allocates a device-local buffer of `len` bytes (see [`crate::DeviceBuffer`]). Its
-    /// contents are unspecified until written (not zeroed: they may be bytes an earlier buffer of
-    /// this process left).
-    ///
-    /// # Example
-    ///
-    /// ```
-    /// # fn main() -> vkhost::Result<()> {
-    /// let dev = vkhost::Device::open_default()?;
-    /// let buf = dev.alloc_buffer(256 << 10)?;
-    /// assert_eq!(buf.len(), 256 << 10);
-    /// buf.write_slice(0, &[0.5f32; 1024])?;
-    /// # Ok(()) }
-    /// ```
-    pub fn alloc_buffer(&self, len: usize) -> Result<crate::DeviceBuffer> {
-        crate::buffer::DeviceBuffer::new(self, len)
-    }
-
     /// Where registration stands on this device: the granule (alignment) or why not.
     ///
     /// Cached per device: the facts (extension, alignment), the policy, and the import probe run
@@ -2957,7 +2954,7 @@ impl Device {
     fn probe_import_bits(&self) -> std::result::Result<u32, String> {
         self.host_registration()?;
         let l = self.shared.live().map_err(|e| e.to_string())?;
-        let page = crate::host::page_size();
+        let page = crate::host::maps::page_size();
         crate::host::maps::with_probe_page(page, |p| crate::host::import::host_pointer_bits(&self.shared, &l, p)).map_err(|e| e.to_string())
     }
 }

@@ -1,6 +1,6 @@
 //! Vulkan objects behind registry entries: imports of host pages and pinned blocks.
 
-use crate::buffer::USAGE;
+use crate::device::BUFFER_USAGE as USAGE;
 use crate::device::{Bound, Fresh, Live, SendPtr, Shared};
 use crate::error::{Error, Result};
 use crate::fault::{self, Point};
@@ -66,7 +66,7 @@ pub(crate) fn import_range(s: &Shared, l: &Live, covered: &Range<usize>, want: O
         .handle_type(vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT)
         .host_pointer(covered.start as *mut std::ffi::c_void);
     let ai = vk::MemoryAllocateInfo::default().allocation_size(len).memory_type_index(choice.index).push_next(&mut imp);
-    let memory = s.allocate_memory(l, &ai)?;
+    let memory = s.allocate_memory_or_trim(l, &ai)?;
     fresh.memory = Some(memory);
     s.bind(l, buffer, memory)?;
     Ok(fresh.done(None))

@@ -74,7 +74,7 @@ fn raw_memory(
     }
     let handle_types =
         if imported(obj) { vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT } else { vk::ExternalMemoryHandleTypeFlags::empty() };
-    Some(RawMemory { buffer: obj.buffer, memory, offset: at as u64, size: obj.size, usage: crate::buffer::USAGE, handle_types })
+    Some(RawMemory { buffer: obj.buffer, memory, offset: at as u64, size: obj.size, usage: crate::device::BUFFER_USAGE, handle_types })
 }
 
 /// Pinned, mapped host memory that DMA copies address directly (driver-allocated, or vkhost's
