@@ -434,6 +434,14 @@ class Device(_Owner):
             _check(lib.vkhost_device_validation_errors(d, byref(n)))
         return n.value
 
+    def trim_pinned_cache(self) -> int:
+        """Frees the freed pinned blocks this device keeps for reuse; returns their bytes (0
+        when nothing is kept, e.g. on CPU drivers by default, or after ``destroy``)."""
+        n = c_uint64()
+        with self._use() as d:
+            _check(lib.vkhost_device_trim_pinned_cache(d, byref(n)))
+        return n.value
+
     def stats(self) -> Stats:
         """This device's counters (bytes copied through it, its live entries)."""
         c = _ffi.HostStatsC()
@@ -704,13 +712,15 @@ class _PinnedBlock(_Owner):
 
 
 class PinnedArray(np.ndarray):
-    """A NumPy array over pinned host memory (driver memory the device reads and writes
-    directly). ``PinnedArray(device, shape, dtype)`` or ``device.pinned(shape, dtype)``.
+    """A NumPy array over pinned host memory (memory the device reads and writes directly:
+    the driver's, or on GPUs from 2 MiB vkhost's own huge-page memory).
+    ``PinnedArray(device, shape, dtype)`` or ``device.pinned(shape, dtype)``.
 
     Slices and views share the pinned memory and keep it alive; the block is freed when the
-    last of them goes (on GPUs it is kept for the next block of the same size, unless
-    ``VKHOST_PINNED_CACHE=off``). Results of arithmetic are ordinary arrays. ``copy()`` is not
-    pinned.
+    last of them goes. On GPUs a block under 2 MiB is kept instead, up to 64 MiB in all, for
+    the next block of exactly its size, which gets it back with its old contents
+    (``VKHOST_PINNED_CACHE=N|off`` sets the bytes kept; ``Device.trim_pinned_cache()`` frees
+    them). Results of arithmetic are ordinary arrays. ``copy()`` is not pinned.
     """
 
     def __new__(cls, device: Device, shape: int | tuple[int, ...], dtype: npt.DTypeLike = np.uint8) -> PinnedArray:

@@ -104,6 +104,7 @@ _SIGNATURES: dict[str, tuple[list[object], object]] = {
     "vkhost_device_release": ([_P], _S),
     "vkhost_device_is_destroyed": ([_P, POINTER(c_bool)], _S),
     "vkhost_device_validation_errors": ([_P, POINTER(c_uint64)], _S),
+    "vkhost_device_trim_pinned_cache": ([_P, POINTER(c_uint64)], _S),
     "vkhost_validation_errors": ([], c_uint64),
     "vkhost_alloc_pinned": ([_P, c_size_t, POINTER(c_void_p)], _S),
     "vkhost_free_pinned": ([_P, c_void_p], _S),

@@ -1124,6 +1124,53 @@ pub unsafe extern "C" fn vkhost_device_is_destroyed(device: *const vkhost_device
     })
 }
 
+/// Frees now, on this thread, the freed pinned blocks the device keeps for reuse (see
+/// `vkhost_free_pinned`; `VKHOST_PINNED_CACHE=N|off` sets how many bytes it keeps, 64 MiB on
+/// GPUs and none on CPU drivers by default) and stores their bytes in `*bytes`: 0 when nothing
+/// is kept or the device was destroyed (its teardown freed them). Live blocks are untouched;
+/// later frees fill the cache again.
+///
+/// # Safety
+/// `device` must be NULL or a live handle; `bytes` NULL or valid for a write.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::ptr::null_mut;
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut block = null_mut();
+    assert_eq!(vkhost_alloc_pinned(dev, 4096, &mut block), VKHOST_OK);
+    assert_eq!(vkhost_free_pinned(dev, block), VKHOST_OK); // kept where the device keeps blocks
+    let mut bytes = u64::MAX;
+    assert_eq!(vkhost_device_trim_pinned_cache(dev, &mut bytes), VKHOST_OK);
+    assert!(bytes == 0 || bytes == 4096); // 0 where nothing is kept (CPU drivers, by default)
+    assert_eq!(vkhost_device_trim_pinned_cache(dev, &mut bytes), VKHOST_OK);
+    assert_eq!(bytes, 0); // nothing left
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vkhost_device_trim_pinned_cache(device: *const vkhost_device, bytes: *mut u64) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let d = unsafe { arg(device, "device") }?;
+        let o = out(bytes, "bytes")?;
+        let n = d.dev.trim_pinned_cache();
+        // SAFETY: forwarded contract.
+        unsafe { o.put(n) };
+        Ok(())
+    })
+}
+
 /// Stores the validation-layer errors this device has reported (0 without validation) in
 /// `*errors`. Still answers after destroy, so teardown errors count.
 ///
