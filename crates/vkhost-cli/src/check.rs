@@ -826,9 +826,10 @@ fn bar_assist(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>, skip: Optio
                 let stored = after.0 - before.0;
                 stored_all += stored;
                 let moved = stored + (after.1 - before.1);
-                let err = err
-                    .or((moved != len as u64).then_some("stores and copies do not add up to the write"))
-                    .or((stored == 0).then_some("no byte stored: the copy engine wrote it all"));
+                // A write the copy engine took whole is a valid split (the stores and the engine
+                // take parts as they get to them: a store thread the scheduler held back finds
+                // none left, seen on 2 busy cores); the row asks for stores over all its writes.
+                let err = err.or((moved != len as u64).then_some("stores and copies do not add up to the write"));
                 match err {
                     None => row.passed += 1,
                     Some(e) if row.detail.is_empty() => row.detail = format!("{e} ({what})"),
@@ -836,6 +837,11 @@ fn bar_assist(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>, skip: Optio
                 }
             }
         }
+    }
+    if stored_all == 0 && row.passed == row.total {
+        // Not one of the writes was shared: the assisted path was never exercised.
+        row.passed -= 1;
+        row.detail = "no byte stored by the CPU in any write: the copy engine wrote them all".into();
     }
     if row.detail.is_empty() {
         row.detail = format!("{stored_all} bytes stored by the CPU, the rest by the copy engine");
