@@ -142,7 +142,7 @@ pub struct Args {
     device: Option<usize>,
     /// The host × GPU matrix instead of the sweep: `all` or a list of device indices; each
     /// device alone and all at once, for pinned, registered and pageable memory (default sizes
-    /// 16M,256M,1G; --sizes, --paths, --dirs, --iters, --quick apply).
+    /// 16M,256M,1G; --sizes, --paths, --dirs, --iters, --budget, --quick and --staging-* apply).
     #[arg(long, value_name = "all|LIST")]
     devices: Option<String>,
     /// Sizes, comma-separated: 4K,1M,1G. Default: 4K to --max-size in ×4 steps.
