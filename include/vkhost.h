@@ -343,8 +343,9 @@ vkhost_status vkhost_device_is_destroyed(const vkhost_device *device, bool *dest
 
 // Frees now, on this thread, the freed pinned blocks the device keeps for reuse (see
 // `vkhost_free_pinned`; `VKHOST_PINNED_CACHE=N|off` sets how many bytes it keeps, 64 MiB on
-// GPUs and none on CPU drivers by default) and stores their bytes in `*bytes`: 0 when nothing
-// is kept or the device was destroyed (its teardown freed them). Live blocks are untouched;
+// GPUs and none on CPU drivers by default) and stores their bytes in `*bytes`, each block
+// counted in whole 4 KiB pages: 0 when nothing is kept or the device was destroyed (its
+// teardown freed them). Live blocks are untouched;
 // later frees fill the cache again.
 //
 // # Safety
@@ -364,23 +365,22 @@ vkhost_status vkhost_device_validation_errors(const vkhost_device *device, uint6
 uint64_t vkhost_validation_errors(void);
 
 // Allocates `len` bytes of pinned host memory (driver memory, or on GPUs from 2 MiB vkhost's
-// own huge-page memory imported; mapped for its whole life and bound to a VkBuffer) and stores its address in `*ptr`. Free it with `vkhost_free_pinned`
-// before destroying the device (destroy unmaps it). `len == 0`: `VKHOST_INVALID_ARGUMENT`.
+// own huge-page memory imported; mapped for its whole life and bound to a VkBuffer) and
+// stores its address in `*ptr`. Free it with `vkhost_free_pinned` before destroying the device
+// (destroy unmaps it). `len == 0`: `VKHOST_INVALID_ARGUMENT`.
 // More than one allocation may hold (maxMemoryAllocationSize, or the options'
 // `max_import_piece`): one contiguous block of vkhost's own memory imported in pieces where
 // the device can import host memory, else `VKHOST_UNSUPPORTED`.
 //
 // # Safety
 // `device` must be NULL or a live handle; `ptr` NULL or valid for a write.
-vkhost_status vkhost_alloc_pinned(const vkhost_device *device,
-                                  size_t len,
-                                  void **ptr);
+vkhost_status vkhost_alloc_pinned(const vkhost_device *device, size_t len, void **ptr);
 
 // Frees the pinned block that starts at `ptr`. The entry goes at once (a later `vkhost_find`
 // misses); the call returns once the copies and launches in flight that use the block are
 // done, as `cudaFreeHost` does, and the memory is freed after that on vkhost's background
-// thread, or, for a driver block (under 2 MiB on GPUs) that fits the device's cache of freed
-// blocks (64 MiB on GPUs by default, none on CPU drivers; `VKHOST_PINNED_CACHE=N|off` sets
+// thread, or, for a driver block (on GPUs, those under 2 MiB while imports work) that fits
+// the device's cache of freed blocks (64 MiB on GPUs by default, none on CPU drivers; `VKHOST_PINNED_CACHE=N|off` sets
 // it), kept for the next `vkhost_alloc_pinned` of exactly its size, which gets it back with
 // its old contents; `vkhost_device_trim_pinned_cache` frees what is kept. A copy recorded into
 // the caller's command buffer, which only the caller submits, does not hold the call up: it
@@ -391,7 +391,8 @@ vkhost_status vkhost_alloc_pinned(const vkhost_device *device,
 //
 // # Safety
 // `device` must be NULL or a live handle. `ptr` is only compared, never dereferenced.
-vkhost_status vkhost_free_pinned(const vkhost_device *device, void *ptr);
+vkhost_status vkhost_free_pinned(const vkhost_device *device,
+                                 void *ptr);
 
 // Registers (imports, VK_EXT_external_memory_host) the caller's memory `[ptr, ptr+len)`, rounded
 // out to the import granule, so copies from or to it go direct.

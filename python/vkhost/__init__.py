@@ -435,8 +435,9 @@ class Device(_Owner):
         return n.value
 
     def trim_pinned_cache(self) -> int:
-        """Frees the freed pinned blocks this device keeps for reuse; returns their bytes (0
-        when nothing is kept, e.g. on CPU drivers by default, or after ``destroy``)."""
+        """Frees the freed pinned blocks this device keeps for reuse; returns their bytes, each
+        block counted in whole 4 KiB pages (0 when nothing is kept, e.g. on CPU drivers by
+        default, or after ``destroy``)."""
         n = c_uint64()
         with self._use() as d:
             _check(lib.vkhost_device_trim_pinned_cache(d, byref(n)))
@@ -717,10 +718,10 @@ class PinnedArray(np.ndarray):
     ``PinnedArray(device, shape, dtype)`` or ``device.pinned(shape, dtype)``.
 
     Slices and views share the pinned memory and keep it alive; the block is freed when the
-    last of them goes. On GPUs a block under 2 MiB is kept instead, up to 64 MiB in all, for
-    the next block of exactly its size, which gets it back with its old contents
-    (``VKHOST_PINNED_CACHE=N|off`` sets the bytes kept; ``Device.trim_pinned_cache()`` frees
-    them). Results of arithmetic are ordinary arrays. ``copy()`` is not pinned.
+    last of them goes. On GPUs a driver block (under 2 MiB while imports work) is kept
+    instead, up to 64 MiB in all, for the next block of exactly its size, which gets it back
+    with its old contents (``VKHOST_PINNED_CACHE=N|off`` sets the bytes kept;
+    ``Device.trim_pinned_cache()`` frees them). Results of arithmetic are ordinary arrays. ``copy()`` is not pinned.
     """
 
     def __new__(cls, device: Device, shape: int | tuple[int, ...], dtype: npt.DTypeLike = np.uint8) -> PinnedArray:

@@ -803,7 +803,8 @@ fn bar_assist(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>, skip: Optio
     let dbuf = dev.alloc_buffer(4095 + most + GUARD)?;
     let mut pinned = vkhost::PinnedBuffer::new(&dev, 4095 + most)?;
     let mut row = Row { name: "bar assist, sizes x offsets x sources".into(), passed: 0, total: 0, detail: String::new() };
-    let mut stored_all = 0u64;
+    // Bytes the CPU stored, from a plain source and from a pinned one.
+    let mut stored_by = [0u64; 2];
     let counts = |d: &Device| {
         let s = host::device_stats(d);
         (s.mapped_bytes, s.direct_bytes + s.staged_bytes)
@@ -824,7 +825,7 @@ fn bar_assist(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>, skip: Optio
                 let (err, before, after) = guarded_write(&dbuf, doff, src, &payload, || counts(&dev))?;
                 let what = format!("len {len}, device offset {doff}, {} source", if from_pinned { "pinned" } else { "plain" });
                 let stored = after.0 - before.0;
-                stored_all += stored;
+                stored_by[usize::from(from_pinned)] += stored;
                 let moved = stored + (after.1 - before.1);
                 // A write the copy engine took whole is a valid split (the stores and the engine
                 // take parts as they get to them: a store thread the scheduler held back finds
@@ -838,13 +839,20 @@ fn bar_assist(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>, skip: Optio
             }
         }
     }
-    if stored_all == 0 && row.passed == row.total {
-        // Not one of the writes was shared: the assisted path was never exercised.
-        row.passed -= 1;
-        row.detail = "no byte stored by the CPU in any write: the copy engine wrote them all".into();
+    for (i, source) in ["plain", "pinned"].into_iter().enumerate() {
+        if stored_by[i] == 0 && row.passed == row.total {
+            // Not one write from this source was shared: its assisted path was never exercised.
+            row.passed -= 1;
+            row.detail = format!("no byte stored by the CPU in any write from a {source} source: the copy engine wrote them all");
+        }
     }
     if row.detail.is_empty() {
-        row.detail = format!("{stored_all} bytes stored by the CPU, the rest by the copy engine");
+        row.detail = format!(
+            "{} bytes stored by the CPU (plain sources {}, pinned {}), the rest by the copy engine",
+            stored_by[0] + stored_by[1],
+            stored_by[0],
+            stored_by[1]
+        );
     }
     rows.push(row);
     let order = ordered_with_streams(&dev, &dbuf, "bar assist ordered with stream work", min, 8192, 4, "an assisted write")?;

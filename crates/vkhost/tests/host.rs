@@ -596,8 +596,10 @@ fn pinned_cache_counts_no_kept_block_it_could_not_list() {
     assert_eq!(d.pinned_cache().blocks, 1);
     // The kept block's pages stay mapped (by the driver) and are no entry of the registry: a
     // registration may take them, as one of memory later unmapped would (the stale case).
-    // SAFETY: the kept block is mapped, and stays so until the allocation below releases it;
-    // nothing reads or writes through this registration, which is unregistered after.
+    // SAFETY: the kept block is mapped until the allocation below releases it; from then until
+    // the `unregister` after it the registration is stale (its pages gone, as when a caller
+    // unmaps registered memory), and nothing reads or writes through it meanwhile: no copy or
+    // launch names those bytes, and `unregister` only drops the import.
     if let Err(e) = unsafe { host::register(&d, a.as_ptr(), n) } {
         eprintln!("SKIPPED: this driver does not import its own mapping ({e}): no registration can cover a kept block");
         d.destroy().unwrap();
@@ -613,6 +615,7 @@ fn pinned_cache_counts_no_kept_block_it_could_not_list() {
     assert_eq!((c, d.pinned_cache().reused), (b, 1), "a kept block that can be listed counts");
     host::free_pinned(&d, c).unwrap();
     d.destroy().unwrap();
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
 }
 
 /// With the cache off (`Some(0)`, and the default on CPU drivers) a freed block is released as

@@ -2653,7 +2653,8 @@ impl Device {
     }
 
     /// Frees now, on this thread, the pinned blocks kept for reuse
-    /// ([`OpenOptions::pinned_cache`]); returns their bytes. Later frees fill the cache again.
+    /// ([`OpenOptions::pinned_cache`]); returns their bytes, each block counted in whole 4 KiB
+    /// pages (as against the cap). Later frees fill the cache again.
     /// [`release_queued`](Self::release_queued) does this and more. Does nothing after the
     /// device was destroyed (teardown freed them).
     ///
