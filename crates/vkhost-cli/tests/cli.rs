@@ -502,7 +502,11 @@ fn interrupted(args: &[&str], ready: impl Fn(&str) -> bool, pause: std::time::Du
 fn ctrl_c_writes_the_points_measured_so_far() {
     let j = tmp("int.json");
     let sizes = "4K,8K,16K,32K,64K,128K,256K,512K,1M,2M,4M,8M,16M";
-    let args = ["bench", "-t", "host_to_device_ce,device_to_host_ce", "--sizes", sizes, "--iters", "1000", "--budget", "0.3"];
+    // Every point runs its whole 1 s budget (100 000 copies take longer at any size), so the
+    // 26 points take 26 s and the interrupt lands early whatever the machine's speed. With
+    // 1000 iterations and 0.3 s an idle lavapipe finished the sweep before the interrupt
+    // (all 26 points in 1.8 s).
+    let args = ["bench", "-t", "host_to_device_ce,device_to_host_ce", "--sizes", sizes, "--iters", "100000", "--budget", "1"];
     // Measuring starts after the header; let it measure a point or two.
     let (code, rest) = interrupted(
         &[&args[..], &["--json", j.to_str().unwrap()]].concat(),
