@@ -953,7 +953,7 @@ pub(crate) struct Shared {
     /// Freed pinned driver blocks kept for reuse (`OpenOptions::pinned_cache`; see
     /// `object`'s `keep_for_reuse`). A leaf lock: taken under `live` (read, or teardown's
     /// write) to add, take or free blocks, alone to read the counts.
-    pub block_cache: Mutex<crate::reuse::Cache<Bound>>,
+    pub block_cache: Mutex<crate::reuse::Cache<object::KeptBlock>>,
     /// Held while a thread drains the garbage lists (`drain_garbage`), always under `live`.
     pub draining: Mutex<()>,
     /// Every stream's timeline semaphore not destroyed yet, and whether its stream's last
@@ -1097,7 +1097,21 @@ impl Shared {
         self.objects.buffers.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// `vkAllocateMemory` (a driver allocation or an import). Out of memory (or of allocations)
+    /// while freed pinned blocks are kept for reuse (`OpenOptions::pinned_cache`): frees them
+    /// and tries once more.
     pub(crate) fn allocate_memory(&self, l: &Live, info: &vk::MemoryAllocateInfo<'_>) -> Result<vk::DeviceMemory> {
+        match self.allocate_memory_once(l, info) {
+            Err(Error::OutOfHostMemory | Error::OutOfDeviceMemory | Error::Vulkan { code: vk::Result::ERROR_TOO_MANY_OBJECTS, .. })
+                if self.trim_block_cache(l) > 0 =>
+            {
+                self.allocate_memory_once(l, info)
+            }
+            r => r,
+        }
+    }
+
+    fn allocate_memory_once(&self, l: &Live, info: &vk::MemoryAllocateInfo<'_>) -> Result<vk::DeviceMemory> {
         fault::check(Point::AllocateMemory).map_err(|c| self.fail("vkAllocateMemory", c))?;
         // SAFETY: `info` is valid; its pNext chain (an import, at most) refers to live locals.
         let m = unsafe { l.device.allocate_memory(info, None) }.map_err(|c| self.fail("vkAllocateMemory", c))?;
@@ -1211,25 +1225,11 @@ impl Shared {
         let Choice { index, .. } = choose(&l.types, req.memory_type_bits)
             .ok_or_else(|| Error::unsupported(format!("no suitable memory type among bits {:#x} for {:?}", req.memory_type_bits, usage)))?;
         let ai = vk::MemoryAllocateInfo::default().allocation_size(req.size).memory_type_index(index);
-        let memory = self.allocate_memory_or_trim(l, &ai)?;
+        let memory = self.allocate_memory(l, &ai)?;
         fresh.memory = Some(memory);
         self.bind(l, fresh.buffer, memory)?;
         let ptr = if map { Some(SendPtr(self.map(l, memory)?)) } else { None };
         Ok(fresh.done(ptr))
-    }
-
-    /// `vkAllocateMemory` (a driver allocation or an import). Out of memory (or of allocations)
-    /// while freed pinned blocks are kept for reuse (`OpenOptions::pinned_cache`): frees them
-    /// and tries once more.
-    pub(crate) fn allocate_memory_or_trim(&self, l: &Live, ai: &vk::MemoryAllocateInfo<'_>) -> Result<vk::DeviceMemory> {
-        match self.allocate_memory(l, ai) {
-            Err(Error::OutOfHostMemory | Error::OutOfDeviceMemory | Error::Vulkan { code: vk::Result::ERROR_TOO_MANY_OBJECTS, .. })
-                if self.trim_block_cache(l) > 0 =>
-            {
-                self.allocate_memory(l, ai)
-            }
-            r => r,
-        }
     }
 
     /// [`alloc_bound`](Self::alloc_bound) in the memory device buffers get: mapped VRAM where

@@ -19,7 +19,7 @@
 //! Either way nothing of the buffer outlives the device.
 
 use super::DeviceId;
-use super::{Bound, Live, Shared, lock};
+use super::{Bound, Live, SendPtr, Shared, lock};
 use ash::vk;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
@@ -102,6 +102,14 @@ pub(crate) struct BufferObj {
 
 /// The granule a kept block's memory is counted in against `OpenOptions::pinned_cache`.
 const PAGE: u64 = 4096;
+
+/// A freed pinned driver block kept for reuse ([`Shared::keep_for_reuse`]): its buffer, its
+/// memory and the mapping it keeps (only mapped blocks are kept).
+pub(crate) struct KeptBlock {
+    pub buffer: vk::Buffer,
+    pub memory: vk::DeviceMemory,
+    pub ptr: SendPtr,
+}
 
 /// Something that must outlive a `BufferObj`'s memory.
 pub(crate) type Backing = Arc<dyn std::any::Any + Send + Sync>;
@@ -312,7 +320,7 @@ impl Drop for BufferObj {
         // A pinned driver block let go of: kept for reuse where the cache takes it (`Err`: no
         // room for it, or the device is going; the handles are plain values, `m` is still ours).
         let kept = match (*self.reuse.get_mut(), &backing, self.map) {
-            (true, None, Some(p)) => s.keep_for_reuse(Bound { buffer: self.buffer, memory: m, ptr: Some(p) }, self.size).ok(),
+            (true, None, Some(ptr)) => s.keep_for_reuse(KeptBlock { buffer: self.buffer, memory: m, ptr }, self.size).ok(),
             _ => None,
         };
         // Whether the background releaser has something to free.
@@ -369,7 +377,7 @@ impl Shared {
     /// kept, for the caller to release: it does not fit the cache, the device is lost, or its
     /// lock is taken (a destroy waits or runs: its teardown frees what the cache holds, and a
     /// block put in after that would outlive the device).
-    pub(crate) fn keep_for_reuse(&self, b: Bound, size: u64) -> Result<bool, Bound> {
+    pub(crate) fn keep_for_reuse(&self, b: KeptBlock, size: u64) -> Result<bool, KeptBlock> {
         if self.forked() || self.lost.load(Ordering::Acquire) {
             return Err(b);
         }
@@ -392,7 +400,7 @@ impl Shared {
     /// A kept block of exactly `size` bytes (see [`Shared::keep_for_reuse`]), taken out of the
     /// cache: its buffer, memory and mapping are as the block's first allocation made them.
     /// It counts as reused once handed out ([`Shared::count_block_reuse`]).
-    pub(crate) fn reuse_block(&self, _l: &Live, size: u64) -> Option<Bound> {
+    pub(crate) fn reuse_block(&self, _l: &Live, size: u64) -> Option<KeptBlock> {
         lock(&self.block_cache).take(size)
     }
 

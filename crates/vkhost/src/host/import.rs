@@ -66,7 +66,7 @@ pub(crate) fn import_range(s: &Shared, l: &Live, covered: &Range<usize>, want: O
         .handle_type(vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT)
         .host_pointer(covered.start as *mut std::ffi::c_void);
     let ai = vk::MemoryAllocateInfo::default().allocation_size(len).memory_type_index(choice.index).push_next(&mut imp);
-    let memory = s.allocate_memory_or_trim(l, &ai)?;
+    let memory = s.allocate_memory(l, &ai)?;
     fresh.memory = Some(memory);
     s.bind(l, buffer, memory)?;
     Ok(fresh.done(None))
@@ -76,16 +76,8 @@ pub(crate) fn import_range(s: &Shared, l: &Live, covered: &Range<usize>, want: O
 /// taken out of the cache: made by [`alloc_pinned_block`], so with the same usage and memory
 /// type, and mapped. Nothing uses it (it was kept only once its last owner went).
 pub(crate) fn kept_pinned_block(s: &Shared, l: &Live, len: usize) -> Option<(Bound, NonNull<u8>)> {
-    let b = s.reuse_block(l, len as u64)?;
-    match b.ptr {
-        Some(SendPtr(p)) => Some((b, p)),
-        None => {
-            // SAFETY: never here (a kept block is always mapped); if it were, nothing uses the
-            // block and it left the cache under its lock: released once.
-            unsafe { s.release_bound(l, b.buffer, b.memory) };
-            None
-        }
-    }
+    let k = s.reuse_block(l, len as u64)?;
+    Some((Bound { buffer: k.buffer, memory: k.memory, ptr: Some(k.ptr) }, k.ptr.0))
 }
 
 /// A new driver allocation of `len` bytes, bound and mapped for its whole life.
