@@ -3,9 +3,8 @@
 use crate::device::Device;
 use crate::device::object::BufferObj;
 use crate::error::{Error, Result};
-use crate::resource::Resource;
+use crate::resource::{DeviceMem, Resource};
 use ash::vk;
-use std::sync::Arc;
 
 /// A device-local buffer (TRANSFER_SRC | TRANSFER_DST | STORAGE_BUFFER).
 ///
@@ -41,13 +40,9 @@ use std::sync::Arc;
 /// # Ok(()) }
 /// ```
 pub struct DeviceBuffer {
-    pub(crate) res: Arc<Resource>,
-    len: usize,
-    /// Held while the CPU stores into the buffer's mapping (`BarWrites`): `write` takes `&self`,
-    /// and two threads storing into the same bytes at once would be a data race (undefined
-    /// behaviour), where two submitted copies are only the device's business.
-    pub(crate) stores: std::sync::Mutex<()>,
-    /// Last, so it drops after `res`: the buffer's objects are released while this owner still
+    /// The tracked buffer, its length and its store lock: what copies and streams take.
+    pub(crate) mem: DeviceMem,
+    /// Last, so it drops after `mem`: the buffer's objects are released while this owner still
     /// keeps the device, and the device's last reference, if it is this one, goes through
     /// `drop_shared` (see `SharedRef`).
     pub(crate) shared: crate::device::SharedRef,
@@ -55,7 +50,7 @@ pub struct DeviceBuffer {
 
 impl std::fmt::Debug for DeviceBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceBuffer").field("device", &self.shared.id).field("len", &self.len).finish()
+        f.debug_struct("DeviceBuffer").field("device", &self.shared.id).field("len", &self.mem.len).finish()
     }
 }
 
@@ -71,7 +66,7 @@ impl DeviceBuffer {
         // Mapped (for the CPU stores) where the device's buffers live in mapped VRAM.
         let b = s.alloc_device_bound(&l, len as u64, USAGE, true)?;
         let res = Resource::new(s, BufferObj::new(s, b, len as u64));
-        Ok(DeviceBuffer { shared: s.clone(), res, len, stores: std::sync::Mutex::new(()) })
+        Ok(DeviceBuffer { mem: DeviceMem::new(s.id, res, len), shared: s.clone() })
     }
 
     /// Size in bytes.
@@ -85,7 +80,7 @@ impl DeviceBuffer {
     /// # Ok(()) }
     /// ```
     pub fn len(&self) -> usize {
-        self.len
+        self.mem.len
     }
 
     /// Always false: zero-sized buffers are refused.
@@ -100,7 +95,7 @@ impl DeviceBuffer {
     /// # Ok(()) }
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.mem.len == 0
     }
 
     /// The VkBuffer. Valid while this buffer lives and its device is not destroyed (stream work
@@ -117,7 +112,7 @@ impl DeviceBuffer {
     /// # Ok(()) }
     /// ```
     pub fn raw(&self) -> vk::Buffer {
-        self.res.obj.buffer
+        self.mem.raw()
     }
 
     /// The device this buffer belongs to.
@@ -133,14 +128,6 @@ impl DeviceBuffer {
     /// ```
     pub fn device(&self) -> Device {
         Device { shared: self.shared.clone() }
-    }
-
-    /// Checks `[offset, offset+len)` against the buffer: `OutOfRange` past the end.
-    pub(crate) fn check_range(&self, offset: usize, len: usize) -> Result<()> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(()),
-            _ => Err(Error::OutOfRange),
-        }
     }
 
     /// Copies `data` into the buffer at `offset`. Host bytes that lie in a registration or a
@@ -165,7 +152,7 @@ impl DeviceBuffer {
     /// ```
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         // SAFETY: `data` is a live, readable slice for the whole call.
-        unsafe { crate::host::copy_to_device_impl(&self.shared, data.as_ptr(), data.len(), self, offset) }.map(|_| ())
+        unsafe { crate::host::copy_to_device_impl(&self.shared, data.as_ptr(), data.len(), &self.mem, offset) }.map(|_| ())
     }
 
     /// [`DeviceBuffer::write`] of a typed slice (any [`bytemuck::Pod`] type: `f32`, `u32`, `[u8; 4]`,
@@ -222,7 +209,7 @@ impl DeviceBuffer {
     /// ```
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         // SAFETY: `out` is a live, writable slice for the whole call, borrowed exclusively.
-        unsafe { crate::host::copy_to_host_impl(&self.shared, self, offset, out.as_mut_ptr(), out.len()) }.map(|_| ())
+        unsafe { crate::host::copy_to_host_impl(&self.shared, &self.mem, offset, out.as_mut_ptr(), out.len()) }.map(|_| ())
     }
 }
 

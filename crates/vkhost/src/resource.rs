@@ -10,10 +10,11 @@
 //! streams implement.
 
 use crate::device::object::{BufferObj, Child};
-use crate::device::{Live, Shared};
-use crate::error::Result;
+use crate::device::{DeviceId, Live, Shared};
+use crate::error::{Error, Result};
 use crate::track::{Tracker, Use};
-use std::sync::{Arc, Weak};
+use ash::vk;
+use std::sync::{Arc, Mutex, Weak};
 
 /// Something submitted work completes on (a stream's timeline semaphore).
 pub(crate) trait Timeline: Send + Sync {
@@ -47,6 +48,47 @@ pub(crate) fn unknown_completions(uses: &[Use<TimelineRef>]) -> Vec<Arc<dyn Time
 
 /// A reference to a timeline, as uses record it.
 pub(crate) type TimelineRef = Weak<dyn Timeline>;
+
+/// A device buffer's state under the safe type (`crate::DeviceBuffer`, which adds the device
+/// handle it keeps): what copies and streams need of it, so that they name no safe type.
+#[derive(Debug)]
+pub(crate) struct DeviceMem {
+    pub res: Arc<Resource>,
+    pub len: usize,
+    /// The device it belongs to: a copy through another device refuses it.
+    pub device: DeviceId,
+    /// Held while the CPU stores into the buffer's mapping (`BarWrites`): a write takes `&self`,
+    /// and two threads storing into the same bytes at once would be a data race (undefined
+    /// behaviour), where two submitted copies are only the device's business.
+    pub stores: Mutex<()>,
+}
+
+impl DeviceMem {
+    pub(crate) fn new(device: DeviceId, res: Arc<Resource>, len: usize) -> DeviceMem {
+        DeviceMem { res, len, device, stores: Mutex::new(()) }
+    }
+
+    /// The VkBuffer.
+    pub(crate) fn raw(&self) -> vk::Buffer {
+        self.res.obj.buffer
+    }
+
+    /// Checks `[offset, offset+len)` against the buffer: `OutOfRange` past the end.
+    pub(crate) fn check_range(&self, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::OutOfRange),
+        }
+    }
+
+    /// `InvalidArgument` unless the buffer belongs to device `s`.
+    pub(crate) fn check_device(&self, s: &Shared) -> Result<()> {
+        if self.device != s.id {
+            return Err(Error::invalid(format!("the device buffer belongs to {}, not {}", self.device, s.id)));
+        }
+        Ok(())
+    }
+}
 
 /// A buffer and the uses of it by submitted work.
 #[derive(Debug)]

@@ -356,7 +356,7 @@ impl DeviceInfo {
     /// ```
     pub fn host_registration(&self) -> Result<usize, String> {
         let align = self.host_import_alignment.ok_or_else(|| "VK_EXT_external_memory_host is not offered by this device".to_string())?;
-        let page = crate::host::maps::page_size();
+        let page = crate::maps::page_size();
         registration_granule(align, page)
     }
 }

@@ -67,26 +67,27 @@
 //! # Ok(()) }
 //! ```
 
-pub(crate) mod import;
-pub(crate) mod maps;
+pub(crate) mod probe;
 pub(crate) mod range;
 pub(crate) mod record;
 pub(crate) mod registry;
 pub(crate) mod safe;
 
 use crate::buffer::DeviceBuffer;
+use crate::device::import;
 use crate::device::object::BufferObj;
 use crate::device::submit::{self, Dir, HostSide, Piece};
 use crate::device::{Device, Shared, lock};
 use crate::error::{Error, Result};
-use crate::resource::{Held, Resource};
+use crate::maps;
+use crate::resource::{DeviceMem, Held, Resource};
 use ash::vk;
-pub use maps::page_size;
 use registry::{Entry, Kind, Registry};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub use crate::maps::page_size;
 pub use record::{Direction, RecordedCopy, reap_recorded, record_copy};
 pub use registry::round_out;
 
@@ -994,11 +995,11 @@ pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guard
     // The probe could not finish at open (out of memory): run it now, one thread at a time,
     // the others waiting for its verdict. Its own `register` of the probe page runs on this
     // thread and skips this. A destroyed or lost device answers that, not a verdict.
-    if s.probe_retry.load(Ordering::Acquire) && !crate::device::in_probe() {
+    if s.probe_retry.load(Ordering::Acquire) && !probe::in_probe() {
         drop(s.live()?);
         let _one = lock(&s.probe_lock);
         if s.probe_retry.load(Ordering::Acquire) {
-            dev.probe_registration();
+            probe::run(dev);
         }
         drop(s.live()?);
     }
@@ -1173,9 +1174,8 @@ pub(crate) fn part_left(s: &Shared, addr: usize) -> Option<usize> {
 /// # Ok(()) }
 /// ```
 pub unsafe fn copy_to_device(dev: &Device, src: *const u8, len: usize, dst: &DeviceBuffer, dst_offset: usize) -> Result<CopyPath> {
-    same_device(dev, dst)?;
     // SAFETY: forwarded contract.
-    unsafe { copy(&dev.shared, Dir::ToDevice, src as usize, len, dst, dst_offset, false) }
+    unsafe { copy(&dev.shared, Dir::ToDevice, src as usize, len, &dst.mem, dst_offset, false) }
 }
 
 /// Copies `len` bytes from `src` at `src_offset` to host `dst`, synchronously; direct where
@@ -1202,30 +1202,22 @@ pub unsafe fn copy_to_device(dev: &Device, src: *const u8, len: usize, dst: &Dev
 /// # Ok(()) }
 /// ```
 pub unsafe fn copy_to_host(dev: &Device, src: &DeviceBuffer, src_offset: usize, dst: *mut u8, len: usize) -> Result<CopyPath> {
-    same_device(dev, src)?;
     // SAFETY: forwarded contract.
-    unsafe { copy_to_host_impl(&dev.shared, src, src_offset, dst, len) }
-}
-
-fn same_device(dev: &Device, b: &DeviceBuffer) -> Result<()> {
-    if dev.id() != b.shared.id {
-        return Err(Error::invalid(format!("the buffer belongs to {}, not {}", b.shared.id, dev.id())));
-    }
-    Ok(())
+    unsafe { copy_to_host_impl(&dev.shared, &src.mem, src_offset, dst, len) }
 }
 
 /// # Safety
 /// `src` readable for `len` bytes during the call.
 /// `DeviceBuffer::write`'s copy: CPU stores into mapped device memory where the buffer has it
 /// and `len` is at most `bar_write_max`, else [`copy_to_device`]'s.
-pub(crate) unsafe fn copy_to_device_impl(s: &Shared, src: *const u8, len: usize, dst: &DeviceBuffer, off: usize) -> Result<CopyPath> {
+pub(crate) unsafe fn copy_to_device_impl(s: &Shared, src: *const u8, len: usize, dst: &DeviceMem, off: usize) -> Result<CopyPath> {
     // SAFETY: forwarded contract.
     unsafe { copy(s, Dir::ToDevice, src as usize, len, dst, off, true) }
 }
 
 /// # Safety
 /// `dst` writable for `len` bytes during the call.
-pub(crate) unsafe fn copy_to_host_impl(s: &Shared, src: &DeviceBuffer, off: usize, dst: *mut u8, len: usize) -> Result<CopyPath> {
+pub(crate) unsafe fn copy_to_host_impl(s: &Shared, src: &DeviceMem, off: usize, dst: *mut u8, len: usize) -> Result<CopyPath> {
     // SAFETY: forwarded contract.
     unsafe { copy(s, Dir::ToHost, dst as usize, len, src, off, false) }
 }
@@ -1296,10 +1288,8 @@ pub(crate) fn check_host_range(addr: usize, len: usize) -> Result<()> {
 
 /// # Safety
 /// The host range is readable (h2d) or writable (d2h) for `len` bytes during the call.
-unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer, off: usize, stores: bool) -> Result<CopyPath> {
-    if buf.shared.id != s.id {
-        return Err(Error::invalid("the device buffer belongs to another device"));
-    }
+unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceMem, off: usize, stores: bool) -> Result<CopyPath> {
+    buf.check_device(s)?;
     let l = s.live()?;
     buf.check_range(off, len)?;
     check_host_range(addr, len)?;
@@ -1318,7 +1308,7 @@ unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer
     l.compute_queue()?;
     if stores && dir == Dir::ToDevice && len <= s.options.bar_write_max {
         if let Some(map) = buf.res.obj.mapped().filter(|_| buf.res.obj.alive()) {
-            // One CPU writer per buffer at a time (see `DeviceBuffer::stores`).
+            // One CPU writer per buffer at a time (see `DeviceMem::stores`).
             let _g = buf.stores.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             // SAFETY: the source is readable for `len` (the caller's contract); the destination
             // is the buffer's mapping at `off`, in range (checked above), alive while we hold
@@ -1352,7 +1342,7 @@ unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceBuffer
     let p = plan(s, addr, len, off as u64);
     // Only `BarAssist::Bidir` asks who reads; the open-time probe's read is not a reader a
     // write should be shared beside.
-    let counted = dir == Dir::ToHost && s.options.bar_assist == crate::BarAssist::Bidir && !crate::device::in_probe();
+    let counted = dir == Dir::ToHost && s.options.bar_assist == crate::BarAssist::Bidir && !probe::in_probe();
     let _reading = counted.then(|| Reading::start(s));
     // SAFETY: staged host ranges are the caller's (readable or writable per the contract); the
     // direct buffers are held (and owned through `p.held`) until this returns; device ranges
@@ -1377,11 +1367,11 @@ unsafe fn assisted_write(
     l: &crate::device::Live,
     addr: usize,
     len: usize,
-    buf: &DeviceBuffer,
+    buf: &DeviceMem,
     off: usize,
     map: std::ptr::NonNull<u8>,
 ) -> Result<CopyPath> {
-    // One CPU writer per buffer at a time (see `DeviceBuffer::stores`).
+    // One CPU writer per buffer at a time (see `DeviceMem::stores`).
     let _g = buf.stores.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     // Front chunks small enough that the threads end together (1 MiB takes ~0.3 ms at the
     // ~3 GB/s one thread stores into the H200's BAR); copy-engine chunks of a quarter of the
@@ -1504,7 +1494,7 @@ impl Drop for Reading<'_> {
 
 /// Counts a write done by CPU stores into mapped device memory.
 fn record_mapped(s: &Shared, bytes: u64) {
-    if crate::device::in_probe() {
+    if probe::in_probe() {
         return;
     }
     MAPPED.fetch_add(bytes, Ordering::Relaxed);
@@ -1512,78 +1502,13 @@ fn record_mapped(s: &Shared, bytes: u64) {
 }
 
 pub(crate) fn record(s: &Shared, direct: u64, staged: u64) {
-    if crate::device::in_probe() {
+    if probe::in_probe() {
         return;
     }
     DIRECT.fetch_add(direct, Ordering::Relaxed);
     STAGED.fetch_add(staged, Ordering::Relaxed);
     s.direct_bytes.fetch_add(direct, Ordering::Relaxed);
     s.staged_bytes.fetch_add(staged, Ordering::Relaxed);
-}
-
-/// The import probe, run at open and again by a `register` after one that could not finish (see
-/// `Device::host_registration`): one page registered, a
-/// pattern copied to the device and back through it, unregistered (a borrowed device without
-/// queues only registers and unregisters). `Err` says what failed, and whether that may pass
-/// (`true`: out of host or device memory), so that it proves nothing about imports.
-pub(crate) fn probe(dev: &Device) -> std::result::Result<usize, (String, bool)> {
-    let page = page_size();
-    let granule = dev.shared.info.host_registration().map_err(|why| (why, false))?;
-    // Whether the failure may pass, kept beside the message the error carries.
-    let transient = std::cell::Cell::new(false);
-    let r = maps::with_probe_page(page, |p| {
-        let fail = |what: &str, e: Error| {
-            // Out of memory may pass; a lost or destroyed device says nothing about imports.
-            if matches!(e, Error::OutOfHostMemory | Error::OutOfDeviceMemory | Error::DeviceLost | Error::DeviceDestroyed) {
-                transient.set(true);
-            }
-            Error::unsupported(format!("{what}: {e}"))
-        };
-        // SAFETY: the probe page is mapped read-write until with_probe_page returns, after the
-        // unregister below.
-        unsafe { register(dev, p, page) }.map_err(|e| fail("register", e))?;
-        if dev.is_borrowed() {
-            // No queue to copy through: the import itself is all that can be proved.
-            return unregister(dev, p).map_err(|e| fail("unregister", e));
-        }
-        let r = (|| {
-            let buf = dev.alloc_buffer(page).map_err(|e| fail("device buffer", e))?;
-            // SAFETY: the page is ours, page-sized.
-            let page_bytes = unsafe { std::slice::from_raw_parts_mut(p, page) };
-            for (i, b) in page_bytes.iter_mut().enumerate() {
-                *b = (i as u8).wrapping_mul(31) ^ 0xA5;
-            }
-            let want = page_bytes.to_vec();
-            // SAFETY: as above.
-            let path = unsafe { copy_to_device(dev, p, page, &buf, 0) }.map_err(|e| fail("copy to device", e))?;
-            let mut back = vec![0u8; page];
-            buf.read(0, &mut back).map_err(|e| fail("read back", e))?;
-            if path != CopyPath::Direct || back != want {
-                return Err(Error::unsupported(format!("h2d round trip through the import was wrong ({path:?})")));
-            }
-            let other: Vec<u8> = want.iter().map(|b| !b).collect();
-            buf.write(0, &other).map_err(|e| fail("write", e))?;
-            // SAFETY: as above.
-            unsafe { copy_to_host(dev, &buf, 0, p, page) }.map_err(|e| fail("copy to host", e))?;
-            // SAFETY: the copy completed; the page is ours.
-            if unsafe { std::slice::from_raw_parts(p, page) } != &other[..] {
-                return Err(Error::unsupported("d2h round trip through the import was wrong"));
-            }
-            Ok(())
-        })();
-        let u = unregister(dev, p);
-        r?;
-        u.map_err(|e| fail("unregister", e))
-    });
-    r.map(|()| granule).map_err(|e| {
-        // The probe page's own mapping failing is out of host memory too.
-        let transient = transient.get() || matches!(e, Error::OutOfHostMemory);
-        let why = match e {
-            Error::Unsupported { reason } => reason,
-            e => e.to_string(),
-        };
-        (why, transient)
-    })
 }
 
 #[cfg(test)]

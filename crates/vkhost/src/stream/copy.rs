@@ -4,11 +4,11 @@
 use super::batch::Access;
 use super::inner::{State, StreamInner, relock};
 use super::ring::Completion;
-use crate::buffer::DeviceBuffer;
 use crate::device::Live;
 use crate::device::submit::{Dir, HostSide, host_aligned, par_copy};
 use crate::error::{Error, Result};
 use crate::host;
+use crate::resource::DeviceMem;
 use ash::vk;
 
 /// What an async host copy enqueued.
@@ -32,11 +32,9 @@ impl StreamInner {
     /// h2d: `addr` readable for `len` bytes until the call returns, and, where a registration
     /// or pinned block covers it, unchanged until the work completes. d2h: `addr` writable for
     /// `len` bytes and not otherwise accessed until the work completes and a wait returns.
-    pub(super) unsafe fn host_copy(&self, to_device: bool, addr: usize, len: usize, buf: &DeviceBuffer, off: usize) -> Result<Enqueued> {
+    pub(super) unsafe fn host_copy(&self, to_device: bool, addr: usize, len: usize, buf: &DeviceMem, off: usize) -> Result<Enqueued> {
         let s = &*self.shared;
-        if buf.shared.id != s.id {
-            return Err(Error::invalid("the device buffer belongs to another device"));
-        }
+        buf.check_device(s)?;
         let l = s.live()?;
         buf.check_range(off, len)?;
         host::check_host_range(addr, len)?;
@@ -81,7 +79,7 @@ impl StreamInner {
         st: &mut State,
         to_device: bool,
         plan: &host::Plan,
-        buf: &DeviceBuffer,
+        buf: &DeviceMem,
         call: u64,
     ) -> Result<(u64, u64)> {
         let s = &*self.shared;

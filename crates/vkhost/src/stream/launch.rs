@@ -43,7 +43,7 @@ fn resolve(s: &Shared, b: &Binding<'_>, write: bool) -> Result<Bound> {
             if buf.shared.id != s.id {
                 return Err(Error::invalid("a device buffer of another device"));
             }
-            buf.check_range(*off, *len)?;
+            buf.mem.check_range(*off, *len)?;
             (None, *len)
         }
         Binding::Host(sl) => (Some(sl.as_ptr() as usize), sl.len()),
@@ -67,7 +67,7 @@ fn resolve(s: &Shared, b: &Binding<'_>, write: bool) -> Result<Bound> {
         return Err(Error::invalid("the kernel writes this binding: bind the block with Binding::pinned_mut"));
     }
     let (buffer, base, res, held) = match (b, addr) {
-        (Binding::Device(buf, off, _), _) => (buf.raw(), *off as u64, buf.res.clone(), None),
+        (Binding::Device(buf, off, _), _) => (buf.raw(), *off as u64, buf.mem.res.clone(), None),
         (_, Some(a)) => {
             let c = host::cover(s, a, len).ok_or(Error::NotRegistered)?;
             (c.held.0.obj.buffer, c.offset, c.held.0.clone(), Some(c.held))
@@ -325,7 +325,7 @@ impl StreamInner {
 /// only its bounds are checked, and the built-ins launch nothing for it.
 fn check4(b: &Binding<'_>, what: &str) -> Result<()> {
     match b {
-        Binding::Device(buf, off, len) => buf.check_range(*off, *len)?,
+        Binding::Device(buf, off, len) => buf.mem.check_range(*off, *len)?,
         Binding::Pinned(r) => r.check()?,
         // A raw range must not run past the address space (the pieces' addresses are sums).
         Binding::Raw(h) => host::check_host_range(h.addr, h.len)?,

@@ -361,7 +361,7 @@ impl Stream {
     /// ```
     pub unsafe fn copy_to_device_async(&self, src: *const u8, len: usize, dst: &DeviceBuffer, dst_offset: usize) -> Result<()> {
         // SAFETY: forwarded contract.
-        unsafe { self.inner.host_copy(true, src as usize, len, dst, dst_offset) }.map(|_| ())
+        unsafe { self.inner.host_copy(true, src as usize, len, &dst.mem, dst_offset) }.map(|_| ())
     }
 
     /// Enqueues a copy of `len` bytes from `src` at `src_offset` into host memory at `dst`.
@@ -388,7 +388,7 @@ impl Stream {
     /// ```
     pub unsafe fn copy_to_host_async(&self, src: &DeviceBuffer, src_offset: usize, dst: *mut u8, len: usize) -> Result<()> {
         // SAFETY: forwarded contract.
-        unsafe { self.inner.host_copy(false, dst as usize, len, src, src_offset) }.map(|_| ())
+        unsafe { self.inner.host_copy(false, dst as usize, len, &src.mem, src_offset) }.map(|_| ())
     }
 
     /// Safe h2d from `src` (a `PinnedBuffer`, a `Registration` or any slice): the bytes are read
@@ -617,7 +617,7 @@ impl Stream {
         wait: impl FnOnce(&copy::Enqueued) -> bool,
     ) -> Result<Pending<'a>> {
         // SAFETY: the caller's contract.
-        let e = unsafe { self.inner.host_copy(h2d, addr, len, buf, offset) };
+        let e = unsafe { self.inner.host_copy(h2d, addr, len, &buf.mem, offset) };
         let e = e.inspect_err(|_| self.drain_after_error())?;
         self.finish(e.value, e.call, wait(&e))
     }
@@ -661,8 +661,8 @@ impl Stream {
             return Err(Error::invalid("buffers of another device"));
         }
         let l = s.live()?;
-        src.check_range(src_offset, len)?;
-        dst.check_range(dst_offset, len)?;
+        src.mem.check_range(src_offset, len)?;
+        dst.mem.check_range(dst_offset, len)?;
         if src.raw() == dst.raw() && src_offset < dst_offset + len && dst_offset < src_offset + len && len > 0 {
             return Err(Error::invalid("overlapping source and destination ranges in one buffer"));
         }
@@ -674,7 +674,7 @@ impl Stream {
         let (so, dof, n) = (src_offset as u64, dst_offset as u64, len as u64);
         let region = vk::BufferCopy { src_offset: so, dst_offset: dof, size: n };
         let acc = [Access::buf(src.raw(), so, n, false), Access::buf(dst.raw(), dof, n, true)];
-        inner.push_copy(&l, &mut st, src.raw(), dst.raw(), region, false, acc, &[(&src.res, false), (&dst.res, true)])
+        inner.push_copy(&l, &mut st, src.raw(), dst.raw(), region, false, acc, &[(&src.mem.res, false), (&dst.mem.res, true)])
     }
 
     /// Enqueues vkCmdFillBuffer: `len` bytes at `offset` set to the repeated `value`.
@@ -702,7 +702,7 @@ impl Stream {
             return Err(Error::invalid("buffer of another device"));
         }
         let l = s.live()?;
-        dst.check_range(offset, len)?;
+        dst.mem.check_range(offset, len)?;
         if offset % 4 != 0 || len % 4 != 0 {
             return Err(Error::invalid("fill offset and length must be multiples of 4"));
         }
@@ -717,7 +717,7 @@ impl Stream {
             // SAFETY: recording into our open command buffer; the batch owns `dst` (see `push`).
             unsafe { l.device.cmd_fill_buffer(cmd, b, offset as u64, len as u64, value) }
         };
-        inner.push(&l, &mut st, len as u64, false, &acc, &[(&dst.res, true)], rec)
+        inner.push(&l, &mut st, len as u64, false, &acc, &[(&dst.mem.res, true)], rec)
     }
 
     /// Submits recorded work now, without waiting.
