@@ -4,8 +4,7 @@ use super::Ctx;
 use crate::devices::anyhow_free::Result;
 use crate::stats::{Summary, summarize};
 use serde_json::{Value, json};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use vkhost::DeviceBuffer;
 
 /// h2d and d2h at once on two streams (so two queues where the device has two copy engines),
@@ -69,25 +68,15 @@ pub(super) fn bidir(
 }
 
 /// The other side of a two-thread measurement (see [`with_partner`]).
-pub(super) struct Partner<'a, R> {
-    go: &'a Go,
-    thread: std::thread::Thread,
+pub(super) struct Partner<R> {
+    go: std::sync::mpsc::Sender<()>,
     done: std::sync::mpsc::Receiver<(R, Instant, Instant)>,
 }
 
-/// The partner's start signal: runs requested so far, and the stop flag.
-#[derive(Default)]
-pub(super) struct Go {
-    runs: AtomicU64,
-    stop: AtomicBool,
-}
-
-impl<R> Partner<'_, R> {
+impl<R> Partner<R> {
     /// Starts one run of the partner's work.
     pub(super) fn start(&self) -> Result<()> {
-        self.go.runs.fetch_add(1, Ordering::Release);
-        self.thread.unpark();
-        Ok(())
+        self.go.send(()).map_err(|_| "the partner thread stopped".into())
     }
 
     /// Waits for the run started last: its result, and when it started and ended.
@@ -96,53 +85,19 @@ impl<R> Partner<'_, R> {
     }
 }
 
-/// How long the partner spins for its next start before it parks, where the process may use 4
-/// CPUs or more (on fewer it parks at once: a spinning partner would take a core from the
-/// other direction and from a CPU driver).
-const SPIN: Duration = Duration::from_millis(2);
-
 /// Runs `body` with a partner thread, started once, that runs `work` each time
 /// [`Partner::start`] is called. A thread spawned per iteration ran its part cold inside the
 /// timed window (the spawn itself was not timed: each side's start is taken after a barrier):
 /// a fresh stack and first touches, a wake-up onto a core it had not run on. On the H200 the
 /// d2h of a 4 KiB bidir pair took ~55 us against ~20 for the h2d beside it.
-/// Between runs the partner spins on the start signal ([`SPIN`]) rather than sleeping on a
-/// channel: its start is inside the timed window, and a wake-up from sleep costs tens of
-/// microseconds on a sleeping core, the size of a whole 256 KiB pair (the H200 records had the
-/// 256 KiB pinned pair at 40 us in one process and 68 in another).
-/// The partner stops when `body` returns or unwinds, so nothing waits on a thread that is gone.
-pub(super) fn with_partner<R: Send, T>(mut work: impl FnMut() -> R + Send, body: impl FnOnce(&Partner<'_, R>) -> Result<T>) -> Result<T> {
-    let spin = if super::bar::cpus() >= 4 { SPIN } else { Duration::ZERO };
-    let go = Go::default();
-    /// Stops the partner however `body` ends (an unwind included), so the scope's join returns.
-    struct Stop<'a>(&'a Go, std::thread::Thread);
-    impl Drop for Stop<'_> {
-        fn drop(&mut self) {
-            self.0.stop.store(true, Ordering::Release);
-            self.1.unpark();
-        }
-    }
+/// The partner stops when `body` returns or unwinds (its sender drops), so nothing waits on a
+/// thread that is gone.
+pub(super) fn with_partner<R: Send, T>(mut work: impl FnMut() -> R + Send, body: impl FnOnce(&Partner<R>) -> Result<T>) -> Result<T> {
     std::thread::scope(|sc| {
+        let (go, go_rx) = std::sync::mpsc::channel::<()>();
         let (tx, done) = std::sync::mpsc::channel();
-        let go = &go;
         let h = sc.spawn(move || {
-            let mut seen = 0u64;
-            loop {
-                let idle = Instant::now();
-                loop {
-                    if go.stop.load(Ordering::Acquire) {
-                        return;
-                    }
-                    if go.runs.load(Ordering::Acquire) > seen {
-                        break;
-                    }
-                    if idle.elapsed() < spin {
-                        std::hint::spin_loop();
-                    } else {
-                        std::thread::park_timeout(Duration::from_millis(50));
-                    }
-                }
-                seen += 1;
+            while go_rx.recv().is_ok() {
                 let a = Instant::now();
                 let r = work();
                 if tx.send((r, a, Instant::now())).is_err() {
@@ -150,10 +105,9 @@ pub(super) fn with_partner<R: Send, T>(mut work: impl FnMut() -> R + Send, body:
                 }
             }
         });
-        let partner = Partner { go, thread: h.thread().clone(), done };
-        let stop = Stop(go, h.thread().clone());
+        let partner = Partner { go, done };
         let r = body(&partner);
-        drop(stop);
+        drop(partner);
         h.join().map_err(|_| "the partner thread panicked")?;
         r
     })
