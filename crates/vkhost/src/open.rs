@@ -1,5 +1,5 @@
 //! The public constructors of [`Device`] (layer 5): a device-layer open, given the import probe
-//! (`host::probe`) to run on the new device, so that the device layer names no host memory.
+//! (`host::probe::run`) to run on the new device, so that the device layer names no host memory.
 
 use crate::device::{BorrowedDevice, Device, OpenOptions, Ownership, RawDevice};
 use crate::error::Result;

@@ -110,7 +110,7 @@ fn auto_is_off_on_cpu_devices() {
 
 /// Threads storing into one buffer at once: the shared range ends as one thread's write, and
 /// every disjoint write lands. (Whether concurrent stores could race is an argument, not a
-/// test: `DeviceBuffer::stores` serializes them; a race detector would be the test.)
+/// test: the buffer's store lock, `DeviceMem::stores`, serializes them; a race detector would be the test.)
 #[test]
 fn concurrent_stores_into_one_buffer() {
     let Some(d) = device_with(bar_on()) else { return };

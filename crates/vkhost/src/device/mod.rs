@@ -620,6 +620,36 @@ impl OpenOptions {
 /// by the public constructors in `open.rs`), so that the device layer names no host memory.
 pub(crate) type AfterOpen = fn(&Device);
 
+thread_local! {
+    /// Set while this thread runs an import probe (see [`ProbeScope`]).
+    static IN_PROBE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is running an import probe: its copies are not the user's traffic
+/// (stats, the readers `BarAssist::Bidir` counts), and its `register` of the probe page does
+/// not run the probe again. Here, below the copies that ask, rather than beside the probe.
+pub(crate) fn in_probe() -> bool {
+    IN_PROBE.with(|c| c.get())
+}
+
+/// Marks this thread as running an import probe until dropped. Cleared however the probe ends
+/// (a panic out of a logger included); a leaked scope leaves the flag set, which is only
+/// bookkeeping (stats, re-runs): nothing's soundness reads it.
+pub(crate) struct ProbeScope(());
+
+impl ProbeScope {
+    pub(crate) fn enter() -> ProbeScope {
+        IN_PROBE.with(|c| c.set(true));
+        ProbeScope(())
+    }
+}
+
+impl Drop for ProbeScope {
+    fn drop(&mut self) {
+        IN_PROBE.with(|c| c.set(false));
+    }
+}
+
 /// An environment variable's value; one that is not UTF-8 is taken lossily (so that it is
 /// reported as malformed, not read as unset).
 fn env_text(name: &str) -> Option<String> {
@@ -959,7 +989,7 @@ pub(crate) struct Shared {
     /// Set when the probe could not finish for a reason that may pass (out of memory): the next
     /// registration runs it again (`host::register_entry`, under `probe_lock`), and meanwhile
     /// registration is not refused for it (pinned blocks stay the driver's). At most
-    /// [`PROBE_TRIES`] runs: then the failure is the verdict.
+    /// `host::probe`'s `PROBE_TRIES` runs: then the failure is the verdict.
     pub probe_retry: AtomicBool,
     /// Held while a `register` runs the probe again: the others wait for its verdict.
     pub probe_lock: Mutex<()>,
@@ -1861,8 +1891,9 @@ impl Device {
         OpenOptions { validation: false, ..opts.clone() }
     }
 
-    /// The device over `live`, probed; `DeviceLost` (the device torn down again) if the device
-    /// was lost while open probed it: a device every call would refuse is no open device.
+    /// The device over `live`, once `after` ran on it (the import probe) and the copy queues
+    /// were measured; `DeviceLost` (the device torn down again) if the device was lost
+    /// meanwhile: a device every call would refuse is no open device.
     /// `callers`: the Vulkan device and instance came from the caller (`from_raw`,
     /// `from_raw_borrowed`): on that failure vkhost destroys its own objects only and the
     /// handles stay the caller's, as on every other failure of those calls.

@@ -995,7 +995,7 @@ pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guard
     // The probe could not finish at open (out of memory): run it now, one thread at a time,
     // the others waiting for its verdict. Its own `register` of the probe page runs on this
     // thread and skips this. A destroyed or lost device answers that, not a verdict.
-    if s.probe_retry.load(Ordering::Acquire) && !probe::in_probe() {
+    if s.probe_retry.load(Ordering::Acquire) && !crate::device::in_probe() {
         drop(s.live()?);
         let _one = lock(&s.probe_lock);
         if s.probe_retry.load(Ordering::Acquire) {
@@ -1342,7 +1342,7 @@ unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceMem, o
     let p = plan(s, addr, len, off as u64);
     // Only `BarAssist::Bidir` asks who reads; the open-time probe's read is not a reader a
     // write should be shared beside.
-    let counted = dir == Dir::ToHost && s.options.bar_assist == crate::BarAssist::Bidir && !probe::in_probe();
+    let counted = dir == Dir::ToHost && s.options.bar_assist == crate::BarAssist::Bidir && !crate::device::in_probe();
     let _reading = counted.then(|| Reading::start(s));
     // SAFETY: staged host ranges are the caller's (readable or writable per the contract); the
     // direct buffers are held (and owned through `p.held`) until this returns; device ranges
@@ -1494,7 +1494,7 @@ impl Drop for Reading<'_> {
 
 /// Counts a write done by CPU stores into mapped device memory.
 fn record_mapped(s: &Shared, bytes: u64) {
-    if probe::in_probe() {
+    if crate::device::in_probe() {
         return;
     }
     MAPPED.fetch_add(bytes, Ordering::Relaxed);
@@ -1502,7 +1502,7 @@ fn record_mapped(s: &Shared, bytes: u64) {
 }
 
 pub(crate) fn record(s: &Shared, direct: u64, staged: u64) {
-    if probe::in_probe() {
+    if crate::device::in_probe() {
         return;
     }
     DIRECT.fetch_add(direct, Ordering::Relaxed);

@@ -5,24 +5,13 @@
 //! reads; the probe itself goes through this layer's public paths.
 
 use super::{CopyPath, copy_to_device, copy_to_host, register, unregister};
-use crate::device::{Device, ImportPolicy};
+use crate::device::{Device, ImportPolicy, ProbeScope};
 use crate::error::Error;
 use crate::maps;
 use std::sync::atomic::Ordering;
 
 /// How many times the import probe runs at most when it keeps failing in a way that may pass.
 const PROBE_TRIES: u32 = 3;
-
-thread_local! {
-    /// Set while this thread runs an import probe.
-    static IN_PROBE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether this thread is running an import probe: its copies are not the user's traffic
-/// (stats), and its `register` of the probe page does not run the probe again.
-pub(crate) fn in_probe() -> bool {
-    IN_PROBE.with(|c| c.get())
-}
 
 /// Proves registration with a real import of one page (run by the public constructors as the
 /// device opens, `crate::device::AfterOpen`, and again by a `register` after a run that could
@@ -39,18 +28,10 @@ pub(crate) fn run(dev: &Device) {
     if s.options.import == ImportPolicy::Never || s.info.host_registration().is_err() {
         return;
     }
-    // Cleared again however the probe ends (a panic out of a logger included): the flag is
-    // only bookkeeping (stats, re-runs), nothing's soundness reads it.
-    struct InProbe;
-    impl Drop for InProbe {
-        fn drop(&mut self) {
-            IN_PROBE.with(|c| c.set(false));
-        }
-    }
-    IN_PROBE.with(|c| c.set(true));
-    let in_probe = InProbe;
+    // The copies below are not the user's traffic (see `device::in_probe`).
+    let scope = ProbeScope::enter();
     let verdict = probe(dev);
-    drop(in_probe);
+    drop(scope);
     let tries = s.probe_tries.fetch_add(1, Ordering::AcqRel) + 1;
     match verdict {
         Ok(g) => {

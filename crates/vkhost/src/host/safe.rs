@@ -308,7 +308,7 @@ impl PinnedBuffer {
     }
 
     /// `OutOfRange` unless `[offset, offset + len)` lies in the block (as
-    /// `DeviceBuffer::check_range`); else the address of its first byte.
+    /// `DeviceMem::check_range`); else the address of its first byte.
     pub(crate) fn range_addr(&self, offset: usize, len: usize) -> Result<usize> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(self.ptr.0.as_ptr() as usize + offset),
