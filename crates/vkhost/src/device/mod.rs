@@ -646,7 +646,8 @@ impl ProbeScope {
 
 impl Drop for ProbeScope {
     fn drop(&mut self) {
-        IN_PROBE.with(|c| c.set(false));
+        // `try_with`: a drop must not panic, even were the thread's locals being torn down.
+        let _ = IN_PROBE.try_with(|c| c.set(false));
     }
 }
 
