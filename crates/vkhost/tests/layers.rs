@@ -10,7 +10,8 @@
 use std::path::Path;
 
 /// (layer, files under `crates/vkhost/src`). Layer 5 files are not listed (nothing is above
-/// them), nor is `host/mod.rs`, which holds layer 4's plans and copies beside the raw seed API.
+/// them), nor is `host/mod.rs`, which holds the registry of owners (layer 3) beside the raw seed
+/// API (layer 5); its copies and plans are `host/copy.rs`.
 const LAYERS: &[(u8, &[&str])] = &[
     (1, &["track.rs", "reuse.rs", "memtype.rs", "maps.rs", "par.rs", "host/registry.rs"]),
     (
@@ -27,7 +28,18 @@ const LAYERS: &[(u8, &[&str])] = &[
         ],
     ),
     (3, &["resource.rs"]),
-    (4, &["stream/copy.rs", "stream/inner.rs", "stream/batch.rs", "stream/ring.rs", "stream/descriptors.rs", "host/record.rs"]),
+    (
+        4,
+        &[
+            "host/copy.rs",
+            "stream/copy.rs",
+            "stream/inner.rs",
+            "stream/batch.rs",
+            "stream/ring.rs",
+            "stream/descriptors.rs",
+            "host/record.rs",
+        ],
+    ),
 ];
 
 /// What each layer may not name: module paths first, then public type and constructor names of

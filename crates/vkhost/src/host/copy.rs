@@ -1,0 +1,385 @@
+//! Layer 4 of the host module: synchronous copies (plans against the registry, CPU stores into
+//! mapped device memory, shared writes), the covering buffer a kernel binding resolves to, and
+//! the byte counters. The raw seed API in `host/mod.rs` (layer 5) and the streams call these;
+//! they take the layer-3 `DeviceMem`, never the public `DeviceBuffer`.
+
+use super::registry::Kind;
+use super::{CopyPath, registry};
+use crate::device::Shared;
+use crate::device::submit::{self, Dir, HostSide, Piece};
+use crate::error::{Error, Result};
+use crate::resource::{DeviceMem, Held};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes moved by the copies of every device (the process-wide `HostStats`).
+pub(super) static DIRECT: AtomicU64 = AtomicU64::new(0);
+pub(super) static STAGED: AtomicU64 = AtomicU64::new(0);
+pub(super) static MAPPED: AtomicU64 = AtomicU64::new(0);
+
+/// A host range as a kernel binding sees it: the covering import's (or pinned block's)
+/// resource, held (see `crate::track`), and the range's byte offset in its buffer.
+pub(crate) struct Cover {
+    pub held: Held,
+    pub offset: u64,
+}
+
+/// The live entry that covers all of `[addr, addr+len)` on `s` (preferring the one whose own
+/// bytes contain `addr`, as [`super::find`] does), held. `None` when no single buffer covers it (no
+/// entry, or a range that crosses two import pieces of one entry), and when another entry's
+/// own bytes lie in the range (two registrations sharing a page): the launch's use is noted
+/// on the one entry it holds, so an unregister of the other would not wait for it (copies
+/// route each byte through its owner, `Registry::split`; a binding is one buffer).
+pub(crate) fn cover(s: &Shared, addr: usize, len: usize) -> Option<Cover> {
+    let reg = registry();
+    let e = reg.find(s.id, addr, len)?;
+    // Every byte some entry owns is `e`'s (bytes no one owns, the rest of a shared page, may
+    // go through any entry covering them).
+    let owned_by_e = |(r, o): &(std::ops::Range<usize>, Option<&registry::Entry<_>>)| {
+        o.is_some_and(|o| std::ptr::eq(o, e) || !o.user.contains(&r.start))
+    };
+    if !reg.split(s.id, addr, len.max(1)).iter().all(owned_by_e) {
+        return None;
+    }
+    let imports = e.cell.as_ref().filter(|c| c.alive())?;
+    let off = addr - e.covered.start;
+    if imports.left_in_part(off, e.covered.len()) < len.max(1) {
+        return None;
+    }
+    let (res, in_part) = imports.at(off);
+    let held = res.hold()?;
+    Some(Cover { held, offset: in_part as u64 })
+}
+
+/// Bytes from `addr` to the end of the import that covers it on device `s` (one piece of a
+/// registration or pinned block made of several), or `None` where nothing live covers `addr`.
+/// A host range that starts at `addr` and is no longer than this is covered by one buffer
+/// (what [`cover`] needs); the built-in kernels cut their launches there.
+pub(crate) fn part_left(s: &Shared, addr: usize) -> Option<usize> {
+    let reg = registry();
+    let e = reg.find(s.id, addr, 1)?;
+    let imports = e.cell.as_ref().filter(|c| c.alive())?;
+    Some(imports.left_in_part(addr - e.covered.start, e.covered.len()))
+}
+
+/// # Safety
+/// `src` readable for `len` bytes during the call.
+/// `DeviceBuffer::write`'s copy: CPU stores into mapped device memory where the buffer has it
+/// and `len` is at most `bar_write_max`, else [`copy_to_device`]'s.
+pub(crate) unsafe fn copy_to_device_impl(s: &Shared, src: *const u8, len: usize, dst: &DeviceMem, off: usize) -> Result<CopyPath> {
+    // SAFETY: forwarded contract.
+    unsafe { copy(s, Dir::ToDevice, src as usize, len, dst, off, true) }
+}
+
+/// # Safety
+/// `dst` writable for `len` bytes during the call.
+pub(crate) unsafe fn copy_to_host_impl(s: &Shared, src: &DeviceMem, off: usize, dst: *mut u8, len: usize) -> Result<CopyPath> {
+    // SAFETY: forwarded contract.
+    unsafe { copy(s, Dir::ToHost, dst as usize, len, src, off, false) }
+}
+
+/// A plan: pieces, and holds on the resources its direct pieces name (see `crate::track`):
+/// while the plan lives, closing them waits.
+pub(crate) struct Plan {
+    /// Inline up to four pieces and two held owners: planning a synchronous copy allocates
+    /// nothing (a copy that crosses more entries spills to the heap).
+    pub pieces: smallvec::SmallVec<[Piece; 4]>,
+    pub held: smallvec::SmallVec<[Held; 2]>,
+    /// Whether a direct piece lies in a registration (the caller's memory, not vkhost's).
+    pub registered: bool,
+}
+
+/// Splits a host range against the registry into direct pieces and staged gaps, holding every
+/// resource a direct piece names.
+pub(crate) fn plan(s: &Shared, addr: usize, len: usize, dev_off: u64) -> Plan {
+    let reg = registry();
+    let mut held = smallvec::SmallVec::<[Held; 2]>::new();
+    let mut registered = false;
+    let mut pieces = smallvec::SmallVec::<[Piece; 4]>::new();
+    for (r, e) in reg.split(s.id, addr, len) {
+        let staged = Piece { dev_offset: dev_off + (r.start - addr) as u64, len: r.len() as u64, host: HostSide::Staged { addr: r.start } };
+        // Entries in the registry are never closed (removal comes first), but one whose device
+        // was destroyed has no objects: stage around it.
+        let Some((e, imports)) = e.and_then(|e| e.cell.as_ref().filter(|c| c.alive()).map(|c| (e, c))) else {
+            pieces.push(staged);
+            continue;
+        };
+        // One direct piece per import piece the range crosses.
+        let mut at = r.start;
+        while at < r.end {
+            let off = at - e.covered.start;
+            let n = imports.left_in_part(off, e.covered.len()).min(r.end - at);
+            let (res, in_part) = imports.at(off);
+            let have = held.iter().any(|h| Arc::ptr_eq(&h.0, res));
+            let host = if have || res.hold().map(|h| held.push(h)).is_some() {
+                registered |= e.kind == Kind::Registered;
+                HostSide::Direct { buffer: res.obj.buffer, offset: in_part as u64, addr: at }
+            } else {
+                HostSide::Staged { addr: at }
+            };
+            pieces.push(Piece { dev_offset: dev_off + (at - addr) as u64, len: n as u64, host });
+            at += n;
+        }
+    }
+    Plan { pieces, held, registered }
+}
+
+pub(crate) fn path_of(pieces: &[Piece]) -> CopyPath {
+    let direct = pieces.iter().any(|p| matches!(p.host, HostSide::Direct { .. }));
+    let staged = pieces.iter().any(|p| matches!(p.host, HostSide::Staged { .. }));
+    match (direct, staged) {
+        (true, true) => CopyPath::Mixed,
+        (false, true) => CopyPath::Staged,
+        _ => CopyPath::Direct,
+    }
+}
+
+pub(crate) fn check_host_range(addr: usize, len: usize) -> Result<()> {
+    if len > 0 && addr == 0 {
+        return Err(Error::invalid("null host pointer"));
+    }
+    addr.checked_add(len).ok_or_else(|| Error::invalid("host pointer + len overflows"))?;
+    Ok(())
+}
+
+/// # Safety
+/// The host range is readable (h2d) or writable (d2h) for `len` bytes during the call.
+pub(super) unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceMem, off: usize, stores: bool) -> Result<CopyPath> {
+    buf.check_device(s)?;
+    let l = s.live()?;
+    buf.check_range(off, len)?;
+    check_host_range(addr, len)?;
+    if len == 0 {
+        return Ok(CopyPath::Direct);
+    }
+    // Stream work already enqueued on the buffer comes first (see `DeviceBuffer`).
+    buf.res.settle(&l);
+    // A wait in the settle that found the device lost (it waited the queue idle instead):
+    // this copy answers as every later call does.
+    if s.lost.load(Ordering::Relaxed) {
+        return Err(Error::DeviceLost);
+    }
+    // A borrowed device without queues refuses vkhost's own copies, CPU stores included (they
+    // are the same operation to the caller).
+    l.compute_queue()?;
+    if stores && dir == Dir::ToDevice && len <= s.options.bar_write_max {
+        if let Some(map) = buf.res.obj.mapped().filter(|_| buf.res.obj.alive()) {
+            // One CPU writer per buffer at a time (see `DeviceMem::stores`).
+            let _g = buf.stores.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            // SAFETY: the source is readable for `len` (the caller's contract); the destination
+            // is the buffer's mapping at `off`, in range (checked above), alive while we hold
+            // `l` (teardown takes it exclusively) and `buf` (its owner); every device access to
+            // the buffer enqueued before this call completed (`settle`), and work submitted
+            // after it sees the stores (HOST_COHERENT memory; a submission makes earlier host
+            // writes visible). No other CPU access to the mapping runs meanwhile: vkhost's only
+            // CPU accesses to it are these stores, under `stores`. Host memory that is itself
+            // mapped device memory is fine: they are different bytes unless the caller passed
+            // the buffer's own mapping, which it cannot get. Writes of 512 KiB and more (a
+            // raised `bar_write_max`) split over the staging threads: one core's stores into the
+            // H200's BAR sustain ~9 GB/s, several ~30; `par::copy` returns when every part is done.
+            unsafe { crate::par::copy(map.as_ptr().add(off), addr as *const u8, len, s.options.staging_threads) };
+            record_mapped(s, len as u64);
+            return Ok(CopyPath::Mapped);
+        }
+    }
+    if stores
+        && dir == Dir::ToDevice
+        && s.options.bar_write_max > 0
+        && len >= crate::OpenOptions::ASSIST_MIN
+        && share_write(s.options.bar_assist, reading_now(s))
+    {
+        if let Some(map) = buf.res.obj.mapped().filter(|_| buf.res.obj.alive()) {
+            // SAFETY: as for the stores above (the caller's contract for the source; the
+            // mapping alive under `l` and `buf`, earlier device work settled); the copy-engine
+            // side holds what it names until each of its copies returns.
+            return unsafe { assisted_write(s, &l, addr, len, buf, off, map) };
+        }
+    }
+    let p = plan(s, addr, len, off as u64);
+    // Only `BarAssist::Bidir` asks who reads; the open-time probe's read is not a reader a
+    // write should be shared beside.
+    let counted = dir == Dir::ToHost && s.options.bar_assist == crate::BarAssist::Bidir && !crate::device::in_probe();
+    let _reading = counted.then(|| Reading::start(s));
+    // SAFETY: staged host ranges are the caller's (readable or writable per the contract); the
+    // direct buffers are held (and owned through `p.held`) until this returns; device ranges
+    // were range-checked. `execute` never returns with work in flight.
+    let moved = unsafe { submit::execute(s, &l, dir, buf.raw(), &p.pieces, submit::thread_hint()) }?;
+    record(s, moved.direct, moved.staged);
+    Ok(path_of(&p.pieces))
+}
+
+/// `OpenOptions::bar_assist`: a write into mapped device memory shared between the copy engine
+/// (chunks from the back of the range, on this thread, each a normal planned copy: direct from
+/// pinned or registered memory, else staged) and CPU stores (chunks from the front, on the
+/// staging threads), until they meet. Returns when both sides are done; an error from the copy
+/// engine's side is returned after the stores finished the rest of the range.
+///
+/// # Safety
+/// As for the stores in [`copy`]: `[addr, addr+len)` readable during the call; `map` is `buf`'s
+/// mapping, alive while `l` and `buf` are held; every device access to the buffer enqueued
+/// before the call has completed; `[off, off+len)` is in range.
+unsafe fn assisted_write(
+    s: &Shared,
+    l: &crate::device::Live,
+    addr: usize,
+    len: usize,
+    buf: &DeviceMem,
+    off: usize,
+    map: std::ptr::NonNull<u8>,
+) -> Result<CopyPath> {
+    // One CPU writer per buffer at a time (see `DeviceMem::stores`).
+    let _g = buf.stores.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Front chunks small enough that the threads end together (1 MiB takes ~0.3 ms at the
+    // ~3 GB/s one thread stores into the H200's BAR); copy-engine chunks of a quarter of the
+    // write, at least 1 MiB (the ~12 us between two synchronous copies is then under 40% of a
+    // chunk's time even at the smallest, and ~1% at 32 MiB) and at most 32 MiB, so the two
+    // sides meet near where their speeds say.
+    let threads = s.options.assist_threads;
+    let split = crate::par::Split::new(len, (len / (16 * threads)).clamp(256 << 10, 1 << 20));
+    let ce_chunk = (len / 4).clamp(1 << 20, 32 << 20);
+    // The copy-engine side runs on a copy engine whatever its size, leaving the compute queue
+    // (where synchronous reads of 4 MiB and more go on the H200) to the reads beside it. With
+    // both on the compute queue, 2 of 6 processes on the H200 stalled every round of a 64 MiB
+    // shared write beside a read (20-35 ms a round: stores and copy engine both slow); with the
+    // write's chunks on a copy engine, none of 6 did, and the write beside the read went from
+    // 27.5 to 29-30 GB/s (2026-12-02, examples/assist_rounds.rs; docs/PERFORMANCE.md).
+    // (`copy_queue: Compute` keeps every synchronous copy on the compute queue, this one too.)
+    let ce_queue = s.options.copy_queue;
+    let mut moved = submit::Moved::default();
+    let mut path: Option<CopyPath> = None;
+    let back = || -> Result<()> {
+        // Once the reads that made this write shared stop, the copy engine takes the rest at
+        // once: alone it is the faster side.
+        let chunk = || if share_write(s.options.bar_assist, reading_now(s)) { ce_chunk } else { usize::MAX };
+        while let Some((at, n)) = split.take_back(chunk()) {
+            let p = plan(s, addr + at, n, (off + at) as u64);
+            // SAFETY: the source range is the caller's (readable); the direct buffers are held
+            // by `p.held` until this iteration ends; the device range is within the checked
+            // `[off, off+len)`; the stores never touch this chunk (taken once from the split).
+            // `execute_on` never returns with work in flight.
+            let m = unsafe { submit::execute_on(s, l, Dir::ToDevice, buf.raw(), &p.pieces, submit::thread_hint(), ce_queue) }?;
+            moved.direct += m.direct;
+            moved.staged += m.staged;
+            let this = path_of(&p.pieces);
+            path = Some(match path {
+                Some(q) if q != this => CopyPath::Mixed,
+                _ => this,
+            });
+        }
+        Ok(())
+    };
+    // SAFETY: the destination is the buffer's mapping at `off` for `len` bytes (in range, alive
+    // under `l` and `buf`, no other CPU writer under `stores`, earlier device work settled); the
+    // source is readable for `len`; `back` touches only the chunks it takes, through the copy
+    // engine. `copy_front` returns after every front chunk is stored.
+    let r = unsafe {
+        crate::par::copy_front(
+            map.as_ptr().add(off),
+            addr as *const u8,
+            &split,
+            threads,
+            crate::par::Stores::Cached,
+            std::time::Duration::ZERO,
+            back,
+        )
+    };
+    let stored = split.front_taken() as u64;
+    crate::par::Split::recycle(split);
+    record(s, moved.direct, moved.staged);
+    record_mapped(s, stored);
+    r?;
+    // The copy engine's path if it did all, else the stores took part.
+    Ok(match path {
+        Some(p) if stored == 0 => p,
+        _ => CopyPath::Mapped,
+    })
+}
+
+/// What [`crate::BarAssist`] decides for a large write into mapped memory: share it between the
+/// copy engine and CPU stores, given how long ago the device was last seen reading (`Some(0)`:
+/// a device-to-host copy is running now; `None`: none since the device opened).
+pub(crate) fn share_write(mode: crate::BarAssist, since_read: Option<std::time::Duration>) -> bool {
+    match mode {
+        crate::BarAssist::Always => true,
+        crate::BarAssist::Off => false,
+        crate::BarAssist::Bidir => since_read.is_some_and(|d| d < crate::OpenOptions::ASSIST_RECENT),
+    }
+}
+
+/// This thread's number (from 1: 0 in `read_thread` is "nobody"), to tell whose read ended
+/// last.
+fn thread_number() -> u64 {
+    submit::thread_hint() as u64 + 1
+}
+
+/// How long ago the device was last reading on another thread (zero while a synchronous
+/// device-to-host copy runs: the caller, writing, is not the one reading), for [`share_write`].
+/// A read this thread finished before its write does not count: nothing runs beside the write.
+fn reading_now(s: &Shared) -> Option<std::time::Duration> {
+    if s.reading.load(Ordering::Acquire) > 0 {
+        return Some(std::time::Duration::ZERO);
+    }
+    if s.read_thread.load(Ordering::Relaxed) == thread_number() {
+        return None;
+    }
+    match s.read_ended.load(Ordering::Relaxed) {
+        0 => None,
+        t => Some(std::time::Duration::from_nanos(crate::device::now_ns().saturating_sub(t))),
+    }
+}
+
+/// A synchronous device-to-host copy in progress, counted in `Shared::reading` (a heuristic for
+/// [`share_write`]: a leaked one only makes writes shared).
+struct Reading<'a>(&'a Shared);
+
+impl<'a> Reading<'a> {
+    fn start(s: &'a Shared) -> Reading<'a> {
+        s.reading.fetch_add(1, Ordering::Relaxed);
+        Reading(s)
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        // The end first: a writer that sees no read running then sees how recent it was.
+        self.0.read_ended.store(crate::device::now_ns(), Ordering::Relaxed);
+        self.0.read_thread.store(thread_number(), Ordering::Relaxed);
+        self.0.reading.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// Counts a write done by CPU stores into mapped device memory.
+fn record_mapped(s: &Shared, bytes: u64) {
+    if crate::device::in_probe() {
+        return;
+    }
+    MAPPED.fetch_add(bytes, Ordering::Relaxed);
+    s.mapped_bytes.fetch_add(bytes, Ordering::Relaxed);
+}
+
+pub(crate) fn record(s: &Shared, direct: u64, staged: u64) {
+    if crate::device::in_probe() {
+        return;
+    }
+    DIRECT.fetch_add(direct, Ordering::Relaxed);
+    STAGED.fetch_add(staged, Ordering::Relaxed);
+    s.direct_bytes.fetch_add(direct, Ordering::Relaxed);
+    s.staged_bytes.fetch_add(staged, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share_write;
+    use crate::{BarAssist, OpenOptions};
+    use std::time::Duration;
+
+    #[test]
+    fn bar_assist_shares_beside_recent_reads_only() {
+        let recent = OpenOptions::ASSIST_RECENT;
+        for since in [None, Some(Duration::ZERO), Some(recent / 2), Some(recent), Some(recent * 100)] {
+            assert!(share_write(BarAssist::Always, since));
+            assert!(!share_write(BarAssist::Off, since));
+            assert_eq!(share_write(BarAssist::Bidir, since), since.is_some_and(|d| d < recent), "{since:?}");
+        }
+    }
+}
