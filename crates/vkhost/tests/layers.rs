@@ -66,11 +66,20 @@ fn forbidden(layer: u8, file: &str) -> Vec<&'static str> {
         "Event",
     ];
     // The public constructors (layer 5, `open.rs`), however they are named.
-    for who in ["Device::", "Self::"] {
-        for f in ["open", "open_with", "open_default", "open_default_with", "from_raw", "from_raw_borrowed"] {
-            v.push(Box::leak(format!("{who}{f}").into_boxed_str()));
-        }
-    }
+    v.extend([
+        "Device::open",
+        "Device::open_with",
+        "Device::open_default",
+        "Device::open_default_with",
+        "Device::from_raw",
+        "Device::from_raw_borrowed",
+        "Self::open",
+        "Self::open_with",
+        "Self::open_default",
+        "Self::open_default_with",
+        "Self::from_raw",
+        "Self::from_raw_borrowed",
+    ]);
     if file.starts_with("stream/") {
         v.extend(["super::launch", "super::Stream", "super::Pending", "super::Event"]);
     }
@@ -185,21 +194,7 @@ fn expand_use_groups(code: &str) -> String {
         // The path before the group, back to the start of the identifier path.
         let head_start = rest[..at].rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')).map_or(0, |k| k + 1);
         let head = &rest[head_start..at];
-        let mut depth = 0usize;
-        let mut end = rest.len();
-        for (k, c) in rest[at + 2..].char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        end = at + 2 + k + 1;
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
+        let end = past_matching_brace(rest, at + 2);
         out.push_str(&rest[..head_start]);
         let inner = &rest[at + 3..end.saturating_sub(1).max(at + 3)];
         // Nested groups expand recursively; entries are split at top-level commas.
@@ -233,6 +228,24 @@ fn expand_use_groups(code: &str) -> String {
     out
 }
 
+/// The index just past the `}` that closes the `{` at `open` in `s` (the end of `s` if none).
+fn past_matching_brace(s: &str, open: usize) -> usize {
+    let mut depth = 0usize;
+    for (k, c) in s[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return open + k + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    s.len()
+}
+
 /// Removes each `#[cfg(test)]` item (a module, function, `use`, ... : up to its `;` or its
 /// matching `}`), keeping line breaks. An attribute on anything else (a field, a statement) is
 /// left as it is: nothing is hidden that could be code of the library.
@@ -260,24 +273,7 @@ fn strip_test_items(code: &str) -> String {
         let end = match (semi, brace) {
             (Some(s), Some(b)) if s < b => s + 1,
             (Some(s), None) => s + 1,
-            (_, Some(b)) => {
-                let mut depth = 0usize;
-                let mut end = item.len();
-                for (k, c) in item[b..].char_indices() {
-                    match c {
-                        '{' => depth += 1,
-                        '}' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                end = b + k + 1;
-                                break;
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                end
-            }
+            (_, Some(b)) => past_matching_brace(item, b),
             (None, None) => item.len(),
         };
         out.extend(std::iter::repeat_n('\n', item[..end].matches('\n').count()));
