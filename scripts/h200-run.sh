@@ -115,6 +115,17 @@ if [ "$what" = final ]; then
     echo "== vkhost demo pipeline"; $v demo pipeline
   } 2>&1 | tee "$OUT/extras.txt"
 fi
+if [ "$what" = bidirmode ]; then
+  # Session 22: bidir pairs from one thread (async copies on two streams, --bidir-mode auto)
+  # against a thread per direction (threads), alternating processes; every path's memory
+  # allocated as in the sweep (the pageable testcase included).
+  for k in $(seq 1 "${ROUNDS:-3}"); do
+    for m in threads auto; do
+      echo "== round $k --bidir-mode $m"
+      $v bench -t bidir_ce,bidir_registered_ce,bidir_pageable_ce --sizes 4K,256K,1M,4M,256M,1G --no-costs --bidir-mode $m --json "$OUT/bidir-$m-$k.json" 2>&1 | grep -E "^bidir"
+    done
+  done 2>&1 | tee "$OUT/bidirmode.txt"
+fi
 if [ "$what" = probe3 ]; then
   # Session 3: where register's time goes, costs against CUDA in one call, the CPU and NUMA
   # layout (BAR stores, pageable memcpy), --devices against the plain bench with 30 iterations,

@@ -661,7 +661,8 @@ fn devices_matrix_runs_each_device_alone_and_all_at_once() {
     let e = vkhost(&["bench", "--devices", "0", "--json", "x.json"]);
     assert!(!e.status.success(), "--json is refused with --devices");
     // Flags the matrix would ignore are refused (a user passing --cpu thinks the run pinned).
-    for flag in [&["--cpu", "0"][..], &["--hugepages"], &["-t", "costs"], &["--bidir-queues", "compute-copy"]] {
+    for flag in [&["--cpu", "0"][..], &["--hugepages"], &["-t", "costs"], &["--bidir-queues", "compute-copy"], &["--bidir-mode", "threads"]]
+    {
         let e = vkhost(&[&["bench", "--devices", "0", "--sizes", "4K"][..], flag].concat());
         let err = String::from_utf8_lossy(&e.stderr);
         assert!(e.status.code() == Some(1) && err.contains("no use for"), "{flag:?}: {err}");
@@ -694,6 +695,7 @@ fn bad_arguments_are_refused_up_front() {
         (&["--budget", "inf"], "--budget"),
         (&["--iters", "0"], "--iters"),
         (&["--bidir-queues", "foo"], "--bidir-queues"),
+        (&["--bidir-mode", "foo"], "--bidir-mode"),
         (&["--sizes", "4KIBIB"], "bad size \"4KIBIB\""),
         (&["--sizes", "4IB"], "bad size \"4IB\""),
         (&["--sizes", "0"], "bad size \"0\""),
@@ -1016,5 +1018,38 @@ fn latency_keeps_its_fifty_copies_under_a_tiny_budget() {
     assert_eq!(rows.len(), 4, "256 B, 4 KiB, 16 KiB, 64 KiB");
     for r in rows {
         assert!(r["iters"].as_u64().unwrap() >= 50, "{} at {}: {} iterations", r["testcase"], r["size"], r["iters"]);
+    }
+}
+
+/// `--bidir-mode`: by default a pinned or registered pair is enqueued from one thread (the
+/// copies are direct) and a pageable pair runs a thread per direction; `threads` runs two
+/// threads everywhere. The JSON says which ran, and every pair is verified either way.
+#[test]
+fn bidir_mode_says_how_each_pair_ran() {
+    for (mode, direct_mode) in [("auto", "two streams, one thread (async copies)"), ("threads", "two streams (one thread each)")] {
+        let j = tmp(&format!("bidir-{mode}.json"));
+        let o = vkhost(&[
+            "bench",
+            "-t",
+            "bidir_ce,bidir_registered_ce,bidir_pageable_ce",
+            "--sizes",
+            "4K,1M",
+            "--iters",
+            "3",
+            "--bidir-mode",
+            mode,
+            "--json",
+            j.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", show(&o));
+        let rows = results_of(&j);
+        assert_eq!(rows.len(), 6, "three paths x two sizes: {rows:?}");
+        for r in &rows {
+            assert_eq!(r["verified"], true, "{r}");
+            let want = if r["path"] == "pageable" { "two streams (one thread each)" } else { direct_mode };
+            assert_eq!(r["extra"]["mode"], want, "--bidir-mode {mode}: {r}");
+            let us = |k: &str| r["extra"][k].as_f64().unwrap();
+            assert!(us("h2d_end_us") >= us("h2d_start_us") && us("d2h_end_us") >= us("d2h_start_us"), "{r}");
+        }
     }
 }

@@ -1,21 +1,39 @@
-//! `bidir`: h2d and d2h at once on two streams, one thread each, on a chosen queue pair.
+//! `bidir`: h2d and d2h at once on two streams: from one thread where the device reads and
+//! writes the host memory directly (pinned, registered), one thread each for pageable memory.
 
 use super::Ctx;
 use crate::devices::anyhow_free::Result;
 use crate::stats::{Summary, summarize};
 use serde_json::{Value, json};
 use std::time::Instant;
-use vkhost::DeviceBuffer;
+use vkhost::{DeviceBuffer, Stream};
 
-/// h2d and d2h at once on two streams (so two queues where the device has two copy engines),
-/// each driven by its own thread (the d2h one started once for all iterations) so a staged
+/// How a bidir pair is driven (`--bidir-mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum BidirMode {
+    /// One thread for memory the device reads directly (pinned, registered), two for pageable.
+    Auto,
+    /// Both copies enqueued from one thread (`copy_*_async` on two streams), then both awaited:
+    /// what CUDA's two-stream bidir does. Only where the copies are direct; pageable memory
+    /// falls back to `threads` (its safe download completes before it returns).
+    Async,
+    /// Each direction on its own thread, each a synchronous upload or download.
+    Threads,
+}
+
+/// h2d and d2h at once on two streams (so two queues where the device has two copy engines).
+/// `direct`: the host memory is pinned or registered, so both copies can be enqueued from one
+/// thread and run while it polls both (`--bidir-mode auto` or `async`); otherwise each
+/// direction runs on its own thread (the d2h one started once for all iterations) so a staged
 /// direction's memcpy does not hold up the other.
 /// Bandwidth is the sum over the wall time of both; the median iteration's start and end of
 /// each direction (µs from the iteration's start) go into the JSON.
 /// `between` runs untimed before each timed iteration (`--flush-cache`).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn bidir(
     cx: &Ctx,
     pair: &str,
+    direct: bool,
     up: &DeviceBuffer,
     src: &[u8],
     down: &DeviceBuffer,
@@ -33,27 +51,32 @@ pub(super) fn bidir(
     let s_up = cx.dev.stream_on_queue(ku, 0)?;
     let s_down = cx.dev.stream_on_queue(kd, if kd == ku { 1 } else { 0 })?;
     let queues = format!("h2d on queue {:?}, d2h on queue {:?} (family, index)", s_up.queue()?, s_down.queue()?);
-    // The d2h on a partner thread started once for the whole measurement (see `with_partner`).
-    let runs = with_partner(
-        || s_down.download(down, 0, dst).and_then(|p| p.wait()),
-        |partner| {
-            // Every iteration takes the partner's result, whatever failed, before the next start.
-            let one = || -> Result<(f64, [f64; 4])> {
-                partner.start()?;
-                let a = Instant::now();
-                let r_up = s_up.upload(src, up, 0).and_then(|p| p.wait());
-                let b = Instant::now();
-                let (r_down, c, d) = partner.finish()?;
-                r_up?;
-                r_down?;
-                let t0 = a.min(c);
-                let secs = |t: Instant| t.duration_since(t0).as_secs_f64();
-                Ok((secs(b.max(d)), [secs(a), secs(b), secs(c), secs(d)]))
-            };
-            one()?;
-            super::point::runs_within(cx.iters, cx.budget, &mut *between, one)
-        },
-    )?;
+    let one_thread = direct && cx.bidir_mode != BidirMode::Threads;
+    let runs = if one_thread {
+        let mut one = || async_pair(&s_up, &s_down, up, src, down, dst);
+        one()?;
+        super::point::runs_within(cx.iters, cx.budget, &mut *between, one)?
+    } else {
+        // The d2h on a partner thread started once for the whole measurement (see `with_partner`).
+        with_partner(
+            || s_down.download(down, 0, dst).and_then(|p| p.wait()),
+            |partner| {
+                // Every iteration takes the partner's result, whatever failed, before the next start.
+                let one = || -> Result<(f64, [f64; 4])> {
+                    partner.start()?;
+                    let a = Instant::now();
+                    let r_up = s_up.upload(src, up, 0).and_then(|p| p.wait());
+                    let b = Instant::now();
+                    let (r_down, c, d) = partner.finish()?;
+                    r_up?;
+                    r_down?;
+                    Ok(spans(a, b, c, d))
+                };
+                one()?;
+                super::point::runs_within(cx.iters, cx.budget, &mut *between, one)
+            },
+        )?
+    };
     let mut runs = runs;
     let s = summarize(&runs.iter().map(|r| r.0).collect::<Vec<_>>()).ok_or("no samples")?;
     runs.sort_by(|x, y| x.0.total_cmp(&y.0));
@@ -61,10 +84,57 @@ pub(super) fn bidir(
     let extra = json!({
         "h2d_start_us": m[0] * 1e6, "h2d_end_us": m[1] * 1e6,
         "d2h_start_us": m[2] * 1e6, "d2h_end_us": m[3] * 1e6,
-        "mode": "two streams (one thread each)",
+        "mode": if one_thread { "two streams, one thread (async copies)" } else { "two streams (one thread each)" },
         "queues": queues,
     });
     Ok((s, extra))
+}
+
+/// The wall time of a pair and each side's start and end, from the earlier start.
+fn spans(a: Instant, b: Instant, c: Instant, d: Instant) -> (f64, [f64; 4]) {
+    let t0 = a.min(c);
+    let secs = |t: Instant| t.duration_since(t0).as_secs_f64();
+    (secs(b.max(d)), [secs(a), secs(b), secs(c), secs(d)])
+}
+
+/// One pair from one thread: the h2d enqueued and submitted on `s_up`, the d2h on `s_down`,
+/// then both polled until done, each end timed when its poll first sees it.
+fn async_pair(
+    s_up: &Stream,
+    s_down: &Stream,
+    up: &DeviceBuffer,
+    src: &[u8],
+    down: &DeviceBuffer,
+    dst: &mut [u8],
+) -> Result<(f64, [f64; 4])> {
+    let a = Instant::now();
+    // SAFETY: `src` is borrowed for this whole call and is neither written nor freed while the
+    // copy can run: every way out of this function below synchronizes `s_up` first.
+    unsafe { s_up.copy_to_device_async(src.as_ptr(), src.len(), up, 0) }?;
+    let r = (|| -> Result<(f64, [f64; 4])> {
+        let ev_up = s_up.record()?;
+        let c = Instant::now();
+        // SAFETY: `dst` is borrowed exclusively for this whole call and nothing else touches it
+        // while the copy can run: every way out of this function synchronizes `s_down` first.
+        unsafe { s_down.copy_to_host_async(down, 0, dst.as_mut_ptr(), dst.len()) }?;
+        let ev_down = s_down.record()?;
+        let (mut b, mut d) = (None, None);
+        while b.is_none() || d.is_none() {
+            if b.is_none() && ev_up.is_done()? {
+                b = Some(Instant::now());
+            }
+            if d.is_none() && ev_down.is_done()? {
+                d = Some(Instant::now());
+            }
+        }
+        Ok(spans(a, b.unwrap_or(a), c, d.unwrap_or(c)))
+    })();
+    // Both streams settled before `src` and `dst` are free again, whatever failed above.
+    let (su, sd) = (s_up.synchronize(), s_down.synchronize());
+    let r = r?;
+    su?;
+    sd?;
+    Ok(r)
 }
 
 /// The other side of a two-thread measurement (see [`with_partner`]).

@@ -229,6 +229,11 @@ pub struct Args {
     /// copy-compute, compute-compute. Several give one bidir point each.
     #[arg(long, value_delimiter = ',', default_value = "copy-copy", value_parser = ["copy-copy", "compute-copy", "copy-compute", "compute-compute"])]
     bidir_queues: Vec<String>,
+    /// How a bidir pair is driven: auto (one thread enqueues both copies where the device
+    /// reads the host memory directly, as CUDA's two-stream bidir does; a thread per direction
+    /// for pageable memory), async (one thread where possible), threads (always two).
+    #[arg(long, value_enum, default_value_t = bidir::BidirMode::Auto)]
+    bidir_mode: bidir::BidirMode,
     /// Test hook: corrupt the expected pattern of the first check, which must then FAIL (exit 2).
     #[arg(long, hide = true)]
     plant_mismatch: bool,
@@ -341,6 +346,8 @@ struct Ctx {
     flush: Option<Vec<u8>>,
     hugepages: bool,
     bidir_queues: Vec<String>,
+    /// `--bidir-mode`.
+    bidir_mode: bidir::BidirMode,
     device_name: String,
     driver: String,
     iters: usize,
@@ -523,6 +530,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             .filter(|(i, q)| !a.bidir_queues[..*i].contains(q))
             .map(|(_, q)| q.clone())
             .collect(),
+        bidir_mode: a.bidir_mode,
         device_name: info.name.clone(),
         driver: format!("{} {}", info.driver_name, info.driver_info),
         dev: dev.clone(),

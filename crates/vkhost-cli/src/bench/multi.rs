@@ -158,6 +158,7 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
         (a.bar_reads != super::BarReads::Stream, "--bar-reads"),
         (a.max_size != "1G", "--max-size"),
         (a.bidir_queues != ["copy-copy"], "--bidir-queues"),
+        (a.bidir_mode != super::bidir::BidirMode::Auto, "--bidir-mode"),
     ]
     .into_iter()
     .filter_map(|(set, name)| set.then_some(name))

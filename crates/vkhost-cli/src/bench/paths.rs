@@ -205,7 +205,7 @@ fn check_and_measure(
         DirKind::D2d => return Err("d2d is the device path's direction".into()),
         DirKind::Bidir => {
             for (i, pair) in cx.bidir_queues.clone().iter().enumerate() {
-                let (s, extra) = bidir(cx, pair, &dbuf[0], src, &dbuf[1], dst, &mut || flush_cache(flush))?;
+                let (s, extra) = bidir(cx, pair, path != PathKind::Pageable, &dbuf[0], src, &dbuf[1], dst, &mut || flush_cache(flush))?;
                 let mut p = point("vulkan", "copy", path.name(), dir.name(), size, 2 * size, s);
                 p.verified = Some(ok);
                 p.note = if cx.bidir_queues.len() > 1 {
