@@ -1,0 +1,100 @@
+//! Bidir pairs of pinned memory over time, after other large host allocations or none: is the
+//! pinned pair at 256 MiB slow for as long as the process lives, or for a while after other
+//! memory was allocated (docs/PERFORMANCE.md, twenty-first and twenty-second sessions)?
+//!
+//!     cargo run --release --example bidir_time -- [block MiB=1024] [copy MiB=256] [seconds=12]
+//!
+//! Environment: `EXTRA=1` also allocates what the bench's other paths hold (2 x block MiB
+//! registered with `Device::register`, 2 x block MiB of filled `Vec`s) after the pinned
+//! blocks (`EXTRA=before`: before them); `DEVBUF_FIRST=1` allocates the two device buffers
+//! before any host memory (else after it); `TOUCH=late` leaves the pinned blocks untouched until
+//! right before the pairs, then writes only the copied range (as the bench's sweep does).
+//!
+//! Each pair: `upload_pinned` on one copy queue and `download_pinned` on the other, both
+//! awaited. Prints, per half second, the median sum GB/s of the pairs in it and when each
+//! direction ended (µs, the median pair's).
+
+use std::time::Instant;
+use vkhost::{Device, PinnedBuffer, QueueKind};
+
+#[path = "support/timing.rs"]
+mod timing;
+use timing::median;
+
+fn main() -> vkhost::Result<()> {
+    let arg = |i: usize, d: usize| std::env::args().nth(i).and_then(|s| s.parse().ok()).unwrap_or(d);
+    let (block, copy, secs) = (arg(1, 1024).max(1) << 20, arg(2, 256).max(1) << 20, arg(3, 12).max(1));
+    let copy = copy.min(block);
+    let extra = std::env::var("EXTRA").unwrap_or_default();
+    let dev = Device::open_default()?;
+    let devbuf_first = std::env::var("DEVBUF_FIRST").is_ok_and(|v| v == "1");
+    let mut dbufs = if devbuf_first { Some((dev.alloc_buffer(block)?, dev.alloc_buffer(block)?)) } else { None };
+    let t0 = Instant::now();
+    let others = |dev: &Device| -> vkhost::Result<(Vec<Vec<u8>>, Vec<Vec<u8>>)> {
+        let mut reg = vec![vec![1u8; block], vec![1u8; block]];
+        for r in &mut reg {
+            // Registered for the process's life, as the bench's registered path is.
+            std::mem::forget(dev.register(r)?);
+        }
+        Ok((reg, vec![vec![1u8; block], vec![1u8; block]]))
+    };
+    let before = if extra == "before" { Some(others(&dev)?) } else { None };
+    let mut src = PinnedBuffer::new(&dev, block)?;
+    let mut dst = PinnedBuffer::new(&dev, block)?;
+    // TOUCH=late: the blocks' first CPU writes come right before the pairs, and only over the
+    // copied range, as in the bench's sweep (its round-trip check writes the range it copies).
+    let late = std::env::var("TOUCH").is_ok_and(|v| v == "late");
+    if !late {
+        src.fill(3);
+        dst.fill(0);
+    }
+    let after = if extra == "1" { Some(others(&dev)?) } else { None };
+    if dbufs.is_none() {
+        dbufs = Some((dev.alloc_buffer(block)?, dev.alloc_buffer(block)?));
+    }
+    let (up, down) = dbufs.as_ref().expect("allocated above");
+    println!(
+        "block {} MiB, copy {} MiB, extra {:?}, device buffers {}, allocations took {:.2} s",
+        block >> 20,
+        copy >> 20,
+        extra,
+        if devbuf_first { "first" } else { "last" },
+        t0.elapsed().as_secs_f64()
+    );
+    let (s_up, s_down) = (dev.stream_on_queue(QueueKind::Copy, 0)?, dev.stream_on_queue(QueueKind::Copy, 1)?);
+    if late {
+        src[..copy].fill(3);
+        dst[..copy].fill(0);
+    }
+    let mut first = 0;
+    let start = Instant::now();
+    let mut window = Vec::new();
+    let mut next = 0.5;
+    while start.elapsed().as_secs_f64() < secs as f64 {
+        let a = Instant::now();
+        let u = s_up.upload_pinned(&src, 0..copy, up, 0)?;
+        let d = s_down.download_pinned(down, 0, &mut dst, 0..copy)?;
+        u.wait()?;
+        let b = a.elapsed().as_secs_f64();
+        d.wait()?;
+        let c = a.elapsed().as_secs_f64();
+        window.push((2.0 * copy as f64 / c.max(b) / 1e9, b * 1e6, c * 1e6));
+        // The first pairs one by one: a slow stretch right after the allocations would hide
+        // in a half second's median.
+        if first < 24 {
+            first += 1;
+            let w = window.pop().expect("pushed above");
+            println!("pair {first:2} at {:6.1} ms: {:6.2} GB/s", start.elapsed().as_secs_f64() * 1e3, w.0);
+        }
+        if start.elapsed().as_secs_f64() >= next && !window.is_empty() {
+            window.sort_by(|x, y| x.0.total_cmp(&y.0));
+            let m = window[window.len() / 2];
+            let g = median(window.iter().map(|w| w.0).collect());
+            println!("t {:5.1} s: {:6.2} GB/s over {} pairs (h2d waited at {:.0} us, d2h at {:.0})", next, g, window.len(), m.1, m.2);
+            window.clear();
+            next += 0.5;
+        }
+    }
+    drop((before, after));
+    Ok(())
+}
