@@ -30,15 +30,13 @@ fn main() -> vkhost::Result<()> {
     let devbuf_first = std::env::var("DEVBUF_FIRST").is_ok_and(|v| v == "1");
     let mut dbufs = if devbuf_first { Some((dev.alloc_buffer(block)?, dev.alloc_buffer(block)?)) } else { None };
     let t0 = Instant::now();
-    let others = |dev: &Device| -> vkhost::Result<(Vec<Vec<u8>>, Vec<Vec<u8>>)> {
-        let mut reg = vec![vec![1u8; block], vec![1u8; block]];
-        for r in &mut reg {
-            // Registered for the process's life, as the bench's registered path is.
-            std::mem::forget(dev.register(r)?);
-        }
-        Ok((reg, vec![vec![1u8; block], vec![1u8; block]]))
+    // What the bench's other paths hold: two buffers to register, two pageable ones.
+    let others = || [vec![1u8; block], vec![1u8; block], vec![1u8; block], vec![1u8; block]];
+    let mut before = if extra == "before" { Some(others()) } else { None };
+    let regs_before = match &mut before {
+        Some([a, b, ..]) => vec![dev.register(a)?, dev.register(b)?],
+        None => Vec::new(),
     };
-    let before = if extra == "before" { Some(others(&dev)?) } else { None };
     let mut src = PinnedBuffer::new(&dev, block)?;
     let mut dst = PinnedBuffer::new(&dev, block)?;
     // TOUCH=late: the blocks' first CPU writes come right before the pairs, and only over the
@@ -48,7 +46,11 @@ fn main() -> vkhost::Result<()> {
         src.fill(3);
         dst.fill(0);
     }
-    let after = if extra == "1" { Some(others(&dev)?) } else { None };
+    let mut after = if extra == "1" { Some(others()) } else { None };
+    let regs_after = match &mut after {
+        Some([a, b, ..]) => vec![dev.register(a)?, dev.register(b)?],
+        None => Vec::new(),
+    };
     if dbufs.is_none() {
         dbufs = Some((dev.alloc_buffer(block)?, dev.alloc_buffer(block)?));
     }
@@ -95,6 +97,8 @@ fn main() -> vkhost::Result<()> {
             next += 0.5;
         }
     }
+    // The registrations end (and wait for nothing: every pair was awaited) before their memory.
+    drop((regs_before, regs_after));
     drop((before, after));
     Ok(())
 }
