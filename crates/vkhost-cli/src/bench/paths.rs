@@ -38,17 +38,7 @@ impl Host {
     pub(super) fn new(cx: &Ctx, path: PathKind, max: usize) -> Result<Host> {
         let dev = &cx.dev;
         Ok(match path {
-            PathKind::Pinned => {
-                let (mut a, mut b) = (PinnedBuffer::new(dev, max)?, PinnedBuffer::new(dev, max)?);
-                // Written whole now, as every path's memory is and as a program fills its
-                // buffers: blocks first written by the sweep's checks, after the other paths'
-                // gigabytes were allocated, ran pairs at 48-49 GB/s for ~200 ms on the H200,
-                // then 57 (`examples/bidir_time.rs`, TOUCH=late EXTRA=1; written at allocation:
-                // 57 from the first pair). That window held the whole 256 MiB bidir point.
-                a.fill(1);
-                b.fill(1);
-                Host::Pinned(a, b)
-            }
+            PathKind::Pinned => Host::Pinned(PinnedBuffer::new(dev, max)?, PinnedBuffer::new(dev, max)?),
             PathKind::Registered => {
                 let (a, b) = (touched_pages(max, cx.hugepages)?, touched_pages(max, cx.hugepages)?);
                 // SAFETY: the mappings live until `release` unregisters them (the bench calls it
@@ -215,9 +205,11 @@ fn check_and_measure(
         DirKind::D2d => return Err("d2d is the device path's direction".into()),
         DirKind::Bidir => {
             for (i, pair) in cx.bidir_queues.clone().iter().enumerate() {
-                let (s, extra) = bidir(cx, pair, path != PathKind::Pageable, &dbuf[0], src, &dbuf[1], dst, &mut || flush_cache(flush))?;
+                let (s, extra, warm) =
+                    bidir(cx, pair, path != PathKind::Pageable, &dbuf[0], src, &dbuf[1], dst, &mut || flush_cache(flush))?;
                 let mut p = point("vulkan", "copy", path.name(), dir.name(), size, 2 * size, s);
                 p.verified = Some(ok);
+                p.warmup = warm;
                 p.note = if cx.bidir_queues.len() > 1 {
                     format!("{note}{}queues {pair}", if note.is_empty() { "" } else { "; " })
                 } else {
