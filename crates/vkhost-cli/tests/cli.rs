@@ -1023,7 +1023,8 @@ fn latency_keeps_its_fifty_copies_under_a_tiny_budget() {
 
 /// `--bidir-mode`: by default a pinned or registered pair is enqueued from one thread (the
 /// copies are direct) and a pageable pair runs a thread per direction; `threads` runs two
-/// threads everywhere. The JSON says which ran, and every pair is verified either way.
+/// threads everywhere. The JSON says which ran, and every pair is verified either way; each
+/// point's pairs warm up for half a second (its `warmup_iters` counts them).
 #[test]
 fn bidir_mode_says_how_each_pair_ran() {
     for (mode, direct_mode) in [("auto", "two streams, one thread (async copies)"), ("threads", "two streams (one thread each)")] {
@@ -1050,6 +1051,11 @@ fn bidir_mode_says_how_each_pair_ran() {
             assert_eq!(r["extra"]["mode"], want, "--bidir-mode {mode}: {r}");
             let us = |k: &str| r["extra"][k].as_f64().unwrap();
             assert!(us("h2d_end_us") >= us("h2d_start_us") && us("d2h_end_us") >= us("d2h_start_us"), "{r}");
+            // Pairs warm up for 500 ms (the default budget is 2 s), not one pair: a 4 KiB pair
+            // takes well under a millisecond even here.
+            if r["size"] == 4096 {
+                assert!(r["warmup_iters"].as_u64().unwrap() > 1, "--bidir-mode {mode}: {r}");
+            }
         }
     }
 }

@@ -8,7 +8,9 @@
 //! registered with `Device::register`, 2 x block MiB of filled `Vec`s) after the pinned
 //! blocks (`EXTRA=before`: before them); `DEVBUF_FIRST=1` allocates the two device buffers
 //! before any host memory (else after it); `TOUCH=late` leaves the pinned blocks untouched until
-//! right before the pairs, then writes only the copied range (as the bench's sweep does).
+//! right before the pairs, then writes only the copied range (as the bench's sweep does);
+//! `FAULT_MIB=n` writes a fresh n MiB `Vec` right before the pairs; `SLEEP_MS=n` pauses before
+//! the first pair.
 //!
 //! Each pair: `upload_pinned` on one copy queue and `download_pinned` on the other, both
 //! awaited. Prints, per half second, the median sum GB/s of the pairs in it and when each
@@ -68,6 +70,11 @@ fn main() -> vkhost::Result<()> {
         src[..copy].fill(3);
         dst[..copy].fill(0);
     }
+    // FAULT_MIB: a fresh Vec of that many MiB written (page faults) right before the pairs;
+    // SLEEP_MS: a pause after that, before the first pair.
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
+    let fresh = vec![2u8; env("FAULT_MIB") << 20];
+    std::thread::sleep(std::time::Duration::from_millis(env("SLEEP_MS") as u64));
     let mut first = 0;
     let start = Instant::now();
     let mut window = Vec::new();
@@ -99,6 +106,6 @@ fn main() -> vkhost::Result<()> {
     }
     // The registrations end (and wait for nothing: every pair was awaited) before their memory.
     drop((regs_before, regs_after));
-    drop((before, after));
+    drop((before, after, fresh));
     Ok(())
 }

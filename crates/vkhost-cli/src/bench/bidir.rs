@@ -28,7 +28,8 @@ pub(crate) enum BidirMode {
 /// direction's memcpy does not hold up the other.
 /// Bandwidth is the sum over the wall time of both; the median iteration's start and end of
 /// each direction (µs from the iteration's start) go into the JSON.
-/// `between` runs untimed before each timed iteration (`--flush-cache`).
+/// `between` runs untimed before each timed iteration (`--flush-cache`). Also returns how many
+/// untimed pairs ran first ([`warm_up`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn bidir(
     cx: &Ctx,
@@ -39,7 +40,7 @@ pub(super) fn bidir(
     down: &DeviceBuffer,
     dst: &mut [u8],
     between: &mut dyn FnMut(),
-) -> Result<(Summary, Value)> {
+) -> Result<(Summary, Value, usize)> {
     use vkhost::QueueKind::{Compute, Copy};
     let (ku, kd) = match pair {
         "copy-copy" => (Copy, Copy),
@@ -52,9 +53,10 @@ pub(super) fn bidir(
     let s_down = cx.dev.stream_on_queue(kd, if kd == ku { 1 } else { 0 })?;
     let queues = format!("h2d on queue {:?}, d2h on queue {:?} (family, index)", s_up.queue()?, s_down.queue()?);
     let one_thread = direct && cx.bidir_mode != BidirMode::Threads;
+    let mut warm = 0;
     let runs = if one_thread {
         let mut one = || async_pair(&s_up, &s_down, up, src, down, dst);
-        one()?;
+        warm = warm_up(cx, &mut one)?;
         super::point::runs_within(cx.iters, cx.budget, &mut *between, one)?
     } else {
         // The d2h on a partner thread started once for the whole measurement (see `with_partner`).
@@ -72,7 +74,8 @@ pub(super) fn bidir(
                     r_down?;
                     Ok(spans(a, b, c, d))
                 };
-                one()?;
+                let mut one = one;
+                warm = warm_up(cx, &mut one)?;
                 super::point::runs_within(cx.iters, cx.budget, &mut *between, one)
             },
         )?
@@ -87,8 +90,30 @@ pub(super) fn bidir(
         "mode": if one_thread { "two streams, one thread (async copies)" } else { "two streams (one thread each)" },
         "queues": queues,
     });
-    Ok((s, extra))
+    Ok((s, extra, warm))
 }
+
+/// Pairs run untimed for [`WARM_UP`] (or the point's `--budget`, if less), at least one: on
+/// the H200 the first few hundred milliseconds of two-way traffic in a process often ran at
+/// 48-49 GB/s and everything after at 57-58 (one-way copies just before did not shorten that
+/// stretch, a pause made it no shorter, and which point fell into it moved with `--sizes`:
+/// docs/PERFORMANCE.md, twenty-second session). One untimed pair, as every other point has,
+/// left the whole 256 MiB point (~100 ms) inside it.
+/// Returns how many pairs ran.
+fn warm_up<T>(cx: &Ctx, one: &mut impl FnMut() -> Result<T>) -> Result<usize> {
+    let start = Instant::now();
+    let span = cx.budget.min(WARM_UP);
+    one()?;
+    let mut n = 1;
+    while start.elapsed() < span && !super::interrupted() {
+        one()?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// How long a bidir point's pairs run untimed first (see [`warm_up`]).
+const WARM_UP: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The wall time of a pair and each side's start and end, from the earlier start.
 fn spans(a: Instant, b: Instant, c: Instant, d: Instant) -> (f64, [f64; 4]) {
