@@ -1023,12 +1023,15 @@ fn latency_keeps_its_fifty_copies_under_a_tiny_budget() {
 
 /// `--bidir-mode`: by default a pinned or registered pair is enqueued from one thread (the
 /// copies are direct) and a pageable pair runs a thread per direction; `threads` runs two
-/// threads everywhere. The JSON says which ran, and every pair is verified either way; each
-/// point's pairs warm up for half a second (its `warmup_iters` counts them).
+/// threads everywhere. The JSON says which ran, and every pair is verified either way. Each
+/// point's pairs warm up for half a second, or for `--budget` if less: with a budget of 0, one
+/// pair exactly (`warmup_iters` counts them).
 #[test]
 fn bidir_mode_says_how_each_pair_ran() {
-    for (mode, direct_mode) in [("auto", "two streams, one thread (async copies)"), ("threads", "two streams (one thread each)")] {
-        let j = tmp(&format!("bidir-{mode}.json"));
+    let one = "two streams, one thread (async copies)";
+    let two = "two streams (one thread each)";
+    for (mode, direct_mode, budget) in [("auto", one, "2"), ("threads", two, "2"), ("auto", one, "0"), ("threads", two, "0")] {
+        let j = tmp(&format!("bidir-{mode}-{budget}.json"));
         let o = vkhost(&[
             "bench",
             "-t",
@@ -1037,6 +1040,8 @@ fn bidir_mode_says_how_each_pair_ran() {
             "4K,1M",
             "--iters",
             "3",
+            "--budget",
+            budget,
             "--bidir-mode",
             mode,
             "--json",
@@ -1047,14 +1052,15 @@ fn bidir_mode_says_how_each_pair_ran() {
         assert_eq!(rows.len(), 6, "three paths x two sizes: {rows:?}");
         for r in &rows {
             assert_eq!(r["verified"], true, "{r}");
-            let want = if r["path"] == "pageable" { "two streams (one thread each)" } else { direct_mode };
+            let want = if r["path"] == "pageable" { two } else { direct_mode };
             assert_eq!(r["extra"]["mode"], want, "--bidir-mode {mode}: {r}");
-            let us = |k: &str| r["extra"][k].as_f64().unwrap();
-            assert!(us("h2d_end_us") >= us("h2d_start_us") && us("d2h_end_us") >= us("d2h_start_us"), "{r}");
-            // Pairs warm up for 500 ms (the default budget is 2 s), not one pair: a 4 KiB pair
-            // takes well under a millisecond even here.
-            if r["size"] == 4096 {
-                assert!(r["warmup_iters"].as_u64().unwrap() > 1, "--bidir-mode {mode}: {r}");
+            let warm = r["warmup_iters"].as_u64().unwrap();
+            if budget == "0" {
+                assert_eq!(warm, 1, "--budget 0: one untimed pair: {r}");
+            } else if r["size"] == 4096 {
+                // Half a second of 4 KiB pairs, each well under a millisecond even here; one
+                // pair would be the old warm-up.
+                assert!(warm > 1, "--bidir-mode {mode}: {r}");
             }
         }
     }

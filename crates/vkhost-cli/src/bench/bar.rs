@@ -194,6 +194,11 @@ impl Stores {
             } else {
                 dst.copy_from_slice(src);
             }
+            // A full fence before saying so: on x86 it also drains this core's write-combining
+            // buffers, so the part's last stores into the BAR have left the CPU before the
+            // caller stops its clock or reads the bytes back (a Release store alone does not;
+            // the shared job's `fetch_add` did, as a locked instruction).
+            std::sync::atomic::fence(Ordering::SeqCst);
             slot.done.store(g, Ordering::Release);
         }
     }

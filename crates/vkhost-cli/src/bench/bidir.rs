@@ -11,19 +11,17 @@ use vkhost::{DeviceBuffer, Stream};
 /// How a bidir pair is driven (`--bidir-mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum BidirMode {
-    /// One thread for memory the device reads directly (pinned, registered), two for pageable.
+    /// Pinned and registered memory: both copies enqueued from one thread (`copy_*_async` on
+    /// two streams), then both awaited, as CUDA's two-stream bidir is. Pageable memory: a thread
+    /// per direction (its safe download completes before it returns).
     Auto,
-    /// Both copies enqueued from one thread (`copy_*_async` on two streams), then both awaited:
-    /// what CUDA's two-stream bidir does. Only where the copies are direct; pageable memory
-    /// falls back to `threads` (its safe download completes before it returns).
-    Async,
-    /// Each direction on its own thread, each a synchronous upload or download.
+    /// Each direction on its own thread, each a synchronous upload or download, for every path.
     Threads,
 }
 
 /// h2d and d2h at once on two streams (so two queues where the device has two copy engines).
 /// `direct`: the host memory is pinned or registered, so both copies can be enqueued from one
-/// thread and run while it polls both (`--bidir-mode auto` or `async`); otherwise each
+/// thread and run while it polls both (`--bidir-mode auto`); otherwise each
 /// direction runs on its own thread (the d2h one started once for all iterations) so a staged
 /// direction's memcpy does not hold up the other.
 /// Bandwidth is the sum over the wall time of both; the median iteration's start and end of
@@ -122,8 +120,20 @@ fn spans(a: Instant, b: Instant, c: Instant, d: Instant) -> (f64, [f64; 4]) {
     (secs(b.max(d)), [secs(a), secs(b), secs(c), secs(d)])
 }
 
+/// How long [`async_pair`] polls its two events before it waits on them instead: longer than
+/// any pair the bench times (a 1 GiB pair takes ~37 ms on the H200), so the ends it reports
+/// are when a poll first saw each copy done; past it, `Event::wait` (the library's timeout,
+/// device loss) ends a pair that never completes, where polling would spin forever.
+const POLL_FOR: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// One pair from one thread: the h2d enqueued and submitted on `s_up`, the d2h on `s_down`,
-/// then both polled until done, each end timed when its poll first sees it.
+/// then both polled until done, each end timed when its poll first sees it (both are polled
+/// only once both are submitted). Times from the h2d's enqueue: the d2h's start is when its
+/// enqueue began.
+///
+/// `s_up` and `s_down` are [`bidir`]'s own streams, dropped there before its borrows of `src`
+/// and `dst` end; that is what the copies' safety rests on where this function returns an
+/// error (see below).
 fn async_pair(
     s_up: &Stream,
     s_down: &Stream,
@@ -133,18 +143,23 @@ fn async_pair(
     dst: &mut [u8],
 ) -> Result<(f64, [f64; 4])> {
     let a = Instant::now();
-    // SAFETY: `src` is borrowed for this whole call and is neither written nor freed while the
-    // copy can run: every way out of this function below synchronizes `s_up` first.
-    unsafe { s_up.copy_to_device_async(src.as_ptr(), src.len(), up, 0) }?;
     let r = (|| -> Result<(f64, [f64; 4])> {
+        // SAFETY (both copies): `src` and `dst` are borrowed for this whole call, and `dst`
+        // exclusively: nothing else reads or writes them while the copies can run. Before they
+        // are free again, either both streams' `synchronize` below returned Ok (every copy on
+        // them completed), or, on any error (a copy enqueued in part, a failed submission, a
+        // wait that could not confirm completion), `bidir` returns it and drops both streams,
+        // which it owns and never leaks, before its own borrows of `src` and `dst` end; a
+        // stream's drop waits for its submitted work, or for its queue to go idle where it
+        // cannot confirm that (`Stream`'s shutdown).
+        unsafe { s_up.copy_to_device_async(src.as_ptr(), src.len(), up, 0) }?;
         let ev_up = s_up.record()?;
         let c = Instant::now();
-        // SAFETY: `dst` is borrowed exclusively for this whole call and nothing else touches it
-        // while the copy can run: every way out of this function synchronizes `s_down` first.
+        // SAFETY: as above.
         unsafe { s_down.copy_to_host_async(down, 0, dst.as_mut_ptr(), dst.len()) }?;
         let ev_down = s_down.record()?;
         let (mut b, mut d) = (None, None);
-        while b.is_none() || d.is_none() {
+        while (b.is_none() || d.is_none()) && a.elapsed() < POLL_FOR {
             if b.is_none() && ev_up.is_done()? {
                 b = Some(Instant::now());
             }
@@ -152,9 +167,18 @@ fn async_pair(
                 d = Some(Instant::now());
             }
         }
-        Ok(spans(a, b.unwrap_or(a), c, d.unwrap_or(c)))
+        // Past POLL_FOR: block instead (an error once the library gives up on the device).
+        let b = match b {
+            Some(t) => t,
+            None => ev_up.wait().map(|()| Instant::now())?,
+        };
+        let d = match d {
+            Some(t) => t,
+            None => ev_down.wait().map(|()| Instant::now())?,
+        };
+        Ok(spans(a, b, c, d))
     })();
-    // Both streams settled before `src` and `dst` are free again, whatever failed above.
+    // Both streams settled (their results checked) whatever failed above.
     let (su, sd) = (s_up.synchronize(), s_down.synchronize());
     let r = r?;
     su?;

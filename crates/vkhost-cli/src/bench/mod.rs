@@ -155,7 +155,9 @@ pub struct Args {
     /// within --budget.
     #[arg(long, default_value_t = 10, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u32).range(1..), |n| n as usize))]
     iters: usize,
-    /// Time budget per point, in seconds: fewer iterations when it runs out (at least one).
+    /// Time budget per point, in seconds: fewer iterations when it runs out (at least one). The
+    /// bidir points' warm-up takes up to 0.5 s more (their pairs run untimed for that long, or
+    /// for the budget, if less).
     #[arg(long, default_value_t = 2.0, value_parser = parse_budget)]
     budget: f64,
     /// Only the copy (ce, sm, bar) and latency testcases on these paths (default: all; latency is
@@ -229,9 +231,9 @@ pub struct Args {
     /// copy-compute, compute-compute. Several give one bidir point each.
     #[arg(long, value_delimiter = ',', default_value = "copy-copy", value_parser = ["copy-copy", "compute-copy", "copy-compute", "compute-compute"])]
     bidir_queues: Vec<String>,
-    /// How a bidir pair is driven: auto (one thread enqueues both copies where the device
-    /// reads the host memory directly, as CUDA's two-stream bidir does; a thread per direction
-    /// for pageable memory), async (one thread where possible), threads (always two).
+    /// How a bidir pair is driven: auto (pinned and registered memory: both copies enqueued
+    /// from one thread, as CUDA's two-stream bidir is; pageable: a thread per direction) or
+    /// threads (a thread per direction for every path).
     #[arg(long, value_enum, default_value_t = bidir::BidirMode::Auto)]
     bidir_mode: bidir::BidirMode,
     /// Test hook: corrupt the expected pattern of the first check, which must then FAIL (exit 2).
