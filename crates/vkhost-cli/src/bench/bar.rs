@@ -101,9 +101,9 @@ pub(super) fn read_method(r: super::BarReads) -> &'static str {
 
 /// One worker's mailbox in [`Stores`]: its part of the current job. Each worker has its own,
 /// so a job engages only the workers that have a part, and waits for nobody else: with one
-/// shared job that every worker acknowledged, a 4-part write waited for all 7 workers, and one
-/// of them descheduled held it for a scheduler tick (256 KiB bar writes took 2.8 ms, median, in
-/// one H200 process).
+/// shared job that every worker acknowledged, a 4-part write waited for all 7 workers, idle
+/// ones too, and any one of them off its CPU held it until it ran again (the likely cause, not
+/// proven, of 256 KiB bar writes at 2.8 ms median in one H200 process).
 #[derive(Default)]
 #[repr(align(128))] // one mailbox per cache line pair: workers poll theirs, not their neighbours'
 struct Slot {
