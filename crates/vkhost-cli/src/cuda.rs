@@ -262,6 +262,7 @@ mod imp {
                         _ if pinned => "pinned",
                         _ => "pageable",
                     };
+                    let mut warm = 0;
                     let s = match dir {
                         DirKind::H2d => measure(iters, budget, || {
                             let mut dv = d1.slice_mut(..n);
@@ -283,16 +284,21 @@ mod imp {
                             s1.synchronize()?;
                             Ok(())
                         })?,
-                        // Two streams, one h2d and one d2h at once, as cuda_baseline.py does.
-                        DirKind::Bidir if pinned => measure(iters, budget, || {
-                            let mut dv = d1.slice_mut(..n);
-                            s1.memcpy_htod(&p1.as_slice()?[..n], &mut dv)?;
-                            let dv2 = d2.slice(..n);
-                            s2.memcpy_dtoh(&dv2, &mut p2.as_mut_slice()?[..n])?;
-                            s1.synchronize()?;
-                            s2.synchronize()?;
-                            Ok(())
-                        })?,
+                        // Two streams, one h2d and one d2h at once, as cuda_baseline.py does;
+                        // warmed up for as long as the Vulkan pairs are.
+                        DirKind::Bidir if pinned => {
+                            let mut pair = || -> Result<()> {
+                                let mut dv = d1.slice_mut(..n);
+                                s1.memcpy_htod(&p1.as_slice()?[..n], &mut dv)?;
+                                let dv2 = d2.slice(..n);
+                                s2.memcpy_dtoh(&dv2, &mut p2.as_mut_slice()?[..n])?;
+                                s1.synchronize()?;
+                                s2.synchronize()?;
+                                Ok(())
+                            };
+                            warm = crate::bench::warm_up(crate::bench::BIDIR_WARM_UP, budget, &mut pair)?;
+                            measure(iters, budget, pair)?
+                        }
                         DirKind::Bidir => continue,
                         // cudaMemcpy device to device, as nvbandwidth's device-local copy.
                         DirKind::D2d => measure(iters, budget, || {
@@ -307,6 +313,8 @@ mod imp {
                     let mut p = point("cuda", "copy", path, dir.name(), size, moved, s);
                     if dir == DirKind::Bidir {
                         p.extra = json!({"mode": "two CUDA streams"});
+                        // `measure`'s own untimed run after the warm-up pairs.
+                        p.warmup = warm + 1;
                     }
                     out.push(p);
                 }

@@ -27,7 +27,7 @@ pub(crate) enum BidirMode {
 /// Bandwidth is the sum over the wall time of both; the median iteration's start and end of
 /// each direction (µs from the iteration's start) go into the JSON.
 /// `between` runs untimed before each timed iteration (`--flush-cache`). Also returns how many
-/// untimed pairs ran first ([`warm_up`]).
+/// untimed pairs ran first ([`super::point::warm_up`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn bidir(
     cx: &Ctx,
@@ -54,7 +54,7 @@ pub(super) fn bidir(
     let mut warm = 0;
     let runs = if one_thread {
         let mut one = || async_pair(&s_up, &s_down, up, src, down, dst);
-        warm = warm_up(cx, &mut one)?;
+        warm = super::point::warm_up(super::point::BIDIR_WARM_UP, cx.budget, &mut one)?;
         super::point::runs_within(cx.iters, cx.budget, &mut *between, one)?
     } else {
         // The d2h on a partner thread started once for the whole measurement (see `with_partner`).
@@ -73,7 +73,7 @@ pub(super) fn bidir(
                     Ok(spans(a, b, c, d))
                 };
                 let mut one = one;
-                warm = warm_up(cx, &mut one)?;
+                warm = super::point::warm_up(super::point::BIDIR_WARM_UP, cx.budget, &mut one)?;
                 super::point::runs_within(cx.iters, cx.budget, &mut *between, one)
             },
         )?
@@ -90,28 +90,6 @@ pub(super) fn bidir(
     });
     Ok((s, extra, warm))
 }
-
-/// Pairs run untimed for [`WARM_UP`] (or the point's `--budget`, if less), at least one: on
-/// the H200 the first few hundred milliseconds of two-way traffic in a process often ran at
-/// 48-49 GB/s and everything after at 57-58 (one-way copies just before did not shorten that
-/// stretch, a pause made it no shorter, and which point fell into it moved with `--sizes`:
-/// docs/PERFORMANCE.md, twenty-second session). One untimed pair, as every other point has,
-/// left the whole 256 MiB point (~100 ms) inside it.
-/// Returns how many pairs ran.
-fn warm_up<T>(cx: &Ctx, one: &mut impl FnMut() -> Result<T>) -> Result<usize> {
-    let start = Instant::now();
-    let span = cx.budget.min(WARM_UP);
-    one()?;
-    let mut n = 1;
-    while start.elapsed() < span && !super::interrupted() {
-        one()?;
-        n += 1;
-    }
-    Ok(n)
-}
-
-/// How long a bidir point's pairs run untimed first (see [`warm_up`]).
-const WARM_UP: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The wall time of a pair and each side's start and end, from the earlier start.
 fn spans(a: Instant, b: Instant, c: Instant, d: Instant) -> (f64, [f64; 4]) {

@@ -52,6 +52,9 @@ mod small_async;
 pub mod testcase;
 
 pub use point::{Point, measure, measure_with, point};
+// The CUDA baseline's bidir pairs warm up as the Vulkan ones do.
+#[cfg(feature = "cuda")]
+pub use point::{BIDIR_WARM_UP, warm_up};
 // The CUDA baseline checks its SM copy with the same pattern.
 #[cfg(feature = "cuda")]
 pub use point::pattern;

@@ -39,6 +39,29 @@ impl Point {
     }
 }
 
+/// How long a bidir point's pairs run untimed first, Vulkan's and CUDA's alike (see
+/// [`warm_up`]).
+pub const BIDIR_WARM_UP: Duration = Duration::from_millis(500);
+
+/// Runs `one` untimed for `span` (or `budget`, if less), at least once, and says how many
+/// times it ran. The bidir points use it with [`BIDIR_WARM_UP`]: on the H200 the first few
+/// hundred milliseconds of two-way traffic in a process often ran at 48-49 GB/s and everything
+/// after at 57-58 (one-way copies just before did not shorten that stretch, a pause made it no
+/// shorter, and which point fell into it moved with `--sizes`: docs/PERFORMANCE.md,
+/// twenty-second session). One untimed pair, as every other point has, left the whole
+/// 256 MiB point (~100 ms) inside it.
+pub fn warm_up<T>(span: Duration, budget: Duration, one: &mut impl FnMut() -> Result<T>) -> Result<usize> {
+    let start = Instant::now();
+    let span = budget.min(span);
+    one()?;
+    let mut n = 1;
+    while start.elapsed() < span && !super::interrupted() {
+        one()?;
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// Runs `f` once to warm up, then up to `iters` timed runs within `budget`.
 pub fn measure(iters: usize, budget: Duration, f: impl FnMut() -> Result<()>) -> Result<Summary> {
     measure_with(iters, budget, || {}, f)
