@@ -62,7 +62,7 @@ pub(super) fn bidir(
             || s_down.download(down, 0, dst).and_then(|p| p.wait()),
             |partner| {
                 // Every iteration takes the partner's result, whatever failed, before the next start.
-                let one = || -> Result<(f64, [f64; 4])> {
+                let mut one = || -> Result<(f64, [f64; 4])> {
                     partner.start()?;
                     let a = Instant::now();
                     let r_up = s_up.upload(src, up, 0).and_then(|p| p.wait());
@@ -72,7 +72,6 @@ pub(super) fn bidir(
                     r_down?;
                     Ok(spans(a, b, c, d))
                 };
-                let mut one = one;
                 warm = super::point::warm_up(super::point::BIDIR_WARM_UP, cx.budget, &mut one)?;
                 super::point::runs_within(cx.iters, cx.budget, &mut *between, one)
             },
