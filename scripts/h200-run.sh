@@ -642,3 +642,15 @@ fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"
 fi
+if [ "$what" = clocks ] || [ "$what" = final ]; then
+  # Session 23: the first few hundred ms of two-way traffic in a process ran at 48-49 GB/s, the
+  # rest at 57-58 (PERFORMANCE.md, twenty-second). Clocks and link state sampled every 20 ms
+  # through bidir_time's first seconds, three processes.
+  for k in 1 2 3; do
+    echo "== process $k"
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,pcie.link.gen.current,pcie.link.width.current,power.draw,pstate --format=csv,noheader -lms 20 > "$OUT/clocks-$k.csv" 2>&1 &
+    smi=$!; sleep 1
+    echo "pairs start $(date -u +%T.%N)"; ./.h200/bidir_time 1024 256 3; echo "pairs end $(date -u +%T.%N)"
+    sleep 0.5; kill $smi; wait $smi 2>/dev/null
+  done 2>&1 | tee "$OUT/clocks.txt"
+fi

@@ -76,6 +76,10 @@ fn main() -> vkhost::Result<()> {
     let fresh = vec![2u8; env("FAULT_MIB") << 20];
     std::thread::sleep(std::time::Duration::from_millis(env("SLEEP_MS") as u64));
     let mut first = 0;
+    // Wall clock (UTC, seconds into the day) of the first pair, to line up with nvidia-smi's
+    // timestamps.
+    let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() % 86400.0);
+    println!("first pair at {:02}:{:02}:{:06.3} UTC", (wall / 3600.0) as u32, (wall % 3600.0 / 60.0) as u32, wall % 60.0);
     let start = Instant::now();
     let mut window = Vec::new();
     let mut next = 0.5;
