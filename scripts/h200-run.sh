@@ -97,7 +97,11 @@ if [ "$what" = final ]; then
   # in the same call, the minimal program against the sweep, the host x GPU matrix, one 8 GiB
   # registration, the pipeline demo.
   echo "== vkhost bench --baseline cuda"
+  # The GPU's clocks beside the sweep (every 100 ms): does the slow small-copy state go with them?
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,pcie.link.gen.current,power.draw,pstate --format=csv,noheader -lms 100 > "$OUT/clocks-bench.csv" 2>&1 &
+  smi=$!
   $v bench --baseline cuda --json "$OUT/bench.json" --plot "$OUT/bench.svg" 2>&1 | tee "$OUT/bench.txt" | grep -vE "^ +[0-9]+/[0-9]+"
+  kill $smi; wait $smi 2>/dev/null
   # Issue 9's line: no figure more than 3% below the record (docs/h200-bench.json).
   echo "== regress-check against docs/h200-bench.json"
   python3 scripts/regress-check.py docs/h200-bench.json "$OUT/bench.json" 2>&1 | tee "$OUT/regress.txt" | tail -n 40
