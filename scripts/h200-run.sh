@@ -658,3 +658,22 @@ if [ "$what" = clocks ] || [ "$what" = final ]; then
     sleep 0.5; kill $smi; wait $smi 2>/dev/null
   done 2>&1 | tee "$OUT/clocks.txt"
 fi
+if [ "$what" = clocks2 ]; then
+  # Session 23: the GPU's clocks (every 20 ms) beside processes that may draw the slow
+  # small-copy state (queue_latency, eight processes) and the slow first two-way pairs
+  # (bidir_time with EXTRA=1 TOUCH=late, which drew them most often, three processes). All
+  # samples go to one file, each process's after a "== name" line.
+  q=timestamp,clocks.sm,clocks.mem,pcie.link.gen.current,pcie.link.width.current,power.draw,pstate
+  nvidia-smi --query-gpu=clocks_event_reasons.active --format=csv,noheader > /dev/null 2>&1 && q=$q,clocks_event_reasons.active
+  echo "fields: $q" > "$OUT/clocks2.csv"
+  sampled() {
+    local name=$1; shift
+    nvidia-smi --query-gpu=$q --format=csv,noheader -lms 20 > /tmp/clocks.csv 2>&1 &
+    local p=$!; sleep 0.5
+    echo "== $name, start $(date -u +%T.%N)"; "$@"; echo "end $(date -u +%T.%N)"
+    sleep 0.3; kill $p; wait $p 2>/dev/null
+    { echo "== $name"; cat /tmp/clocks.csv; } >> "$OUT/clocks2.csv"
+  }
+  for k in $(seq 1 "${LAT_ROUNDS:-8}"); do sampled "queue_latency $k" ./.h200/queue_latency; done 2>&1 | tee "$OUT/clocks2-lat.txt"
+  for k in $(seq 1 "${BIDIR_ROUNDS:-3}"); do sampled "bidir_time EXTRA=1 TOUCH=late $k" env EXTRA=1 TOUCH=late ./.h200/bidir_time 1024 256 2; done 2>&1 | tee "$OUT/clocks2-bidir.txt"
+fi
