@@ -24,7 +24,7 @@ for l in sys.stdin:
         print(m["executable"])' | while read -r f; do cp "$f" ".h200/tests/$(basename "$f" | sed "s/-[0-9a-f]*$//")"; done
 cp target/release/vkhost .h200/vkhost
 # The minimal program the bench is checked against (docs/PERFORMANCE.md).
-ex="bidir_time plain_copy sync_floor host_read_barrier bar_cost big_register register_cost pinned_small queue_latency split_copy mid_split assist_rounds sync_bidir alloc_cost"
+ex="bidir_time d2d_queues plain_copy sync_floor host_read_barrier bar_cost big_register register_cost pinned_small queue_latency split_copy mid_split assist_rounds sync_bidir alloc_cost"
 cargo build --release -p vkhost $(for e in $ex; do printf -- '--example %s ' "$e"; done)
 for e in $ex; do cp "target/release/examples/$e" .h200/; done
 strip .h200/vkhost .h200/tests/* $(for e in $ex; do printf '.h200/%s ' "$e"; done)

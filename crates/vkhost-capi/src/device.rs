@@ -412,6 +412,7 @@ impl vkhost_open_options {
             assist_threads: OpenOptions::default().assist_threads,
             push_descriptors: OpenOptions::default().push_descriptors,
             max_pipelines: OpenOptions::default().max_pipelines,
+            d2d_kernel_min: OpenOptions::default().d2d_kernel_min,
         })
     }
 }

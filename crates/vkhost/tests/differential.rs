@@ -514,9 +514,12 @@ impl<'d> Case<'d> {
                 self.copy_model(Region::Buf(d, bi), o, r, h, l);
             }
             28..=33 => {
-                let (so, l) = self.span(DEV, 1, DEV / 2, 1);
+                // Half on 4-byte offsets and lengths: on the second device (a `d2d_kernel_min`
+                // of 4) a compute-capable stream runs those by the copy kernel.
+                let a = if self.rng.chance(50) { 4 } else { 1 };
+                let (so, l) = self.span(DEV, a, DEV / 2, a);
                 let bj = self.rng.below(NBUF);
-                let dof = self.doff(l);
+                let dof = self.below_w(DEV, l, a);
                 if bi == bj && overlap(so, so + l, dof, dof + l) {
                     return;
                 }
@@ -1165,7 +1168,10 @@ fn random_programs_match_the_model() {
         _ => {}
     }
     let d0 = device_with(o.clone()).expect("device");
-    let d1 = Checked(Device::open_with(d0.info().index, &o).expect("second device"));
+    // The second device runs every device-to-device stream copy it can by the copy kernel
+    // (`OpenOptions::d2d_kernel_min`), the first by vkCmdCopyBuffer (lavapipe's default).
+    let d1 =
+        Checked(Device::open_with(d0.info().index, &vkhost::OpenOptions { d2d_kernel_min: Some(4), ..o.clone() }).expect("second device"));
     let devs = [&d0.0, &d1.0];
     if let Ok(s) = std::env::var("DIFF_SEED") {
         let s: u64 = s.parse().unwrap();

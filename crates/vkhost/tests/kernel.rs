@@ -1252,3 +1252,60 @@ fn empty_builtin_calls_do_nothing_wherever_they_point() {
     assert!(matches!(s.checksum(Binding::Host(&bytes[1..5])), Err(Error::InvalidArgument { .. })));
     assert!(s.fill_u32(Binding::Device(&g, 68, 0), 1).is_err());
 }
+
+/// `Stream::copy_async` between device buffers runs the copy kernel from
+/// `OpenOptions::d2d_kernel_min` on a compute-capable stream when both offsets and the length are
+/// multiples of 4, and vkCmdCopyBuffer otherwise (a kernel's pipeline appears in `live_objects`
+/// only when it runs: one device per case); every route copies the right bytes, in stream order
+/// with the fills and copies around it, and a synchronous read right after one sees its bytes.
+/// The default: never on a CPU device, from 2 MiB on a GPU. Both descriptor modes.
+#[test]
+fn copy_async_runs_the_copy_kernel_from_d2d_kernel_min() {
+    let n = 1 << 16;
+    let src = pattern(n, 21);
+    // (src offset, dst offset, length, runs the kernel)
+    let cases = [
+        (0, 0, 2048, false),    // below the minimum
+        (64, 128, 8192, true),  // 16-byte phase and length
+        (4, 8, 4100, true),     // words
+        (1, 3, 8192, false),    // unaligned offsets
+        (0, 0, 4097, false),    // a length not a multiple of 4
+        (8, 4100, 40000, true), // crossing into the buffer's second half
+    ];
+    for push in [true, false] {
+        for (so, dof, len, kernel) in cases {
+            let d = device_with(OpenOptions { d2d_kernel_min: Some(4096), push_descriptors: push, ..opts() }).unwrap();
+            let s = d.stream_on(QueueKind::Compute).unwrap();
+            let (a, b, c) = (d.alloc_buffer(n).unwrap(), d.alloc_buffer(n).unwrap(), d.alloc_buffer(n).unwrap());
+            a.write(0, &src).unwrap();
+            let before = d.live_objects().pipelines;
+            s.fill_async(&b, 0, n, 0xEEEE_EEEE).unwrap();
+            s.copy_async(&a, so, &b, dof, len).unwrap();
+            // The pipeline is made when the launch is recorded.
+            let ran = d.live_objects().pipelines > before;
+            // Stream order after it: a whole-buffer copy of what it wrote (by the kernel).
+            s.copy_async(&b, 0, &c, 0, n).unwrap();
+            // A synchronous read of `c` right after, with no synchronize: it waits for both.
+            let mut got = vec![0u8; n];
+            c.read(0, &mut got).unwrap();
+            let what = format!("copy {so} -> {dof}, {len} bytes (push descriptors {push})");
+            assert_eq!(got[dof..dof + len], src[so..so + len], "{what}");
+            assert!(got[..dof].iter().chain(&got[dof + len..]).all(|&x| x == 0xEE), "{what}: bytes outside it changed");
+            assert_eq!(ran, kernel, "{what}: ran the kernel?");
+        }
+        // The default: the CPU driver's vkCmdCopyBuffer is faster than its kernel.
+        let e = device_with(OpenOptions { push_descriptors: push, ..opts() }).unwrap();
+        let s = e.stream_on(QueueKind::Compute).unwrap();
+        let big = OpenOptions::D2D_KERNEL_MIN;
+        let (x, y) = (e.alloc_buffer(big).unwrap(), e.alloc_buffer(big).unwrap());
+        x.write(0, &pattern(big, 5)).unwrap();
+        let before = e.live_objects().pipelines;
+        s.copy_async(&x, 0, &y, 0, big).unwrap();
+        s.synchronize().unwrap();
+        let cpu = e.info().device_type == vkhost::DeviceType::Cpu;
+        assert_eq!(e.live_objects().pipelines > before, !cpu, "default d2d_kernel_min on a {:?} device", e.info().device_type);
+        let mut got = vec![0u8; big];
+        y.read(0, &mut got).unwrap();
+        assert!(got == pattern(big, 5), "default route's bytes");
+    }
+}

@@ -395,9 +395,22 @@ pub struct OpenOptions {
     /// Eviction never destroys a pipeline that submitted work still uses (see
     /// [`crate::kernel`]). `VKHOST_MAX_PIPELINES=N` sets it.
     pub max_pipelines: usize,
+    /// The smallest device-to-device [`Stream::copy_async`](crate::Stream::copy_async) that runs
+    /// the built-in copy kernel instead of one vkCmdCopyBuffer, on a stream whose queue can run
+    /// kernels (a [`QueueKind::Compute`] stream; a copy-engine stream always copies with
+    /// vkCmdCopyBuffer), when both offsets and the length are multiples of 4. On the H200 the
+    /// kernel moved 1.9 TB/s at 1 GiB where vkCmdCopyBuffer did 0.41 TB/s on the compute queue
+    /// and 0.09 on a copy queue, and both were equal at 1 MiB (docs/PERFORMANCE.md). `None`
+    /// (the default): [`D2D_KERNEL_MIN`](Self::D2D_KERNEL_MIN) on GPUs, never on CPU devices
+    /// (lavapipe's vkCmdCopyBuffer is a memcpy, ten times its kernel). `Some(usize::MAX)`:
+    /// never. `VKHOST_D2D_KERNEL_MIN=N` (bytes) or `=off` sets it.
+    pub d2d_kernel_min: Option<usize>,
 }
 
 impl OpenOptions {
+    /// The default [`d2d_kernel_min`](Self::d2d_kernel_min) on GPUs: 2 MiB.
+    pub const D2D_KERNEL_MIN: usize = 2 << 20;
+
     /// The smallest staging chunk, and the granule every chunk is a multiple of: one 4 KiB page.
     /// Smaller chunks would make the open-time import probe (one page through staging) and every
     /// staged copy overrun the staging buffer.
@@ -728,6 +741,10 @@ impl Default for OpenOptions {
                 Some("0" | "off" | "never")
             ),
             max_pipelines: env_usize("VKHOST_MAX_PIPELINES").unwrap_or(256),
+            d2d_kernel_min: match std::env::var("VKHOST_D2D_KERNEL_MIN").as_deref().map(str::trim) {
+                Ok("off" | "never") => Some(usize::MAX),
+                _ => env_usize("VKHOST_D2D_KERNEL_MIN"),
+            },
         }
     }
 }

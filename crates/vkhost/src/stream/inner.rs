@@ -126,6 +126,25 @@ pub(super) fn pick_queue(l: &Live, kind: QueueKind, i: usize) -> Result<&Queue> 
     }
 }
 
+impl StreamInner {
+    /// Whether a device-to-device copy of `len` bytes from `src` to `dst` (offsets) runs the
+    /// built-in copy kernel on this stream (`OpenOptions::d2d_kernel_min`): at least that
+    /// long, offsets and length multiples of 4 (the kernel's words), and a queue family that can
+    /// run kernels.
+    pub(super) fn d2d_by_kernel(&self, l: &Live, src: usize, dst: usize, len: usize) -> bool {
+        let s = &*self.shared;
+        let min = match s.options.d2d_kernel_min {
+            Some(m) => m,
+            None if s.info.device_type == crate::DeviceType::Cpu => return false,
+            None => crate::OpenOptions::D2D_KERNEL_MIN,
+        };
+        len >= min.max(1)
+            && (src | dst | len) % 4 == 0
+            && pick_queue(l, self.queue_kind, self.queue_index)
+                .is_ok_and(|q| s.info.queue_families.get(q.family as usize).is_some_and(|f| f.flags.contains(vk::QueueFlags::COMPUTE)))
+    }
+}
+
 /// The last value at or before `value` that a submitted batch signals: what waiting for
 /// `value` means (values of lost batches are never signalled; nothing past `submitted` was).
 pub(super) fn signalled(st: &State, value: u64) -> u64 {

@@ -73,6 +73,7 @@ use crate::device::QueueKind;
 use crate::device::object::Child;
 use crate::error::{Error, Result};
 use crate::fault::{self, Point};
+use crate::kernel::Binding;
 use ash::vk;
 use batch::Access;
 use inner::{State, StreamInner, create_timeline, lost_error, pick_queue, relock, signalled, take_unreported};
@@ -638,6 +639,15 @@ impl Stream {
 
     /// Enqueues a device-to-device copy. Overlapping ranges of one buffer are refused.
     ///
+    /// On a stream whose queue can run kernels ([`QueueKind::Compute`]), a copy of at least
+    /// [`OpenOptions::d2d_kernel_min`](crate::OpenOptions::d2d_kernel_min) bytes (2 MiB on GPUs)
+    /// whose offsets and length are multiples of 4 runs the built-in copy kernel
+    /// ([`Stream::copy_sm`]), as CUDA's device-to-device `cudaMemcpyAsync` runs on the SMs;
+    /// anything else is one vkCmdCopyBuffer. On the H200, 1 GiB: the kernel 1.9 TB/s,
+    /// vkCmdCopyBuffer 0.41 TB/s on the compute queue and 0.09 TB/s on a copy queue (the copy
+    /// engines, which [`Device::stream`] uses): put large device-to-device copies on a compute
+    /// stream. Either way the copy is ordered with the stream's other work as any copy is.
+    ///
     /// # Example
     ///
     /// ```
@@ -665,6 +675,11 @@ impl Stream {
         dst.mem.check_range(dst_offset, len)?;
         if src.raw() == dst.raw() && src_offset < dst_offset + len && dst_offset < src_offset + len && len > 0 {
             return Err(Error::invalid("overlapping source and destination ranges in one buffer"));
+        }
+        if len > 0 && inner.d2d_by_kernel(&l, src_offset, dst_offset, len) {
+            // The kernel's launch takes the device and the stream's lock itself.
+            drop(l);
+            return self.copy_sm(Binding::Device(src, src_offset, len), Binding::Device(dst, dst_offset, len));
         }
         let mut st = relock(&inner.state);
         inner.check(&st)?;
