@@ -403,12 +403,30 @@ pub struct OpenOptions {
     /// and 0.09 on a copy queue, and both were equal at 1 MiB (docs/PERFORMANCE.md). `None`
     /// (the default): [`D2D_KERNEL_MIN`](Self::D2D_KERNEL_MIN) on GPUs, never on CPU devices
     /// (lavapipe's vkCmdCopyBuffer is a memcpy, ten times its kernel). `Some(usize::MAX)`:
-    /// never. `VKHOST_D2D_KERNEL_MIN=N` (bytes) or `=off` sets it.
+    /// never. `VKHOST_D2D_KERNEL_MIN=N` (bytes) or `=off` sets it. The first such copy on a
+    /// device creates the kernel's pipeline (counted in [`LiveObjects::pipelines`]).
     pub d2d_kernel_min: Option<usize>,
 }
 
 impl OpenOptions {
     /// The default [`d2d_kernel_min`](Self::d2d_kernel_min) on GPUs: 2 MiB.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::{Binding, OpenOptions, QueueKind};
+    /// // Every device-to-device copy_async of a compute stream by the copy kernel, from 4 KiB.
+    /// let dev = vkhost::Device::open_default_with(&OpenOptions { d2d_kernel_min: Some(4096), ..Default::default() })?;
+    /// let (a, b) = (dev.alloc_buffer(1 << 20)?, dev.alloc_buffer(1 << 20)?);
+    /// a.write(0, &[7; 1 << 20])?;
+    /// let stream = dev.stream_on(QueueKind::Compute)?;
+    /// stream.copy_async(&a, 0, &b, 0, 1 << 20)?;
+    /// stream.synchronize()?;
+    /// assert_eq!(dev.live_objects().pipelines, 1, "the copy kernel's pipeline, made by its first copy");
+    /// assert!(OpenOptions::D2D_KERNEL_MIN > 1 << 20, "at 1 MiB vkCmdCopyBuffer was as fast (H200)");
+    /// # Ok(()) }
+    /// ```
     pub const D2D_KERNEL_MIN: usize = 2 << 20;
 
     /// The smallest staging chunk, and the granule every chunk is a multiple of: one 4 KiB page.
