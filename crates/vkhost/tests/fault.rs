@@ -763,3 +763,33 @@ fn pinned_cache_frees_kept_blocks_when_memory_runs_out() {
     assert_eq!(d.live_objects(), vkhost::LiveObjects::default());
     assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
 }
+
+/// A device-to-device `copy_async` routed to the copy kernel (`OpenOptions::d2d_kernel_min`)
+/// whose pipeline the driver refuses copies by vkCmdCopyBuffer instead: `Ok`, the right bytes,
+/// no pipeline left; the next kernel copy makes its pipeline and runs.
+#[test]
+fn copy_async_copies_by_vkcmdcopybuffer_when_the_kernel_cannot_run() {
+    let d = device_with(OpenOptions { d2d_kernel_min: Some(4), ..fopts() }).unwrap();
+    let s = d.stream_on(vkhost::QueueKind::Compute).unwrap();
+    let n = 1 << 16;
+    let (a, b) = (d.alloc_buffer(n).unwrap(), d.alloc_buffer(n).unwrap());
+    let want = pattern(n, 8);
+    a.write(0, &want).unwrap();
+    for code in [vk::Result::ERROR_OUT_OF_HOST_MEMORY, vk::Result::ERROR_OUT_OF_DEVICE_MEMORY] {
+        b.write(0, &vec![0; n]).unwrap();
+        inject(Point::CreateComputePipelines, 0, code);
+        let r = s.copy_async(&a, 0, &b, 0, n);
+        assert!(disarm(), "{code:?}: the kernel's pipeline was not asked for");
+        r.unwrap();
+        let mut got = vec![0u8; n];
+        b.read(0, &mut got).unwrap();
+        assert!(got == want, "{code:?}: the fallback's bytes");
+        assert_eq!(d.live_objects().pipelines, 0, "{code:?}: a pipeline left");
+    }
+    b.write(0, &vec![0; n]).unwrap();
+    s.copy_async(&a, 0, &b, 0, n).unwrap();
+    assert_eq!(d.live_objects().pipelines, 1, "the kernel ran once the driver allowed it");
+    let mut got = vec![0u8; n];
+    b.read(0, &mut got).unwrap();
+    assert!(got == want);
+}

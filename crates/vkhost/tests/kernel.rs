@@ -1257,8 +1257,9 @@ fn empty_builtin_calls_do_nothing_wherever_they_point() {
 /// `OpenOptions::d2d_kernel_min` on a compute-capable stream when both offsets and the length are
 /// multiples of 4, and vkCmdCopyBuffer otherwise (a kernel's pipeline appears in `live_objects`
 /// only when it runs: one device per case); every route copies the right bytes, in stream order
-/// with the fills and copies around it, and a synchronous read right after one sees its bytes.
-/// The default: never on a CPU device, from 2 MiB on a GPU. Both descriptor modes.
+/// with the fills and copies around it, a synchronous read right after one sees its bytes, and
+/// CPU stores into the mapped buffer right after one land after it. The default: never on a CPU
+/// device, from 2 MiB on a GPU. Both descriptor modes.
 #[test]
 fn copy_async_runs_the_copy_kernel_from_d2d_kernel_min() {
     let n = 1 << 16;
@@ -1293,8 +1294,27 @@ fn copy_async_runs_the_copy_kernel_from_d2d_kernel_min() {
             assert!(got[..dof].iter().chain(&got[dof + len..]).all(|&x| x == 0xEE), "{what}: bytes outside it changed");
             assert_eq!(ran, kernel, "{what}: ran the kernel?");
         }
+        // CPU stores into mapped device memory (`BarWrites::On`) right after a kernel copy into
+        // the same buffer: the write waits for the kernel, so its bytes are not overwritten.
+        let d =
+            device_with(OpenOptions { d2d_kernel_min: Some(4096), push_descriptors: push, bar_writes: vkhost::BarWrites::On, ..opts() })
+                .unwrap();
+        let s = d.stream_on(QueueKind::Compute).unwrap();
+        let (a, b) = (d.alloc_buffer(n).unwrap(), d.alloc_buffer(n).unwrap());
+        a.write(0, &src).unwrap();
+        let before = (d.live_objects().pipelines, host::device_stats(&d).mapped_bytes);
+        s.copy_async(&a, 0, &b, 0, n).unwrap();
+        b.write(100, &[0x77; 64]).unwrap();
+        let after = (d.live_objects().pipelines, host::device_stats(&d).mapped_bytes);
+        assert_eq!((after.0 - before.0, after.1 - before.1), (1, 64), "a kernel copy, then 64 bytes of stores");
+        let mut got = vec![0u8; n];
+        b.read(0, &mut got).unwrap();
+        let mut want = src.clone();
+        want[100..164].fill(0x77);
+        assert!(got == want, "a CPU write after a kernel copy_async (push descriptors {push})");
+        drop(s);
         // The default: the CPU driver's vkCmdCopyBuffer is faster than its kernel.
-        let e = device_with(OpenOptions { push_descriptors: push, ..opts() }).unwrap();
+        let e = device_with(OpenOptions { d2d_kernel_min: None, push_descriptors: push, ..opts() }).unwrap();
         let s = e.stream_on(QueueKind::Compute).unwrap();
         let big = OpenOptions::D2D_KERNEL_MIN;
         let (x, y) = (e.alloc_buffer(big).unwrap(), e.alloc_buffer(big).unwrap());

@@ -396,15 +396,18 @@ pub struct OpenOptions {
     /// [`crate::kernel`]). `VKHOST_MAX_PIPELINES=N` sets it.
     pub max_pipelines: usize,
     /// The smallest device-to-device [`Stream::copy_async`](crate::Stream::copy_async) that runs
-    /// the built-in copy kernel instead of one vkCmdCopyBuffer, on a stream whose queue can run
-    /// kernels (a [`QueueKind::Compute`] stream; a copy-engine stream always copies with
-    /// vkCmdCopyBuffer), when both offsets and the length are multiples of 4. On the H200 the
+    /// the built-in copy kernel instead of one vkCmdCopyBuffer, on a stream whose queue family
+    /// can run kernels (every [`QueueKind::Compute`] stream, and copy streams on a device without
+    /// a transfer-only family; a copy engine's stream always copies with vkCmdCopyBuffer), when
+    /// both offsets and the length are multiples of 4. On the H200 the
     /// kernel moved 1.9 TB/s at 1 GiB where vkCmdCopyBuffer did 0.41 TB/s on the compute queue
     /// and 0.09 on a copy queue, and both were equal at 1 MiB (docs/PERFORMANCE.md). `None`
     /// (the default): [`D2D_KERNEL_MIN`](Self::D2D_KERNEL_MIN) on GPUs, never on CPU devices
     /// (lavapipe's vkCmdCopyBuffer is a memcpy, ten times its kernel). `Some(usize::MAX)`:
-    /// never. `VKHOST_D2D_KERNEL_MIN=N` (bytes) or `=off` sets it. The first such copy on a
-    /// device creates the kernel's pipeline (counted in [`LiveObjects::pipelines`]).
+    /// never; `Some(0)`: every such copy, on CPU devices too. `VKHOST_D2D_KERNEL_MIN=N` (bytes,
+    /// `0` included) or `=off`/`never` sets it. The first such copy on a device creates the
+    /// kernel's pipeline (counted in [`LiveObjects::pipelines`], and held in the pipeline cache
+    /// as a kernel's is); where the kernel cannot run, the copy is a vkCmdCopyBuffer.
     pub d2d_kernel_min: Option<usize>,
 }
 
@@ -415,7 +418,7 @@ impl OpenOptions {
     ///
     /// ```
     /// # fn main() -> vkhost::Result<()> {
-    /// use vkhost::{Binding, OpenOptions, QueueKind};
+    /// use vkhost::{OpenOptions, QueueKind};
     /// // Every device-to-device copy_async of a compute stream by the copy kernel, from 4 KiB.
     /// let dev = vkhost::Device::open_default_with(&OpenOptions { d2d_kernel_min: Some(4096), ..Default::default() })?;
     /// let (a, b) = (dev.alloc_buffer(1 << 20)?, dev.alloc_buffer(1 << 20)?);

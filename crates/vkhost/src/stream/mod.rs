@@ -639,14 +639,17 @@ impl Stream {
 
     /// Enqueues a device-to-device copy. Overlapping ranges of one buffer are refused.
     ///
-    /// On a stream whose queue can run kernels ([`QueueKind::Compute`]), a copy of at least
+    /// On a stream whose queue family can run kernels (every [`QueueKind::Compute`] stream, and
+    /// copy streams on a device without a transfer-only family), a copy of at least
     /// [`OpenOptions::d2d_kernel_min`](crate::OpenOptions::d2d_kernel_min) bytes (2 MiB on GPUs)
     /// whose offsets and length are multiples of 4 runs the built-in copy kernel
     /// ([`Stream::copy_sm`]), as CUDA's device-to-device `cudaMemcpyAsync` runs on the SMs;
-    /// anything else is one vkCmdCopyBuffer. On the H200, 1 GiB: the kernel 1.9 TB/s,
-    /// vkCmdCopyBuffer 0.41 TB/s on the compute queue and 0.09 TB/s on a copy queue (the copy
-    /// engines, which [`Device::stream`] uses): put large device-to-device copies on a compute
-    /// stream. Either way the copy is ordered with the stream's other work as any copy is.
+    /// anything else, or where the kernel cannot run, is one vkCmdCopyBuffer. On the H200,
+    /// 1 GiB: the kernel 1.9 TB/s, vkCmdCopyBuffer 0.41 TB/s on the compute queue and 0.09 TB/s
+    /// on a copy queue (the copy engines, which [`Device::stream`] uses where the device has
+    /// them): put large device-to-device copies on a compute stream. Either way the copy is
+    /// ordered with the stream's other work as any copy is. The kernel's pipeline takes a place
+    /// in the device's pipeline cache ([`OpenOptions::max_pipelines`](crate::OpenOptions::max_pipelines)).
     ///
     /// # Example
     ///
@@ -676,11 +679,24 @@ impl Stream {
         if src.raw() == dst.raw() && src_offset < dst_offset + len && dst_offset < src_offset + len && len > 0 {
             return Err(Error::invalid("overlapping source and destination ranges in one buffer"));
         }
-        if len > 0 && inner.d2d_by_kernel(&l, src_offset, dst_offset, len) {
+        // A failed stream answers so before anything else is made.
+        inner.check(&relock(&inner.state))?;
+        let l = if len > 0 && inner.d2d_by_kernel(&l, src_offset, dst_offset, len) {
             // The kernel's launch takes the device and the stream's lock itself.
             drop(l);
-            return self.copy_sm(Binding::Device(src, src_offset, len), Binding::Device(dst, dst_offset, len));
-        }
+            match self.copy_sm(Binding::Device(src, src_offset, len), Binding::Device(dst, dst_offset, len)) {
+                Ok(()) => return Ok(()),
+                // Where the kernel cannot run (a device whose limits refuse its workgroup, a
+                // pipeline or descriptors the driver refuses), vkCmdCopyBuffer as before. Pieces
+                // a longer kernel copy already enqueued are copied again after them, in stream
+                // order, with the same bytes; an error of the device or the stream is the copy's
+                // error again below.
+                Err(e) => log::debug!("copy_async of {len} bytes by the copy kernel: {e}; by vkCmdCopyBuffer instead"),
+            }
+            s.live()?
+        } else {
+            l
+        };
         let mut st = relock(&inner.state);
         inner.check(&st)?;
         if len == 0 {
