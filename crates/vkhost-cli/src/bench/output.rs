@@ -138,16 +138,17 @@ fn fmt_gbps(g: f64) -> String {
 }
 
 /// CUDA's figure beside a Vulkan point: cudaMemcpy for the copy-engine testcases (pinned and
-/// registered against pinned memory, pageable, device to device), CUDA's SM copy over mapped
-/// pinned memory for the copy kernel's testcases over host memory; none for the rest
-/// (`device_to_device_sm`, bar).
+/// registered against pinned memory, pageable), CUDA's SM copy over mapped pinned memory for the
+/// copy kernel's testcases over host memory, and the device-to-device cudaMemcpy (which runs on
+/// the SMs) beside both device-to-device testcases; none for bar.
 fn cuda_of<'a>(p: &Point, cuda: &'a [Point]) -> Option<&'a Point> {
-    let path = match p.path.as_str() {
-        "pinned" | "registered" => "pinned",
-        "pageable" | "device" if !p.sm => p.path.as_str(),
+    let (path, sm) = match p.path.as_str() {
+        "pinned" | "registered" => ("pinned", p.sm),
+        "pageable" if !p.sm => ("pageable", false),
+        "device" => ("device", false),
         _ => return None,
     };
-    cuda.iter().find(|c| c.kind == p.kind && c.sm == p.sm && c.path == path && c.dir == p.dir && c.size == p.size)
+    cuda.iter().find(|c| c.kind == p.kind && c.sm == sm && c.path == path && c.dir == p.dir && c.size == p.size)
 }
 
 pub(super) fn print_table(points: &[Point], cuda: &[Point], link: Option<&Link>) {
@@ -316,8 +317,9 @@ mod tests {
         assert_eq!(of(pt("vulkan", "pinned", "h2d", true, 1.0)), Some((true, 2.0)));
         assert_eq!(of(pt("vulkan", "registered", "h2d", true, 1.0)), Some((true, 2.0)));
         assert_eq!(of(pt("vulkan", "device", "d2d", false, 1.0)), Some((false, 3.0)));
-        // No CUDA kernel copy between device buffers, none over pageable memory, none for bar.
-        assert_eq!(of(pt("vulkan", "device", "d2d", true, 1.0)), None);
+        // CUDA's device-to-device cudaMemcpy (on the SMs) beside the copy kernel's row too;
+        // no CUDA SM copy over pageable memory, none for bar.
+        assert_eq!(of(pt("vulkan", "device", "d2d", true, 1.0)), Some((false, 3.0)));
         assert_eq!(of(pt("vulkan", "pinned", "d2h", true, 1.0)), None);
         assert_eq!(of(pt("vulkan", "bar", "h2d", false, 1.0)), None);
         // A CUDA SM point carries the testcase it compares with.
