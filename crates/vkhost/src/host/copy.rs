@@ -247,11 +247,16 @@ unsafe fn assisted_write(
     let ce_queue = s.options.copy_queue;
     let mut moved = submit::Moved::default();
     let mut path: Option<CopyPath> = None;
+    // Once the reads that made this write shared stop, the copy engine takes the rest at once:
+    // alone it is the faster side.
+    let chunk = || if share_write(s.options.bar_assist, reading_now(s)) { ce_chunk } else { usize::MAX };
+    // The copy engine's first chunk is taken before the store threads are given the front, so
+    // both sides take part in a shared write: this thread, preempted right after posting the
+    // stores' jobs (few cores, the store threads spinning), could otherwise find the whole
+    // range stored.
+    let mut first = split.take_back(chunk());
     let back = || -> Result<()> {
-        // Once the reads that made this write shared stop, the copy engine takes the rest at
-        // once: alone it is the faster side.
-        let chunk = || if share_write(s.options.bar_assist, reading_now(s)) { ce_chunk } else { usize::MAX };
-        while let Some((at, n)) = split.take_back(chunk()) {
+        while let Some((at, n)) = first.take().or_else(|| split.take_back(chunk())) {
             let p = plan(s, addr + at, n, (off + at) as u64);
             // SAFETY: the source range is the caller's (readable); the direct buffers are held
             // by `p.held` until this iteration ends; the device range is within the checked
