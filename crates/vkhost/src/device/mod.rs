@@ -708,6 +708,14 @@ fn env_usize(name: &str) -> Option<usize> {
     n
 }
 
+/// [`env_usize`], or `Some(off)` where the variable says `off` or `never`.
+fn env_usize_or_off(name: &str, off: usize) -> Option<usize> {
+    match std::env::var(name).as_deref().map(str::trim) {
+        Ok("off" | "never") => Some(off),
+        _ => env_usize(name),
+    }
+}
+
 /// The word an environment variable holds, warning (and answering `None`, the default) when it
 /// is set to none of `known`.
 pub(crate) fn env_word(name: &str, known: &[&'static str]) -> Option<&'static str> {
@@ -730,14 +738,8 @@ impl Default for OpenOptions {
             staging_chunk: env_usize("VKHOST_STAGING_CHUNK").unwrap_or(16 << 20),
             staging_slots: env_usize("VKHOST_STAGING_SLOTS").unwrap_or(3),
             staging_threads: env_usize("VKHOST_STAGING_THREADS").unwrap_or_else(crate::par::default_threads),
-            pinned_huge_min: match std::env::var("VKHOST_PINNED_HUGE_MIN").as_deref().map(str::trim) {
-                Ok("off" | "never") => Some(usize::MAX),
-                _ => env_usize("VKHOST_PINNED_HUGE_MIN"),
-            },
-            pinned_cache: match std::env::var("VKHOST_PINNED_CACHE").as_deref().map(str::trim) {
-                Ok("off" | "never") => Some(0),
-                _ => env_usize("VKHOST_PINNED_CACHE"),
-            },
+            pinned_huge_min: env_usize_or_off("VKHOST_PINNED_HUGE_MIN", usize::MAX),
+            pinned_cache: env_usize_or_off("VKHOST_PINNED_CACHE", 0),
             staging_spin: env_usize("VKHOST_STAGING_SPIN_US").map(|us| std::time::Duration::from_micros(us as u64)),
             max_import_piece: env_usize("VKHOST_IMPORT_PIECE"),
             copy_queue: match env_word("VKHOST_COPY_QUEUE", &["compute", "copy", "auto"]) {
@@ -762,10 +764,7 @@ impl Default for OpenOptions {
                 Some("0" | "off" | "never")
             ),
             max_pipelines: env_usize("VKHOST_MAX_PIPELINES").unwrap_or(256),
-            d2d_kernel_min: match std::env::var("VKHOST_D2D_KERNEL_MIN").as_deref().map(str::trim) {
-                Ok("off" | "never") => Some(usize::MAX),
-                _ => env_usize("VKHOST_D2D_KERNEL_MIN"),
-            },
+            d2d_kernel_min: env_usize_or_off("VKHOST_D2D_KERNEL_MIN", usize::MAX),
         }
     }
 }

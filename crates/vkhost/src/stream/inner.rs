@@ -138,10 +138,14 @@ impl StreamInner {
             None if s.info.device_type == crate::DeviceType::Cpu => return false,
             None => crate::OpenOptions::D2D_KERNEL_MIN,
         };
-        len >= min.max(1)
-            && (src | dst | len) % 4 == 0
-            && pick_queue(l, self.queue_kind, self.queue_index)
-                .is_ok_and(|q| s.info.queue_families.get(q.family as usize).is_some_and(|f| f.flags.contains(vk::QueueFlags::COMPUTE)))
+        len >= min.max(1) && (src | dst | len) % 4 == 0 && self.runs_kernels(l).unwrap_or(false)
+    }
+
+    /// Whether this stream's queue family can run kernels (`Unsupported` on a borrowed device
+    /// without queues, as [`pick_queue`]).
+    pub(super) fn runs_kernels(&self, l: &Live) -> Result<bool> {
+        let q = pick_queue(l, self.queue_kind, self.queue_index)?;
+        Ok(self.shared.info.queue_families.get(q.family as usize).is_some_and(|f| f.flags.contains(vk::QueueFlags::COMPUTE)))
     }
 }
 

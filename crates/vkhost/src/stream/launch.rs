@@ -3,7 +3,7 @@
 //! (`descriptors`, by the device's [`DescriptorMode`]), and the built-in kernels' entry points.
 
 use super::batch::Access;
-use super::inner::{StreamInner, pick_queue, relock};
+use super::inner::{StreamInner, relock};
 use super::{Event, Stream};
 use crate::device::{DescriptorMode, Shared};
 use crate::error::{Error, Result};
@@ -216,8 +216,7 @@ impl StreamInner {
         let kd = &k.inner;
         check_args(s, k, groups, bindings, pc)?;
         let l = s.live()?;
-        let q = pick_queue(&l, self.queue_kind, self.queue_index)?;
-        if !s.info.queue_families.get(q.family as usize).is_some_and(|f| f.flags.contains(vk::QueueFlags::COMPUTE)) {
+        if !self.runs_kernels(&l)? {
             return Err(Error::unsupported(
                 "this stream runs on a transfer-only queue family (a copy engine): launch kernels on a stream from \
                  Device::stream_on(QueueKind::Compute)",

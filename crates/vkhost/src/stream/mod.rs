@@ -679,9 +679,9 @@ impl Stream {
         if src.raw() == dst.raw() && src_offset < dst_offset + len && dst_offset < src_offset + len && len > 0 {
             return Err(Error::invalid("overlapping source and destination ranges in one buffer"));
         }
-        // A failed stream answers so before anything else is made.
-        inner.check(&relock(&inner.state))?;
         let l = if len > 0 && inner.d2d_by_kernel(&l, src_offset, dst_offset, len) {
+            // A failed stream answers so before a pipeline is made.
+            inner.check(&relock(&inner.state))?;
             // The kernel's launch takes the device and the stream's lock itself.
             drop(l);
             match self.copy_sm(Binding::Device(src, src_offset, len), Binding::Device(dst, dst_offset, len)) {
