@@ -10,6 +10,11 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export RUST_BACKTRACE=1
 v=./.h200/vkhost
+# The GPU's clocks, link and power sampled every $2 ms into $1 in the background (fields $3 if
+# given); smi_stop ends it.
+SMI_FIELDS=timestamp,clocks.sm,clocks.mem,pcie.link.gen.current,pcie.link.width.current,power.draw,pstate
+smi_start() { nvidia-smi --query-gpu="${3:-$SMI_FIELDS}" --format=csv,noheader -lms "$2" > "$1" 2>&1 & smi=$!; }
+smi_stop() { kill "$smi"; wait "$smi" 2>/dev/null; }
 [ -f .h200/tests.tar.xz ] && [ ! -d .h200/tests ] && tar -C .h200 -xJf .h200/tests.tar.xz
 [ -x "$v" ] || v=./target/release/vkhost
 echo "== $(date -u +%FT%TZ) on $(hostname); nvidia-smi:"; nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader
@@ -98,10 +103,9 @@ if [ "$what" = final ]; then
   # registration, the pipeline demo.
   echo "== vkhost bench --baseline cuda"
   # The GPU's clocks beside the sweep (every 100 ms): does the slow small-copy state go with them?
-  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,pcie.link.gen.current,power.draw,pstate --format=csv,noheader -lms 100 > "$OUT/clocks-bench.csv" 2>&1 &
-  smi=$!
+  smi_start "$OUT/clocks-bench.csv" 100
   $v bench --baseline cuda --json "$OUT/bench.json" --plot "$OUT/bench.svg" 2>&1 | tee "$OUT/bench.txt" | grep -vE "^ +[0-9]+/[0-9]+"
-  kill $smi; wait $smi 2>/dev/null
+  smi_stop
   # Issue 9's line: no figure more than 3% below the record (docs/h200-bench.json).
   echo "== regress-check against docs/h200-bench.json"
   python3 scripts/regress-check.py docs/h200-bench.json "$OUT/bench.json" 2>&1 | tee "$OUT/regress.txt" | tail -n 40
@@ -652,10 +656,9 @@ if [ "$what" = clocks ] || [ "$what" = final ]; then
   # through bidir_time's first seconds, three processes.
   for k in 1 2 3; do
     echo "== process $k"
-    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,pcie.link.gen.current,pcie.link.width.current,power.draw,pstate --format=csv,noheader -lms 20 > "$OUT/clocks-$k.csv" 2>&1 &
-    smi=$!; sleep 1
+    smi_start "$OUT/clocks-$k.csv" 20; sleep 1
     echo "pairs start $(date -u +%T.%N)"; ./.h200/bidir_time 1024 256 3; echo "pairs end $(date -u +%T.%N)"
-    sleep 0.5; kill $smi; wait $smi 2>/dev/null
+    sleep 0.5; smi_stop
   done 2>&1 | tee "$OUT/clocks.txt"
 fi
 if [ "$what" = clocks2 ]; then
@@ -663,15 +666,14 @@ if [ "$what" = clocks2 ]; then
   # small-copy state (queue_latency, eight processes) and the slow first two-way pairs
   # (bidir_time with EXTRA=1 TOUCH=late, which drew them most often, three processes). All
   # samples go to one file, each process's after a "== name" line.
-  q=timestamp,clocks.sm,clocks.mem,pcie.link.gen.current,pcie.link.width.current,power.draw,pstate
+  q=$SMI_FIELDS
   nvidia-smi --query-gpu=clocks_event_reasons.active --format=csv,noheader > /dev/null 2>&1 && q=$q,clocks_event_reasons.active
   echo "fields: $q" > "$OUT/clocks2.csv"
   sampled() {
     local name=$1; shift
-    nvidia-smi --query-gpu=$q --format=csv,noheader -lms 20 > /tmp/clocks.csv 2>&1 &
-    local p=$!; sleep 0.5
+    smi_start /tmp/clocks.csv 20 "$q"; sleep 0.5
     echo "== $name, start $(date -u +%T.%N)"; "$@"; echo "end $(date -u +%T.%N)"
-    sleep 0.3; kill $p; wait $p 2>/dev/null
+    sleep 0.3; smi_stop
     { echo "== $name"; cat /tmp/clocks.csv; } >> "$OUT/clocks2.csv"
   }
   for k in $(seq 1 "${LAT_ROUNDS:-8}"); do sampled "queue_latency $k" ./.h200/queue_latency; done 2>&1 | tee "$OUT/clocks2-lat.txt"
