@@ -296,3 +296,35 @@ def test_find_refuses_views_that_are_not_contiguous(dev: vkhost.Device) -> None:
             dev.find(view)
     del p
     gc.collect()
+
+
+def test_with_block_left_while_a_pinned_array_lives_closes_it_once_freed() -> None:
+    # The natural form: the array outlives the block. Leaving it raises nothing (a BusyError
+    # there would also replace an exception raised in the block); the device stays open, so
+    # the array's memory stays mapped, until the last PinnedArray goes, then it closes.
+    with vkhost.Device(validation=True) as dev:
+        p = dev.pinned(4096)
+        p[:] = 7
+        view = p[100:200]
+    assert not dev.is_destroyed
+    assert int(p.sum()) == 7 * 4096
+    del p
+    gc.collect()
+    assert not dev.is_destroyed, "a view keeps the block, and so the device, open"
+    assert int(view.sum()) == 7 * 100
+    del view
+    gc.collect()
+    with pytest.raises(vkhost.DeviceDestroyedError):
+        _ = dev.is_destroyed  # closed: the handle was released
+    assert vkhost.validation_errors() == 0
+
+
+def test_with_block_exception_is_not_replaced_by_busy() -> None:
+    with pytest.raises(KeyError):
+        with vkhost.Device(validation=True) as dev:
+            p = dev.pinned(64)
+            raise KeyError("from the block")
+    del p
+    gc.collect()
+    with pytest.raises(vkhost.DeviceDestroyedError):
+        dev.stats()

@@ -355,9 +355,12 @@ class Device(_Owner):
     enables the Khronos validation layer (default: ``VKHOST_VALIDATION=1``);
     ``import_host=False`` turns registration off (copies stage).
 
-    ``close()`` (or leaving a ``with`` block) destroys the Vulkan device; it raises
-    :class:`BusyError` while a :class:`PinnedArray` of this device lives, because destroying
-    the device unmaps pinned memory.
+    ``close()`` destroys the Vulkan device; it raises :class:`BusyError` while a
+    :class:`PinnedArray` of this device lives, because destroying the device unmaps pinned
+    memory. Leaving a ``with`` block closes the device too, but never raises for that: while
+    PinnedArrays of it live (``p = dev.pinned(n)`` inside the block, still referenced after
+    it), the close waits until the last of them is freed, and the device stays usable until
+    then.
     """
 
     def __init__(
@@ -371,6 +374,8 @@ class Device(_Owner):
         self._init_once()
         self._hd = _NO_HANDLE
         self._pinned: weakref.WeakSet[_PinnedBlock] = weakref.WeakSet()
+        # Set by leaving a ``with`` block while PinnedArrays lived: the last one's free closes.
+        self._close_when_unpinned = False
         # Held across "no PinnedArray live" + destroy, and across a pinned allocation + its
         # entry in _pinned: a block made on another thread in between would be unmapped.
         self._pin_lock = threading.RLock()
@@ -404,6 +409,12 @@ class Device(_Owner):
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # Not BusyError out of a ``with`` block (it would also replace an exception raised in
+        # the block): with PinnedArrays live, the last one's free closes the device instead.
+        with self._pin_lock:
+            if self._hd.live and any(True for _ in self._pinned) and not self.is_destroyed:
+                self._close_when_unpinned = True
+                return
         self.close()
 
     def _use(self) -> Any:
@@ -428,7 +439,9 @@ class Device(_Owner):
 
     @property
     def validation_errors(self) -> int:
-        """Validation-layer errors this device reported (counted after destroy too)."""
+        """Validation-layer errors this device reported (counted after ``destroy()`` too;
+        after ``close()`` the handle is released and this raises
+        :class:`DeviceDestroyedError`: read :func:`validation_errors` for every device)."""
         n = c_uint64()
         with self._use() as d:
             _check(lib.vkhost_device_validation_errors(d, byref(n)))
@@ -468,7 +481,9 @@ class Device(_Owner):
         """The VkBuffer handle and byte offset that cover ``array``'s bytes (C-contiguous, so
         that they are ``array.nbytes`` bytes from its data pointer; a strided or reversed view
         is :class:`InvalidArgumentError`); :class:`NotRegisteredError` if no registration or
-        pinned block covers them all."""
+        pinned block covers them all. A registration covers its import, the whole pages around
+        the registered bytes: bytes beside them in those pages are found too (and copies of
+        them go direct)."""
         array = _contiguous(array, "array")
         buf, off = c_uint64(), c_uint64()
         with self._use() as d:
@@ -708,6 +723,16 @@ class _PinnedBlock(_Owner):
             try:
                 with device._use() as d:
                     lib.vkhost_free_pinned(d, p)
+            except Exception:
+                pass
+        # The device's ``with`` block ended while this block lived: close it once none is
+        # left (this block is dead, so iterating the WeakSet no longer yields it).
+        if getattr(device, "_close_when_unpinned", False) and lib is not None:
+            try:
+                with device._pin_lock:
+                    if not any(True for _ in device._pinned):
+                        device._close_when_unpinned = False
+                        device.close()
             except Exception:
                 pass
 

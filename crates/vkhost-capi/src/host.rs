@@ -340,7 +340,11 @@ pub unsafe extern "C" fn vkhost_unregister(device: *const vkhost_device, ptr: *m
 
 /// Finds the VkBuffer (as its `uint64_t` handle) and byte offset that address
 /// `[ptr, ptr+len)`, when one live registration or pinned block covers all of it through one
-/// buffer. Otherwise `VKHOST_NOT_REGISTERED` (also after the device was destroyed). An entry
+/// buffer. Otherwise `VKHOST_NOT_REGISTERED` (also after the device was destroyed). A
+/// registration covers its import: the whole pages (or import granules) around the registered
+/// bytes, so bytes next to them in those pages are found too, and copies of them go direct.
+/// (Registering is refused only over the registered bytes themselves: a second range that
+/// shares a page with the first may be registered.) An entry
 /// imported in several pieces (`max_import_piece`, or larger than the device's
 /// maxMemoryAllocationSize) has a buffer per piece: a range that crosses from one piece into
 /// the next has no single buffer and is `VKHOST_NOT_REGISTERED`; copies over it still go

@@ -843,15 +843,19 @@ fn bar_assist(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>, skip: Optio
         if stored_by[i] == 0 && row.passed == row.total {
             // Not one write from this source was shared: its assisted path was never exercised.
             row.passed -= 1;
-            row.detail = format!("no byte stored by the CPU in any write from a {source} source: the copy engine wrote them all");
+            row.detail = format!(
+                "no byte stored by the CPU in any write from a {source} source: {} wrote them all",
+                crate::devices::copier(dev.info())
+            );
         }
     }
     if row.detail.is_empty() {
         row.detail = format!(
-            "{} bytes stored by the CPU (plain sources {}, pinned {}), the rest by the copy engine",
+            "{} bytes stored by the CPU (plain sources {}, pinned {}), the rest by {}",
             stored_by[0] + stored_by[1],
             stored_by[0],
-            stored_by[1]
+            stored_by[1],
+            crate::devices::copier(dev.info())
         );
     }
     rows.push(row);

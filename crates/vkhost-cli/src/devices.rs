@@ -44,6 +44,13 @@ fn open(info: &DeviceInfo) -> Opened {
     }
 }
 
+/// What moves a submitted copy on this device, for notes: "the copy engine" where the device
+/// has a transfer-only queue family, else "the compute queue" (lavapipe, and GPUs without copy
+/// engines, run every copy there).
+pub fn copier(info: &vkhost::DeviceInfo) -> &'static str {
+    if info.transfer_family().is_some() { "the copy engine" } else { "the compute queue" }
+}
+
 pub fn registration_line(r: &Result<usize, String>) -> String {
     match r {
         Ok(a) => format!("available, alignment {}", fmt_bytes(*a as u64)),

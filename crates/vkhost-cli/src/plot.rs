@@ -3,7 +3,9 @@
 //! name) PNG. d2d has its own panel: device-local copies run at device-memory speed, far above
 //! the link, and would flatten the host lines.
 //!
-//! A path keeps its colour in every panel; the copy kernel's line (`_sm`) is dotted with square
+//! A path keeps its colour in every bandwidth panel (h2d, d2h, bidir, d2d); the latency panel,
+//! whose lines are all pinned memory, colours them by direction instead (h2d purple, d2h
+//! brown; the floor dotted in its direction's colour). The copy kernel's line (`_sm`) is dotted with square
 //! markers in its path's colour, CUDA's line dashed with triangles in the colour of the path it
 //! compares with (pinned, pageable, device). The link's theoretical rate, when known, is a grey
 //! dashed line (twice it for bidir; none for d2d). Text needs a TrueType font, for PNG's glyphs and for

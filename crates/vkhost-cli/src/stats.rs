@@ -76,7 +76,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 /// 4096 → "4K", 1 << 30 → "1G", 1000 → "1000".
 pub fn size_label(b: u64) -> String {
-    for (u, s) in [("G", 1u64 << 30), ("M", 1 << 20), ("K", 1 << 10)] {
+    for (u, s) in [("T", 1u64 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)] {
         if b >= s && b % s == 0 {
             return format!("{}{u}", b / s);
         }

@@ -236,6 +236,16 @@ fn quick_json_has_run_metadata_and_statistics() {
         assert!(ours > 0.0 && ((ours - r["median_s"].as_f64().unwrap()) * 1e6 - over).abs() < 1e-6, "{r}");
     }
     assert!(q.stdout.contains("all points verified but the 8 latency floor point(s)"), "{}", q.stdout);
+    // Every point that moves the bench's bytes was checked: the small-async rows, the
+    // synchronous ones too, and every copy; unchecked are only the floor and the costs.
+    for r in results.iter().filter(|r| !(r["kind"] == "cost" || r["path"] == "floor")) {
+        assert_eq!(r["verified"], true, "{r}");
+    }
+    // Pageable copies carry their CPU cost, bidir too.
+    for r in results.iter().filter(|r| r["path"] == "pageable" && r["kind"] == "copy") {
+        assert!(r["extra"]["cpu_cores"].as_f64().is_some_and(|c| c > 0.0), "{r}");
+        assert!(r["note"].as_str().unwrap().contains("CPU "), "{r}");
+    }
 }
 
 #[test]
@@ -477,6 +487,13 @@ fn compare_prints_new_over_old_per_point() {
     let o = vkhost(&["bench", "-t", "costs", "--compare", old.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("bare array"));
+    // A run with nothing in it compares with nothing: refused before measuring.
+    for (text, says) in [(r#"{"run":{},"results":[]}"#, "no results to compare with"), (r#"{"results":[{}]}"#, "no `run` object")] {
+        std::fs::write(&old, text).unwrap();
+        let o = vkhost(&["bench", "-t", "costs", "--compare", old.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{text}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains(says), "{text}: {}", String::from_utf8_lossy(&o.stderr));
+    }
 }
 
 /// Runs `vkhost ARGS`, waits for a line of its stdout that `ready` accepts, then `pause`, then
@@ -613,6 +630,11 @@ fn bench_costs_and_find() {
         assert!(p["median_s"].as_f64().unwrap() > 0.0, "{p}");
     }
     assert!(r.iter().filter(|p| p["kind"] == "find").all(|p| p["verified"] == true));
+    // find is timed in rounds, each a sample, as every point: --iters rounds after one untimed.
+    for p in r.iter().filter(|p| p["kind"] == "find") {
+        assert_eq!((p["iters"].as_u64(), p["warmup_iters"].as_u64()), (Some(2), Some(1)), "{p}");
+        assert!(p["min_s"].as_f64() <= p["max_s"].as_f64() && p["median_s"].as_f64().unwrap() > 0.0, "{p}");
+    }
 }
 
 #[test]
@@ -702,6 +724,12 @@ fn bad_arguments_are_refused_up_front() {
         (&["--json", "/nonexistent-vkhost-dir/x.json"], "--json /nonexistent-vkhost-dir/x.json"),
         (&["--plot", "/nonexistent-vkhost-dir/x.svg"], "--plot /nonexistent-vkhost-dir/x.svg"),
         (&["--device", "4096"], "--device 4096: no such device"),
+        (&["--bar-threads", "0"], "--bar-threads"),
+        (&["--json", "-"], "--json -: standard output carries the table"),
+        (&["--json", "/proc/vkhost-cli-test.json"], "--json /proc/vkhost-cli-test.json: cannot be written"),
+        (&["--csv", "/proc/vkhost-cli-test.csv"], "--csv /proc/vkhost-cli-test.csv: cannot be written"),
+        (&["--sizes", "4K,99999G"], "--sizes 99999G: more than this machine's memory"),
+        (&["--sizes", "4T"], "--sizes 4T:"),
     ] {
         let o = run(extra);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -980,6 +1008,12 @@ fn bar_reads_skipped_by_the_cap_are_in_the_notes() {
     assert!(o.status.success(), "{}", show(&o));
     let notes = json_of(&j)["run"]["notes"].to_string();
     assert!(notes.contains("8M skipped, over --bar-read-cap 4M"), "{notes}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("left out, over --bar-read-cap"), "{}", show(&o));
+    // Nothing over the cap: no word of it.
+    let o = vkhost(&["bench", "--quick", "--sizes", "4K", "-t", "device_to_host_bar", "--json", j.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", show(&o));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("--bar-read-cap"), "{}", show(&o));
+    assert!(!json_of(&j)["run"]["notes"].to_string().contains("--bar-read-cap"), "{}", show(&o));
 }
 
 /// `--bar-reads` picks how the bar rows read the BAR window; the run and each read point say
@@ -1064,4 +1098,16 @@ fn bidir_mode_says_how_each_pair_ran() {
             }
         }
     }
+}
+
+/// An output that fails at the end (here /dev/full: it opens, every write fails with ENOSPC)
+/// does not cost the others: the CSV is still written, and the run exits 1 naming the JSON.
+#[test]
+fn a_failed_output_still_writes_the_others() {
+    let c = tmp("after-full.csv");
+    let o = vkhost(&["bench", "-t", "host_to_device_ce", "--sizes", "4K", "--iters", "1", "--json", "/dev/full", "--csv", c.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--json /dev/full:"), "{}", show(&o));
+    let csv = std::fs::read_to_string(&c).expect("the CSV was written");
+    assert!(csv.lines().any(|l| l.starts_with("host_to_device_ce,vulkan,copy,pinned,h2d,,4096,")), "{csv}");
 }

@@ -78,7 +78,10 @@ pub enum Error {
         /// The guard type that owns the entry.
         what: &'static str,
     },
-    /// The device cannot be destroyed while safe owners of its memory live.
+    /// `Device::destroy` refused: a `PinnedBuffer` of the device lives (its memory would be
+    /// freed under a live reference), a `RecordedCopy` ticket without a completion hook, or a
+    /// `DeviceHold`. A live `Registration` does not refuse it: the bytes are the caller's, and
+    /// the registration outlives the device as an inert guard.
     #[error("device is busy: {reason}")]
     Busy {
         /// What still holds the device.

@@ -62,7 +62,8 @@
 //! - **Releases the caller makes are exact.** [`host::unregister`] (and a [`Registration`]'s
 //!   drop) returns only once no submitted work can read or write the registered bytes. Raw
 //!   [`host::free_pinned`]/[`host::unregister`] refuse entries a guard owns
-//!   ([`Error::OwnedByGuard`]).
+//!   ([`Error::OwnedByGuard`]); in a forked child, where every call on the parent's device is
+//!   inert, they return without changing anything.
 //! - **Recorded copies are owned by their completion, not their ticket.** A
 //!   [`host::RecordedCopy`] notes its uses and hands its `Arc`s to vkhost when it is recorded;
 //!   `unregister` waits for the caller's semaphore or fence. A forgotten ticket without a hook

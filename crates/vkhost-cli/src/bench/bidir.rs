@@ -55,7 +55,7 @@ pub(super) fn bidir(
     let runs = if one_thread {
         let mut one = || async_pair(&s_up, &s_down, up, src, down, dst);
         warm = super::point::warm_up(super::point::BIDIR_WARM_UP, cx.budget, &mut one)?;
-        super::point::runs_within(cx.iters, cx.budget, &mut *between, one)?
+        super::point::runs_with_cpu(cx.iters, cx.budget, &mut *between, one)?
     } else {
         // The d2h on a partner thread started once for the whole measurement (see `with_partner`).
         with_partner(
@@ -73,11 +73,11 @@ pub(super) fn bidir(
                     Ok(spans(a, b, c, d))
                 };
                 warm = super::point::warm_up(super::point::BIDIR_WARM_UP, cx.budget, &mut one)?;
-                super::point::runs_within(cx.iters, cx.budget, &mut *between, one)
+                super::point::runs_with_cpu(cx.iters, cx.budget, &mut *between, one)
             },
         )?
     };
-    let mut runs = runs;
+    let (mut runs, cpu, cores) = runs;
     let s = summarize(&runs.iter().map(|r| r.0).collect::<Vec<_>>()).ok_or("no samples")?;
     runs.sort_by(|x, y| x.0.total_cmp(&y.0));
     let m = runs[runs.len() / 2].1;
@@ -86,6 +86,8 @@ pub(super) fn bidir(
         "d2h_start_us": m[2] * 1e6, "d2h_end_us": m[3] * 1e6,
         "mode": if one_thread { "two streams, one thread (async copies)" } else { "two streams (one thread each)" },
         "queues": queues,
+        "cpu_s_per_copy": cpu,
+        "cpu_cores": cores,
     });
     Ok((s, extra, warm))
 }

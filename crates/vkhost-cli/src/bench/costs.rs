@@ -8,6 +8,10 @@ use crate::stats::{Summary, size_label, summarize};
 use std::time::Instant;
 use vkhost::host;
 
+/// Lookups timed together in one round of the `find` points: each round's time per lookup is
+/// one sample (a lookup alone, ~50-200 ns, is below the clock's resolution to time).
+const FIND_ROUND: usize = 20_000;
+
 /// register/unregister, alloc_pinned/free_pinned per size; find at 1, 100, 10 000 entries.
 pub(super) fn costs(cx: &mut Ctx, sizes: &[u64], notes: &mut Vec<String>) -> Result<()> {
     let dev = cx.dev.clone();
@@ -126,25 +130,35 @@ pub(super) fn costs(cx: &mut Ctx, sizes: &[u64], notes: &mut Vec<String>) -> Res
             done += 1;
         }
         if r.is_ok() {
-            let lookups = 200_000usize;
+            // One untimed round, then up to --iters timed rounds within --budget (at least
+            // one), as every point: each round's time per lookup is a sample, so the median,
+            // spread and the unstable mark mean what they mean for the copies.
             let mut x = 12345usize;
-            let mut hits = 0usize;
-            let t = Instant::now();
-            for _ in 0..lookups {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                let i = (x >> 33) % count;
-                hits += host::find(&dev, base + 2 * i * page + 64, 256).is_some() as usize;
+            let (mut hits, mut lookups) = (0usize, 0usize);
+            let mut round = |hits: &mut usize, lookups: &mut usize| {
+                let t = Instant::now();
+                for _ in 0..FIND_ROUND {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    let i = (x >> 33) % count;
+                    *hits += host::find(&dev, base + 2 * i * page + 64, 256).is_some() as usize;
+                }
+                *lookups += FIND_ROUND;
+                t.elapsed().as_secs_f64() / FIND_ROUND as f64
+            };
+            round(&mut hits, &mut lookups);
+            let mut per = Vec::with_capacity(iters.max(1));
+            let start = Instant::now();
+            for _ in (0..iters.max(1)).take_while(|&k| k == 0 || start.elapsed() < cx.budget) {
+                per.push(round(&mut hits, &mut lookups));
             }
-            let per = t.elapsed().as_secs_f64() / lookups as f64;
             if hits != lookups {
                 cx.failures += 1;
                 eprintln!("FAIL find: {hits} of {lookups} lookups found their registration");
             }
-            let s = Summary::single(per, lookups);
+            let s = summarize(&per).ok_or("find: no rounds")?;
             let mut p = point("vulkan", "find", "registered", "find", count as u64, 0, s);
             p.verified = Some(hits == lookups);
-            p.warmup = 0;
-            p.note = format!("{count} live registrations");
+            p.note = format!("{count} live registrations; {FIND_ROUND} lookups a round");
             cx.points.push(p);
         }
         for i in 0..done {

@@ -54,7 +54,11 @@ pub fn link_gbps(gt_s: f64, width: u32) -> f64 {
 pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
     let bad = || format!("bad CPU list {s:?} (use e.g. 0-3,8)");
     let mut v = Vec::new();
-    for part in s.trim().split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    // An empty part (`0,,1`, a trailing comma) is a typo, refused as the kernel refuses it.
+    for part in s.trim().split(',').map(str::trim) {
+        if part.is_empty() {
+            return Err(bad());
+        }
         let (a, b) = match part.split_once('-') {
             Some((a, b)) => (a.trim().parse::<usize>().map_err(|_| bad())?, b.trim().parse::<usize>().map_err(|_| bad())?),
             None => {
@@ -317,7 +321,7 @@ mod tests {
         assert_eq!(parse_cpu_list("0-3,8,10-11").unwrap(), [0, 1, 2, 3, 8, 10, 11]);
         assert_eq!(parse_cpu_list(" 5 ").unwrap(), [5]);
         assert_eq!(parse_cpu_list("3,1,1-2").unwrap(), [1, 2, 3]);
-        for bad in ["", "a", "3-1", "1-", "-", "1,,x"] {
+        for bad in ["", "a", "3-1", "1-", "-", "1,,x", "0,,1", "0,1,"] {
             assert!(parse_cpu_list(bad).is_err(), "{bad}");
         }
         assert_eq!(cpu_list_string(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");

@@ -186,14 +186,15 @@ pub struct Args {
     bar_reads: BarReads,
     /// Threads that split a bar write or read of 128 KiB or more
     /// (default: half the CPUs, at most 8; capped at the CPUs this process may use).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u32).range(1..), |n| n as usize))]
     bar_threads: Option<usize>,
     /// Between timed iterations on the paths where the CPU copies the bytes (pageable, bar),
     /// write a buffer twice the last-level cache so no iteration finds its data in cache.
     #[arg(long)]
     flush_cache: bool,
     /// Threads that memcpy through staging on the pageable path (OpenOptions::staging_threads;
-    /// default: the library's, VKHOST_STAGING_THREADS or the cores less two, up to 16).
+    /// default: the library's, VKHOST_STAGING_THREADS or the cores less two (all of them up to
+    /// 4 cores), at most 16).
     #[arg(long)]
     staging_threads: Option<usize>,
     /// Microseconds the staging threads poll for the next batch before they sleep
@@ -244,16 +245,63 @@ pub struct Args {
     plant_mismatch: bool,
 }
 
-/// Refuses an output path that cannot be written: a directory, or one in a folder that does
-/// not exist. Checked before a run measures anything; writing can still fail later (a full
-/// disk), and that error names the file too.
+/// Refuses an output path that cannot be written: `-` (standard output carries the table), a
+/// directory, one in a folder that does not exist, or one the process cannot open for writing
+/// (no permission, a read-only or virtual file system such as /proc). Checked before a run
+/// measures anything, by opening the file without truncating it (a file the check created is
+/// removed again); writing can still fail later (a full disk), and that error names the file too.
 pub(crate) fn check_output(what: &str, f: &std::path::Path) -> Result<()> {
+    if f.as_os_str() == "-" {
+        return Err(format!("{what} -: standard output carries the table; name a file").into());
+    }
     if f.is_dir() {
         return Err(format!("{what} {}: is a directory", f.display()).into());
     }
     let dir = f.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
     if !dir.is_dir() {
         return Err(format!("{what} {}: the folder {} does not exist", f.display(), dir.display()).into());
+    }
+    let existed = std::fs::symlink_metadata(f).is_ok();
+    match std::fs::OpenOptions::new().append(true).create(true).open(f) {
+        Ok(_) if !existed => {
+            let _ = std::fs::remove_file(f);
+        }
+        Ok(_) => {}
+        Err(e) => return Err(format!("{what} {}: cannot be written: {e}", f.display()).into()),
+    }
+    Ok(())
+}
+
+/// Refuses, before anything runs, a size no testcase could measure: more than the machine's
+/// memory (every testcase allocates host memory of the size, the costs too), or, where a copy
+/// testcase runs, more than one device allocation may be (its device buffers are one
+/// allocation each): checked against the chosen device, or without `--device` against every
+/// device (refused when none takes it). Without this a full sweep failed inside the costs
+/// process with an mmap error.
+fn check_sizes(sizes: &[u64], chosen: &[&Testcase], infos: &[vkhost::DeviceInfo], device: Option<usize>) -> Result<()> {
+    let ram = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let kib = m.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim().parse::<u64>().ok()?;
+        kib.checked_mul(1024)
+    });
+    let copies = chosen.iter().any(|t| matches!(t.work, Work::Copy(..) | Work::Sm(..)));
+    let max_alloc = infos.iter().filter(|i| device.is_none_or(|d| d == i.index)).map(|i| i.max_memory_allocation_size).max();
+    for &s in sizes {
+        if let Some(ram) = ram.filter(|&r| s > r) {
+            return Err(format!(
+                "--sizes {}: more than this machine's memory ({:.1} GiB); every testcase allocates host memory of the size",
+                crate::stats::size_label(s),
+                ram as f64 / (1u64 << 30) as f64
+            )
+            .into());
+        }
+        if let Some(m) = max_alloc.filter(|&m| copies && s > m) {
+            return Err(format!(
+                "--sizes {}: exceeds the device's maxMemoryAllocationSize ({}); the copy testcases need a device buffer of each size in one allocation",
+                crate::stats::size_label(s),
+                crate::stats::size_label(m)
+            )
+            .into());
+        }
     }
     Ok(())
 }
@@ -467,6 +515,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if let Ok(Some(e)) = first_err {
         return Err(e.into());
     }
+    check_sizes(&sizes, &chosen, &infos, a.device)?;
     // From here Ctrl-C stops between points (the costs process stops too: it gets the same
     // signal) and the run still writes its files.
     catch_sigint();
@@ -718,14 +767,21 @@ pub fn run(a: Args) -> Result<ExitCode> {
         "pcie": pcie,
         "notes": notes,
     });
+    // Every output is attempted even when an earlier one fails (a full disk for the JSON
+    // still leaves the CSV and the plot); the failures are reported together at the end.
+    let mut write_errors: Vec<String> = Vec::new();
     if let Some(f) = &a.json {
         let doc = json!({ "run": run, "results": results });
-        std::fs::write(f, serde_json::to_string_pretty(&doc)?).map_err(|e| format!("--json {}: {e}", f.display()))?;
-        println!("wrote {}", f.display());
+        match std::fs::write(f, serde_json::to_string_pretty(&doc)?) {
+            Ok(()) => println!("wrote {}", f.display()),
+            Err(e) => write_errors.push(format!("--json {}: {e}", f.display())),
+        }
     }
     if let Some(f) = &a.csv {
-        std::fs::write(f, output::csv(&results)).map_err(|e| format!("--csv {}: {e}", f.display()))?;
-        println!("wrote {}", f.display());
+        match std::fs::write(f, output::csv(&results)) {
+            Ok(()) => println!("wrote {}", f.display()),
+            Err(e) => write_errors.push(format!("--csv {}: {e}", f.display())),
+        }
     }
     if let Some(old) = &old {
         compare::print(old, &results);
@@ -734,8 +790,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
     // Last: the data files are written even when plotting fails (no font, say).
     if let Some(f) = &a.plot {
         let title = format!("{} ({})", cx.device_name, cx.driver.trim());
-        crate::plot::plot(f, &all, &title, link.as_ref()).map_err(|e| format!("--plot {}: {e}", f.display()))?;
-        println!("wrote {}", f.display());
+        match crate::plot::plot(f, &all, &title, link.as_ref()) {
+            Ok(()) => println!("wrote {}", f.display()),
+            Err(e) => write_errors.push(format!("--plot {}: {e}", f.display())),
+        }
+    }
+    if !write_errors.is_empty() {
+        return Err(write_errors.join("; ").into());
     }
     if interrupted() {
         println!("interrupted: {} point(s) measured", cx.points.len());
@@ -745,12 +806,25 @@ pub fn run(a: Args) -> Result<ExitCode> {
         println!("FAIL: {} point(s) did not round-trip", cx.failures);
         return Ok(ExitCode::from(2));
     }
-    let unchecked = cx.points.iter().filter(|p| p.api == "vulkan" && p.kind == "latency" && p.verified.is_none()).count();
-    if unchecked > 0 {
-        // The floor's copies move the library's own buffers, no bytes of the bench's.
-        println!("all points verified but the {unchecked} latency floor point(s), which copy no bytes of the bench's");
-    } else {
+    // Points that move none of the bench's bytes have nothing to check: the latency floor's
+    // copies move the library's own buffers, and the costs time allocation and registration.
+    let floor = cx.points.iter().filter(|p| p.api == "vulkan" && p.kind == "latency" && p.verified.is_none()).count();
+    let costs = cx.points.iter().filter(|p| p.api == "vulkan" && p.kind == "cost" && p.verified.is_none()).count();
+    let other = cx.points.iter().filter(|p| p.api == "vulkan" && !matches!(p.kind, "latency" | "cost") && p.verified.is_none()).count();
+    let mut unchecked = Vec::new();
+    if floor > 0 {
+        unchecked.push(format!("the {floor} latency floor point(s), which copy no bytes of the bench's"));
+    }
+    if costs > 0 {
+        unchecked.push(format!("the {costs} cost point(s), which copy nothing"));
+    }
+    if other > 0 {
+        unchecked.push(format!("{other} point(s) with no check"));
+    }
+    if unchecked.is_empty() {
         println!("all points verified");
+    } else {
+        println!("all points verified but {}", unchecked.join(" and "));
     }
     Ok(ExitCode::SUCCESS)
 }

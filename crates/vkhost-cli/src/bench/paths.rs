@@ -210,11 +210,15 @@ fn check_and_measure(
                 let mut p = point("vulkan", "copy", path.name(), dir.name(), size, 2 * size, s);
                 p.verified = Some(ok);
                 p.warmup = warm;
-                p.note = if cx.bidir_queues.len() > 1 {
-                    format!("{note}{}queues {pair}", if note.is_empty() { "" } else { "; " })
-                } else {
-                    note.clone()
-                };
+                let mut notes: Vec<String> = (!note.is_empty()).then(|| note.clone()).into_iter().collect();
+                if cx.bidir_queues.len() > 1 {
+                    notes.push(format!("queues {pair}"));
+                }
+                // As for one-way pageable points: the staging threads' memcpys are its cost.
+                if path == PathKind::Pageable {
+                    notes.push(format!("CPU {:.1} cores", extra["cpu_cores"].as_f64().unwrap_or(0.0)));
+                }
+                p.note = notes.join("; ");
                 p.extra = extra;
                 p.variant = pair.clone();
                 if i + 1 < cx.bidir_queues.len() {

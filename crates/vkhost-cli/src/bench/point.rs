@@ -102,18 +102,34 @@ pub fn measure_with_cpu(
     mut f: impl FnMut() -> Result<()>,
 ) -> Result<(Summary, f64, f64)> {
     f()?;
+    let (t, cpu, cores) = runs_with_cpu(iters, budget, between, || {
+        let t0 = Instant::now();
+        f()?;
+        Ok(t0.elapsed().as_secs_f64())
+    })?;
+    let s = summarize(&t).ok_or("no samples")?;
+    Ok((s, cpu, cores))
+}
+
+/// [`runs_within`], with the process's CPU time over the runs (every thread's: the staging
+/// threads and a bidir partner's too; `between` is not counted): the CPU seconds per run, and
+/// the cores busy on average while the runs ran.
+pub fn runs_with_cpu<T>(
+    iters: usize,
+    budget: Duration,
+    between: impl FnMut(),
+    mut one: impl FnMut() -> Result<T>,
+) -> Result<(Vec<T>, f64, f64)> {
     let (mut cpu, mut wall) = (0.0, 0.0);
     let t = runs_within(iters, budget, between, || {
         let (c0, w0) = (cpu_seconds(), Instant::now());
-        let t0 = Instant::now();
-        f()?;
-        let dt = t0.elapsed().as_secs_f64();
+        let r = one()?;
         cpu += cpu_seconds() - c0;
         wall += w0.elapsed().as_secs_f64();
-        Ok(dt)
+        Ok(r)
     })?;
-    let s = summarize(&t).ok_or("no samples")?;
-    Ok((s, cpu / t.len() as f64, cpu / wall.max(1e-12)))
+    let n = t.len().max(1) as f64;
+    Ok((t, cpu / n, cpu / f64::max(wall, 1e-12)))
 }
 
 /// Up to `iters` runs of `one` (at least one) while within `budget`, each after an untimed

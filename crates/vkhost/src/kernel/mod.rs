@@ -55,7 +55,12 @@
 //! - [`Binding::host`] (`unsafe`): a raw host range, async whatever covers it.
 //!
 //! A host range that no single registration or pinned block covers is
-//! [`Error::NotRegistered`], never staged.
+//! [`Error::NotRegistered`], never staged. "Covers" is [`host::find`](crate::host::find)'s
+//! meaning: a registration covers its rounded import (the whole pages, or import granules,
+//! around the registered bytes), so a raw [`Binding::host`] range that runs a few bytes past the
+//! registered ones but stays in those pages is accepted. The caller owns those bytes too
+//! ([`host::register`](crate::host::register)'s contract); the safe slice bindings only reach
+//! bytes a Rust reference already grants.
 //!
 //! A launch owns what it binds, as stream copies do: while recording it holds the covering
 //! import or block, notes its use (a write for [`Param::ReadWrite`] bindings) and keeps an `Arc`
@@ -719,7 +724,8 @@ impl PinnedRange<'_> {
 }
 
 impl<'a> Binding<'a> {
-    /// A raw host range `[ptr, ptr+len)` that one registration or pinned block covers (else the
+    /// A raw host range `[ptr, ptr+len)` that one registration or pinned block covers (its
+    /// rounded import, as [`host::find`](crate::host::find) answers; else the
     /// launch is `NotRegistered`, as it is for a range over bytes of two registrations that
     /// share a page: a binding is one import). Launches that bind it are async. A binding is one buffer: in a
     /// registration or block made of several imports (larger than one allocation, or
