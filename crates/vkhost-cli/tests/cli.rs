@@ -1105,7 +1105,8 @@ fn bidir_mode_says_how_each_pair_ran() {
 #[test]
 fn a_failed_output_still_writes_the_others() {
     let c = tmp("after-full.csv");
-    let o = vkhost(&["bench", "-t", "host_to_device_ce", "--sizes", "4K", "--iters", "1", "--json", "/dev/full", "--csv", c.to_str().unwrap()]);
+    let o =
+        vkhost(&["bench", "-t", "host_to_device_ce", "--sizes", "4K", "--iters", "1", "--json", "/dev/full", "--csv", c.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--json /dev/full:"), "{}", show(&o));
     let csv = std::fs::read_to_string(&c).expect("the CSV was written");
