@@ -261,7 +261,13 @@ pub(crate) fn check_output(what: &str, f: &std::path::Path) -> Result<()> {
     if !dir.is_dir() {
         return Err(format!("{what} {}: the folder {} does not exist", f.display(), dir.display()).into());
     }
-    let existed = std::fs::symlink_metadata(f).is_ok();
+    // Only files that are, or will be, regular files: opening a FIFO with no reader would block
+    // here, and a pipe or device (`--json >(jq .)`, /dev/stdout) is the caller's to judge.
+    let existed = match std::fs::metadata(f) {
+        Ok(m) if !m.is_file() => return Ok(()),
+        Ok(_) => true,
+        Err(_) => std::fs::symlink_metadata(f).is_ok(),
+    };
     match std::fs::OpenOptions::new().append(true).create(true).open(f) {
         Ok(_) if !existed => {
             let _ = std::fs::remove_file(f);
