@@ -298,6 +298,60 @@ fn in_pieces(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u6
     Ok(dev.validation_errors())
 }
 
+/// `Stream::copy_async` between device buffers on a compute stream, on a device of its own with
+/// `d2d_kernel_min` at 4 so the copy kernel's route is taken at every size where it applies
+/// (offsets and length multiples of 4; the others stay a vkCmdCopyBuffer): offsets of each
+/// 16-byte phase, lengths around the vector width, guard bytes on both sides, a fill before and
+/// a copy after on the same stream (stream order), and a synchronous read with no synchronize
+/// (it waits for the stream's work on the buffer). Which route each copy took is told by the
+/// device's pipelines (one is made when the kernel first runs).
+fn d2d_by_kernel(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
+    let o = OpenOptions { d2d_kernel_min: Some(4), ..opts.clone() };
+    let dev = Device::open_with(index, &o)?;
+    let mut row = Row { name: "stream d2d copies by the copy kernel".into(), passed: 0, total: 0, detail: String::new() };
+    let s = match dev.stream_on(vkhost::QueueKind::Compute) {
+        Ok(s) => s,
+        Err(e) => {
+            row.name = format!("stream d2d copies by the copy kernel: skipped ({e})");
+            rows.push(row);
+            dev.destroy()?;
+            return Ok(dev.validation_errors());
+        }
+    };
+    let n = 3 * 4096 + 64;
+    let src = pattern(n, 77);
+    let (a, b, c) = (dev.alloc_buffer(n)?, dev.alloc_buffer(n)?, dev.alloc_buffer(n)?);
+    a.write(0, &src)?;
+    let mut kernel_ran = false;
+    for &(so, dof) in &[(0usize, 0usize), (4, 8), (16, 32), (12, 4), (1, 3)] {
+        for &len in &[4usize, 12, 16, 20, 4096, 4096 + 4, 2 * 4096 + 28, 4097] {
+            row.total += 1;
+            let before = dev.live_objects().pipelines;
+            s.fill_async(&b, 0, n, 0xA5A5_A5A5)?;
+            s.copy_async(&a, so, &b, dof, len)?;
+            kernel_ran |= dev.live_objects().pipelines > before;
+            s.copy_async(&b, 0, &c, 0, n)?;
+            let mut got = vec![0u8; n];
+            c.read(0, &mut got)?;
+            if got[dof..dof + len] == src[so..so + len] && got[..dof].iter().chain(&got[dof + len..]).all(|&x| x == 0xA5) {
+                row.passed += 1;
+            } else if row.detail.is_empty() {
+                row.detail = format!("copy {so} -> {dof}, {len} bytes: the bytes differ or bytes beside it changed");
+            }
+        }
+    }
+    s.synchronize()?;
+    if !kernel_ran {
+        // Every case passed by vkCmdCopyBuffer alone would leave the kernel's route untested.
+        row.total += 1;
+        row.detail = "the copy kernel never ran (every copy was a vkCmdCopyBuffer)".into();
+    }
+    rows.push(row);
+    drop(s);
+    dev.destroy()?;
+    Ok(dev.validation_errors())
+}
+
 /// The staged paths through a small staging ring (64 KiB chunks, 2 slots), on a device of its
 /// own: the matrix's larger copies span many chunks, so the ring wraps and staged batches ramp
 /// (with the default 16 MiB chunks no copy of the matrix fills one).
@@ -902,7 +956,8 @@ fn check_device(index: usize) -> Result<bool> {
         + reused_pinned(index, &opts, &mut rows)?
         + in_pieces(index, &opts, &mut rows)?
         + small_ring(index, &opts, &mut rows)?
-        + kernels_with_sets(index, &opts, &mut rows)?;
+        + kernels_with_sets(index, &opts, &mut rows)?
+        + d2d_by_kernel(index, &opts, &mut rows)?;
     rows.push(Row {
         name: "registry empty at the end".into(),
         passed: usize::from(left == 0),
