@@ -328,3 +328,20 @@ def test_with_block_exception_is_not_replaced_by_busy() -> None:
     gc.collect()
     with pytest.raises(vkhost.DeviceDestroyedError):
         dev.stats()
+
+
+def test_with_block_close_runs_from_the_collector() -> None:
+    # A PinnedArray kept only by a reference cycle dies in a collection, not at a `del`: its
+    # finalizer, run by the collector, closes the device the `with` block left open for it.
+    gc.disable()
+    try:
+        with vkhost.Device(validation=True) as dev:
+            cycle: list[object] = [dev.pinned(4096)]
+            cycle.append(cycle)
+            del cycle
+        assert not dev.is_destroyed, "the block in the cycle is still live"
+        gc.collect()
+        with pytest.raises(vkhost.DeviceDestroyedError):
+            dev.stats()
+    finally:
+        gc.enable()

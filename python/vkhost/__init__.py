@@ -359,8 +359,9 @@ class Device(_Owner):
     :class:`PinnedArray` of this device lives, because destroying the device unmaps pinned
     memory. Leaving a ``with`` block closes the device too, but never raises for that: while
     PinnedArrays of it live (``p = dev.pinned(n)`` inside the block, still referenced after
-    it), the close waits until the last of them is freed, and the device stays usable until
-    then.
+    it), the close waits until the last of them is freed (which the garbage collector may do
+    on any thread), and the device stays usable until then; a call on it racing that close
+    raises :class:`DeviceDestroyedError`.
     """
 
     def __init__(
@@ -411,10 +412,14 @@ class Device(_Owner):
     def __exit__(self, *exc: object) -> None:
         # Not BusyError out of a ``with`` block (it would also replace an exception raised in
         # the block): with PinnedArrays live, the last one's free closes the device instead.
+        # The flag is set before the liveness test, both under the lock that a block's free
+        # takes to read it: a block dying in between (on another thread, or by a collection
+        # this code triggers) then either sees the flag or is not counted live.
         with self._pin_lock:
-            if self._hd.live and any(True for _ in self._pinned) and not self.is_destroyed:
-                self._close_when_unpinned = True
+            self._close_when_unpinned = True
+            if any(True for _ in self._pinned):
                 return
+            self._close_when_unpinned = False
         self.close()
 
     def _use(self) -> Any:
@@ -726,13 +731,25 @@ class _PinnedBlock(_Owner):
             except Exception:
                 pass
         # The device's ``with`` block ended while this block lived: close it once none is
-        # left (this block is dead, so iterating the WeakSet no longer yields it).
-        if getattr(device, "_close_when_unpinned", False) and lib is not None:
+        # left (this block is dead, so iterating the WeakSet no longer yields it). The flag is
+        # read and the device destroyed under the lock (no block can be allocated in between);
+        # the handle is released after it is let go: the release waits for other threads'
+        # calls on the handle, and one of them may be waiting for this lock (a block freed by
+        # a collection inside its call).
+        if lib is None:
+            return
+        destroyed = False
+        try:
+            with device._pin_lock:
+                if getattr(device, "_close_when_unpinned", False) and not any(True for _ in device._pinned):
+                    device._close_when_unpinned = False
+                    device.destroy()
+                    destroyed = True
+        except Exception:
+            pass
+        if destroyed:
             try:
-                with device._pin_lock:
-                    if not any(True for _ in device._pinned):
-                        device._close_when_unpinned = False
-                        device.close()
+                device._release()
             except Exception:
                 pass
 
