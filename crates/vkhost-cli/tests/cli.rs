@@ -725,11 +725,12 @@ fn bad_arguments_are_refused_up_front() {
         (&["--plot", "/nonexistent-vkhost-dir/x.svg"], "--plot /nonexistent-vkhost-dir/x.svg"),
         (&["--device", "4096"], "--device 4096: no such device"),
         (&["--bar-threads", "0"], "--bar-threads"),
-        (&["--json", "-"], "--json -: standard output carries the table"),
+        (&["--json", "-"], "--json -: name a file"),
         (&["--json", "/proc/vkhost-cli-test.json"], "--json /proc/vkhost-cli-test.json: cannot be written"),
         (&["--csv", "/proc/vkhost-cli-test.csv"], "--csv /proc/vkhost-cli-test.csv: cannot be written"),
-        (&["--sizes", "4K,99999G"], "--sizes 99999G: more than this machine's memory"),
+        (&["--sizes", "4K,99999G"], "--sizes 99999G: the testcases chosen hold about"),
         (&["--sizes", "4T"], "--sizes 4T:"),
+        (&["--sizes", "3G"], "--sizes 3G: exceeds the device's maxMemoryAllocationSize"),
     ] {
         let o = run(extra);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -1111,4 +1112,44 @@ fn a_failed_output_still_writes_the_others() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("--json /dev/full:"), "{}", show(&o));
     let csv = std::fs::read_to_string(&c).expect("the CSV was written");
     assert!(csv.lines().any(|l| l.starts_with("host_to_device_ce,vulkan,copy,pinned,h2d,,4096,")), "{csv}");
+}
+
+/// The output pre-check: a symbolic link to a file not there yet passes and leaves nothing
+/// behind; the file standard output writes to is refused (the JSON written over the table's
+/// own lines); --max-size names itself; sizes only the copy testcases use do not limit the
+/// others.
+#[test]
+fn output_and_size_checks_before_measuring() {
+    let dir = tmp("outdir");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    let link = dir.join("link.json");
+    std::os::unix::fs::symlink(dir.join("target.json"), &link).unwrap();
+    // Refused for its size after the output check: the link's target must not be left behind.
+    let o = vkhost(&["bench", "-t", "host_to_device_ce", "--sizes", "99999G", "--json", link.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(!dir.join("target.json").exists(), "the check left the link's target behind");
+    // The link works as an output.
+    let o = vkhost(&["bench", "-t", "host_to_device_ce", "--sizes", "4K", "--iters", "1", "--json", link.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", show(&o));
+    assert!(json_of(&dir.join("target.json"))["results"].is_array());
+    // --json naming the file stdout goes to.
+    let out = dir.join("out.txt");
+    let f = std::fs::File::create(&out).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_vkhost"))
+        .args(["bench", "-t", "host_to_device_ce", "--sizes", "4K", "--iters", "1", "--json", out.to_str().unwrap()])
+        .stdout(f)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is the file standard output writes to"), "{}", show(&o));
+    // The default sweep's sizes are --max-size's.
+    // (4K to 4G in x4 steps ends at 4G, above lavapipe's 2 GiB maxMemoryAllocationSize.)
+    let o = vkhost(&["bench", "-t", "host_to_device_ce", "--max-size", "4G"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--max-size 4G:"), "{}", show(&o));
+    // Latency has sizes of its own: a huge --sizes does not refuse it.
+    let o = vkhost(&["bench", "-t", "latency_host_to_device", "--sizes", "99999G", "--iters", "1", "--budget", "0.01"]);
+    assert!(o.status.success(), "{}", show(&o));
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -245,14 +245,19 @@ pub struct Args {
     plant_mismatch: bool,
 }
 
-/// Refuses an output path that cannot be written: `-` (standard output carries the table), a
-/// directory, one in a folder that does not exist, or one the process cannot open for writing
-/// (no permission, a read-only or virtual file system such as /proc). Checked before a run
-/// measures anything, by opening the file without truncating it (a file the check created is
-/// removed again); writing can still fail later (a full disk), and that error names the file too.
+/// Refuses an output path that cannot be written: `-` (write to a file), a directory, one in a
+/// folder that does not exist, the file standard output or standard error already writes to
+/// (`--json /dev/stdout > out.txt`: the JSON, written from offset 0, and the lines printed after
+/// it would overwrite each other), or one the process cannot open for writing (no permission, a
+/// read-only or virtual file system such as /proc). Checked before a run measures anything; a
+/// file the check creates is removed again, and an existing one is opened without truncating
+/// it. Pipes and devices (`--json >(jq .)`) pass: they have no offset to clash at, and opening
+/// a FIFO with no reader would block the run before it starts. Writing can still fail later (a
+/// full disk), and that error names the file too.
 pub(crate) fn check_output(what: &str, f: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
     if f.as_os_str() == "-" {
-        return Err(format!("{what} -: standard output carries the table; name a file").into());
+        return Err(format!("{what} -: name a file (writing to standard output is not supported)").into());
     }
     if f.is_dir() {
         return Err(format!("{what} {}: is a directory", f.display()).into());
@@ -261,53 +266,86 @@ pub(crate) fn check_output(what: &str, f: &std::path::Path) -> Result<()> {
     if !dir.is_dir() {
         return Err(format!("{what} {}: the folder {} does not exist", f.display(), dir.display()).into());
     }
-    // Only files that are, or will be, regular files: opening a FIFO with no reader would block
-    // here, and a pipe or device (`--json >(jq .)`, /dev/stdout) is the caller's to judge.
-    let existed = match std::fs::metadata(f) {
-        Ok(m) if !m.is_file() => return Ok(()),
-        Ok(_) => true,
-        Err(_) => std::fs::symlink_metadata(f).is_ok(),
-    };
-    match std::fs::OpenOptions::new().append(true).create(true).open(f) {
-        Ok(_) if !existed => {
-            let _ = std::fs::remove_file(f);
+    let cannot = |e: std::io::Error| -> Result<()> { Err(format!("{what} {}: cannot be written: {e}", f.display()).into()) };
+    match std::fs::metadata(f) {
+        Ok(m) if !m.is_file() => Ok(()),
+        Ok(m) => {
+            // The file standard output or standard error is: the same device and inode.
+            for (fd, name) in [(1, "standard output"), (2, "standard error")] {
+                // SAFETY: fstat fills the struct it is given; a zeroed stat is a valid value.
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                // SAFETY: as above; an fd that is not open makes fstat return -1, nothing else.
+                if unsafe { libc::fstat(fd, &mut st) } == 0 && (st.st_dev as u64, st.st_ino as u64) == (m.dev(), m.ino()) {
+                    return Err(format!("{what} {}: is the file {name} writes to; name another file", f.display()).into());
+                }
+            }
+            std::fs::OpenOptions::new().append(true).open(f).map(drop).or_else(cannot)
         }
-        Ok(_) => {}
-        Err(e) => return Err(format!("{what} {}: cannot be written: {e}", f.display()).into()),
+        // Not there, or a symbolic link to a file not there yet: create the file it names, to
+        // see that it can be, and remove it again (the link stays).
+        Err(_) => {
+            let target = link_target(f);
+            match std::fs::OpenOptions::new().write(true).create_new(true).open(&target) {
+                Ok(_) => {
+                    let _ = std::fs::remove_file(&target);
+                    Ok(())
+                }
+                Err(e) => cannot(e),
+            }
+        }
     }
-    Ok(())
 }
 
-/// Refuses, before anything runs, a size no testcase could measure: more than the machine's
-/// memory (every testcase allocates host memory of the size, the costs too), or, where a copy
-/// testcase runs, more than one device allocation may be (its device buffers are one
-/// allocation each): checked against the chosen device, or without `--device` against every
-/// device (refused when none takes it). Without this a full sweep failed inside the costs
-/// process with an mmap error.
-fn check_sizes(sizes: &[u64], chosen: &[&Testcase], infos: &[vkhost::DeviceInfo], device: Option<usize>) -> Result<()> {
+/// Refuses, before anything runs (the costs process included), sizes the sweep cannot measure:
+/// - host memory: the copy testcases hold two regions of the largest size per host path they
+///   use (pinned, registered, pageable; bar maps its own two), allocated up front, plus the
+///   round-trip check's two; the costs hold one of each size at a time. More than the
+///   machine's memory (MemTotal) is refused: necessary, not sufficient (other processes use
+///   memory too);
+/// - device memory: a copy testcase's device buffers are one allocation each, so a size above
+///   maxMemoryAllocationSize of the device the run opens is refused.
+///
+/// The latency, floor and small-async testcases use sizes of their own, and are not limited by
+/// these. `flag` names what gave the sizes (`--sizes`, or `--max-size` for the default sweep).
+fn check_sizes(sizes: &[u64], flag: &str, chosen: &[&Testcase], max_alloc: Option<u64>) -> Result<()> {
+    let Some(&max) = sizes.iter().max() else { return Ok(()) };
     let ram = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
         let kib = m.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim().parse::<u64>().ok()?;
         kib.checked_mul(1024)
     });
-    let copies = chosen.iter().any(|t| matches!(t.work, Work::Copy(..) | Work::Sm(..)));
-    let max_alloc = infos.iter().filter(|i| device.is_none_or(|d| d == i.index)).map(|i| i.max_memory_allocation_size).max();
-    for &s in sizes {
-        if let Some(ram) = ram.filter(|&r| s > r) {
+    let copies: Vec<PathKind> = chosen
+        .iter()
+        .filter_map(|t| match t.work {
+            Work::Copy(p, _) | Work::Sm(p, _) => Some(p),
+            _ => None,
+        })
+        .collect();
+    let host_paths =
+        [PathKind::Pinned, PathKind::Registered, PathKind::Pageable, PathKind::Bar].iter().filter(|p| copies.contains(p)).count();
+    // Regions of the largest size held at once.
+    let regions = if host_paths > 0 { 2 * host_paths as u64 + 2 } else { 0 };
+    let regions = if chosen.iter().any(|t| t.work == Work::Costs) { regions.max(1) } else { regions };
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    if let Some(ram) = ram {
+        let need = max.saturating_mul(regions);
+        if regions > 0 && need > ram {
             return Err(format!(
-                "--sizes {}: more than this machine's memory ({:.1} GiB); every testcase allocates host memory of the size",
-                crate::stats::size_label(s),
-                ram as f64 / (1u64 << 30) as f64
+                "{flag} {}: the testcases chosen hold about {:.1} GiB of host memory at once ({regions} regions of the largest size), \
+                 more than this machine's {:.1} GiB",
+                crate::stats::size_label(max),
+                gib(need),
+                gib(ram)
             )
             .into());
         }
-        if let Some(m) = max_alloc.filter(|&m| copies && s > m) {
-            return Err(format!(
-                "--sizes {}: exceeds the device's maxMemoryAllocationSize ({}); the copy testcases need a device buffer of each size in one allocation",
-                crate::stats::size_label(s),
-                crate::stats::size_label(m)
-            )
-            .into());
-        }
+    }
+    if let Some(m) = max_alloc.filter(|&m| !copies.is_empty() && max > m) {
+        return Err(format!(
+            "{flag} {}: exceeds the device's maxMemoryAllocationSize ({}); the copy testcases need a device buffer of each size in one allocation",
+            crate::stats::size_label(max),
+            crate::stats::size_label(m)
+        )
+        .into());
     }
     Ok(())
 }
@@ -521,7 +559,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if let Ok(Some(e)) = first_err {
         return Err(e.into());
     }
-    check_sizes(&sizes, &chosen, &infos, a.device)?;
+    // The device the run opens: --device, else the one open_default_with picks.
+    let target = match a.device {
+        Some(i) => Some(i),
+        None => Device::default_index().ok(),
+    };
+    let max_alloc = infos.iter().find(|i| Some(i.index) == target).map(|i| i.max_memory_allocation_size);
+    check_sizes(&sizes, if a.sizes.is_some() { "--sizes" } else { "--max-size" }, &chosen, max_alloc)?;
     // From here Ctrl-C stops between points (the costs process stops too: it gets the same
     // signal) and the run still writes its files.
     catch_sigint();
@@ -792,7 +836,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if let Some(old) = &old {
         compare::print(old, &results);
     }
-    dev.destroy()?;
+    if let Err(e) = dev.destroy() {
+        write_errors.push(format!("destroying the device: {e}"));
+    }
     // Last: the data files are written even when plotting fails (no font, say).
     if let Some(f) = &a.plot {
         let title = format!("{} ({})", cx.device_name, cx.driver.trim());
@@ -801,8 +847,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
             Err(e) => write_errors.push(format!("--plot {}: {e}", f.display())),
         }
     }
-    if !write_errors.is_empty() {
-        return Err(write_errors.join("; ").into());
+    // Each failure said; the exit code keeps its order of importance: interrupted (130), a
+    // failed check (2), then these (1).
+    for e in &write_errors {
+        eprintln!("vkhost: {e}");
     }
     if interrupted() {
         println!("interrupted: {} point(s) measured", cx.points.len());
@@ -811,6 +859,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if cx.failures > 0 {
         println!("FAIL: {} point(s) did not round-trip", cx.failures);
         return Ok(ExitCode::from(2));
+    }
+    if !write_errors.is_empty() {
+        return Ok(ExitCode::from(1));
     }
     // Points that move none of the bench's bytes have nothing to check: the latency floor's
     // copies move the library's own buffers, and the costs time allocation and registration.

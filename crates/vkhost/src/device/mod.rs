@@ -1817,9 +1817,19 @@ impl Device {
         }
     }
 
-    /// The preferred device's index: `VKHOST_DEVICE` if set (an error if it is not an index),
-    /// else discrete > integrated > virtual > cpu.
-    pub(crate) fn default_index() -> Result<usize> {
+    /// The index of the device [`Device::open_default`] opens: `VKHOST_DEVICE` if set (an
+    /// error if it is not an index), else the first discrete GPU, then integrated, virtual, CPU.
+    /// `NoDevice` when there is none.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let i = vkhost::Device::default_index()?;
+    /// assert_eq!(vkhost::Device::open_default()?.info().index, i);
+    /// # Ok(()) }
+    /// ```
+    pub fn default_index() -> Result<usize> {
         if let Some(v) = env_text("VKHOST_DEVICE") {
             return v.trim().parse::<usize>().map_err(|_| Error::invalid(format!("VKHOST_DEVICE={v:?} is not an index")));
         }
