@@ -15,7 +15,11 @@ use ash::vk;
 ///
 /// Synchronous copies ([`DeviceBuffer::write`], [`DeviceBuffer::read`]) first wait for stream
 /// work already enqueued on the buffer, as a CUDA user expects of the legacy default stream:
-/// a `read` after `fill_async` sees the fill.
+/// a `read` after `fill_async` sees the fill. Stream work that was lost (its submission failed:
+/// the call that submitted it returned the error, and the stream's `synchronize` reports it)
+/// never ran, so a `read` after it sees the bytes from before it; the synchronous copy itself
+/// does not report the stream's loss (unlike a CUDA blocking copy, which returns earlier async
+/// errors).
 ///
 /// On a discrete GPU with a full BAR (see [`BarWrites`](crate::BarWrites)) the buffer lives in
 /// mapped VRAM, and a `write` of at most [`OpenOptions::bar_write_max`](crate::OpenOptions::bar_write_max)

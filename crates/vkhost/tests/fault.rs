@@ -793,3 +793,47 @@ fn copy_async_copies_by_vkcmdcopybuffer_when_the_kernel_cannot_run() {
     b.read(0, &mut got).unwrap();
     assert!(got == want);
 }
+
+/// A safe upload or download refused for its arguments returns at once, as CUDA's
+/// `cudaErrorInvalidValue` does: it submits none of the stream's queued work and waits for none
+/// (it drained the stream, submitting and waiting for everything enqueued, as after a copy that
+/// failed part-way).
+#[test]
+fn a_refused_upload_or_download_submits_nothing() {
+    let d = device().unwrap();
+    let x = d.alloc_buffer(8192).unwrap();
+    let s = d.stream().unwrap();
+    s.fill_async(&x, 0, 4096, 0).unwrap(); // queued, not submitted
+    disarm();
+    assert_eq!(s.upload(&[1u8; 16], &x, 8190).unwrap_err(), Error::OutOfRange);
+    let mut v = vec![0u8; 16];
+    assert_eq!(s.download(&x, 8190, &mut v).unwrap_err(), Error::OutOfRange);
+    assert_eq!(vkhost::fault::calls(Point::QueueSubmit), 0, "a refused call submitted the stream's work");
+    s.synchronize().unwrap();
+    assert_eq!(vkhost::fault::calls(Point::QueueSubmit), 1);
+}
+
+/// `wait_event` on an event with a lost batch before it still orders this stream after the
+/// event's work that ran (as `cudaStreamWaitEvent` always adds the dependency), and reports the
+/// loss. It made no wait at all, so a caller who logged the error and went on had no ordering.
+#[test]
+fn wait_event_after_a_lost_batch_still_waits_for_the_work_that_ran() {
+    let d = device().unwrap();
+    let x = d.alloc_buffer(1 << 20).unwrap();
+    let (a, b) = (d.stream().unwrap(), d.stream().unwrap());
+    a.fill_async(&x, 0, 4, 0).unwrap();
+    inject(Point::QueueSubmit, 0, vk::Result::ERROR_OUT_OF_HOST_MEMORY);
+    assert_eq!(a.flush().unwrap_err(), Error::OutOfHostMemory); // batch 1 lost
+    disarm();
+    a.fill_async(&x, 0, 1 << 20, 0x0707_0707).unwrap();
+    let e = a.record().unwrap(); // batch 2: submitted, will signal
+    assert_eq!(b.wait_event(&e).unwrap_err(), Error::OutOfHostMemory, "the loss is reported");
+    // The wait was made: `b`'s next batch carries it, so recording submits one (value 1).
+    let eb = b.record().unwrap();
+    assert_eq!(format!("{eb:?}"), format!("{:?}", b.record().unwrap()), "no work between the two records");
+    assert!(format!("{eb:?}").contains("value: 1"), "no wait was added: {eb:?}");
+    b.synchronize().unwrap();
+    assert!(e.is_done().unwrap_or(true));
+    assert_eq!(a.synchronize().unwrap_err(), Error::OutOfHostMemory);
+    a.synchronize().unwrap();
+}

@@ -438,3 +438,60 @@ fn a_dropped_streams_semaphore_goes_at_release_queued() {
     assert_eq!(d.live_objects(), before);
     assert_eq!(d.validation_errors(), 0);
 }
+
+/// `Event::is_done` never blocks (as `cudaEventQuery`), also while another thread holds the
+/// stream for a large pageable upload (which copies through the staging ring under the
+/// stream's lock): an event already seen done answers `true` throughout, and a poll-only loop
+/// on a later event ends once the upload lets go. Before, each poll waited for the lock, so one
+/// poll lasted about as long as the upload's call (measured here: the longest poll against
+/// that call, in the same run; not a speed figure).
+#[test]
+fn is_done_never_waits_for_an_upload_on_another_thread() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let d = device().unwrap();
+    let n = 512 << 20;
+    let (x, y) = (Arc::new(d.alloc_buffer(n).unwrap()), d.alloc_buffer(4096).unwrap());
+    let s = Arc::new(d.stream().unwrap());
+    // Seen done before the upload starts.
+    s.fill_async(&y, 0, 4096, 1).unwrap();
+    let seen = s.record().unwrap();
+    seen.wait().unwrap();
+    // Not yet seen done when the upload starts.
+    s.fill_async(&y, 0, 4096, 2).unwrap();
+    let later = s.record().unwrap();
+    let (started, finished) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let uploader = {
+        let (s, x, started, finished) = (s.clone(), x.clone(), started.clone(), finished.clone());
+        std::thread::spawn(move || {
+            let src = vec![7u8; n];
+            started.store(true, Ordering::SeqCst);
+            let t = Instant::now();
+            let p = s.upload(&src, &x, 0).unwrap();
+            let call = t.elapsed();
+            finished.store(true, Ordering::SeqCst);
+            p.wait().unwrap();
+            call
+        })
+    };
+    while !started.load(Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+    let (mut longest, mut polls) = (Duration::ZERO, 0u64);
+    while !finished.load(Ordering::SeqCst) {
+        let t = Instant::now();
+        assert!(seen.is_done().unwrap(), "an event seen done stays done");
+        let _ = later.is_done().unwrap();
+        longest = longest.max(t.elapsed());
+        polls += 1;
+    }
+    let call = uploader.join().unwrap();
+    while !later.is_done().unwrap() {
+        std::thread::yield_now();
+    }
+    assert!(longest < call / 4, "a poll took {longest:?} of the {call:?} another thread's upload call held the stream ({polls} polls)");
+    let mut back = vec![0u8; 4096];
+    y.read(0, &mut back).unwrap();
+    assert!(back.chunks(4).all(|c| c == 2u32.to_le_bytes()));
+}

@@ -26,6 +26,14 @@ pub(super) struct Enqueued {
 }
 
 impl StreamInner {
+    /// The argument checks of [`StreamInner::host_copy`], which refuse before anything is
+    /// enqueued: the buffer is this device's, the range lies in it, the host range does not wrap.
+    pub(super) fn check_host_copy(&self, addr: usize, len: usize, buf: &DeviceMem, off: usize) -> Result<()> {
+        buf.check_device(&self.shared)?;
+        buf.check_range(off, len)?;
+        host::check_host_range(addr, len)
+    }
+
     /// An async host↔device copy (see the `Stream` methods).
     ///
     /// # Safety
@@ -34,10 +42,8 @@ impl StreamInner {
     /// `len` bytes and not otherwise accessed until the work completes and a wait returns.
     pub(super) unsafe fn host_copy(&self, to_device: bool, addr: usize, len: usize, buf: &DeviceMem, off: usize) -> Result<Enqueued> {
         let s = &*self.shared;
-        buf.check_device(s)?;
+        self.check_host_copy(addr, len, buf, off)?;
         let l = s.live()?;
-        buf.check_range(off, len)?;
-        host::check_host_range(addr, len)?;
         let mut st = relock(&self.state);
         self.check(&st)?;
         if len == 0 {

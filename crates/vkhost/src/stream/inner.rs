@@ -80,6 +80,12 @@ pub(crate) struct StreamInner {
     pub(super) state: Mutex<State>,
     /// Highest value known complete (cache of the semaphore).
     pub(super) completed: AtomicU64,
+    /// Highest value an event (not a copy's own guard) was answered done at, with its pageable
+    /// copy-outs run and no unreported loss at or before it: every event at or below it is done
+    /// for good (a later loss or cancellation can only be of later batches), so `Event::is_done`
+    /// answers it without the stream's lock, which an upload on another thread may hold for as
+    /// long as its copy through the staging ring takes.
+    pub(super) clean_done: AtomicU64,
     /// Last, so it drops after `state` (the batches and the resources they own): their objects
     /// are released while the stream still keeps the device, and the device's last reference,
     /// if it is this one, goes through `drop_shared` (see `SharedRef`).

@@ -281,6 +281,7 @@ impl Device {
                 desc_free: Vec::new(),
             }),
             completed: AtomicU64::new(0),
+            clean_done: AtomicU64::new(0),
         });
         let child: Weak<dyn Child> = Arc::downgrade(&inner) as Weak<StreamInner>;
         s.add_child(child);
@@ -617,6 +618,9 @@ impl Stream {
         offset: usize,
         wait: impl FnOnce(&copy::Enqueued) -> bool,
     ) -> Result<Pending<'a>> {
+        // A refusal of the arguments enqueued nothing: it returns at once, as CUDA's
+        // cudaErrorInvalidValue does (draining would submit and wait for the stream's work).
+        self.inner.check_host_copy(addr, len, &buf.mem, offset)?;
         // SAFETY: the caller's contract.
         let e = unsafe { self.inner.host_copy(h2d, addr, len, &buf.mem, offset) };
         let e = e.inspect_err(|_| self.drain_after_error())?;
@@ -806,8 +810,10 @@ impl Stream {
     /// call waits for the event on the host and completes them first, so that this stream's
     /// later work on those bytes comes after them.
     ///
-    /// An event whose work was lost (a failed submission its [`Event::wait`] would report) is
-    /// that error here too, and nothing is made to wait: the lost work will never signal.
+    /// An event with lost work at or before it (a failed submission its [`Event::wait`] would
+    /// report) is that error here too; the wait is still made on the work before the event that
+    /// did run (the lost batches never ran, so there is nothing of theirs to wait for), so the
+    /// ordering with the event's successful work holds whether or not the caller goes on.
     ///
     /// # Example
     ///
@@ -850,11 +856,9 @@ impl Stream {
             let est = relock(&event.inner.state);
             (signalled(&est, event.value), lost_error(&est, event.value, event.own, event.call))
         };
-        if let Some(e) = lost {
-            return Err(e);
-        }
+        let answer = lost.map_or(Ok(()), Err);
         if target == 0 || event.inner.completed.load(Ordering::Relaxed) >= target {
-            return Ok(());
+            return answer;
         }
         let mut st = relock(&self.inner.state);
         self.inner.check(&st)?;
@@ -862,7 +866,7 @@ impl Stream {
         self.inner.flush(&l, &mut st)?;
         st.waits.push((event.inner.sem, target));
         st.wait_on.push(event.inner.clone());
-        Ok(())
+        answer
     }
 
     /// Waits until all work enqueued so far is done, and completes pageable d2h copies.
@@ -964,12 +968,24 @@ impl Event {
         let r = self.inner.wait_value(&l, self.value);
         match self.inner.lost(self.value, self.own, self.call) {
             Some(e) => Err(e),
-            None => r,
+            None => {
+                if r.is_ok() && !self.own {
+                    self.inner.clean_done.fetch_max(self.value, Ordering::AcqRel);
+                }
+                r
+            }
         }
     }
 
-    /// Whether the work before this event is done (never blocks). Lost work is an error, as
-    /// for [`Event::wait`].
+    /// Whether the work before this event is done. Lost work is an error, as for
+    /// [`Event::wait`].
+    ///
+    /// Never blocks, as `cudaEventQuery`: it neither waits for the device nor for the stream's
+    /// lock. While another thread holds the stream (an `upload` or `download` of pageable memory
+    /// copies through the staging ring under it, for as long as that takes), an event this
+    /// stream's `is_done` or `wait` has not yet seen done answers `false`, and the first poll
+    /// after that thread lets go answers what the device says; an event already seen done (or
+    /// one that names no work) answers `true` throughout.
     ///
     /// # Example
     ///
@@ -990,7 +1006,18 @@ impl Event {
             Ok(l) => l,
             Err(answer) => return answer.map(|()| true),
         };
-        let mut st = relock(&self.inner.state);
+        // An event at or below one already answered done is done for good (see
+        // `StreamInner::clean_done`). A copy's own guard reports its own batch's loss however
+        // often asked, which that mark does not cover: it takes the slow path.
+        if !self.own && self.value <= self.inner.clean_done.load(Ordering::Acquire) {
+            return Ok(true);
+        }
+        let mut st = match self.inner.state.try_lock() {
+            Ok(st) => st,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            // Another thread holds the stream: not known done yet (the next poll tells).
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(false),
+        };
         if st.dead {
             return lost_error(&st, self.value, self.own, self.call).map_or(Ok(true), Err);
         }
@@ -1003,6 +1030,9 @@ impl Event {
         }
         if self.inner.completed_value(&l)? >= signalled(&st, self.value) {
             self.inner.reap(&l, &mut st)?;
+            if !self.own {
+                self.inner.clean_done.fetch_max(self.value, Ordering::AcqRel);
+            }
             return Ok(true);
         }
         Ok(false)
@@ -1056,8 +1086,9 @@ impl Pending<'_> {
         }
     }
 
-    /// Whether the copy is done (never blocks); a lost copy is an error, as for
-    /// [`Pending::wait`].
+    /// Whether the copy is done; a lost copy is an error, as for [`Pending::wait`]. Never
+    /// blocks (see [`Event::is_done`]): while another thread holds the stream, `false` until
+    /// the first poll after it lets go.
     ///
     /// # Example
     ///
