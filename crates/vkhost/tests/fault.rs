@@ -837,3 +837,24 @@ fn wait_event_after_a_lost_batch_still_waits_for_the_work_that_ran() {
     assert_eq!(a.synchronize().unwrap_err(), Error::OutOfHostMemory);
     a.synchronize().unwrap();
 }
+
+/// `wait_event` makes its wait even when submitting this stream's earlier work fails: the wait
+/// goes to the next batch (a review found the call returned that failure with no wait made,
+/// indistinguishable from the event's own loss).
+#[test]
+fn wait_event_whose_own_flush_fails_still_waits() {
+    let d = device().unwrap();
+    let (x, y) = (d.alloc_buffer(1 << 20).unwrap(), d.alloc_buffer(4096).unwrap());
+    let (a, b) = (d.stream().unwrap(), d.stream().unwrap());
+    a.fill_async(&x, 0, 1 << 20, 0x0707_0707).unwrap();
+    let e = a.record().unwrap();
+    b.fill_async(&y, 0, 4096, 1).unwrap(); // b's open batch, submitted by the wait
+    inject(Point::QueueSubmit, 0, vk::Result::ERROR_OUT_OF_HOST_MEMORY);
+    assert_eq!(b.wait_event(&e).unwrap_err(), Error::OutOfHostMemory);
+    disarm();
+    // b's batch 1 was lost; the wait rides on the next batch (value 2).
+    let eb = b.record().unwrap();
+    assert!(format!("{eb:?}").contains("value: 2"), "no wait was made: {eb:?}");
+    assert_eq!(b.synchronize().unwrap_err(), Error::OutOfHostMemory);
+    a.synchronize().unwrap();
+}

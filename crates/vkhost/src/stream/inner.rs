@@ -80,12 +80,18 @@ pub(crate) struct StreamInner {
     pub(super) state: Mutex<State>,
     /// Highest value known complete (cache of the semaphore).
     pub(super) completed: AtomicU64,
-    /// Highest value an event (not a copy's own guard) was answered done at, with its pageable
-    /// copy-outs run and no unreported loss at or before it: every event at or below it is done
-    /// for good (a later loss or cancellation can only be of later batches), so `Event::is_done`
-    /// answers it without the stream's lock, which an upload on another thread may hold for as
-    /// long as its copy through the staging ring takes.
+    /// Highest value every event (not a copy's own guard) at or below is done for good: its
+    /// batches completed, their pageable copy-outs ran, and no loss or cancellation at or before
+    /// it is unreported (a later loss or cancellation can only be of later batches). Raised by
+    /// every reap and by events answered done, so `Event::is_done` answers such events without
+    /// the stream's lock, which an upload on another thread may hold for as long as its copy
+    /// through the staging ring takes.
     pub(super) clean_done: AtomicU64,
+    /// The same for a copy's or a launch's own guard, which reports its own batch's loss (or
+    /// its call's cancelled copy-outs) however often asked: raised only while the stream has
+    /// never lost a batch nor cancelled a copy-out (`State::lost` and `State::cancelled` only
+    /// grow), so every guard at or below it ran cleanly.
+    pub(super) clean_own: AtomicU64,
     /// Last, so it drops after `state` (the batches and the resources they own): their objects
     /// are released while the stream still keeps the device, and the device's last reference,
     /// if it is this one, goes through `drop_shared` (see `SharedRef`).
@@ -379,6 +385,19 @@ impl StreamInner {
                     };
                 }
             }
+        }
+        // Whoever holds the stream and reaps publishes progress for lock-free polls (see
+        // `clean_done`): every event below both the completed value and the first loss or
+        // cancellation not yet reported is done for good, its copy-outs run just above. (Only
+        // the polls raised it, and a poll that found the stream held by a thread enqueuing back
+        // to back rarely got in: a poll-only loop waited seconds.)
+        let mut clean = done.min(st.submitted);
+        for u in st.lost.iter().map(|l| l.0).chain(st.cancelled.iter().map(|c| c.0)).filter(|&u| u > st.reported) {
+            clean = clean.min(u - 1);
+        }
+        self.clean_done.fetch_max(clean, Ordering::AcqRel);
+        if st.lost.is_empty() && st.cancelled.is_empty() {
+            self.clean_own.fetch_max(clean, Ordering::AcqRel);
         }
         Ok(())
     }

@@ -482,7 +482,7 @@ impl Stream {
         if !now {
             return Ok(());
         }
-        let event = Event { inner: self.inner.clone(), value, own: true, call: 0 };
+        let event = Event { inner: self.inner.clone(), value, own: true, call: 0, seen_done: std::sync::OnceLock::new() };
         if let Err(e) = event.wait() {
             if let Ok(l) = self.inner.shared.live_any() {
                 self.inner.queue_idle(&l);

@@ -135,6 +135,10 @@ pub struct Event {
     /// The enqueue call of a copy's own guard (0 for other guards and events): its cancelled
     /// copy-outs are its own, whatever else shares its batch (`State::cancelled`).
     call: u64,
+    /// Set once this event (or the clone it was cloned from) was answered done: done for good
+    /// (a copy's own guard too: its batch ran and its copy-outs were run), answered so without
+    /// the stream's lock.
+    seen_done: std::sync::OnceLock<()>,
 }
 
 impl std::fmt::Debug for Event {
@@ -282,6 +286,7 @@ impl Device {
             }),
             completed: AtomicU64::new(0),
             clean_done: AtomicU64::new(0),
+            clean_own: AtomicU64::new(0),
         });
         let child: Weak<dyn Child> = Arc::downgrade(&inner) as Weak<StreamInner>;
         s.add_child(child);
@@ -485,6 +490,8 @@ impl Stream {
         dst_offset: usize,
     ) -> Result<Pending<'a>> {
         let (addr, len) = pinned_range(src, &range)?;
+        // Refused arguments return at once, before waiting for another device's work.
+        self.inner.check_host_copy(addr, len, &dst.mem, dst_offset)?;
         self.settle_foreign(src, false);
         // SAFETY: the range lies in the block, mapped while `src` lives; `src` stays borrowed
         // shared for the guard's life, and after it the block's `&mut` views wait for this copy
@@ -522,6 +529,8 @@ impl Stream {
         range: std::ops::Range<usize>,
     ) -> Result<Pending<'a>> {
         let (addr, len) = pinned_range(dst, &range)?;
+        // Refused arguments return at once, before waiting for another device's work.
+        self.inner.check_host_copy(addr, len, &src.mem, src_offset)?;
         self.settle_foreign(dst, true);
         // SAFETY: the range lies in the block, mapped while `dst` lives; `dst` stays borrowed
         // exclusively for the guard's life, and after it the block's views wait for this copy
@@ -628,7 +637,7 @@ impl Stream {
     }
 
     fn finish<'a>(&self, value: u64, call: u64, now: bool) -> Result<Pending<'a>> {
-        let event = Event { inner: self.inner.clone(), value, own: true, call };
+        let event = Event { inner: self.inner.clone(), value, own: true, call, seen_done: std::sync::OnceLock::new() };
         if !now {
             return Ok(Pending { event: Some(event), _borrow: PhantomData });
         }
@@ -799,7 +808,7 @@ impl Stream {
         let mut st = relock(&self.inner.state);
         self.inner.check(&st)?;
         self.inner.flush(&l, &mut st)?;
-        Ok(Event { inner: self.inner.clone(), value: st.submitted, own: false, call: 0 })
+        Ok(Event { inner: self.inner.clone(), value: st.submitted, own: false, call: 0, seen_done: std::sync::OnceLock::new() })
     }
 
     /// Makes later work on this stream wait, on the device, for `event` (any stream of the same
@@ -862,11 +871,13 @@ impl Stream {
         }
         let mut st = relock(&self.inner.state);
         self.inner.check(&st)?;
-        // Work recorded before the wait must not wait: submit it first.
-        self.inner.flush(&l, &mut st)?;
+        // Work recorded before the wait must not wait: submit it first. If that submission
+        // fails, the wait still goes to the next batch (`waits` stays): the ordering holds
+        // whatever this call returns.
+        let flushed = self.inner.flush(&l, &mut st);
         st.waits.push((event.inner.sem, target));
         st.wait_on.push(event.inner.clone());
-        answer
+        flushed.and(answer)
     }
 
     /// Waits until all work enqueued so far is done, and completes pageable d2h copies.
@@ -969,8 +980,8 @@ impl Event {
         match self.inner.lost(self.value, self.own, self.call) {
             Some(e) => Err(e),
             None => {
-                if r.is_ok() && !self.own {
-                    self.inner.clean_done.fetch_max(self.value, Ordering::AcqRel);
+                if r.is_ok() {
+                    self.seen();
                 }
                 r
             }
@@ -981,11 +992,12 @@ impl Event {
     /// [`Event::wait`].
     ///
     /// Never blocks, as `cudaEventQuery`: it neither waits for the device nor for the stream's
-    /// lock. While another thread holds the stream (an `upload` or `download` of pageable memory
-    /// copies through the staging ring under it, for as long as that takes), an event this
-    /// stream's `is_done` or `wait` has not yet seen done answers `false`, and the first poll
-    /// after that thread lets go answers what the device says; an event already seen done (or
-    /// one that names no work) answers `true` throughout.
+    /// lock, and once it answered `true` it answers `true` again. An event that names no work,
+    /// or one at or below what the stream last saw complete (every `is_done`, `wait` and every
+    /// operation of the stream that reaps finished work notes it), answers without the lock.
+    /// Otherwise, while another thread holds the stream (an `upload` or `download` of pageable
+    /// memory copies through the staging ring under it), it answers `false`; the holder's own
+    /// reaps then publish the progress that lets a later poll answer `true`.
     ///
     /// # Example
     ///
@@ -1006,10 +1018,12 @@ impl Event {
             Ok(l) => l,
             Err(answer) => return answer.map(|()| true),
         };
-        // An event at or below one already answered done is done for good (see
-        // `StreamInner::clean_done`). A copy's own guard reports its own batch's loss however
-        // often asked, which that mark does not cover: it takes the slow path.
-        if !self.own && self.value <= self.inner.clean_done.load(Ordering::Acquire) {
+        // Done for good without the stream's lock: value 0 (nothing to wait for), an event
+        // answered done before, or one at or below the stream's watermark for its kind (see
+        // `StreamInner::clean_done` and `clean_own`: a copy's own guard reports its own batch's
+        // loss however often asked, so its mark rises only while nothing was ever lost).
+        let mark = if self.own { &self.inner.clean_own } else { &self.inner.clean_done };
+        if self.value == 0 || self.seen_done.get().is_some() || self.value <= mark.load(Ordering::Acquire) {
             return Ok(true);
         }
         let mut st = match self.inner.state.try_lock() {
@@ -1030,9 +1044,7 @@ impl Event {
         }
         if self.inner.completed_value(&l)? >= signalled(&st, self.value) {
             self.inner.reap(&l, &mut st)?;
-            if !self.own {
-                self.inner.clean_done.fetch_max(self.value, Ordering::AcqRel);
-            }
+            self.seen();
             return Ok(true);
         }
         Ok(false)
@@ -1056,6 +1068,17 @@ impl Event {
             return Err(Err(Error::DeviceLost));
         }
         Ok(l)
+    }
+
+    /// Notes that this event was answered done (after its copy-outs ran and no loss was found):
+    /// for good, so later polls answer without the stream's lock. An event (not a copy's own
+    /// guard) also raises the stream's watermark to its value: the reap's own mark stops below
+    /// batches lost and already reported, which such an event is past.
+    fn seen(&self) {
+        let _ = self.seen_done.set(());
+        if !self.own {
+            self.inner.clean_done.fetch_max(self.value, Ordering::AcqRel);
+        }
     }
 }
 
@@ -1087,8 +1110,9 @@ impl Pending<'_> {
     }
 
     /// Whether the copy is done; a lost copy is an error, as for [`Pending::wait`]. Never
-    /// blocks (see [`Event::is_done`]): while another thread holds the stream, `false` until
-    /// the first poll after it lets go.
+    /// blocks (see [`Event::is_done`]); a guard of no work, or one answered done before,
+    /// answers `true` without the stream's lock, and otherwise, while another thread holds the
+    /// stream, `false` until a poll gets it.
     ///
     /// # Example
     ///
