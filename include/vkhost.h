@@ -602,11 +602,21 @@ vkhost_status vkhost_stream_synchronize(const vkhost_stream *stream);
 // gone its work is done: `VKHOST_OK`, or the error of work that never ran (a batch lost to a
 // failed submission or a device loss, copy-outs cancelled by the teardown).
 //
+// Lost work before the event is its error only until `vkhost_stream_synchronize` on its
+// stream has reported that loss: from then on the event answers `VKHOST_OK` (its work that
+// ran is done; the lost work never will be). A caller that must know whether a download
+// landed checks the status of the calls that enqueued and submitted it, or of the first
+// `synchronize` after them.
+//
 // # Safety
 // `event` must be NULL or a live handle.
 vkhost_status vkhost_event_wait(const vkhost_event *event);
 
-// Stores in `*done` whether the work before `event` is done, without blocking.
+// Stores in `*done` whether the work before `event` is done, without blocking: not on the
+// device, not on another thread's call on the stream (an async copy of pageable memory, which
+// copies through staging), not on a `vkhost_device_destroy` in progress (while one of those
+// holds the stream or the device, `*done` is false unless the event was seen done before).
+// Lost work is its error as for `vkhost_event_wait`.
 //
 // # Safety
 // `event` must be NULL or a live handle; `done` NULL or valid for a write.

@@ -479,3 +479,62 @@ def test_the_loader_and_the_build_look_in_cargo_target_dir(monkeypatch: Any) -> 
     assert Path("/elsewhere/tgt/release/libvkhost_capi.so") in ffi._candidates()
     monkeypatch.delenv("CARGO_TARGET_DIR")
     assert any(p.parts[-3:] == ("target", "release", "libvkhost_capi.so") for p in ffi._candidates())
+
+
+def test_a_stream_whose_destroy_never_ran_keeps_its_arrays() -> None:
+    # The release of a stream lost to an interrupt (simulated: its handle marked released
+    # without running the destroy) must not free the arrays its work names: the device's
+    # teardown runs the pending copy-outs into them. Before, they went with the Stream object
+    # and the teardown wrote into freed memory (SIGSEGV in a review).
+    import vkhost as vk
+
+    dev = vk.Device(validation=True)
+    buf = dev.alloc_buffer(64 << 20)
+    s = dev.stream()
+    s.fill(buf, 0x05050505)
+    big = np.zeros(64 << 20, np.uint8)
+    s.download(buf, big)  # pageable: copied out of staging at a later reap
+    raw = s._hs._raw
+    assert raw in vk._STREAM_KEEPS
+    s._hs._raw = None  # the bookkeeping lost; vkhost_stream_destroy never runs
+    del s
+    gc.collect()
+    assert any(a is big for a in vk._STREAM_KEEPS[raw]), "the array stays kept"
+    del big
+    gc.collect()
+    dev.close()  # the teardown's copy-outs land in the kept array, not in freed memory
+    kept = [a for a in vk._STREAM_KEEPS.pop(raw) if isinstance(a, np.ndarray) and a.nbytes == 64 << 20]
+    assert kept and int(kept[0][-1]) in (0, 5)
+
+
+def test_a_close_interrupted_while_waiting_still_destroys_the_stream() -> None:
+    # Ctrl-C while close() waits for another thread's call on the stream: the exception comes
+    # out of close(), and the destroy it owes runs when that call ends. Before, the release was
+    # lost: the stream never destroyed.
+    import signal
+
+    import vkhost as vk
+
+    dev = vkhost.Device(validation=True)
+    s = dev.stream()
+    raw = s._hs._raw
+    inside, leave = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with s._hs.use():  # a call in flight on the stream
+            inside.set()
+            leave.wait()
+
+    t = threading.Thread(target=hold)
+    t.start()
+    inside.wait()
+    timer = threading.Timer(0.2, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        s.close()
+    assert raw in vk._STREAM_KEEPS, "not destroyed while the call is in flight"
+    leave.set()
+    t.join()
+    assert raw not in vk._STREAM_KEEPS, "the last call out ran the destroy close() owed"
+    dev.close()
+    assert vkhost.validation_errors() == 0

@@ -189,64 +189,110 @@ class _Handle:
     A release asked for on a thread that is itself inside a call on the handle (a signal
     handler, or a finalizer the garbage collector runs between the bytecodes of that call)
     cannot wait for that call: it would wait for itself. The handle is then marked released at
-    once (later calls raise) and the release runs when the last call in flight returns."""
+    once (later calls raise) and the release runs when the last call in flight returns.
 
-    __slots__ = ("_raw", "_users", "_threads", "_deferred", "_cv", "_gone")
+    An exception raised asynchronously (KeyboardInterrupt from Ctrl-C, delivered between
+    bytecodes) must not lose the release: a use is counted and marked entered with no call in
+    between (CPython delivers signals only at calls and backward jumps), a release interrupted
+    while it waits leaves itself owed to the last call out, and one owed when the handle is
+    collected runs then. What a stream's work names is kept alive apart from this bookkeeping
+    (``_STREAM_KEEPS``), so even a release lost to a second interrupt leaks, never frees
+    memory the library still writes."""
+
+    __slots__ = ("_raw", "_users", "_threads", "_deferred", "_waiter", "_cv", "_gone")
 
     def __init__(self, raw: int, gone: type[Error], what: str) -> None:
         self._raw: int | None = raw
         self._users = 0
         self._threads: dict[int, int] = {}
         self._deferred: tuple[int, Callable[[int], Any]] | None = None
+        # A release waits for the calls in flight (it runs the owed release itself).
+        self._waiter = False
         self._cv = threading.Condition()
         self._gone = (gone, what)
 
     @contextmanager
     def use(self) -> Iterator[int]:
         me = threading.get_ident()
-        with self._cv:
-            if self._raw is None:
-                cls, what = self._gone
-                raise cls(what, 7 if cls is DeviceDestroyedError else 9)
-            self._users += 1
-            self._threads[me] = self._threads.get(me, 0) + 1
-            raw = self._raw
-        deferred = None
+        entered = False
         try:
+            with self._cv:
+                if self._raw is None:
+                    cls, what = self._gone
+                    raise cls(what, 7 if cls is DeviceDestroyedError else 9)
+                n = self._threads.get(me, 0)
+                raw = self._raw
+                # No call between these three stores: the count and the mark that undoes it
+                # change together.
+                self._users += 1
+                self._threads[me] = n + 1
+                entered = True
             yield raw
         finally:
-            with self._cv:
-                self._users -= 1
-                n = self._threads[me] - 1
-                if n:
-                    self._threads[me] = n
-                else:
-                    del self._threads[me]
-                if self._users == 0:
-                    deferred, self._deferred = self._deferred, None
-                    self._cv.notify_all()
-            if deferred is not None:
-                # The release its caller asked for earlier (and returned from): a failure
-                # here has nobody to report to, and must not replace this call's outcome.
-                try:
-                    deferred[1](deferred[0])
-                except Exception:
-                    pass
+            if entered:
+                self._leave(me)
+
+    def _leave(self, me: int) -> None:
+        deferred = None
+        with self._cv:
+            self._users -= 1
+            n = self._threads[me] - 1
+            if n:
+                self._threads[me] = n
+            else:
+                del self._threads[me]
+            if self._users == 0 and not self._waiter:
+                deferred, self._deferred = self._deferred, None
+            self._cv.notify_all()
+        if deferred is not None:
+            # The release its caller asked for earlier (and returned from): a failure
+            # here has nobody to report to, and must not replace this call's outcome.
+            try:
+                deferred[1](deferred[0])
+            except Exception:
+                pass
 
     def release(self, fn: Callable[[int], Any]) -> None:
         """Ends the handle's use: calls ``fn(raw)`` once the calls in flight returned (at once
         when there are none; nothing if it was released already). On a thread inside a call
-        on the handle, ``fn`` runs when the last call returns (see the class)."""
+        on the handle, ``fn`` runs when the last call returns (see the class). Interrupted
+        while it waits, the release is left to the last call out (and the exception raised)."""
+        me = threading.get_ident()
+        todo = None
+        interrupted: BaseException | None = None
         with self._cv:
             raw, self._raw = self._raw, None
             if raw is None:
                 return
-            if threading.get_ident() in self._threads:
-                self._deferred = (raw, fn)
+            self._deferred = (raw, fn)
+            if me in self._threads:
                 return
-            while self._users:
-                self._cv.wait()
-        fn(raw)
+            self._waiter = True
+            try:
+                while self._users:
+                    self._cv.wait()
+            except BaseException as e:
+                interrupted = e
+            self._waiter = False
+            if self._users == 0:
+                todo, self._deferred = self._deferred, None
+        try:
+            if todo is not None:
+                todo[1](todo[0])
+        finally:
+            if interrupted is not None:
+                raise interrupted
+
+    def __del__(self) -> None:
+        # A release owed and never run (its waiter and the last call out both interrupted):
+        # run it now, when nothing can use the handle any more.
+        d = getattr(self, "_deferred", None)
+        if d is not None and not getattr(self, "_users", 0):
+            self._deferred = None
+            try:
+                d[1](d[0])
+            except Exception:
+                pass
 
     @property
     def live(self) -> bool:
@@ -841,6 +887,13 @@ class Event(_Owner):
                 pass
 
 
+# The arrays each live C stream's work names, by stream handle: kept here, not only on the
+# Python object, and let go only once ``vkhost_stream_destroy`` returned, so that a stream whose
+# destroy never ran (its release lost to an interrupt) leaks them rather than letting the
+# library write into freed memory when the device's teardown runs its copy-outs.
+_STREAM_KEEPS: dict[int, list[Any]] = {}
+
+
 class Stream(_Owner):
     """Ordered async work on one queue. Copies return at once where the array is registered or
     pinned; the stream keeps a reference to every array it was given until ``synchronize``
@@ -865,6 +918,7 @@ class Stream(_Owner):
         with device._use() as d:
             _check(lib.vkhost_stream_create(d, _queue_kind(kind), byref(h)))
         assert h.value is not None
+        _STREAM_KEEPS[h.value] = self._keep
         self._hs = _Handle(h.value, InvalidArgumentError, "the stream was closed")
 
     def _use(self) -> Any:
@@ -976,6 +1030,7 @@ class Stream(_Owner):
                 return
             _check(lib.vkhost_stream_destroy(h))
             # Only now: the arrays of the stream's work stay alive until it is done.
+            _STREAM_KEEPS.pop(h, None)
             with self._enq:
                 self._gone += len(self._keep)
                 self._keep.clear()

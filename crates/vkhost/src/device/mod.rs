@@ -1095,6 +1095,21 @@ impl Shared {
         Ok(LiveRef(g))
     }
 
+    /// [`Shared::live_any`] without waiting: `None` while the lock is held for writing or a
+    /// writer waits for it (a `destroy` in progress, which holds it through its wait for idle).
+    /// For the calls that must never block (`Event::is_done`).
+    pub(crate) fn try_live_any(&self) -> Option<Result<LiveRef<'_>>> {
+        if self.forked() {
+            return Some(Err(Error::DeviceDestroyed));
+        }
+        let g = match self.live.try_read() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        Some(if g.is_none() { Err(Error::DeviceDestroyed) } else { Ok(LiveRef(g)) })
+    }
+
     /// The largest single import or pinned allocation: the option, else the device's limit,
     /// rounded down to `granule` (a power of two).
     pub(crate) fn import_piece(&self, granule: usize) -> usize {

@@ -18,7 +18,22 @@
 //! one `u32` per storage binding, in binding order: that binding's delta in bytes (0 when
 //! aligned, always present). The kernel's own push constants follow.** A kernel indexes its
 //! binding from `delta / 4` (u32 words) or `delta / 16` (vec4) and must touch nothing before it:
-//! the bytes between the aligned-down offset and the range belong to someone else.
+//! the bytes between the aligned-down offset and the range belong to someone else. That
+//! indexing is exact only when the range starts on the element's size: `delta / 4` needs a
+//! range that starts on a multiple of 4 bytes, `delta / 16` one that starts on a multiple of
+//! 16 (`delta % 16 == 0`); otherwise it rounds down to bytes before the range. `launch` does not
+//! refuse such ranges for a user kernel (one may index bytes, or check `delta` itself), as the
+//! built-ins, which need whole words, do: a kernel that indexes elements must be given ranges
+//! that start on its element size.
+//!
+//! The kernel's own push constants are laid out as its shading language lays out the push
+//! block (WGSL and GLSL's std430: a `vec4` member starts on 16 bytes, after padding): declare
+//! their size ([`Kernel::from_spirv`]'s `push_constant_bytes`) and pack the bytes you pass with that
+//! padding. vkhost does not read the layout out of the module; a size or layout that does not
+//! match the shader's is a validation error, not a refusal.
+//!
+//! A zero workgroup count in any dimension dispatches nothing (as `vkCmdDispatch`, where CUDA
+//! refuses a zero grid): `Ok`, and no work.
 //!
 //! ```wgsl
 //! struct Push {
@@ -55,7 +70,11 @@
 //! - [`Binding::host`] (`unsafe`): a raw host range, async whatever covers it.
 //!
 //! A host range that no single registration or pinned block covers is
-//! [`Error::NotRegistered`], never staged. "Covers" is [`host::find`](crate::host::find)'s
+//! [`Error::NotRegistered`], never staged; so is a range that crosses from one import of a
+//! registration or block into the next (one larger than the device's maxMemoryAllocationSize
+//! or [`OpenOptions::max_import_piece`](crate::OpenOptions::max_import_piece) is imported in
+//! pieces, and a binding is one buffer): bind such a range piece by piece (the built-ins' own
+//! wrappers do that). "Covers" is [`host::find`](crate::host::find)'s
 //! meaning: a registration covers its rounded import (the whole pages, or import granules,
 //! around the registered bytes), so a raw [`Binding::host`] range that runs a few bytes past the
 //! registered ones but stays in those pages is accepted. The caller owns those bytes too
