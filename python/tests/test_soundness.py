@@ -528,10 +528,21 @@ def test_a_close_interrupted_while_waiting_still_destroys_the_stream() -> None:
     t = threading.Thread(target=hold)
     t.start()
     inside.wait()
-    timer = threading.Timer(0.2, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        s.close()
+    # Python's own Ctrl-C handler, whatever this process inherited (a background job of a
+    # non-interactive shell starts with SIGINT ignored, and then Python installs none).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        timer = threading.Timer(0.2, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))
+        timer.start()
+        # Should the interrupt never come, the call in flight ends after 20 s and the test
+        # fails (close() then returns without raising) instead of hanging.
+        watchdog = threading.Timer(20, leave.set)
+        watchdog.daemon = True
+        watchdog.start()
+        with pytest.raises(KeyboardInterrupt):
+            s.close()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert raw in vk._STREAM_KEEPS, "not destroyed while the call is in flight"
     leave.set()
     t.join()
