@@ -447,13 +447,10 @@ fn a_dropped_streams_semaphore_goes_at_release_queued() {
 /// that call, in the same run; not a speed figure).
 #[test]
 fn held_stream_is_done_never_waits_for_an_upload() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::{Duration, Instant};
     let d = device().unwrap();
-    let n = 512 << 20;
-    let (x, y) = (Arc::new(d.alloc_buffer(n).unwrap()), d.alloc_buffer(4096).unwrap());
-    let s = Arc::new(d.stream().unwrap());
+    let y = d.alloc_buffer(4096).unwrap();
+    let s = std::sync::Arc::new(d.stream().unwrap());
     // Seen done before the upload starts.
     s.fill_async(&y, 0, 4096, 1).unwrap();
     let seen = s.record().unwrap();
@@ -461,13 +458,42 @@ fn held_stream_is_done_never_waits_for_an_upload() {
     // Not yet seen done when the upload starts.
     s.fill_async(&y, 0, 4096, 2).unwrap();
     let later = s.record().unwrap();
+    let mut longest = Duration::ZERO;
+    let (_, polls, call) = polls_while_held(&d, &s, 512 << 20, || {
+        let t = Instant::now();
+        assert!(seen.is_done().unwrap(), "an event seen done stays done");
+        let _ = later.is_done().unwrap();
+        longest = longest.max(t.elapsed());
+        true
+    });
+    while !later.is_done().unwrap() {
+        std::thread::yield_now();
+    }
+    assert!(longest < call / 4, "a poll took {longest:?} of the {call:?} another thread's upload call held the stream ({polls} polls)");
+    let mut back = vec![0u8; 4096];
+    y.read(0, &mut back).unwrap();
+    assert!(back.chunks(4).all(|c| c == 2u32.to_le_bytes()));
+}
+
+/// Runs `poll` over and over while another thread does one pageable upload of `n` bytes on `s`
+/// (its staging memcpy holds the stream's lock); returns (answers `false`, polls, how long the
+/// upload call took).
+fn polls_while_held(
+    d: &vkhost::Device,
+    s: &std::sync::Arc<vkhost::Stream>,
+    n: usize,
+    mut poll: impl FnMut() -> bool,
+) -> (u64, u64, std::time::Duration) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let x = Arc::new(d.alloc_buffer(n).unwrap());
     let (started, finished) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-    let uploader = {
+    let t = {
         let (s, x, started, finished) = (s.clone(), x.clone(), started.clone(), finished.clone());
         std::thread::spawn(move || {
             let src = vec![7u8; n];
             started.store(true, Ordering::SeqCst);
-            let t = Instant::now();
+            let t = std::time::Instant::now();
             let p = s.upload(&src, &x, 0).unwrap();
             let call = t.elapsed();
             finished.store(true, Ordering::SeqCst);
@@ -478,52 +504,13 @@ fn held_stream_is_done_never_waits_for_an_upload() {
     while !started.load(Ordering::SeqCst) {
         std::thread::yield_now();
     }
-    let (mut longest, mut polls) = (Duration::ZERO, 0u64);
-    while !finished.load(Ordering::SeqCst) {
-        let t = Instant::now();
-        assert!(seen.is_done().unwrap(), "an event seen done stays done");
-        let _ = later.is_done().unwrap();
-        longest = longest.max(t.elapsed());
-        polls += 1;
-    }
-    let call = uploader.join().unwrap();
-    while !later.is_done().unwrap() {
-        std::thread::yield_now();
-    }
-    assert!(longest < call / 4, "a poll took {longest:?} of the {call:?} another thread's upload call held the stream ({polls} polls)");
-    let mut back = vec![0u8; 4096];
-    y.read(0, &mut back).unwrap();
-    assert!(back.chunks(4).all(|c| c == 2u32.to_le_bytes()));
-}
-
-/// Runs `poll` over and over while another thread does one 256 MiB pageable upload on `s` (its
-/// staging memcpy holds the stream's lock); returns (answers `false`, polls).
-fn polls_while_held(d: &vkhost::Device, s: &std::sync::Arc<vkhost::Stream>, mut poll: impl FnMut() -> bool) -> (u64, u64) {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let n = 256 << 20;
-    let x = Arc::new(d.alloc_buffer(n).unwrap());
-    let (started, finished) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-    let t = {
-        let (s, x, started, finished) = (s.clone(), x.clone(), started.clone(), finished.clone());
-        std::thread::spawn(move || {
-            let src = vec![7u8; n];
-            started.store(true, Ordering::SeqCst);
-            let p = s.upload(&src, &x, 0).unwrap();
-            finished.store(true, Ordering::SeqCst);
-            p.wait().unwrap();
-        })
-    };
-    while !started.load(Ordering::SeqCst) {
-        std::thread::yield_now();
-    }
     let (mut falses, mut polls) = (0, 0);
     while !finished.load(Ordering::SeqCst) {
         falses += u64::from(!poll());
         polls += 1;
     }
-    t.join().unwrap();
-    (falses, polls)
+    let call = t.join().unwrap();
+    (falses, polls, call)
 }
 
 /// Once done, always done (as `cudaEventQuery`), without the stream's lock: a guard of no work,
@@ -536,20 +523,20 @@ fn held_stream_done_stays_done() {
     let s = std::sync::Arc::new(d.stream().unwrap());
     let y = d.alloc_buffer(4096).unwrap();
     let nothing = s.upload(&[], &y, 0).unwrap();
-    let (f, n) = polls_while_held(&d, &s, || nothing.is_done().unwrap());
+    let (f, n, _) = polls_while_held(&d, &s, 256 << 20, || nothing.is_done().unwrap());
     assert_eq!(f, 0, "a guard of no work answered false {f} of {n} polls");
     let pinned = PinnedBuffer::new(&d, 4096).unwrap();
     let p = s.upload_pinned(&pinned, 0..4096, &y, 0).unwrap();
     while !p.is_done().unwrap() {
         std::thread::yield_now();
     }
-    let (f, n) = polls_while_held(&d, &s, || p.is_done().unwrap());
+    let (f, n, _) = polls_while_held(&d, &s, 256 << 20, || p.is_done().unwrap());
     assert_eq!(f, 0, "a copy's guard seen done answered false {f} of {n} polls");
     drop(p);
     s.fill_async(&y, 0, 4096, 1).unwrap();
     let e = s.record().unwrap();
     s.synchronize().unwrap();
-    let (f, n) = polls_while_held(&d, &s, || e.is_done().unwrap());
+    let (f, n, _) = polls_while_held(&d, &s, 256 << 20, || e.is_done().unwrap());
     assert_eq!(f, 0, "an event synchronize saw complete answered false {f} of {n} polls");
 }
 
