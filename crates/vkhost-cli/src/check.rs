@@ -308,15 +308,18 @@ fn in_pieces(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u6
 fn d2d_by_kernel(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
     let o = OpenOptions { d2d_kernel_min: Some(4), ..opts.clone() };
     let dev = Device::open_with(index, &o)?;
-    let mut row = Row { name: "stream d2d copies by the copy kernel".into(), passed: 0, total: 0, detail: String::new() };
+    rows.push(d2d_by_kernel_row(&dev)?);
+    dev.destroy()?;
+    Ok(dev.validation_errors())
+}
+
+/// [`d2d_by_kernel`]'s row, on its device.
+fn d2d_by_kernel_row(dev: &Device) -> Result<Row> {
+    let name = "stream d2d copies by the copy kernel";
+    let skipped = |why: String| Row { name: format!("{name}: skipped ({why})"), passed: 0, total: 0, detail: String::new() };
     let s = match dev.stream_on(vkhost::QueueKind::Compute) {
         Ok(s) => s,
-        Err(e) => {
-            row.name = format!("stream d2d copies by the copy kernel: skipped ({e})");
-            rows.push(row);
-            dev.destroy()?;
-            return Ok(dev.validation_errors());
-        }
+        Err(e) => return Ok(skipped(e.to_string())),
     };
     let n = 3 * 4096 + 64;
     let src = pattern(n, 77);
@@ -326,12 +329,9 @@ fn d2d_by_kernel(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Resul
     // copy kernel's pipeline is first made by a copy_async below (which is how a copy tells
     // that it ran the kernel).
     if let Err(e) = s.fill_u32(Binding::Device(&a, 0, 4), 0).and_then(|()| s.synchronize()) {
-        row.name = format!("stream d2d copies by the copy kernel: skipped (the kernel cannot run: {e})");
-        rows.push(row);
-        drop(s);
-        dev.destroy()?;
-        return Ok(dev.validation_errors());
+        return Ok(skipped(format!("the kernel cannot run: {e}")));
     }
+    let mut row = Row { name: name.into(), passed: 0, total: 0, detail: String::new() };
     a.write(0, &src)?;
     let mut kernel_ran = false;
     for &(so, dof) in &[(0usize, 0usize), (4, 8), (16, 32), (12, 4), (1, 3)] {
@@ -357,10 +357,7 @@ fn d2d_by_kernel(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Resul
         row.total += 1;
         row.detail = "the copy kernel never ran (every copy was a vkCmdCopyBuffer)".into();
     }
-    rows.push(row);
-    drop(s);
-    dev.destroy()?;
-    Ok(dev.validation_errors())
+    Ok(row)
 }
 
 /// The staged paths through a small staging ring (64 KiB chunks, 2 slots), on a device of its
