@@ -364,10 +364,10 @@ vkhost_status vkhost_device_validation_errors(const vkhost_device *device, uint6
 // a clean run ends with 0.
 uint64_t vkhost_validation_errors(void);
 
-// Allocates `len` bytes of pinned host memory (driver memory, or on GPUs from 2 MiB vkhost's
-// own huge-page memory imported; mapped for its whole life and bound to a VkBuffer) and
-// stores its address in `*ptr`. Free it with `vkhost_free_pinned` before destroying the device
-// (destroy unmaps it). `len == 0`: `VKHOST_INVALID_ARGUMENT`.
+// Allocates `len` bytes of pinned host memory (driver memory, unless `VKHOST_PINNED_HUGE_MIN`
+// asks for vkhost's own huge-page memory imported; mapped for its whole life and bound to a
+// VkBuffer) and stores its address in `*ptr`. Free it with `vkhost_free_pinned` before
+// destroying the device (destroy unmaps it). `len == 0`: `VKHOST_INVALID_ARGUMENT`.
 // More than one allocation may hold (maxMemoryAllocationSize, or the options'
 // `max_import_piece`): one contiguous block of vkhost's own memory imported in pieces where
 // the device can import host memory, else `VKHOST_UNSUPPORTED`.
@@ -379,20 +379,19 @@ vkhost_status vkhost_alloc_pinned(const vkhost_device *device, size_t len, void 
 // Frees the pinned block that starts at `ptr`. The entry goes at once (a later `vkhost_find`
 // misses); the call returns once the copies and launches in flight that use the block are
 // done, as `cudaFreeHost` does, and the memory is freed after that on vkhost's background
-// thread, or, for a driver block (on GPUs, those under 2 MiB while imports work) that fits
-// the device's cache of freed blocks (64 MiB on GPUs by default, none on CPU drivers; `VKHOST_PINNED_CACHE=N|off` sets
-// it), kept for the next `vkhost_alloc_pinned` of exactly its size, which gets it back with
-// its old contents; `vkhost_device_trim_pinned_cache` frees what is kept. A copy recorded into
-// the caller's command buffer, which only the caller submits, does not hold the call up: it
-// holds the block until it is reaped.
+// thread, or, for a driver block that fits the device's cache of freed blocks (64 MiB on GPUs
+// by default, none on CPU drivers; `VKHOST_PINNED_CACHE=N|off` sets it), kept for the next
+// `vkhost_alloc_pinned` of exactly its size, which gets it back with its old contents;
+// `vkhost_device_trim_pinned_cache` frees what is kept. A copy recorded into the caller's
+// command buffer, which only the caller submits, does not hold the call up: it holds the
+// block until it is reaped.
 // `VKHOST_NOT_PINNED` for anything but a live block's start (interior pointers, registered
 // addresses, a second free). After `vkhost_device_destroy` the block is a tombstone: `VKHOST_OK`,
 // once.
 //
 // # Safety
 // `device` must be NULL or a live handle. `ptr` is only compared, never dereferenced.
-vkhost_status vkhost_free_pinned(const vkhost_device *device,
-                                 void *ptr);
+vkhost_status vkhost_free_pinned(const vkhost_device *device, void *ptr);
 
 // Registers (imports, VK_EXT_external_memory_host) the caller's memory `[ptr, ptr+len)`, rounded
 // out to the import granule, so copies from or to it go direct.

@@ -801,14 +801,12 @@ class _PinnedBlock(_Owner):
 
 
 class PinnedArray(np.ndarray):
-    """A NumPy array over pinned host memory (memory the device reads and writes directly:
-    the driver's, or on GPUs from 2 MiB vkhost's own huge-page memory).
-    ``PinnedArray(device, shape, dtype)`` or ``device.pinned(shape, dtype)``.
+    """A NumPy array over pinned host memory (driver memory the device reads and writes
+    directly). ``PinnedArray(device, shape, dtype)`` or ``device.pinned(shape, dtype)``.
 
     Slices and views share the pinned memory and keep it alive; the block is freed when the
-    last of them goes. On GPUs a driver block (under 2 MiB while imports work) is kept
-    instead, up to 64 MiB in all, for the next block of exactly its size, which gets it back
-    with its old contents (``VKHOST_PINNED_CACHE=N|off`` sets the bytes kept;
+    last of them goes. On GPUs a driver block is kept instead, up to 64 MiB in all, for the
+    next block of exactly its size, which gets it back with its old contents (``VKHOST_PINNED_CACHE=N|off`` sets the bytes kept;
     ``Device.trim_pinned_cache()`` frees them). Results of arithmetic are ordinary arrays. ``copy()`` is not pinned.
     """
 

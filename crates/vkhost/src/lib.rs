@@ -6,9 +6,8 @@
 //! Copies between host memory and a Vulkan device are usually staged: the CPU memcpys into a
 //! driver staging buffer, then the device copies from there. vkhost removes the staging:
 //!
-//! - **pinned blocks** ([`host::alloc_pinned`], [`PinnedBuffer`]): driver-allocated host memory
-//!   (on GPUs, blocks of 2 MiB and more are vkhost's own huge-page memory, imported), mapped and
-//!   bound to a VkBuffer;
+//! - **pinned blocks** ([`host::alloc_pinned`], [`PinnedBuffer`]): driver-allocated host memory,
+//!   mapped and bound to a VkBuffer;
 //! - **registered ranges** ([`host::register`], [`Device::register`]): the caller's own memory,
 //!   imported with VK_EXT_external_memory_host;
 //! - **find** ([`host::find`]): for any host range, the VkBuffer and offset that cover it;

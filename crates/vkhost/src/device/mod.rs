@@ -305,11 +305,13 @@ pub struct OpenOptions {
     /// A `fork()` copies such a block's pages into the child (Linux copies pinned anonymous
     /// memory rather than share it), which costs time and memory in a process that forks.
     ///
-    /// `None` (the default): [`PINNED_HUGE_MIN`](Self::PINNED_HUGE_MIN) on GPUs, never on CPU
-    /// drivers. On the H200, against driver blocks in alternated processes: `alloc_pinned` 1 GiB
-    /// 185-280 ms against 253-304, 256 MiB 41-59 against 57-82, `free_pinned` plus its release
-    /// of 1 GiB 36-43 ms against 53-76, copies the same (docs/PERFORMANCE.md).
-    /// `Some(usize::MAX)`: never. `VKHOST_PINNED_HUGE_MIN=N` (bytes; `off`) sets it.
+    /// `None` (the default) and `Some(usize::MAX)`: never, every block that fits one allocation
+    /// is the driver's, as the seed's `allocate_pinned` says ("no host memory crosses to the
+    /// driver"). Opt in where allocation time matters and the process does not fork (above):
+    /// [`PINNED_HUGE_MIN`](Self::PINNED_HUGE_MIN) on the H200, against driver blocks in
+    /// alternated processes: `alloc_pinned` 1 GiB 185-280 ms against 253-304, 256 MiB 41-59
+    /// against 57-82, `free_pinned` plus its release of 1 GiB 36-43 ms against 53-76, copies the
+    /// same (docs/PERFORMANCE.md). `VKHOST_PINNED_HUGE_MIN=N` (bytes; `off`) sets it.
     pub pinned_huge_min: Option<usize>,
     /// Bytes of freed pinned driver blocks a device keeps for reuse. A block that
     /// [`free_pinned`](crate::host::free_pinned) or a [`PinnedBuffer`](crate::PinnedBuffer)'s
@@ -507,8 +509,8 @@ impl OpenOptions {
     /// # Ok::<(), vkhost::Error>(())
     /// ```
     pub const ASSIST_RECENT: std::time::Duration = std::time::Duration::from_millis(10);
-    /// The smallest pinned block made of vkhost's own huge-page memory on GPUs by default (2 MiB,
-    /// one huge page; see [`pinned_huge_min`](Self::pinned_huge_min)).
+    /// A [`pinned_huge_min`](Self::pinned_huge_min) to opt in with (2 MiB, one huge page: a
+    /// smaller block cannot be a huge page). Off by default; see there for what it costs.
     ///
     /// # Example
     ///

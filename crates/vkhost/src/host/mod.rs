@@ -314,9 +314,11 @@ impl HostPtr for usize {
 
 /// Allocates `len` bytes of pinned host memory, mapped for its whole life and bound to a
 /// VkBuffer (TRANSFER_SRC | TRANSFER_DST | STORAGE_BUFFER), and lists it in the registry.
-/// Driver memory, except blocks of at least `OpenOptions::pinned_huge_min` (2 MiB on GPUs by
-/// default), which are vkhost's own huge-page memory imported into the same memory type where
-/// the device allows it (on the H200 they allocate and free faster and copy the same).
+/// Driver memory (vkAllocateMemory: no host memory is handed to the driver, as the seed's
+/// `allocate_pinned` says), except blocks larger than one allocation (below) and, only when
+/// asked for with `OpenOptions::pinned_huge_min` (off by default), blocks of at least that size,
+/// which are then vkhost's own huge-page memory imported into the same memory type where the
+/// device allows it (on the H200 they allocated and freed faster and copied the same).
 ///
 /// Memory type, best first: HOST_VISIBLE|HOST_COHERENT|HOST_CACHED not DEVICE_LOCAL; then
 /// HOST_VISIBLE|HOST_COHERENT not DEVICE_LOCAL; only then DEVICE_LOCAL host-visible (the only
@@ -487,15 +489,10 @@ fn refusal_recurs(e: &Error) -> bool {
 }
 
 /// Whether a pinned block of `len` bytes should be vkhost's own huge-page memory:
-/// `OpenOptions::pinned_huge_min`, by default 2 MiB on GPUs and never on CPU drivers (whose
-/// "device" maps nothing). Whether imports work at all, [`huge_block`] asks.
+/// `OpenOptions::pinned_huge_min`, by default never (the seed's `allocate_pinned`: "no host
+/// memory crosses to the driver"). Whether imports work at all, [`huge_block`] asks.
 fn huge_pinned(s: &Shared, len: usize) -> bool {
-    let min = match s.options.pinned_huge_min {
-        Some(m) => m,
-        None if s.info.device_type == crate::DeviceType::Cpu => usize::MAX,
-        None => crate::OpenOptions::PINNED_HUGE_MIN,
-    };
-    len >= min
+    len >= s.options.pinned_huge_min.unwrap_or(usize::MAX)
 }
 
 /// A pinned block of `len` bytes made of vkhost's own memory: one anonymous mapping, huge-page

@@ -77,8 +77,8 @@ fn raw_memory(
     Some(RawMemory { buffer: obj.buffer, memory, offset: at as u64, size: obj.size, usage: crate::device::BUFFER_USAGE, handle_types })
 }
 
-/// Pinned, mapped host memory that DMA copies address directly (driver-allocated, or vkhost's
-/// own huge-page memory imported: see [`alloc_pinned`](super::alloc_pinned)); frees on drop.
+/// Pinned, mapped host memory that DMA copies address directly (driver-allocated; see
+/// [`alloc_pinned`](super::alloc_pinned) for the exceptions); frees on drop.
 ///
 /// While any `PinnedBuffer` of a device lives, `Device::destroy` returns `Error::Busy`, so safe
 /// code never touches unmapped memory. Its contents start zeroed where the driver zeroes
