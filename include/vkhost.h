@@ -360,8 +360,10 @@ vkhost_status vkhost_device_trim_pinned_cache(const vkhost_device *device, uint6
 vkhost_status vkhost_device_validation_errors(const vkhost_device *device, uint64_t *errors);
 
 // Validation-layer errors reported so far by every device opened through this ABI, released
-// or not (a released device's count is taken at its release). For tests: with validation on,
-// a clean run ends with 0.
+// or not, the reports of each device's teardown included (vkDestroyDevice's objects left
+// undestroyed), whenever it runs: at `vkhost_device_destroy`, or at the release of the last
+// handle that holds the device (a buffer, stream or event holds one). For tests: with
+// validation on, a clean run ends with 0.
 uint64_t vkhost_validation_errors(void);
 
 // Allocates `len` bytes of pinned host memory (driver memory, unless `VKHOST_PINNED_HUGE_MIN`

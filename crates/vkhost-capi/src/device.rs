@@ -470,17 +470,30 @@ pub struct vkhost_raw_device {
     pub external_memory_host: u32,
 }
 
-/// Handles opened through this ABI (for the process-wide validation count) and the errors of
-/// those already released.
-static OPEN: Mutex<Vec<Device>> = Mutex::new(Vec::new());
+/// The validation counts of the devices opened through this ABI whose teardown has not ended
+/// (for the process-wide count), and the errors of those whose teardown ended. A counter
+/// outlives its device, so a teardown's own reports (vkDestroyDevice's objects left
+/// undestroyed) are counted whenever it runs: at `vkhost_device_destroy`, or at the release of
+/// the last handle that holds the device.
+static OPEN: Mutex<Vec<vkhost::ValidationCounter>> = Mutex::new(Vec::new());
 static RETIRED_ERRORS: AtomicU64 = AtomicU64::new(0);
 
-fn open_list() -> std::sync::MutexGuard<'static, Vec<Device>> {
-    OPEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+/// The counters of devices not yet torn down, after moving the errors of those that were into
+/// `RETIRED_ERRORS` (their counts no longer change).
+fn open_list() -> std::sync::MutexGuard<'static, Vec<vkhost::ValidationCounter>> {
+    let mut open = OPEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    open.retain(|c| {
+        let done = c.is_final();
+        if done {
+            RETIRED_ERRORS.fetch_add(c.errors(), Ordering::Relaxed);
+        }
+        !done
+    });
+    open
 }
 
 fn hand_out(dev: Device, o: crate::Out<*mut vkhost_device>) {
-    open_list().push(dev.clone());
+    open_list().push(dev.validation_counter());
     // SAFETY: `o` was checked non-NULL; the caller passed a writable `vkhost_device**`.
     unsafe { o.put(Box::into_raw(Box::new(vkhost_device { dev }))) }
 }
@@ -1073,14 +1086,7 @@ pub unsafe extern "C" fn vkhost_device_release(device: *mut vkhost_device) -> vk
             return Err(Fail::Null("device"));
         }
         // SAFETY: made by `Box::into_raw` in `hand_out`, released once per the contract.
-        let d = unsafe { Box::from_raw(device) };
-        let mut open = open_list();
-        if let Some(i) = open.iter().position(|x| x.id() == d.dev.id()) {
-            let mine = open.swap_remove(i);
-            RETIRED_ERRORS.fetch_add(mine.validation_errors(), Ordering::Relaxed);
-        }
-        drop(open);
-        drop(d);
+        drop(unsafe { Box::from_raw(device) });
         Ok(())
     })
 }
@@ -1215,8 +1221,10 @@ pub unsafe extern "C" fn vkhost_device_validation_errors(device: *const vkhost_d
 }
 
 /// Validation-layer errors reported so far by every device opened through this ABI, released
-/// or not (a released device's count is taken at its release). For tests: with validation on,
-/// a clean run ends with 0.
+/// or not, the reports of each device's teardown included (vkDestroyDevice's objects left
+/// undestroyed), whenever it runs: at `vkhost_device_destroy`, or at the release of the last
+/// handle that holds the device (a buffer, stream or event holds one). For tests: with
+/// validation on, a clean run ends with 0.
 #[cfg_attr(
     doc,
     doc = r#"
@@ -1244,7 +1252,7 @@ assert_eq!(vkhost_validation_errors(), 0);
 pub extern "C" fn vkhost_validation_errors() -> u64 {
     let mut n = 0;
     let _ = ffi(|| {
-        let live: u64 = open_list().iter().map(|d| d.validation_errors()).sum();
+        let live: u64 = open_list().iter().map(|c| c.errors()).sum();
         n = RETIRED_ERRORS.load(Ordering::Relaxed) + live;
         Ok(())
     });

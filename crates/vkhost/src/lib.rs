@@ -145,7 +145,7 @@ pub use device::info::{ApiVersion, DeviceInfo, DeviceType, MemoryHeap, MemoryTyp
 pub use device::queues::{CopyFloor, CopyQueues, QueueFigures};
 pub use device::{
     BarAssist, BarWrites, BorrowedDevice, Device, DeviceHold, DeviceId, ImportPolicy, LiveObjects, MemoryChoices, OpenOptions, Ownership,
-    QueueKind, RawDevice, devices, validation_layer_installed,
+    QueueKind, RawDevice, ValidationCounter, devices, validation_layer_installed,
 };
 pub use error::{Error, Result};
 pub use host::range::{HostRange, broadcast, gather};

@@ -52,6 +52,9 @@ pub(crate) struct ValidationCounts {
     pub warnings: AtomicU64,
     /// The most recent error message, for reports.
     pub last_error: std::sync::Mutex<Option<String>>,
+    /// Set once the device's teardown ended (its instance destroyed, where vkhost owned one):
+    /// nothing counts into these any more.
+    pub done: std::sync::atomic::AtomicBool,
 }
 
 /// Whether `VKHOST_VALIDATION` (1, true or on; 0, false or off, the default) asks for the

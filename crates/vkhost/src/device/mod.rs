@@ -803,6 +803,73 @@ fn check_raw_queues(info: &DeviceInfo, raw: &RawDevice) -> Result<()> {
     Ok(())
 }
 
+/// A device's validation-message counts ([`Device::validation_counter`]), readable after the
+/// device is gone. All zero when validation is off.
+#[derive(Clone, Debug)]
+pub struct ValidationCounter(Arc<ValidationCounts>);
+
+impl ValidationCounter {
+    /// Validation-layer error messages so far, those of the device's teardown included.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let counter = vkhost::Device::open_default()?.validation_counter(); // opened and dropped
+    /// assert_eq!(counter.errors(), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn errors(&self) -> u64 {
+        self.0.errors.load(Ordering::Relaxed)
+    }
+
+    /// Validation-layer warnings so far.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let counter = dev.validation_counter();
+    /// assert_eq!(counter.warnings(), dev.validation_warnings());
+    /// # Ok(()) }
+    /// ```
+    pub fn warnings(&self) -> u64 {
+        self.0.warnings.load(Ordering::Relaxed)
+    }
+
+    /// The most recent validation-layer error message, if any.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let counter = vkhost::Device::open_default()?.validation_counter();
+    /// assert_eq!(counter.last_error(), None);
+    /// # Ok(()) }
+    /// ```
+    pub fn last_error(&self) -> Option<String> {
+        self.0.last_error.lock().ok().and_then(|g| g.clone())
+    }
+
+    /// Whether the device's teardown has ended ([`Device::destroy`], or the drop of its last
+    /// handle): the counts no longer change.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let counter = dev.validation_counter();
+    /// dev.destroy()?;
+    /// assert!(counter.is_final(), "destroy tore it down, though `dev` is still held");
+    /// # Ok(()) }
+    /// ```
+    pub fn is_final(&self) -> bool {
+        self.0.done.load(Ordering::Acquire)
+    }
+}
+
 /// Live Vulkan object counts of one device, for leak checks.
 ///
 /// # Example
@@ -1440,6 +1507,8 @@ impl Shared {
                 unsafe { parts.destroy() };
             }
         }
+        // The messenger is gone with the instance: the counts are final (`ValidationCounter`).
+        self.counts.done.store(true, Ordering::Release);
         step(&mut first, || log::debug!("{}: destroyed", self.id));
         first
     }
@@ -2391,6 +2460,28 @@ impl Device {
     /// ```
     pub fn last_validation_error(&self) -> Option<String> {
         self.shared.counts.last_error.lock().ok().and_then(|g| g.clone())
+    }
+
+    /// This device's validation-message counts as a handle that outlives the device: read after
+    /// the last handle is gone, it includes what the layer reported during the teardown
+    /// (vkDestroyDevice's reports of objects left undestroyed), which
+    /// [`validation_errors`](Self::validation_errors) cannot be asked for any more.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let counter = dev.validation_counter();
+    /// dev.alloc_buffer(64)?.write(0, &[1; 64])?;
+    /// assert!(!counter.is_final());
+    /// drop(dev); // the last handle: the device is torn down
+    /// assert!(counter.is_final());
+    /// assert_eq!(counter.errors(), 0, "{:?}", counter.last_error());
+    /// # Ok(()) }
+    /// ```
+    pub fn validation_counter(&self) -> ValidationCounter {
+        ValidationCounter(self.shared.counts.clone())
     }
 
     /// Validation-layer warnings seen so far.
