@@ -104,21 +104,22 @@ type Lister = (crate::DeviceId, std::sync::Weak<Shared>);
 /// The devices that listed an entry in the registry.
 static LISTERS: crate::par::PerFork<Mutex<Vec<Lister>>> = crate::par::PerFork::new(|| Mutex::new(Vec::new()));
 
-/// Called before `s` lists an entry. The first time a device does, the entries of devices whose
-/// state is gone (the last handle and every guard dropped: nobody can name them to unregister
-/// or free) leave the registry: tombstones stay only while a late `unregister`/`free_pinned`
-/// can still reach them, instead of for the life of the process (a program that opened devices
-/// in a loop and dropped them before their registrations grew without bound). The registry's
-/// lock is not held while the lister list's is, and the entries are dropped after both.
+/// Called before `s` lists an entry: the entries of devices whose state is gone (the last
+/// handle and every guard dropped: nobody can name them to unregister or free) leave the
+/// registry, whichever device lists next: tombstones stay only while a late
+/// `unregister`/`free_pinned` can still reach them, instead of for the life of the process (a
+/// program that opened devices in a loop and dropped them before their registrations grew
+/// without bound). The list holds one entry per device that listed and still lives, so the scan
+/// is short. The registry's lock is not held while the lister list's is, and the entries are
+/// dropped after both.
 pub(super) fn note_lister(s: &Arc<Shared>) {
     let gone: Vec<crate::DeviceId> = {
         let mut g = lock(LISTERS.get());
-        if g.iter().any(|(id, _)| *id == s.id) {
-            return;
-        }
         let gone = g.iter().filter(|(_, w)| w.strong_count() == 0).map(|(id, _)| *id).collect();
         g.retain(|(_, w)| w.strong_count() > 0);
-        g.push((s.id, Arc::downgrade(s)));
+        if !g.iter().any(|(id, _)| *id == s.id) {
+            g.push((s.id, Arc::downgrade(s)));
+        }
         gone
     };
     if gone.is_empty() {
