@@ -285,3 +285,33 @@ fn pinned_stream_copies_on_another_device_wait_for_the_blocks_own_device() {
     assert_eq!(good, N, "download_pinned on device B wrote the block while device A's kernel read it");
     assert!(block.iter().all(|&b| b == 0x22));
 }
+
+/// `broadcast` and `gather` check every device range before any copy: one destination or source
+/// out of range copies nothing (up to `7088ff9` the other devices' copies ran and only the
+/// error came back: a broadcast that failed had written some devices; found by a review). No
+/// destinations is nothing to do; no sources for a non-empty `dst` is an error (its bytes would
+/// be left unwritten).
+#[test]
+fn broadcast_and_gather_check_every_range_first() {
+    let Some(a) = device() else { return };
+    let b = second(&a);
+    let (ga, gb) = (a.alloc_buffer(4096).unwrap(), b.alloc_buffer(4096).unwrap());
+    ga.write(0, &[1; 4096]).unwrap();
+    gb.write(0, &[2; 4096]).unwrap();
+    assert_eq!(broadcast(&[9; 100], &[(&ga, 0), (&gb, 4000)]), Err(Error::OutOfRange));
+    assert_eq!(broadcast(&[9; 100], &[(&ga, usize::MAX), (&gb, 0)]), Err(Error::OutOfRange));
+    let mut back = vec![0u8; 4096];
+    ga.read(0, &mut back).unwrap();
+    assert!(back.iter().all(|&x| x == 1), "a refused broadcast wrote nothing on the first device");
+    gb.read(0, &mut back).unwrap();
+    assert!(back.iter().all(|&x| x == 2), "nor on the second");
+    let mut out = vec![7u8; 8193];
+    assert_eq!(gather(&[(&ga, 0), (&gb, 0)], &mut out), Err(Error::OutOfRange), "the last slice takes 4097 bytes");
+    assert!(out.iter().all(|&x| x == 7), "a refused gather read nothing");
+    assert_eq!(broadcast(&[1, 2], &[]), Ok(()));
+    assert!(matches!(gather(&[], &mut [0u8; 4]), Err(Error::InvalidArgument { .. })));
+    assert_eq!(gather(&[], &mut []), Ok(()));
+    let mut out = vec![0u8; 8192];
+    gather(&[(&ga, 0), (&gb, 0)], &mut out).unwrap();
+    assert!(out[..4096].iter().all(|&x| x == 1) && out[4096..].iter().all(|&x| x == 2));
+}

@@ -312,8 +312,9 @@ impl Drop for HostRange<'_> {
 
 /// Copies `src` into each `(buffer, offset)` of `dsts`, every device at once (one thread per
 /// destination), synchronously: direct where `src` is registered or pinned on that device
-/// (a [`HostRange`] makes it so everywhere), staged elsewhere. Returns the first error after
-/// every copy finished.
+/// (a [`HostRange`] makes it so everywhere), staged elsewhere. Every destination's range is
+/// checked before any copy starts (`OutOfRange` copies nothing); an error of a copy itself is
+/// returned, the first one, after every copy finished. No destinations: `Ok`, nothing to do.
 ///
 /// # Example
 ///
@@ -331,14 +332,25 @@ impl Drop for HostRange<'_> {
 /// # Ok(()) }
 /// ```
 pub fn broadcast(src: &[u8], dsts: &[(&DeviceBuffer, usize)]) -> Result<()> {
+    dsts.iter().try_for_each(|&(b, off)| in_range(b, off, src.len()))?;
     run_all(dsts.len(), |i| dsts[i].0.write(dsts[i].1, src))
+}
+
+/// `OutOfRange` unless `[off, off + len)` lies in `b`, as its own copies check.
+fn in_range(b: &DeviceBuffer, off: usize, len: usize) -> Result<()> {
+    match off.checked_add(len) {
+        Some(end) if end <= b.len() => Ok(()),
+        _ => Err(Error::OutOfRange),
+    }
 }
 
 /// Copies from each `(buffer, offset)` of `srcs` into its slice of `dst`, every device at once:
 /// `dst` is cut into `srcs.len()` consecutive slices of `dst.len() / srcs.len()` bytes (the last
 /// takes the remainder), and slice `i` is read from `srcs[i]`. Synchronous; direct where `dst` is
-/// registered or pinned on the source's device. Returns the first error after every copy
-/// finished.
+/// registered or pinned on the source's device. Every source's range is checked before any
+/// copy starts (`OutOfRange` copies nothing); an error of a copy itself is returned, the first
+/// one, after every copy finished. No sources: `Ok` for an empty `dst`, else `InvalidArgument`
+/// (its bytes would be left unwritten).
 ///
 /// # Example
 ///
@@ -361,6 +373,9 @@ pub fn gather(srcs: &[(&DeviceBuffer, usize)], dst: &mut [u8]) -> Result<()> {
     }
     let n = srcs.len();
     let each = dst.len() / n;
+    for (i, &(b, off)) in srcs.iter().enumerate() {
+        in_range(b, off, if i + 1 == n { dst.len() - each * (n - 1) } else { each })?;
+    }
     let mut slices: Vec<&mut [u8]> = Vec::with_capacity(n);
     let mut rest = dst;
     for i in 0..n {
