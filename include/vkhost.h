@@ -1,10 +1,13 @@
 /*
  * vkhost: pinned and registered host memory for Vulkan compute (the C ABI).
  * Library: libvkhost_capi.so / libvkhost_capi.a (cc ... -lvkhost_capi).
- * Every function returns a vkhost_status; vkhost_last_error_message() says why a call failed.
+ * Every function returns a vkhost_status, except vkhost_last_error_message(), which says why
+ * the thread's last call failed, vkhost_status_name() and vkhost_validation_errors().
  * Handles may be used from any thread, concurrently, except that releasing a handle
  * (*_release, *_free, vkhost_stream_destroy) while another thread uses it, or using it
- * afterwards, is undefined behaviour, as with free().
+ * afterwards, is undefined behaviour, as with free(). Stop and join the threads that call
+ * vkhost before the process exits: a driver tears itself down at exit and may crash under a
+ * call still in flight on another thread (lavapipe does).
  */
 
 #ifndef VKHOST_H
@@ -319,7 +322,8 @@ vkhost_status vkhost_device_registration(const vkhost_device *device, size_t *gr
 // and other calls answer `VKHOST_DEVICE_DESTROYED`, except those that only read what the
 // handles recorded: `vkhost_device_get_info`, `vkhost_device_is_destroyed`,
 // `vkhost_device_stats`, `vkhost_device_validation_errors`, `vkhost_buffer_len`,
-// and `vkhost_event_wait`/`vkhost_event_query` (the work is done: `VKHOST_OK`, or the error of
+// `vkhost_device_trim_pinned_cache` (0 bytes: the teardown freed what was kept), and
+// `vkhost_event_wait`/`vkhost_event_query` (the work is done: `VKHOST_OK`, or the error of
 // work that never ran). Idempotent. Pinned blocks are unmapped: do
 // not touch their bytes afterwards.
 //
@@ -405,7 +409,8 @@ vkhost_status vkhost_free_pinned(const vkhost_device *device, void *ptr);
 // # Safety
 // `device` must be NULL or a live handle. Until `vkhost_unregister` returns (or the device is
 // destroyed), the pages covering the rounded range must stay mapped and writable, and must not
-// be freed or remapped: the device may read or write them whenever a copy names them.
+// be freed or remapped, nor a file they map shrink below them (SIGBUS on any access): the
+// device may read or write them whenever a copy names them.
 vkhost_status vkhost_register(const vkhost_device *device, void *ptr, size_t len);
 
 // Unregisters the registration that starts at `ptr`; returns once no submitted work can read

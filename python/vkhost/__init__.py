@@ -895,7 +895,10 @@ _STREAM_KEEPS: dict[int, list[Any]] = {}
 class Stream(_Owner):
     """Ordered async work on one queue. Copies return at once where the array is registered or
     pinned; the stream keeps a reference to every array it was given until ``synchronize``
-    (a destination's bytes are in place only then, or after an event recorded later is waited)."""
+    (a destination's bytes are in place only then, or after an event recorded later is waited).
+    The device reads a registered or pinned source when the copy runs, so do not change its
+    bytes until then (``synchronize``, or an event recorded after the upload): a change before
+    may or may not reach the device. A pageable array's bytes are read before the call returns."""
 
     def __init__(self, device: Device, kind: Literal["copy", "compute"] = "copy") -> None:
         self._init_once()
@@ -930,7 +933,10 @@ class Stream(_Owner):
         self.close()
 
     def upload(self, src: np.ndarray, dst: DeviceBuffer, offset: int = 0) -> None:
-        """Enqueues a copy of ``src``'s bytes into ``dst`` at byte ``offset``."""
+        """Enqueues a copy of ``src``'s bytes into ``dst`` at byte ``offset``. A registered or
+        pinned ``src`` is read when the copy runs: leave its bytes unchanged until
+        ``synchronize`` (or an event recorded after this) says it is done; a pageable one is
+        read before this returns."""
         src = _contiguous(src, "src")
         _require_buffer(dst, "dst")
         offset = _size(offset, "offset")

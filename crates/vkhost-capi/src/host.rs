@@ -247,7 +247,8 @@ pub unsafe extern "C" fn vkhost_free_pinned(device: *const vkhost_device, ptr: *
 /// # Safety
 /// `device` must be NULL or a live handle. Until `vkhost_unregister` returns (or the device is
 /// destroyed), the pages covering the rounded range must stay mapped and writable, and must not
-/// be freed or remapped: the device may read or write them whenever a copy names them.
+/// be freed or remapped, nor a file they map shrink below them (SIGBUS on any access): the
+/// device may read or write them whenever a copy names them.
 #[cfg_attr(
     doc,
     doc = r#"

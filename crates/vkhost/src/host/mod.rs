@@ -2,7 +2,7 @@
 //!
 //! Two sources of a host range that a VkBuffer covers:
 //! - **pinned blocks** ([`alloc_pinned`]): driver memory (vkAllocateMemory), bound to a buffer
-//!   and mapped for its whole life;
+//!   and mapped until [`free_pinned`] or the device's destroy;
 //! - **registrations** ([`register`]): the caller's pages, imported with
 //!   VK_EXT_external_memory_host, rounded outward to max(page size, minImportedHostPointerAlignment).
 //!
@@ -31,7 +31,8 @@
 //! while recording, notes its use, and keeps an `Arc` until it is reaped. `unregister` and
 //! `free_pinned` remove the entry at once (later lookups miss; the range may be registered
 //! again). An unregister then closes the import and returns only once no submitted work can read
-//! or write the caller's bytes, and destroys the import. `free_pinned` (and a `PinnedBuffer`'s
+//! or write the caller's bytes; the import's Vulkan objects are then freed on vkhost's
+//! background releaser thread ([`crate::Device::release_queued`] waits for it). `free_pinned` (and a `PinnedBuffer`'s
 //! drop) likewise returns once the copies and launches in flight that name the block are done,
 //! as `cudaFreeHost` does, but copies recorded into a caller's command buffers (a
 //! `RecordedCopy`, which only the caller submits) do not hold it up: the block, which vkhost
@@ -312,7 +313,8 @@ impl HostPtr for usize {
     }
 }
 
-/// Allocates `len` bytes of pinned host memory, mapped for its whole life and bound to a
+/// Allocates `len` bytes of pinned host memory, mapped until [`free_pinned`] or the device's
+/// destroy (which unmaps it; see the module docs on tombstones) and bound to a
 /// VkBuffer (TRANSFER_SRC | TRANSFER_DST | STORAGE_BUFFER), and lists it in the registry.
 /// Driver memory (vkAllocateMemory: no host memory is handed to the driver, as the seed's
 /// `allocate_pinned` says), except blocks larger than one allocation (below) and, only when
@@ -349,8 +351,8 @@ impl HostPtr for usize {
 /// use vkhost::host;
 /// let dev = vkhost::Device::open_default()?;
 /// let block = host::alloc_pinned(&dev, 1024)?;
-/// // SAFETY: the block is mapped for 1024 bytes until `free_pinned`, and no device work
-/// // names it yet.
+/// // SAFETY: the block is mapped for 1024 bytes until `free_pinned` (the device is not
+/// // destroyed before), and no device work names it yet.
 /// let bytes = unsafe { std::slice::from_raw_parts_mut(block.as_ptr(), 1024) };
 /// bytes.fill(0x5A);
 /// let gpu = dev.alloc_buffer(1024)?;
@@ -822,8 +824,9 @@ fn release_registration(dev: &Device, addr: usize, by_guard: bool) -> Result<()>
 ///
 /// # Safety
 /// Until [`unregister`] returns `Ok` (or the device is destroyed), the pages covering the range must
-/// stay mapped and writable and must not be freed or remapped: the device may read or write them
-/// at any time a copy names them. The rounded range includes the partial pages at both ends; the
+/// stay mapped and writable and must not be freed or remapped, and a file they map must not
+/// shrink below them (a truncated file's pages fault with SIGBUS on any access, vkhost's
+/// copies included): the device may read or write them at any time a copy names them. The rounded range includes the partial pages at both ends; the
 /// caller must own them too (they are only read or written by copies that name those bytes).
 ///
 /// # Example

@@ -218,7 +218,9 @@ impl<'a> HostRange<'a> {
 
     /// [`super::find`] on `dev` for `len` bytes at `offset` into the range: the buffer and offset
     /// that cover them on that device. `None` for a device it is not registered on, a range out
-    /// of bounds or crossing two import pieces, or a destroyed device.
+    /// of bounds or crossing two import pieces, or a destroyed device. A zero-length range is
+    /// looked up as the byte at `offset` (as [`super::find`] does), so `offset` must be inside
+    /// the range: `find(dev, len, 0)` is `None`.
     ///
     /// # Example
     ///
@@ -233,10 +235,11 @@ impl<'a> HostRange<'a> {
     /// let (buf_b, _) = range.find(&b, 16, 64).expect("registered on b");
     /// assert_ne!(buf_a, buf_b, "one import per device");
     /// assert_eq!(range.find(&a, 4000, 200), None, "past the range");
+    /// assert_eq!(range.find(&a, 4096, 0), None, "one past the end, though in the rounded page");
     /// # Ok(()) }
     /// ```
     pub fn find(&self, dev: &Device, offset: usize, len: usize) -> Option<(vk::Buffer, u64)> {
-        let end = offset.checked_add(len)?;
+        let end = offset.checked_add(len.max(1))?;
         if end > self.len || !self.devices.iter().any(|d| d.id() == dev.id()) {
             return None;
         }
