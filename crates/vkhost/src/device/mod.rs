@@ -805,6 +805,19 @@ fn check_raw_queues(info: &DeviceInfo, raw: &RawDevice) -> Result<()> {
 
 /// A device's validation-message counts ([`Device::validation_counter`]), readable after the
 /// device is gone. All zero when validation is off.
+///
+/// # Example
+///
+/// ```
+/// # fn main() -> vkhost::Result<()> {
+/// let opts = vkhost::OpenOptions { validation: vkhost::validation_layer_installed(), ..Default::default() };
+/// let dev = vkhost::Device::open_default_with(&opts)?;
+/// let counter = dev.validation_counter();
+/// drop(dev);
+/// // What the teardown reported (objects left undestroyed) is counted too.
+/// assert_eq!((counter.errors(), counter.is_final()), (0, true), "{:?}", counter.last_error());
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub struct ValidationCounter(Arc<ValidationCounts>);
 
