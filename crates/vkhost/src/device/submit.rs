@@ -743,6 +743,42 @@ pub(crate) unsafe fn compute_host_read_barrier(d: &ash::Device, cmd: vk::Command
     unsafe { d.cmd_pipeline_barrier(cmd, src, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &[b], &[], &[]) };
 }
 
+/// The largest region vkhost records in one `VkBufferCopy`: 1 GiB. lavapipe (Mesa 22.3) copies
+/// a region of 2 GiB or more wrongly (its copy box is 32-bit and signed: wrong bytes, or a
+/// crash in its queue thread), and a buffer of its maxMemoryAllocationSize is exactly 2 GiB;
+/// cutting larger regions costs a GPU one more region in the same command.
+pub(crate) const COPY_REGION_MAX: u64 = 1 << 30;
+
+/// vkCmdCopyBuffer of `regions`, each cut into regions of at most [`COPY_REGION_MAX`] bytes
+/// (one call as given when none is larger: no allocation on the hot path).
+///
+/// # Safety
+/// As for vkCmdCopyBuffer: `cmd` is recording; `src` and `dst` are live buffers, the regions
+/// within them, in the usage and order the caller's barriers make valid.
+pub(crate) unsafe fn cmd_copy_buffer(
+    d: &ash::Device,
+    cmd: vk::CommandBuffer,
+    src: vk::Buffer,
+    dst: vk::Buffer,
+    regions: &[vk::BufferCopy],
+) {
+    if regions.iter().all(|r| r.size <= COPY_REGION_MAX) {
+        // SAFETY: the caller's contract.
+        unsafe { d.cmd_copy_buffer(cmd, src, dst, regions) };
+        return;
+    }
+    for r in regions {
+        let mut done = 0;
+        while done < r.size {
+            let size = (r.size - done).min(COPY_REGION_MAX);
+            let part = vk::BufferCopy { src_offset: r.src_offset + done, dst_offset: r.dst_offset + done, size };
+            // SAFETY: the caller's contract; `part` is a sub-range of `r`.
+            unsafe { d.cmd_copy_buffer(cmd, src, dst, &[part]) };
+            done += size;
+        }
+    }
+}
+
 /// Makes transfer writes in `cmd` visible to host reads once the submission is waited on.
 ///
 /// # Safety
@@ -961,7 +997,7 @@ unsafe fn submit_batch(
                     Dir::ToDevice => (host_buf, dev, vk::BufferCopy { src_offset: host_off, dst_offset: dev_off, size: len }),
                     Dir::ToHost => (dev, host_buf, vk::BufferCopy { src_offset: dev_off, dst_offset: host_off, size: len }),
                 };
-                d.cmd_copy_buffer(cmd, src, dst, &[region]);
+                cmd_copy_buffer(d, cmd, src, dst, &[region]);
             }
             if dir == Dir::ToHost {
                 host_read_barrier(d, cmd);

@@ -952,7 +952,7 @@ pub unsafe fn record_copy(
                 Direction::HostToDevice => (hb, buffer),
                 Direction::DeviceToHost => (buffer, hb),
             };
-            d.cmd_copy_buffer(cmd, src, dst, &regions);
+            crate::device::submit::cmd_copy_buffer(d, cmd, src, dst, &regions);
         }
         if write {
             host_read_barrier(d, cmd);

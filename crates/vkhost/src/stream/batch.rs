@@ -92,7 +92,7 @@ impl Batch {
         if let Some(m) = self.merged.take() {
             // SAFETY: the caller's contract; the regions do not overlap (a conflict would have
             // emitted the earlier ones and put a barrier in between).
-            unsafe { d.cmd_copy_buffer(self.cmd, m.src, m.dst, &m.regions) };
+            unsafe { crate::device::submit::cmd_copy_buffer(d, self.cmd, m.src, m.dst, &m.regions) };
         }
     }
 
