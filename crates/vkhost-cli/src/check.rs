@@ -306,7 +306,9 @@ fn in_pieces(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u6
 /// (it waits for the stream's work on the buffer). Which route each copy took is told by the
 /// device's pipelines (one is made when the kernel first runs).
 fn d2d_by_kernel(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
-    let o = OpenOptions { d2d_kernel_min: Some(4), ..opts.clone() };
+    // At least two cached pipelines: the row tells the copy kernel ran by the pipeline count
+    // going up past the fill's, which a cache of one (`VKHOST_MAX_PIPELINES=1`) evicts.
+    let o = OpenOptions { d2d_kernel_min: Some(4), max_pipelines: opts.max_pipelines.max(2), ..opts.clone() };
     let dev = Device::open_with(index, &o)?;
     rows.push(d2d_by_kernel_row(&dev)?);
     dev.destroy()?;

@@ -64,8 +64,10 @@ pub enum Error {
     /// `free_pinned` of an address that is not the start of a live pinned block.
     #[error("address is not the start of a pinned block")]
     NotPinned,
-    /// `unregister` of an address that is not the start of a registration.
-    #[error("address is not the start of a registration")]
+    /// `unregister` of an address that is not the start of a registration; also a host range
+    /// that must be covered by one registration or pinned block (a kernel's host binding, a
+    /// recorded copy) and is not.
+    #[error("not registered: no registration starts at the address, or no one registration or pinned block covers the host range")]
     NotRegistered,
     /// `register` of bytes that overlap a registration or pinned block on the same device.
     #[error("range overlaps a registration or pinned block on this device")]
