@@ -70,6 +70,8 @@ impl DeviceBuffer {
         // Mapped (for the CPU stores) where the device's buffers live in mapped VRAM.
         let b = s.alloc_device_bound(&l, len as u64, USAGE, true)?;
         let res = Resource::new(s, BufferObj::new(s, b, len as u64));
+        let owner: std::sync::Weak<Resource> = std::sync::Arc::downgrade(&res);
+        s.note_device_buffer(res.obj.buffer, owner);
         Ok(DeviceBuffer { mem: DeviceMem::new(s.id, res, len), shared: s.clone() })
     }
 

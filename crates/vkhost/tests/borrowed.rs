@@ -991,6 +991,39 @@ fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) 
     (r, rx)
 }
 
+/// A `DeviceBuffer` that a recorded copy names (its `raw()` handle, as record_copy's examples
+/// use it) and that is dropped before the copy runs stays alive until the copy is reaped: the
+/// ticket's state holds it. Up to `d1a6e3d` only the host side was held, so the drop freed the
+/// buffer under the pending copy (lavapipe crashed in its queue thread; found by a review).
+#[test]
+fn device_buffer_dropped_while_a_recorded_copy_names_it_stays_alive() {
+    let Some(mut c) = Caller::new() else { return };
+    let dev = c.wrap();
+    let done = c.timeline();
+    let n = 4 << 20;
+    let mut pb = vkhost::PinnedBuffer::new(&dev, n).unwrap();
+    pb.copy_from_slice(&pattern(n, 9));
+    let gpu = dev.alloc_buffer(n).unwrap();
+    let buffers = dev.live_objects().buffers;
+    let cmd = c.begin();
+    // SAFETY: recording; the host range is a pinned block, not touched until `done`; `gpu` is a
+    // buffer of this device with TRANSFER_DST, in range; hooked before the submit; `done`
+    // outlives vkhost's device.
+    unsafe {
+        let mut t = host::record_copy(&dev, cmd, Direction::HostToDevice, pb.as_ptr(), n, gpu.raw(), 0).unwrap();
+        t.completes_at(done, 1).unwrap();
+    }
+    drop(gpu);
+    assert_eq!(dev.live_objects().buffers, buffers, "the recorded copy holds the device buffer");
+    c.submit(cmd, None, done, 1);
+    c.wait(done, 1);
+    assert_eq!(host::reap_recorded(&dev), 0);
+    assert_eq!(dev.live_objects().buffers, buffers - 1, "released once the copy was reaped");
+    drop(pb);
+    dev.destroy().unwrap();
+    c.destroy();
+}
+
 struct OwnObjects {
     d: vkhost::ash::Device,
     pool: vk::CommandPool,

@@ -1083,6 +1083,10 @@ pub(crate) struct Shared {
     pub buffer_epoch: AtomicU64,
     /// Children to tear down at destroy (streams, buffers, imports), see `object`.
     pub children: Mutex<Vec<std::sync::Weak<dyn object::Child>>>,
+    /// The device buffers vkhost made on this device, by handle, as `Any` (their type belongs
+    /// to a layer above): `host::record_copy` holds the one a recorded copy names until the copy
+    /// is reaped. Weak, so an entry never keeps a buffer; dead ones are pruned as it grows.
+    pub device_buffers: Mutex<std::collections::HashMap<vk::Buffer, std::sync::Weak<dyn std::any::Any + Send + Sync>>>,
     /// Every buffer's handles, for teardown's sweep (`object::Slot`); slots whose buffer is gone
     /// and released are forgotten now and then.
     pub slots: Mutex<Vec<Arc<object::Slot>>>,
@@ -2099,6 +2103,7 @@ impl Device {
                 buffer_epoch: AtomicU64::new(0),
                 gone: AtomicBool::new(false),
                 children: Mutex::new(Vec::new()),
+                device_buffers: Mutex::new(std::collections::HashMap::new()),
                 slots: Mutex::new(Vec::new()),
                 garbage: Mutex::new(Vec::new()),
                 pipeline_garbage: Mutex::new(Vec::new()),

@@ -116,6 +116,10 @@ pub(crate) struct Recorded {
     changed: Condvar,
     /// Owners of what the commands name, dropped once completion is observed.
     keep: Mutex<Vec<Arc<Resource>>>,
+    /// The device buffer the commands name, when it is one vkhost made (a `DeviceBuffer`'s
+    /// resource): held, not tracked, so its drop cannot free it under the recorded copy, and
+    /// dropped with `keep`.
+    buffer: Mutex<Option<Arc<dyn std::any::Any + Send + Sync>>>,
 }
 
 /// Every `Recorded` whose completion vkhost has not observed yet, of every device. Its lock is
@@ -314,6 +318,7 @@ impl Child for Recorded {
             self.queue_idle(l);
             let keep = std::mem::take(&mut *lock(&self.keep));
             drop(keep);
+            drop(lock(&self.buffer).take());
             // Observed complete: out of the pending list (teardown holds an `Arc` of `self`).
             lock(PENDING.get()).retain(|r| !std::ptr::eq(Arc::as_ptr(r), self));
         }
@@ -330,7 +335,10 @@ impl Child for Recorded {
 /// the hook complete. Dropping it without a hook declares that the command buffer will never be
 /// submitted (see [`record_copy`]'s Safety); while an unhooked ticket lives, `Device::destroy`
 /// and an [`unregister`](super::unregister) of the bytes are `Busy` (changing nothing), and the
-/// drop of a `Registration` or `HostRange` over them blocks until the hook is given. Forgetting
+/// drop of a `Registration` or `HostRange` over them blocks until the hook is given, as does
+/// any access through the guards to those bytes (`Deref`/`DerefMut` of a `PinnedBuffer`,
+/// `Registration` or `HostRange`, which wait for the device work that names them; vkhost-wgpu's
+/// `Scope::pinned`/`registration` too): hook the ticket first, on the same thread. Forgetting
 /// an unhooked ticket (`mem::forget`) leaves all three so for good: a leak becomes a refusal or
 /// a hang, never a use of freed memory. The uses and the resources' `Arc`s are vkhost's from
 /// [`record_copy`] on, so soundness never rests on the ticket's `Drop`.
@@ -787,6 +795,7 @@ pub fn reap_recorded(dev: &Device) -> usize {
             }
             // The last owner may be this: objects go through `BufferObj`'s drop.
             drop(keep);
+            drop(lock(&r.buffer).take());
         }
     }
     pending
@@ -810,8 +819,13 @@ fn copy_regions(dir: Direction, ho: u64, doff: u64, n: u64) -> smallvec::SmallVe
 /// [`crate::Device::from_raw_borrowed`] for the mode it serves.
 ///
 /// The host range must be covered completely by live registrations and/or pinned blocks of
-/// `dev` (several entries, or several import pieces of one, make several regions); anything
-/// else is `Error::NotRegistered` (nothing is staged). `InvalidArgument` for `len == 0`, a null
+/// `dev`, as [`find`](super::find) covers: a registration's rounded import, so bytes in the
+/// partial pages next to the registered ones count too, and a `DeviceToHost` copy of them writes
+/// there (several entries, or several import pieces of one, make several regions); anything
+/// else is `Error::NotRegistered` (nothing is staged). When `buffer` is a
+/// [`DeviceBuffer`](crate::DeviceBuffer) of `dev` (its [`raw`](crate::DeviceBuffer::raw)
+/// handle), the ticket's state holds it as it holds the host side: dropped meanwhile, it is
+/// freed only once the copy is reaped. `InvalidArgument` for `len == 0`, a null
 /// or overflowing range. `DeviceDestroyed`/`DeviceLost` as usual. On error nothing was recorded.
 ///
 /// Recorded: a barrier (transfer and host writes → transfer reads and writes: earlier transfers
@@ -923,6 +937,8 @@ pub unsafe fn record_copy(
         hook: Mutex::new(HookState { hook: Hook::Unset, users: 0 }),
         changed: Condvar::new(),
         keep: Mutex::new(Vec::new()),
+        // A `DeviceBuffer` of `dev` named by its handle: held until the copy is reaped.
+        buffer: Mutex::new(s.device_buffer(buffer)),
     });
     let tl: Weak<dyn Timeline> = Arc::downgrade(&rec) as Weak<Recorded>;
     {
