@@ -864,7 +864,9 @@ class Event(_Owner):
         return self._h.use()
 
     def wait(self) -> None:
-        """Blocks until the work before the event is done."""
+        """Blocks until the work before the event is done. In a child of ``os.fork()``, raises
+        ``DeviceDestroyedError`` unless the parent saw the work done before the fork (nothing
+        of the parent's runs in the child)."""
         with self._use() as e:
             _check(lib.vkhost_event_wait(e))
 

@@ -573,6 +573,9 @@ pub unsafe extern "C" fn vkhost_stream_synchronize(stream: *const vkhost_stream)
 /// landed checks the status of the calls that enqueued and submitted it, or of the first
 /// `synchronize` after them.
 ///
+/// In a forked child: `VKHOST_OK` at once for work the parent saw done before the fork, else
+/// `VKHOST_DEVICE_DESTROYED` (nothing of the parent's runs in the child).
+///
 /// # Safety
 /// `event` must be NULL or a live handle.
 #[cfg_attr(

@@ -294,6 +294,10 @@ fn pages_that_cannot_be_touched_are_refused() {
 /// once without touching the parent's stream state, even while a parent thread held a stream's
 /// lock at the fork (a long pageable enqueue). Before (this session's first fixes), those paths
 /// locked the stream state in the child first and could hang there for ever (found by a review).
+/// An event the parent saw done before the fork is done in the child too (its bytes are in the
+/// child's copy of memory); one it had not is `DeviceDestroyed` there: nothing of the parent's
+/// runs in the child. Up to `d1a6e3d` such a wait answered `Ok` and the child read stale bytes
+/// (found by a review).
 #[test]
 fn a_forked_child_never_waits_on_the_parents_stream_locks() {
     let d = device().unwrap();
@@ -303,6 +307,8 @@ fn a_forked_child_never_waits_on_the_parents_stream_locks() {
     let other = d.stream().unwrap();
     s.fill_async(&buf, 0, 4096, 0).unwrap();
     let ev = s.record().unwrap();
+    ev.wait().unwrap();
+    let (late, small) = (d.stream().unwrap(), d.alloc_buffer(4096).unwrap());
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (s2, b2, stop2) = (s.clone(), buf.clone(), stop.clone());
     let busy = std::thread::spawn(move || {
@@ -319,6 +325,9 @@ fn a_forked_child_never_waits_on_the_parents_stream_locks() {
         let mut fds = [0i32; 2];
         // SAFETY: a fresh pipe into a local array.
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // Work the parent has not seen done at the fork: nothing reaped `late` since.
+        late.fill_async(&small, 0, 4096, 7).unwrap();
+        let unseen = late.record().unwrap();
         // SAFETY: the child only makes vkhost calls that answer at once in a forked child,
         // writes one byte, then _exits (no destructors, no atexit handlers).
         let pid = unsafe { libc::fork() };
@@ -327,6 +336,8 @@ fn a_forked_child_never_waits_on_the_parents_stream_locks() {
             let ok = s.synchronize() == Err(vkhost::Error::DeviceDestroyed)
                 && ev.wait().is_ok()
                 && ev.is_done() == Ok(true)
+                && unseen.wait() == Err(vkhost::Error::DeviceDestroyed)
+                && unseen.is_done() == Err(vkhost::Error::DeviceDestroyed)
                 && other.wait_event(&ev).is_err();
             let b = [if ok { b'1' } else { b'0' }];
             // SAFETY: async-signal-safe write and exit.
@@ -367,6 +378,7 @@ fn a_forked_child_never_waits_on_the_parents_stream_locks() {
             n
         };
         assert_eq!((got, b[0]), (1, b'1'), "the child's answers (synchronize, Event::wait/is_done, wait_event)");
+        unseen.wait().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(30));
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

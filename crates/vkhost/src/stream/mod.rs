@@ -953,7 +953,9 @@ impl Event {
     /// Waits on the host until the work before this event is done, and completes pageable d2h
     /// copies up to it. After the device or stream is gone, its work is done: `Ok`, unless work
     /// before it was lost or its pageable copy-outs were cancelled (then that error). In a
-    /// forked child: `Ok` at once (nothing of the parent's runs there).
+    /// forked child, at once: `Ok` for work the parent saw done before the fork (its bytes are in
+    /// the child's copy of memory), else `DeviceDestroyed`, as every call there: nothing of the
+    /// parent's runs in the child, so the child's copy of a destination never gets the bytes.
     ///
     /// Work before the event that was lost (its submission failed, so it never ran) is an
     /// error: the first such failure that [`Stream::synchronize`] has not reported yet.
@@ -1017,15 +1019,15 @@ impl Event {
     /// # Ok(()) }
     /// ```
     pub fn is_done(&self) -> Result<bool> {
-        if self.inner.shared.forked() {
-            return Ok(true);
-        }
         // Done for good without the stream's lock: value 0 (nothing to wait for), an event
         // answered done before, or one at or below the stream's watermark for its kind (see
         // `StreamInner::clean_done` and `clean_own`: a copy's own guard reports its own batch's
         // loss however often asked, so its mark rises only while nothing was ever lost).
-        let mark = if self.own { &self.inner.clean_own } else { &self.inner.clean_done };
-        let for_good = self.value == 0 || self.seen_done.get().is_some() || self.value <= mark.load(Ordering::Acquire);
+        let for_good = self.done_for_good();
+        if self.inner.shared.forked() {
+            // Touching none of the parent's locks: done before the fork, or never here.
+            return if for_good { Ok(true) } else { Err(Error::DeviceDestroyed) };
+        }
         // The device's lock without waiting: a `destroy` on another thread holds it through its
         // wait for idle (a poll took the whole teardown, 2.4 s behind 4 GiB of fills).
         let l = match self.inner.shared.try_live_any() {
@@ -1077,7 +1079,7 @@ impl Event {
     /// the event guards, so the library never writes destinations the caller may now reuse.
     fn live_or_answer(&self) -> std::result::Result<crate::device::LiveRef<'_>, Result<()>> {
         if self.inner.shared.forked() {
-            return Err(Ok(()));
+            return Err(if self.done_for_good() { Ok(()) } else { Err(Error::DeviceDestroyed) });
         }
         let Ok(l) = self.inner.shared.live_any() else { return Err(self.inner.lost(self.value, self.own, self.call).map_or(Ok(()), Err)) };
         if self.inner.shared.lost.load(Ordering::Relaxed) {
@@ -1085,6 +1087,13 @@ impl Event {
             return Err(Err(Error::DeviceLost));
         }
         Ok(l)
+    }
+
+    /// Whether the event is known done for good without the stream's lock: it names no work,
+    /// was answered done before, or lies at or below the stream's watermark for its kind.
+    fn done_for_good(&self) -> bool {
+        let mark = if self.own { &self.inner.clean_own } else { &self.inner.clean_done };
+        self.value == 0 || self.seen_done.get().is_some() || self.value <= mark.load(Ordering::Acquire)
     }
 
     /// Notes that this event was answered done (after its copy-outs ran and no loss was found):
