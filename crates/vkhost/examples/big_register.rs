@@ -14,7 +14,16 @@ use std::time::Instant;
 use vkhost::{Device, host};
 
 fn main() -> vkhost::Result<()> {
-    let gib: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(8);
+    let gib: usize = match std::env::args().nth(1) {
+        None => 8,
+        Some(a) => match a.parse() {
+            Ok(g) if g > 0 => g,
+            _ => {
+                eprintln!("big_register: the size is a whole number of GiB (at least 1), not {a:?}");
+                std::process::exit(1);
+            }
+        },
+    };
     let len = gib << 30;
     let dev = Device::open_default()?;
     let limit = dev.info().max_memory_allocation_size as usize;
@@ -48,14 +57,23 @@ fn main() -> vkhost::Result<()> {
     let t = Instant::now();
     // SAFETY: the mapping stays until after unregister.
     unsafe { host::register(&dev, p, len) }?;
-    println!("register: {:.1} ms ({} pieces of at most {} MiB)", t.elapsed().as_secs_f64() * 1e3, len.div_ceil(piece), piece >> 20);
+    println!(
+        "register: {:.1} ms ({} pieces of at most {})",
+        t.elapsed().as_secs_f64() * 1e3,
+        len.div_ceil(piece),
+        vkhost::fmt_bytes(piece as u64)
+    );
     let stats = host::device_stats(&dev);
     if stats.live_imports != 1 {
         println!("FAIL: stats count {} live imports, want 1", stats.live_imports);
         fails += 1;
     }
-    // find: inside the first piece, inside the last, and across the first boundary.
-    let inside = [(0usize, 4096usize), (piece - 4096, 4096), (len - 4096, 4096), (piece, 1 << 20)];
+    // find: inside the first piece, at the end of the first and the start of the second, and
+    // inside the last.
+    let mut inside = vec![(0usize, 4096usize), (len - 4096, 4096)];
+    if len > piece {
+        inside.extend([(piece - 4096, 4096), (piece, (1usize << 20).min(piece).min(len - piece))]);
+    }
     for (off, n) in inside {
         if host::find(&dev, p.wrapping_add(off), n).is_none() {
             println!("FAIL: find({off:#x}, {n}) is None inside a piece");
@@ -93,8 +111,9 @@ fn main() -> vkhost::Result<()> {
         fails += 1;
     }
     println!(
-        "{} MiB across the piece boundary: h2d {:.1} GB/s ({path:?}), d2h into a Vec {:.1} GB/s, d2h into the registration {:.1} GB/s ({path2:?})",
-        n >> 20,
+        "{} {}: h2d {:.1} GB/s ({path:?}), d2h into a Vec {:.1} GB/s, d2h into the registration {:.1} GB/s ({path2:?})",
+        vkhost::fmt_bytes(n as u64),
+        if len > piece { "across the piece boundary" } else { "in the one piece" },
         n as f64 / up / 1e9,
         n as f64 / down / 1e9,
         n as f64 / down2 / 1e9

@@ -117,8 +117,12 @@ impl Job<'_> {
         Ok(t.elapsed().as_secs_f64())
     }
 
-    /// The kernel reads the registered input and writes the registered output directly.
+    /// The kernel reads the registered input and writes the registered output directly. A
+    /// host binding must lie in one buffer: a chunk is cut where either array's registration
+    /// changes import piece (a registration larger than one allocation is several imports) and
+    /// at the device's maxStorageBufferRange.
     fn zero_copy(&self, streams: &[Stream]) -> vkhost::Result<f64> {
+        let most = (self.dev.info().max_storage_buffer_range as usize) & !3;
         let t = Instant::now();
         for k in 0..self.chunks {
             let (off, n) = self.chunk(k);
@@ -126,15 +130,39 @@ impl Job<'_> {
                 break;
             }
             let s = &streams[k % streams.len()];
-            // SAFETY: as in `staged`: registered, outliving the work, synchronized below.
-            let b = unsafe { [Binding::host(self.src.add(off), n), Binding::host(self.dst.add(off), n)] };
-            s.launch(&self.kernel, groups(n / 4), &b, &push(&[(n / 4) as u32, A, B]))?;
+            let mut at = off;
+            while at < off + n {
+                let len = self.one_buffer(at, (off + n - at).min(most));
+                // SAFETY: as in `staged`: registered, outliving the work, synchronized below.
+                let b = unsafe { [Binding::host(self.src.add(at), len), Binding::host(self.dst.add(at), len)] };
+                s.launch(&self.kernel, groups(len / 4), &b, &push(&[(len / 4) as u32, A, B]))?;
+                at += len;
+            }
             s.flush()?;
         }
         for s in streams {
             s.synchronize()?;
         }
         Ok(t.elapsed().as_secs_f64())
+    }
+
+    /// The longest run of whole words from byte `at`, at most `most` bytes, that one buffer
+    /// covers in both arrays (`host::find`; shorter runs are covered too, so a binary search).
+    fn one_buffer(&self, at: usize, most: usize) -> usize {
+        let covered = |len: usize| {
+            // SAFETY: pointer arithmetic within the arrays (`at + len <= self.len`).
+            let (a, b) = unsafe { (self.src.add(at), self.dst.add(at)) };
+            host::find(self.dev, a, len).is_some() && host::find(self.dev, b, len).is_some()
+        };
+        let (mut lo, mut hi) = (1, most / 4); // words: `lo` always covered (one page, one buffer)
+        if covered(hi * 4) {
+            return hi * 4;
+        }
+        while lo + 1 < hi {
+            let mid = (lo + hi) / 2;
+            if covered(mid * 4) { lo = mid } else { hi = mid }
+        }
+        lo * 4
     }
 }
 
