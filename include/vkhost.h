@@ -8,6 +8,9 @@
  * afterwards, is undefined behaviour, as with free(). Stop and join the threads that call
  * vkhost before the process exits: a driver tears itself down at exit and may crash under a
  * call still in flight on another thread (lavapipe does).
+ * vkhost's warnings and errors (a malformed VKHOST_* variable ignored, validation messages)
+ * go to standard error as "vkhost: <level>: <message>"; VKHOST_LOG=off|error|warn|info|debug
+ * sets what is printed (default warn).
  */
 
 #ifndef VKHOST_H

@@ -11,6 +11,10 @@ vkCmdCopyBuffer, no staging); everything else is staged.
         with dev.register(a):
             buf.write(a)                       # direct from your array
             b = buf.read(dtype=np.float32)     # staged into a new array
+
+vkhost's warnings and errors (a malformed ``VKHOST_*`` variable ignored, validation-layer
+messages) go to standard error as ``vkhost: <level>: <message>``; ``VKHOST_LOG=off`` (or
+``error``, ``warn``, the default, ``info``, ``debug``) sets what is printed.
 """
 
 from __future__ import annotations
@@ -642,7 +646,8 @@ class DeviceBuffer(_Owner):
     ) -> np.ndarray:
         """Copies from the buffer at byte ``offset`` into ``out`` (C-contiguous, writable), or
         into a new array of ``count`` items of ``dtype`` (default: the rest of the buffer).
-        Returns the array."""
+        Returns the array. The bytes are taken as they are: for a dtype that not every bit
+        pattern is a value of (``bool``, ``U`` strings), read only what was written as such."""
         offset = _size(offset, "offset")
         if out is None:
             dt = _item_dtype(dtype, "dtype")

@@ -243,6 +243,7 @@ fn set_last(msg: String) {
 /// The boundary every entry point goes through: runs `f`, catches a panic, records the
 /// message and turns the outcome into a status.
 pub(crate) fn ffi(f: impl FnOnce() -> Res) -> vkhost_status {
+    stderr_log::install();
     let (status, msg) = match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => (VKHOST_OK, String::new()),
         Ok(Err(Fail::Null(what))) => (VKHOST_NULL_ARGUMENT, format!("{what} is NULL")),
@@ -370,5 +371,54 @@ mod tests {
         assert_eq!(ffi(|| Ok(())), VKHOST_OK);
         // SAFETY: as above.
         assert_eq!(unsafe { std::ffi::CStr::from_ptr(vkhost_last_error_message()) }, c"");
+    }
+}
+
+/// vkhost's log for programs that have no Rust logger: a C or Python program would otherwise
+/// never see vkhost's warnings (an environment variable ignored for a malformed value, a
+/// validation-layer message, work cancelled by a device loss). Lines go to standard error as
+/// `vkhost: <level>: <message>`, warnings and errors by default; `VKHOST_LOG=off|error|warn|info|debug`
+/// sets the level. Installed by the first call through the ABI, unless the process already has
+/// a logger (a Rust program that links this library and set its own).
+mod stderr_log {
+    use std::io::Write;
+
+    struct Stderr;
+
+    impl log::Log for Stderr {
+        fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+            m.level() <= log::max_level()
+        }
+        fn log(&self, r: &log::Record<'_>) {
+            if self.enabled(r.metadata()) {
+                // One write per line, so lines from several threads do not interleave.
+                let line = format!("vkhost: {}: {}\n", r.level().as_str().to_ascii_lowercase(), r.args());
+                let _ = std::io::stderr().write_all(line.as_bytes());
+            }
+        }
+        fn flush(&self) {}
+    }
+
+    static LOGGER: Stderr = Stderr;
+
+    /// The level `VKHOST_LOG` asks for (warnings and errors when unset or unknown).
+    fn level() -> log::LevelFilter {
+        match std::env::var("VKHOST_LOG").as_deref().map(str::trim) {
+            Ok("off" | "0") => log::LevelFilter::Off,
+            Ok("error") => log::LevelFilter::Error,
+            Ok("info") => log::LevelFilter::Info,
+            Ok("debug") => log::LevelFilter::Debug,
+            Ok("trace") => log::LevelFilter::Trace,
+            _ => log::LevelFilter::Warn,
+        }
+    }
+
+    pub(crate) fn install() {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            if log::set_logger(&LOGGER).is_ok() {
+                log::set_max_level(level());
+            }
+        });
     }
 }

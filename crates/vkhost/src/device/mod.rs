@@ -700,12 +700,25 @@ fn env_hint(vars: &[&str]) -> String {
     if set.is_empty() { String::new() } else { format!(" (the environment has {})", set.join(", ")) }
 }
 
+/// Logs `line` about variable `name` set to `value` once per process: the options are read
+/// from the environment at every open and by several calls, and one malformed value should
+/// not fill a log (a review counted 13 lines for one Python device).
+fn warn_env_once(name: &str, value: &str, line: std::fmt::Arguments<'_>) {
+    static SEEN: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !seen.iter().any(|(n, v)| n == name && v == value) {
+        seen.push((name.to_owned(), value.to_owned()));
+        drop(seen);
+        log::warn!("{line}");
+    }
+}
+
 /// A number from the environment (`None` when unset or not a number: the default applies).
 fn env_usize(name: &str) -> Option<usize> {
     let v = env_text(name)?;
     let n = v.trim().parse().ok();
     if n.is_none() {
-        log::warn!("{name}={v:?} is not a whole number: ignored, the default applies");
+        warn_env_once(name, &v, format_args!("{name}={v:?} is not a whole number: ignored, the default applies"));
     }
     n
 }
@@ -724,7 +737,7 @@ pub(crate) fn env_word(name: &str, known: &[&'static str]) -> Option<&'static st
     let v = env_text(name)?;
     let w = known.iter().copied().find(|k| *k == v.trim());
     if w.is_none() {
-        log::warn!("{name}={v:?} is not one of {known:?}: ignored, the default applies");
+        warn_env_once(name, &v, format_args!("{name}={v:?} is not one of {known:?}: ignored, the default applies"));
     }
     w
 }
@@ -1929,9 +1942,9 @@ impl Device {
         }
     }
 
-    /// The index of the device [`Device::open_default`] opens: `VKHOST_DEVICE` if set (an
-    /// error if it is not an index), else the first discrete GPU, then integrated, virtual, CPU.
-    /// `NoDevice` when there is none.
+    /// The index of the device [`Device::open_default`] opens: `VKHOST_DEVICE` if set
+    /// (`InvalidArgument` naming it if it is not an index, or names no device), else the first
+    /// discrete GPU, then integrated, virtual, CPU. `NoDevice` when there is none.
     ///
     /// # Example
     ///
@@ -1943,7 +1956,13 @@ impl Device {
     /// ```
     pub fn default_index() -> Result<usize> {
         if let Some(v) = env_text("VKHOST_DEVICE") {
-            return v.trim().parse::<usize>().map_err(|_| Error::invalid(format!("VKHOST_DEVICE={v:?} is not an index")));
+            let i = v.trim().parse::<usize>().map_err(|_| Error::invalid(format!("VKHOST_DEVICE={v:?} is not an index")))?;
+            let n = devices()?.len();
+            if i >= n {
+                let have = if n == 0 { "there is none".to_owned() } else { format!("indices 0..={}", n - 1) };
+                return Err(Error::invalid(format!("VKHOST_DEVICE={v:?} names no Vulkan device ({have})")));
+            }
+            return Ok(i);
         }
         let infos = devices()?;
         info::pick_default(&infos).ok_or(Error::NoDevice)
