@@ -4,17 +4,14 @@
 //!
 //! `cargo test --release -p vkhost-capi --features fault-injection --test faults`
 
-use std::ffi::CStr;
 use std::ptr;
 use vkhost::ash::vk;
 use vkhost::fault::{self, Point};
 use vkhost_capi::vkhost_status::{self, *};
 use vkhost_capi::*;
 
-fn message() -> String {
-    // SAFETY: the thread's message, read before the next call.
-    unsafe { CStr::from_ptr(vkhost_last_error_message()) }.to_string_lossy().into_owned()
-}
+mod common;
+use common::{message, open_validated};
 
 /// Arms `point` to fail with `code` on its first call, runs `f`, and checks the status.
 fn expect_fault(point: Point, code: vk::Result, want: vkhost_status, f: impl FnOnce() -> vkhost_status) {
@@ -28,14 +25,9 @@ fn expect_fault(point: Point, code: vk::Result, want: vkhost_status, f: impl FnO
 
 #[test]
 fn driver_failures_map_to_their_statuses() {
-    let mut o = std::mem::MaybeUninit::<vkhost_open_options>::uninit();
+    let dev = open_validated();
     // SAFETY: valid out-pointers throughout; handles are used only while live.
     unsafe {
-        assert_eq!(vkhost_open_options_default(o.as_mut_ptr()), VKHOST_OK);
-        let mut o = o.assume_init();
-        o.validation = 1;
-        let mut dev = ptr::null_mut();
-        assert_eq!(vkhost_device_open_with(VKHOST_DEFAULT_DEVICE, &o, &mut dev), VKHOST_OK, "{}", message());
         let mut buf = ptr::null_mut();
         let mut p = ptr::null_mut();
 

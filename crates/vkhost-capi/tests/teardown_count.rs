@@ -5,28 +5,18 @@
 //! objects left undestroyed (the leak check) were never counted and this test fails there.
 //! Its own process: the count is process-wide.
 
-use std::ffi::CStr;
-use std::ptr;
+mod common;
+use common::open_validated;
 use vkhost::ash::{self, vk, vk::Handle};
 use vkhost_capi::vkhost_status::*;
 use vkhost_capi::*;
 
-fn message() -> String {
-    // SAFETY: the thread's message, read before the next call.
-    unsafe { CStr::from_ptr(vkhost_last_error_message()) }.to_string_lossy().into_owned()
-}
-
 /// Opens a device with validation through the ABI and leaves one VkBuffer of the caller's on
 /// it, for the teardown's check to report.
 fn device_with_a_leaked_buffer() -> *mut vkhost_device {
-    let mut o = std::mem::MaybeUninit::<vkhost_open_options>::uninit();
+    let dev = open_validated();
     // SAFETY: valid out-pointers; the raw handles are used while the device lives.
     unsafe {
-        assert_eq!(vkhost_open_options_default(o.as_mut_ptr()), VKHOST_OK);
-        let mut o = o.assume_init();
-        o.validation = 1;
-        let mut dev = ptr::null_mut();
-        assert_eq!(vkhost_device_open_with(VKHOST_DEFAULT_DEVICE, &o, &mut dev), VKHOST_OK, "{}", message());
         let mut raw = std::mem::MaybeUninit::<vkhost_raw_device>::uninit();
         assert_eq!(vkhost_device_raw(dev, raw.as_mut_ptr()), VKHOST_OK);
         let raw = raw.assume_init();
