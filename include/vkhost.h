@@ -374,8 +374,8 @@ vkhost_status vkhost_device_validation_errors(const vkhost_device *device, uint6
 uint64_t vkhost_validation_errors(void);
 
 // Allocates `len` bytes of pinned host memory (driver memory, unless `VKHOST_PINNED_HUGE_MIN`
-// asks for vkhost's own huge-page memory imported; mapped for its whole life and bound to a
-// VkBuffer) and stores its address in `*ptr`. Free it with `vkhost_free_pinned` before
+// asks for vkhost's own huge-page memory imported; mapped until `vkhost_free_pinned` or the
+// device's destroy, and bound to a VkBuffer) and stores its address in `*ptr`. Free it with `vkhost_free_pinned` before
 // destroying the device (destroy unmaps it). `len == 0`: `VKHOST_INVALID_ARGUMENT`.
 // More than one allocation may hold (maxMemoryAllocationSize, or the options'
 // `max_import_piece`): one contiguous block of vkhost's own memory imported in pieces where
@@ -383,7 +383,9 @@ uint64_t vkhost_validation_errors(void);
 //
 // # Safety
 // `device` must be NULL or a live handle; `ptr` NULL or valid for a write.
-vkhost_status vkhost_alloc_pinned(const vkhost_device *device, size_t len, void **ptr);
+vkhost_status vkhost_alloc_pinned(const vkhost_device *device,
+                                  size_t len,
+                                  void **ptr);
 
 // Frees the pinned block that starts at `ptr`. The entry goes at once (a later `vkhost_find`
 // misses); the call returns once the copies and launches in flight that use the block are
@@ -629,6 +631,9 @@ vkhost_status vkhost_event_wait(const vkhost_event *event);
 // copies through staging), not on a `vkhost_device_destroy` in progress (while one of those
 // holds the stream or the device, `*done` is false unless the event was seen done before).
 // Lost work is its error as for `vkhost_event_wait`.
+//
+// In a forked child: `*done` true for work the parent saw done before the fork, else
+// `VKHOST_DEVICE_DESTROYED`, as `vkhost_event_wait`.
 //
 // # Safety
 // `event` must be NULL or a live handle; `done` NULL or valid for a write.

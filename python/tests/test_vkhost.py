@@ -345,3 +345,27 @@ def test_with_block_close_runs_from_the_collector() -> None:
             dev.stats()
     finally:
         gc.enable()
+
+
+def _stderr_of(code: str, **env: str) -> str:
+    """Runs ``code`` in a fresh interpreter with ``env`` added; returns its standard error."""
+    import os
+    import subprocess
+    import sys
+
+    full = dict(os.environ, **env)
+    r = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stderr
+
+
+def test_malformed_settings_are_reported_once_on_stderr() -> None:
+    # Up to 665758d a malformed VKHOST_* value was ignored silently through the C ABI (vkhost
+    # warns through Rust's `log`, which nothing printed there); then it warned at every read.
+    code = "import vkhost\nfor _ in range(3):\n    vkhost.Device().close()\n"
+    err = _stderr_of(code, VKHOST_STAGING_CHUNK="16M")
+    lines = [line for line in err.splitlines() if "VKHOST_STAGING_CHUNK" in line]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("vkhost: warn: ") and "ignored, the default applies" in lines[0], err
+    assert "VKHOST_STAGING_CHUNK" not in _stderr_of(code, VKHOST_STAGING_CHUNK="16M", VKHOST_LOG="off")
+    assert "VKHOST_LOG" in _stderr_of(code, VKHOST_LOG="verbose")

@@ -877,7 +877,8 @@ class Event(_Owner):
 
     @property
     def done(self) -> bool:
-        """Whether the work before the event is done (never blocks)."""
+        """Whether the work before the event is done (never blocks). In a child of
+        ``os.fork()``, raises ``DeviceDestroyedError`` as ``wait`` does."""
         b = c_bool()
         with self._use() as e:
             _check(lib.vkhost_event_query(e, byref(b)))

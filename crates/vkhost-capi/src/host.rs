@@ -142,8 +142,8 @@ impl From<HostStats> for vkhost_host_stats {
 }
 
 /// Allocates `len` bytes of pinned host memory (driver memory, unless `VKHOST_PINNED_HUGE_MIN`
-/// asks for vkhost's own huge-page memory imported; mapped for its whole life and bound to a
-/// VkBuffer) and stores its address in `*ptr`. Free it with `vkhost_free_pinned` before
+/// asks for vkhost's own huge-page memory imported; mapped until `vkhost_free_pinned` or the
+/// device's destroy, and bound to a VkBuffer) and stores its address in `*ptr`. Free it with `vkhost_free_pinned` before
 /// destroying the device (destroy unmaps it). `len == 0`: `VKHOST_INVALID_ARGUMENT`.
 /// More than one allocation may hold (maxMemoryAllocationSize, or the options'
 /// `max_import_piece`): one contiguous block of vkhost's own memory imported in pieces where

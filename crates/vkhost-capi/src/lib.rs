@@ -377,9 +377,11 @@ mod tests {
 /// vkhost's log for programs that have no Rust logger: a C or Python program would otherwise
 /// never see vkhost's warnings (an environment variable ignored for a malformed value, a
 /// validation-layer message, work cancelled by a device loss). Lines go to standard error as
-/// `vkhost: <level>: <message>`, warnings and errors by default; `VKHOST_LOG=off|error|warn|info|debug`
-/// sets the level. Installed by the first call through the ABI, unless the process already has
-/// a logger (a Rust program that links this library and set its own).
+/// `vkhost: <level>: <message>`, warnings and errors by default; `VKHOST_LOG=off|error|warn|info|debug|trace`
+/// sets the level (another value warns and keeps `warn`). Installed by the first call through
+/// the ABI, unless the process already has a logger, or `VKHOST_LOG=off`: a Rust program that
+/// links this crate and sets a logger of its own sets it before its first `vkhost_*` call (or
+/// sets `VKHOST_LOG=off`), since a process has one logger.
 mod stderr_log {
     use std::io::Write;
 
@@ -401,23 +403,31 @@ mod stderr_log {
 
     static LOGGER: Stderr = Stderr;
 
-    /// The level `VKHOST_LOG` asks for (warnings and errors when unset or unknown).
-    fn level() -> log::LevelFilter {
-        match std::env::var("VKHOST_LOG").as_deref().map(str::trim) {
-            Ok("off" | "0") => log::LevelFilter::Off,
-            Ok("error") => log::LevelFilter::Error,
-            Ok("info") => log::LevelFilter::Info,
-            Ok("debug") => log::LevelFilter::Debug,
-            Ok("trace") => log::LevelFilter::Trace,
-            _ => log::LevelFilter::Warn,
-        }
+    /// The level `VKHOST_LOG` asks for (warnings and errors when unset), and the value when it
+    /// is none of the known ones.
+    fn level() -> (log::LevelFilter, Option<String>) {
+        let v = std::env::var_os("VKHOST_LOG").map(|v| v.to_string_lossy().into_owned());
+        let level = match v.as_deref().map(str::trim) {
+            None | Some("warn") => log::LevelFilter::Warn,
+            Some("off" | "0") => log::LevelFilter::Off,
+            Some("error") => log::LevelFilter::Error,
+            Some("info") => log::LevelFilter::Info,
+            Some("debug") => log::LevelFilter::Debug,
+            Some("trace") => log::LevelFilter::Trace,
+            Some(_) => return (log::LevelFilter::Warn, v),
+        };
+        (level, None)
     }
 
     pub(crate) fn install() {
         static ONCE: std::sync::Once = std::sync::Once::new();
         ONCE.call_once(|| {
-            if log::set_logger(&LOGGER).is_ok() {
-                log::set_max_level(level());
+            let (level, unknown) = level();
+            if level != log::LevelFilter::Off && log::set_logger(&LOGGER).is_ok() {
+                log::set_max_level(level);
+                if let Some(v) = unknown {
+                    log::warn!("VKHOST_LOG={v:?} is not one of off, error, warn, info, debug, trace: warn applies");
+                }
             }
         });
     }

@@ -625,6 +625,9 @@ pub unsafe extern "C" fn vkhost_event_wait(event: *const vkhost_event) -> vkhost
 /// holds the stream or the device, `*done` is false unless the event was seen done before).
 /// Lost work is its error as for `vkhost_event_wait`.
 ///
+/// In a forked child: `*done` true for work the parent saw done before the fork, else
+/// `VKHOST_DEVICE_DESTROYED`, as `vkhost_event_wait`.
+///
 /// # Safety
 /// `event` must be NULL or a live handle; `done` NULL or valid for a write.
 #[cfg_attr(

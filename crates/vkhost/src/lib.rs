@@ -73,10 +73,12 @@
 //! - **Leaks leak.** A forgotten [`Pending`], [`Event`] or [`Stream`] leaves its work to be
 //!   finished at device teardown; a forgotten [`PinnedBuffer`] keeps its block and makes
 //!   [`Device::destroy`] `Busy`; a forgotten [`Registration`] leaves its range registered (see
-//!   its docs). Each of these holds the device, so after one is forgotten the device is torn
-//!   down only by an explicit [`Device::destroy`] (which finishes the forgotten work), not by
-//!   dropping the last handle: without it the device, its instance and their memory leak. None
-//!   of these lets safe code touch memory the device uses.
+//!   its docs). Each of these holds the device, so after one is forgotten dropping the last
+//!   handle no longer tears it down: an explicit [`Device::destroy`] does (finishing the
+//!   forgotten work) after a forgotten `Pending`, `Event`, `Stream` or `Registration`; after a
+//!   forgotten `PinnedBuffer`, [`DeviceHold`] or unhooked [`host::RecordedCopy`] it is `Busy`
+//!   for good, and the device, its instance and their memory leak. None of these lets safe
+//!   code touch memory the device uses.
 //!
 //! Fully async copies of the caller's own memory remain available through the `unsafe` raw
 //! calls ([`Stream::copy_to_device_async`], [`Stream::copy_to_host_async`]), whose contracts

@@ -2,7 +2,7 @@
 //! (`host::probe::run`) to run on the new device, so that the device layer names no host memory.
 
 use crate::device::{BorrowedDevice, Device, OpenOptions, Ownership, RawDevice};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 impl Device {
     /// Opens physical device `index` with default options (see [`OpenOptions`]).
@@ -51,7 +51,17 @@ impl Device {
     /// # Ok(()) }
     /// ```
     pub fn open_default_with(opts: &OpenOptions) -> Result<Device> {
-        Self::open_with(Self::default_index()?, opts)
+        let i = Self::default_index()?;
+        match Self::open_with(i, opts) {
+            // An index from `VKHOST_DEVICE` that names no device: say which variable, and what
+            // there is.
+            Err(Error::NoDevice) if std::env::var_os("VKHOST_DEVICE").is_some() => {
+                let n = crate::devices().map_or(0, |d| d.len());
+                let have = if n == 0 { "there is none".to_owned() } else { format!("indices 0..={}", n - 1) };
+                Err(Error::invalid(format!("VKHOST_DEVICE={i} names no Vulkan device ({have})")))
+            }
+            r => r,
+        }
     }
 
     /// Opens physical device `index` with `opts`.

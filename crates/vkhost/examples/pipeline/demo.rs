@@ -122,7 +122,10 @@ impl Job<'_> {
     /// changes import piece (a registration larger than one allocation is several imports) and
     /// at the device's maxStorageBufferRange.
     fn zero_copy(&self, streams: &[Stream]) -> vkhost::Result<f64> {
-        let most = (self.dev.info().max_storage_buffer_range as usize) & !3;
+        // A launch binds from the offset aligned down to minStorageBufferOffsetAlignment, so
+        // that slack counts against the range too.
+        let align = (self.dev.info().min_storage_buffer_offset_alignment as usize).max(4);
+        let most = (self.dev.info().max_storage_buffer_range as usize).saturating_sub(align) & !(align - 1);
         let t = Instant::now();
         for k in 0..self.chunks {
             let (off, n) = self.chunk(k);

@@ -879,7 +879,8 @@ impl ValidationCounter {
     }
 
     /// Whether the device's teardown has ended ([`Device::destroy`], or the drop of its last
-    /// handle): the counts no longer change.
+    /// handle): the counts no longer change. Never in a forked child (the teardown is the
+    /// parent's), nor where a teardown step panicked (a user's logger) before its end.
     ///
     /// # Example
     ///
@@ -1098,8 +1099,9 @@ pub(crate) struct Shared {
     pub children: Mutex<Vec<std::sync::Weak<dyn object::Child>>>,
     /// The device buffers vkhost made on this device, by handle, as `Any` (their type belongs
     /// to a layer above): `host::record_copy` holds the one a recorded copy names until the copy
-    /// is reaped. Weak, so an entry never keeps a buffer; dead ones are pruned as it grows.
-    pub device_buffers: Mutex<std::collections::HashMap<vk::Buffer, std::sync::Weak<dyn std::any::Any + Send + Sync>>>,
+    /// is reaped. Weak, so an entry never keeps a buffer; dead ones are pruned once the map
+    /// doubled since the last prune (the second field: the size that triggers the next one).
+    pub device_buffers: Mutex<(DeviceBuffers, usize)>,
     /// Every buffer's handles, for teardown's sweep (`object::Slot`); slots whose buffer is gone
     /// and released are forgotten now and then.
     pub slots: Mutex<Vec<Arc<object::Slot>>>,
@@ -1544,6 +1546,9 @@ impl Shared {
     }
 }
 
+/// `Shared::device_buffers`' map: a device buffer's handle to its owner, weak, as `Any`.
+pub(crate) type DeviceBuffers = std::collections::HashMap<vk::Buffer, std::sync::Weak<dyn std::any::Any + Send + Sync>>;
+
 /// The timeline semaphores of a device's streams (`Shared::stream_semaphores`). A semaphore is
 /// listed from its stream's creation until it is destroyed; whoever takes it out (under the
 /// lock) destroys it, so a stream's last drop racing the device's teardown can neither leak it
@@ -1619,7 +1624,8 @@ impl Drop for Shared {
 /// made from the device holds a handle too: device buffers, pinned buffers, registrations,
 /// host ranges, streams with their events and `Pending` guards, recorded copies, a
 /// [`DeviceHold`]. So one of them forgotten (`mem::forget`, a reference cycle) keeps the device
-/// until an explicit `destroy`.
+/// until an explicit `destroy`, or for good where that is `Busy` (a forgotten `PinnedBuffer`,
+/// `DeviceHold` or unhooked `RecordedCopy`; see the crate docs on leaks).
 ///
 /// A process that exits (`std::process::exit`, or `main` returning) while another thread is
 /// inside a vkhost call may crash in the driver, which tears itself down under that call
@@ -1943,8 +1949,9 @@ impl Device {
     }
 
     /// The index of the device [`Device::open_default`] opens: `VKHOST_DEVICE` if set
-    /// (`InvalidArgument` naming it if it is not an index, or names no device), else the first
-    /// discrete GPU, then integrated, virtual, CPU. `NoDevice` when there is none.
+    /// (`InvalidArgument` naming it if it is not an index; `open_default` also when it names no
+    /// device), else the first discrete GPU, then integrated, virtual, CPU. `NoDevice` when
+    /// there is none.
     ///
     /// # Example
     ///
@@ -1956,13 +1963,7 @@ impl Device {
     /// ```
     pub fn default_index() -> Result<usize> {
         if let Some(v) = env_text("VKHOST_DEVICE") {
-            let i = v.trim().parse::<usize>().map_err(|_| Error::invalid(format!("VKHOST_DEVICE={v:?} is not an index")))?;
-            let n = devices()?.len();
-            if i >= n {
-                let have = if n == 0 { "there is none".to_owned() } else { format!("indices 0..={}", n - 1) };
-                return Err(Error::invalid(format!("VKHOST_DEVICE={v:?} names no Vulkan device ({have})")));
-            }
-            return Ok(i);
+            return v.trim().parse::<usize>().map_err(|_| Error::invalid(format!("VKHOST_DEVICE={v:?} is not an index")));
         }
         let infos = devices()?;
         info::pick_default(&infos).ok_or(Error::NoDevice)
@@ -2122,7 +2123,7 @@ impl Device {
                 buffer_epoch: AtomicU64::new(0),
                 gone: AtomicBool::new(false),
                 children: Mutex::new(Vec::new()),
-                device_buffers: Mutex::new(std::collections::HashMap::new()),
+                device_buffers: Mutex::new((std::collections::HashMap::new(), 64)),
                 slots: Mutex::new(Vec::new()),
                 garbage: Mutex::new(Vec::new()),
                 pipeline_garbage: Mutex::new(Vec::new()),

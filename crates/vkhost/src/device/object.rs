@@ -495,16 +495,19 @@ impl Shared {
     /// Lists a device buffer vkhost made, under its handle (see `Shared::device_buffers`).
     pub(crate) fn note_device_buffer(&self, b: vk::Buffer, owner: Weak<dyn std::any::Any + Send + Sync>) {
         let mut g = lock(&self.device_buffers);
-        if g.len() >= 64 && g.len().is_power_of_two() {
-            g.retain(|_, w| w.strong_count() > 0);
+        let (map, prune_at) = &mut *g;
+        if map.len() >= *prune_at {
+            map.retain(|_, w| w.strong_count() > 0);
+            // Amortized: the next prune only after as many inserts as entries are left.
+            *prune_at = (2 * map.len()).max(64);
         }
         // A handle of a buffer gone may have been given to this one: the newest entry wins.
-        g.insert(b, owner);
+        map.insert(b, owner);
     }
 
     /// The live device buffer vkhost made with handle `b`, if any.
     pub(crate) fn device_buffer(&self, b: vk::Buffer) -> Option<std::sync::Arc<dyn std::any::Any + Send + Sync>> {
-        lock(&self.device_buffers).get(&b).and_then(std::sync::Weak::upgrade)
+        lock(&self.device_buffers).0.get(&b).and_then(std::sync::Weak::upgrade)
     }
 
     /// Registers a child for teardown.

@@ -115,8 +115,16 @@ static LISTERS: crate::par::PerFork<Mutex<Vec<Lister>>> = crate::par::PerFork::n
 pub(super) fn note_lister(s: &Arc<Shared>) {
     let gone: Vec<crate::DeviceId> = {
         let mut g = lock(LISTERS.get());
-        let gone = g.iter().filter(|(_, w)| w.strong_count() == 0).map(|(id, _)| *id).collect();
-        g.retain(|(_, w)| w.strong_count() > 0);
+        // One pass: a device whose last reference drops meanwhile is either kept for the next
+        // listing or swept now, never dropped from the list unswept.
+        let mut gone = Vec::new();
+        g.retain(|(id, w)| {
+            let live = w.strong_count() > 0;
+            if !live {
+                gone.push(*id);
+            }
+            live
+        });
         if !g.iter().any(|(id, _)| *id == s.id) {
             g.push((s.id, Arc::downgrade(s)));
         }

@@ -844,6 +844,8 @@ fn copy_regions(dir: Direction, ho: u64, doff: u64, n: u64) -> smallvec::SmallVe
 ///   caller (its pool too) during the call.
 /// - `buffer` is a buffer of that device, bound to memory, with TRANSFER_DST usage
 ///   (`HostToDevice`) or TRANSFER_SRC (`DeviceToHost`), and `offset + len` is within its size.
+///   Unless it is a [`DeviceBuffer`](crate::DeviceBuffer) of `dev` (which the ticket holds),
+///   it and its memory outlive the recorded work.
 ///   With EXCLUSIVE sharing across several of the caller's families, ownership transfers are
 ///   the caller's (vkhost's own buffers on a borrowed device are EXCLUSIVE too).
 /// - The ticket gets a completion hook before the command buffer is submitted, and the recorded

@@ -1111,7 +1111,8 @@ impl Event {
 impl Pending<'_> {
     /// Waits for the copy (and completes a pageable destination). If the copy's batch could
     /// not be submitted, the copy never ran: that error, however often asked (the stream's
-    /// [`Stream::synchronize`] reports it too).
+    /// [`Stream::synchronize`] reports it too). In a forked child: `DeviceDestroyed` unless the
+    /// parent saw the copy done before the fork (as [`Event::wait`]).
     ///
     /// # Example
     ///
@@ -1135,8 +1136,8 @@ impl Pending<'_> {
         }
     }
 
-    /// Whether the copy is done; a lost copy is an error, as for [`Pending::wait`]. Never
-    /// blocks (see [`Event::is_done`]); a guard of no work, or one answered done before,
+    /// Whether the copy is done; a lost copy is an error, as for [`Pending::wait`] (in a forked
+    /// child too). Never blocks (see [`Event::is_done`]); a guard of no work, or one answered done before,
     /// answers `true` without the stream's lock, and otherwise, while another thread holds the
     /// stream, `false` until a poll gets it.
     ///
