@@ -52,16 +52,15 @@ impl Device {
     /// ```
     pub fn open_default_with(opts: &OpenOptions) -> Result<Device> {
         let i = Self::default_index()?;
-        match Self::open_with(i, opts) {
-            // An index from `VKHOST_DEVICE` that names no device: say which variable, and what
-            // there is.
-            Err(Error::NoDevice) if std::env::var_os("VKHOST_DEVICE").is_some() => {
-                let n = crate::devices().map_or(0, |d| d.len());
-                let have = if n == 0 { "there is none".to_owned() } else { format!("indices 0..={}", n - 1) };
-                Err(Error::invalid(format!("VKHOST_DEVICE={i} names no Vulkan device ({have})")))
-            }
-            r => r,
+        let r = Self::open_with(i, opts);
+        if matches!(r, Err(Error::NoDevice)) && std::env::var_os("VKHOST_DEVICE").is_some() {
+            // `NoDevice`, as for `open` of that index; the log says where the index came from
+            // and what there is.
+            let n = crate::devices().map_or(0, |d| d.len());
+            let have = if n == 0 { "there is none".to_owned() } else { format!("indices 0..={}", n - 1) };
+            log::warn!("VKHOST_DEVICE={i} names no Vulkan device ({have})");
         }
+        r
     }
 
     /// Opens physical device `index` with `opts`.

@@ -1949,9 +1949,9 @@ impl Device {
     }
 
     /// The index of the device [`Device::open_default`] opens: `VKHOST_DEVICE` if set
-    /// (`InvalidArgument` naming it if it is not an index; `open_default` also when it names no
-    /// device), else the first discrete GPU, then integrated, virtual, CPU. `NoDevice` when
-    /// there is none.
+    /// (`InvalidArgument` naming it if it is not an index; one that names no device makes
+    /// `open_default` answer `NoDevice` and log a warning naming the variable), else the first
+    /// discrete GPU, then integrated, virtual, CPU. `NoDevice` when there is none.
     ///
     /// # Example
     ///
