@@ -335,16 +335,8 @@ impl Drop for HostRange<'_> {
 /// # Ok(()) }
 /// ```
 pub fn broadcast(src: &[u8], dsts: &[(&DeviceBuffer, usize)]) -> Result<()> {
-    dsts.iter().try_for_each(|&(b, off)| in_range(b, off, src.len()))?;
+    dsts.iter().try_for_each(|&(b, off)| b.mem.check_range(off, src.len()))?;
     run_all(dsts.len(), |i| dsts[i].0.write(dsts[i].1, src))
-}
-
-/// `OutOfRange` unless `[off, off + len)` lies in `b`, as its own copies check.
-fn in_range(b: &DeviceBuffer, off: usize, len: usize) -> Result<()> {
-    match off.checked_add(len) {
-        Some(end) if end <= b.len() => Ok(()),
-        _ => Err(Error::OutOfRange),
-    }
 }
 
 /// Copies from each `(buffer, offset)` of `srcs` into its slice of `dst`, every device at once:
@@ -376,13 +368,12 @@ pub fn gather(srcs: &[(&DeviceBuffer, usize)], dst: &mut [u8]) -> Result<()> {
     }
     let n = srcs.len();
     let each = dst.len() / n;
-    for (i, &(b, off)) in srcs.iter().enumerate() {
-        in_range(b, off, if i + 1 == n { dst.len() - each * (n - 1) } else { each })?;
-    }
     let mut slices: Vec<&mut [u8]> = Vec::with_capacity(n);
     let mut rest = dst;
-    for i in 0..n {
+    for (i, &(b, off)) in srcs.iter().enumerate() {
         let take = if i + 1 == n { rest.len() } else { each };
+        // Every source's range before any copy starts (`run_all` below).
+        b.mem.check_range(off, take)?;
         let (a, b) = rest.split_at_mut(take);
         slices.push(a);
         rest = b;
