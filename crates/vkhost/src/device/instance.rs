@@ -57,6 +57,23 @@ pub(crate) struct ValidationCounts {
     pub done: std::sync::atomic::AtomicBool,
 }
 
+impl ValidationCounts {
+    /// Error messages counted so far (`Device::validation_errors`, `ValidationCounter::errors`).
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    /// Warnings counted so far.
+    pub fn warnings(&self) -> u64 {
+        self.warnings.load(Ordering::Relaxed)
+    }
+
+    /// The most recent error message.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().ok().and_then(|g| g.clone())
+    }
+}
+
 /// Whether `VKHOST_VALIDATION` (1, true or on; 0, false or off, the default) asks for the
 /// Khronos validation layer. Any other value warns and leaves it off, as the other variables do.
 pub(crate) fn validation_requested() -> bool {

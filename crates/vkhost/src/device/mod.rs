@@ -846,7 +846,7 @@ impl ValidationCounter {
     /// # Ok(()) }
     /// ```
     pub fn errors(&self) -> u64 {
-        self.0.errors.load(Ordering::Relaxed)
+        self.0.errors()
     }
 
     /// Validation-layer warnings so far.
@@ -861,7 +861,7 @@ impl ValidationCounter {
     /// # Ok(()) }
     /// ```
     pub fn warnings(&self) -> u64 {
-        self.0.warnings.load(Ordering::Relaxed)
+        self.0.warnings()
     }
 
     /// The most recent validation-layer error message, if any.
@@ -875,7 +875,7 @@ impl ValidationCounter {
     /// # Ok(()) }
     /// ```
     pub fn last_error(&self) -> Option<String> {
-        self.0.last_error.lock().ok().and_then(|g| g.clone())
+        self.0.last_error()
     }
 
     /// Whether the device's teardown has ended ([`Device::destroy`], or the drop of its last
@@ -2489,7 +2489,7 @@ impl Device {
     /// # Ok(()) }
     /// ```
     pub fn validation_errors(&self) -> u64 {
-        self.shared.counts.errors.load(Ordering::Relaxed)
+        self.shared.counts.errors()
     }
 
     /// The most recent validation-layer error message, if any.
@@ -2506,7 +2506,7 @@ impl Device {
     /// # Ok(()) }
     /// ```
     pub fn last_validation_error(&self) -> Option<String> {
-        self.shared.counts.last_error.lock().ok().and_then(|g| g.clone())
+        self.shared.counts.last_error()
     }
 
     /// This device's validation-message counts as a handle that outlives the device: read after
@@ -2546,7 +2546,7 @@ impl Device {
     /// # Ok(()) }
     /// ```
     pub fn validation_warnings(&self) -> u64 {
-        self.shared.counts.warnings.load(Ordering::Relaxed)
+        self.shared.counts.warnings()
     }
 
     /// Whether the validation layer is on for this device, with vkhost counting its messages
