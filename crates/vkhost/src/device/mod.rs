@@ -1096,15 +1096,14 @@ pub(crate) struct Shared {
     /// handle that now means another buffer (`submit`'s reuse of recorded copies).
     pub buffer_epoch: AtomicU64,
     /// Children to tear down at destroy (streams, buffers, imports), see `object`.
-    pub children: Mutex<Vec<std::sync::Weak<dyn object::Child>>>,
+    pub children: Mutex<object::Pruned<Vec<std::sync::Weak<dyn object::Child>>>>,
     /// The device buffers vkhost made on this device, by handle, as `Any` (their type belongs
     /// to a layer above): `host::record_copy` holds the one a recorded copy names until the copy
-    /// is reaped. Weak, so an entry never keeps a buffer; dead ones are pruned once the map
-    /// doubled since the last prune (the second field: the size that triggers the next one).
-    pub device_buffers: Mutex<(DeviceBuffers, usize)>,
+    /// is reaped. Weak, so an entry never keeps a buffer; dead ones are pruned as it grows.
+    pub device_buffers: Mutex<object::Pruned<DeviceBuffers>>,
     /// Every buffer's handles, for teardown's sweep (`object::Slot`); slots whose buffer is gone
     /// and released are forgotten now and then.
-    pub slots: Mutex<Vec<Arc<object::Slot>>>,
+    pub slots: Mutex<object::Pruned<Vec<Arc<object::Slot>>>>,
     /// Buffers whose last owner dropped them while the device lock was taken.
     pub garbage: Mutex<Vec<(vk::Buffer, vk::DeviceMemory, Option<object::Backing>)>>,
     /// Pipelines whose last owner dropped them while the device lock was taken.
@@ -2122,9 +2121,9 @@ impl Device {
                 read_thread: AtomicU64::new(0),
                 buffer_epoch: AtomicU64::new(0),
                 gone: AtomicBool::new(false),
-                children: Mutex::new(Vec::new()),
-                device_buffers: Mutex::new((std::collections::HashMap::new(), 64)),
-                slots: Mutex::new(Vec::new()),
+                children: Mutex::new(object::Pruned::new(Vec::new())),
+                device_buffers: Mutex::new(object::Pruned::new(std::collections::HashMap::new())),
+                slots: Mutex::new(object::Pruned::new(Vec::new())),
                 garbage: Mutex::new(Vec::new()),
                 pipeline_garbage: Mutex::new(Vec::new()),
                 has_garbage: AtomicBool::new(false),

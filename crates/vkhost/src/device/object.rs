@@ -74,6 +74,48 @@ pub(crate) trait Child: Send + Sync {
     fn teardown(&self, s: &Shared, l: &Live, phase: u8);
 }
 
+/// A list of a device's entries that die without telling it (weak children, released slots,
+/// dropped device buffers), pruned of the dead ones as it grows: once it reached `next`
+/// entries, and then not before it doubled what was left (at least 64). Steady churn at any
+/// size costs one scan per doubling; pruning at every power of two scanned on every insert
+/// while the live count sat just under one.
+pub(crate) struct Pruned<C> {
+    pub items: C,
+    next: usize,
+}
+
+/// How many entries a [`Pruned`] list holds.
+pub(crate) trait Entries {
+    fn count(&self) -> usize;
+}
+
+impl<T> Entries for Vec<T> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+}
+
+impl<K, V> Entries for std::collections::HashMap<K, V> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+}
+
+impl<C: Entries> Pruned<C> {
+    pub(crate) const fn new(items: C) -> Pruned<C> {
+        Pruned { items, next: 64 }
+    }
+
+    /// Before an insert: runs `prune` (it drops the dead entries) once the list reached its
+    /// size for the next prune.
+    pub(crate) fn prune_when_due(&mut self, prune: impl FnOnce(&mut C)) {
+        if self.items.count() >= self.next {
+            prune(&mut self.items);
+            self.next = (2 * self.items.count()).max(64);
+        }
+    }
+}
+
 /// A buffer bound to memory of the device, optionally mapped (the mapping lasts as long as the
 /// memory). The handles are released once: by [`BufferObj::release_now`], by teardown, or by
 /// drop.
@@ -473,10 +515,8 @@ impl Shared {
     /// gone and released now and then (amortized, as for children).
     fn add_slot(&self, slot: Arc<Slot>) {
         let mut g = lock(&self.slots);
-        if g.len() >= 64 && g.len().is_power_of_two() {
-            g.retain(|s| !s.done());
-        }
-        g.push(slot);
+        g.prune_when_due(|v| v.retain(|s| !s.done()));
+        g.items.push(slot);
     }
 
     /// Teardown, after its children's `OBJECTS` phase: releases every buffer whose objects are
@@ -484,7 +524,7 @@ impl Shared {
     /// drop under way to let go of its slot. The drains that follow release what such drops
     /// queued.
     pub(crate) fn sweep_slots(&self, l: &Live) {
-        let slots = std::mem::take(&mut *lock(&self.slots));
+        let slots = std::mem::take(&mut lock(&self.slots).items);
         for s in slots {
             // SAFETY: teardown runs this with the device idle and every stream shut down; the
             // last owner is gone or going (its drop finds the slot empty).
@@ -495,28 +535,21 @@ impl Shared {
     /// Lists a device buffer vkhost made, under its handle (see `Shared::device_buffers`).
     pub(crate) fn note_device_buffer(&self, b: vk::Buffer, owner: Weak<dyn std::any::Any + Send + Sync>) {
         let mut g = lock(&self.device_buffers);
-        let (map, prune_at) = &mut *g;
-        if map.len() >= *prune_at {
-            map.retain(|_, w| w.strong_count() > 0);
-            // Amortized: the next prune only after as many inserts as entries are left.
-            *prune_at = (2 * map.len()).max(64);
-        }
+        g.prune_when_due(|m| m.retain(|_, w| w.strong_count() > 0));
         // A handle of a buffer gone may have been given to this one: the newest entry wins.
-        map.insert(b, owner);
+        g.items.insert(b, owner);
     }
 
     /// The live device buffer vkhost made with handle `b`, if any.
     pub(crate) fn device_buffer(&self, b: vk::Buffer) -> Option<std::sync::Arc<dyn std::any::Any + Send + Sync>> {
-        lock(&self.device_buffers).0.get(&b).and_then(std::sync::Weak::upgrade)
+        lock(&self.device_buffers).items.get(&b).and_then(std::sync::Weak::upgrade)
     }
 
     /// Registers a child for teardown.
     pub(crate) fn add_child(&self, c: Weak<dyn Child>) {
         let mut g = lock(&self.children);
-        if g.len() >= 64 && g.len().is_power_of_two() {
-            g.retain(|w| w.strong_count() > 0);
-        }
-        g.push(c);
+        g.prune_when_due(|v| v.retain(|w| w.strong_count() > 0));
+        g.items.push(c);
     }
 
     /// Every child still alive, held: teardown keeps them across its phases, so a child whose
@@ -525,7 +558,7 @@ impl Shared {
     /// the last handle of the device drops, its children cannot reach it any more (the `Weak`
     /// does not upgrade), so nothing else could release them.
     pub(crate) fn live_children(&self) -> Vec<Arc<dyn Child>> {
-        lock(&self.children).iter().filter_map(|w| w.upgrade()).collect()
+        lock(&self.children).items.iter().filter_map(|w| w.upgrade()).collect()
     }
 
     /// Runs teardown `phase` on `kids` (see [`Shared::live_children`]).
@@ -900,5 +933,32 @@ mod tests {
         PAUSE_ID.store(0, Ordering::Release);
         assert!(!watchdog.fired(), "the releaser had to be let go by the watchdog: the test's drop waited for it");
         dev.destroy().unwrap();
+    }
+
+    /// `Pruned`: a list whose live count sits just under a power of two while entries come and
+    /// go is pruned once per doubling, not on every insert (as pruning at each power of two
+    /// did), and pruning keeps exactly the live entries.
+    #[test]
+    fn pruned_lists_prune_once_per_doubling_under_churn() {
+        let mut p = super::Pruned::new(Vec::<(u32, bool)>::new()); // (id, alive)
+        let mut prunes = 0;
+        for i in 0..127 {
+            p.prune_when_due(|v| v.retain(|e| e.1));
+            p.items.push((i, true));
+        }
+        // Churn: each round one entry dies and one is added, 127 alive throughout.
+        for i in 127..10_127u32 {
+            let dead = p.items.iter().position(|e| e.1).unwrap();
+            p.items[dead].1 = false;
+            p.prune_when_due(|v| {
+                prunes += 1;
+                v.retain(|e| e.1);
+            });
+            p.items.push((i, true));
+        }
+        assert_eq!(p.items.iter().filter(|e| e.1).count(), 127);
+        assert!(prunes <= 10_000 / 127 + 2, "{prunes} prunes for 10 000 inserts at 127 live entries");
+        p.items.retain(|e| e.1);
+        assert!(p.items.iter().all(|e| e.1) && p.items.len() == 127);
     }
 }
