@@ -28,7 +28,7 @@ fn main() {
 }
 
 fn run(iters: usize, gap: Duration) {
-    // SAFETY (whole function): plain Vulkan calls on objects created here, used by this thread
+    // SAFETY: (the whole function) plain Vulkan calls on objects created here, used by this thread
     // only; a command buffer is resubmitted only after its previous submission completed.
     unsafe {
         let (_entry, instance, pd) = raw::instance_and_gpu(vk::API_VERSION_1_2);

@@ -27,7 +27,7 @@ use timing::median;
 fn main() {
     let iters: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2000).max(10);
     let rounds: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(5).max(1);
-    // SAFETY (whole block): plain Vulkan calls on objects created here, used by this thread
+    // SAFETY: (the whole block) plain Vulkan calls on objects created here, used by this thread
     // only; a command buffer is resubmitted only after its previous submission completed.
     unsafe {
         let (_entry, instance, pd) = raw::instance_and_gpu(vk::API_VERSION_1_3);

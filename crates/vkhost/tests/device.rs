@@ -441,6 +441,7 @@ fn recorded_copies_are_not_reused_across_a_buffer_destroy() {
             // The same copy each time: the second and third reuse the recorded commands.
             // SAFETY: the pinned blocks outlive the calls.
             unsafe { vkhost::host::copy_to_device(&d, p.as_ptr(), n, &buf, 0) }.unwrap();
+            // SAFETY: as above.
             unsafe { vkhost::host::copy_to_host(&d, &buf, 0, back.as_mut_ptr(), n) }.unwrap();
             assert!(back[..] == p[..], "round {round}, rep {rep}");
         }

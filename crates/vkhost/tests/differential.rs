@@ -384,6 +384,7 @@ impl<'d> Case<'d> {
             Some(r) => r.unregister(),
             None => {
                 let p = self.ptr(g.region);
+                // SAFETY: `g.a` lies inside the region `p` starts (where it was registered).
                 host::unregister(self.devs[g.devs[0]], unsafe { p.add(g.a) })
             }
         };

@@ -607,7 +607,7 @@ fn ring_chunk_after_a_lost_batch(download: bool) -> bool {
         s.fill_async(&big, 0, 256 << 20, 0x1111_1111).unwrap(); // keeps the queue busy
     }
     let (mut oa, mut ob, mut oc, mut od) = (vec![0u8; a.len()], vec![0u8; b.len()], vec![0u8; c.len()], vec![0u8; d.len()]);
-    // SAFETY (every raw copy below): the vectors outlive the synchronize calls at the end and
+    // SAFETY: (every raw copy below) the vectors outlive the synchronize calls at the end and
     // the host leaves them alone meanwhile.
     unsafe {
         if download {

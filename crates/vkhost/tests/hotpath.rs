@@ -91,7 +91,7 @@ fn synchronous_copies_allocate_nothing_after_warm_up() {
     let mut failures = Vec::new();
     for n in [4 << 10, 64 << 10, 1 << 20, MAX] {
         let p = pinned.as_mut_ptr();
-        // SAFETY (here and below): `p` is the pinned block's first byte, `n` <= its length; the
+        // SAFETY: (here and below) `p` is the pinned block's first byte, `n` <= its length; the
         // slices made from it do not outlive the block, and no other reference to it is used
         // while one lives.
         let pin = || unsafe { std::slice::from_raw_parts_mut(p, n) };
@@ -125,6 +125,7 @@ fn synchronous_copies_allocate_nothing_after_warm_up() {
     // SAFETY: both ranges lie in `reg_mem` (MAX bytes from `base`), which nothing else touches
     // meanwhile.
     let whole = unsafe { std::slice::from_raw_parts(base as *const u8, 1 << 20) };
+    // SAFETY: as above.
     let crossing = unsafe { std::slice::from_raw_parts(base.add(MAX / 2 - (64 << 10)) as *const u8, 128 << 10) };
     for (what, a) in [
         ("registered write", allocations(|| buf.write(0, whole).unwrap())),

@@ -319,10 +319,11 @@ fn bad_arguments_are_refused_before_the_driver() {
     assert!(matches!(s.checksum(Binding::Host(&plain)), Err(Error::NotRegistered)), "uncovered host range");
     let mut p = PinnedBuffer::new(&d, 256).unwrap();
     assert!(r(s.fill_u32(Binding::Host(&p), 0)), "a shared slice for a written binding");
-    // SAFETY (both): the words are checked and refused before any use.
+    // SAFETY: (both) the words are checked and refused before any use.
     let bad = unsafe { Kernel::from_spirv(&[1, 2, 3, 4, 5, 6], "main", &[], 0) };
     assert!(matches!(bad, Err(Error::InvalidArgument { .. })), "no SPIR-V magic");
     let words = spirv(SCALE_WGSL);
+    // SAFETY: as above.
     let few = unsafe { Kernel::from_spirv(&words, "main", &[], 12) };
     assert!(matches!(few, Err(Error::InvalidArgument { .. })), "binding 0 undeclared");
     // SAFETY: as in user_kernel_writes_the_users_vec_in_place.
@@ -372,7 +373,7 @@ fn module_and_device_limits_are_refused_before_the_driver() {
     let d = device().unwrap();
     let s = compute_stream(&d);
     let words = spirv(BIG_WORKGROUP_WGSL);
-    // SAFETY (all): refused by the checks, never run.
+    // SAFETY: (all) refused by the checks, never run.
     let k = unsafe { Kernel::from_spirv(&words, "main", &[Param::ReadWrite], 4) }.unwrap();
     let b = d.alloc_buffer(8192).unwrap();
     let info = d.info();
@@ -1059,7 +1060,7 @@ fn limits_are_per_entry_point() {
     let refused = |r: vkhost::Result<()>| matches!(r, Err(Error::InvalidArgument { .. }));
     for version in [(1, 3), (1, 4)] {
         let words = spirv_all(&entries(None), version);
-        // SAFETY (all): `small` writes data[delta0/4 + i] for i < n = 64, inside the 256-byte
+        // SAFETY: (all) `small` writes data[delta0/4 + i] for i < n = 64, inside the 256-byte
         // binding; the others are refused before they run.
         let small = unsafe { Kernel::from_spirv(&words, "small", &[Param::ReadWrite], 4) }.unwrap();
         s.launch(&small, [1, 1, 1], &[Binding::Device(&b, 0, 256)], &push(&[64])).unwrap();
@@ -1206,21 +1207,24 @@ fn a_raw_binding_over_two_registrations_of_one_page_is_refused() {
     let s = compute_stream(&d);
     p.slice().fill(0);
     let base = p.ptr;
-    // SAFETY (both): `p` stays mapped until after the unregisters below.
+    // SAFETY: (both) `p` stays mapped until after the unregisters below.
     unsafe { host::register(&d, base.add(16), 16) }.unwrap();
+    // SAFETY: as above.
     unsafe { host::register(&d, base.add(48), 16) }.unwrap();
     // SAFETY: refused before any work is recorded.
     let r = s.fill_u32(unsafe { Binding::host(base.add(24), 32) }, 0x0101_0101);
     assert!(matches!(r, Err(Error::NotRegistered)), "a binding over both registrations' bytes: {r:?}");
-    // SAFETY (both): the bytes stay registered and untouched by the host until `synchronize`.
+    // SAFETY: (both) the bytes stay registered and untouched by the host until `synchronize`.
     s.fill_u32(unsafe { Binding::host(base.add(16), 16) }, 0x0202_0202).unwrap();
+    // SAFETY: as above.
     s.fill_u32(unsafe { Binding::host(base.add(32), 16) }, 0x0303_0303).unwrap();
     s.synchronize().unwrap();
     let bytes = p.slice();
     assert!(bytes[16..32].iter().all(|&b| b == 2) && bytes[32..48].iter().all(|&b| b == 3), "{:?}", &bytes[..64]);
     assert!(bytes[..16].iter().chain(&bytes[48..]).all(|&b| b == 0), "bytes outside the fills");
-    // SAFETY (both): nothing uses them after the synchronize.
+    // SAFETY: (both) nothing uses them after the synchronize.
     host::unregister(&d, unsafe { base.add(16) }).unwrap();
+    // SAFETY: as above.
     host::unregister(&d, unsafe { base.add(48) }).unwrap();
     assert_eq!(d.validation_errors(), 0);
 }

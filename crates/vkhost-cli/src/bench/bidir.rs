@@ -123,7 +123,7 @@ fn async_pair(
 ) -> Result<(f64, [f64; 4])> {
     let a = Instant::now();
     let r = (|| -> Result<(f64, [f64; 4])> {
-        // SAFETY (both copies): `src` and `dst` are borrowed for this whole call, and `dst`
+        // SAFETY: (both copies) `src` and `dst` are borrowed for this whole call, and `dst`
         // exclusively: nothing else reads or writes them while the copies can run. Before they
         // are free again, either both streams' `synchronize` below returned Ok (every copy on
         // them completed), or, on any error (a copy enqueued in part, a failed submission, a

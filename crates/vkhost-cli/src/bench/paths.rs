@@ -194,11 +194,11 @@ fn check_and_measure(
     }
     let (s, cpu, cores) = match dir {
         // A submitted copy (the copy engines, "ce"), never DeviceBuffer::write's CPU stores.
-        // SAFETY: `src` is a live slice of n bytes for the whole measurement.
         DirKind::H2d => measure_with_cpu(
             cx.iters,
             cx.budget,
             || flush_cache(flush),
+            // SAFETY: `src` is a live slice of n bytes for the whole measurement.
             || Ok(unsafe { host::copy_to_device(&cx.dev, src.as_ptr(), n, &dbuf[0], 0) }.map(|_| ())?),
         )?,
         DirKind::D2h => measure_with_cpu(cx.iters, cx.budget, || flush_cache(flush), || Ok(dbuf[1].read(0, dst)?))?,

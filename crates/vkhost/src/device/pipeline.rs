@@ -315,9 +315,9 @@ fn create(s: &Arc<Shared>, l: &Live, desc: &PipelineDesc, mode: DescriptorMode) 
     let made = super::object::make_or_undo(
         h,
         |h| {
+            fault::check(Point::CreateDescriptorSetLayout).map_err(|c| s.fail("vkCreateDescriptorSetLayout", c))?;
             // SAFETY: valid create info; with PUSH_DESCRIPTOR_KHR only in `Push` mode, where
             // VK_KHR_push_descriptor is enabled (the mode is chosen from `Live::push_desc`).
-            fault::check(Point::CreateDescriptorSetLayout).map_err(|c| s.fail("vkCreateDescriptorSetLayout", c))?;
             h.set_layout = unsafe { d.create_descriptor_set_layout(&si, None) }.map_err(|c| s.fail("vkCreateDescriptorSetLayout", c))?;
             let ranges = [vk::PushConstantRange::default().stage_flags(vk::ShaderStageFlags::COMPUTE).offset(0).size(desc.push_bytes)];
             let sets = [h.set_layout];
