@@ -63,10 +63,11 @@ pub(crate) use crate::device::BUFFER_USAGE as USAGE;
 impl DeviceBuffer {
     pub(crate) fn new(device: &Device, len: usize) -> Result<DeviceBuffer> {
         let s = &device.shared;
+        // A destroyed device answers that first, whatever the length (issue 2).
+        let l = s.live()?;
         if len == 0 {
             return Err(Error::invalid("device buffer of zero bytes"));
         }
-        let l = s.live()?;
         // Mapped (for the CPU stores) where the device's buffers live in mapped VRAM.
         let b = s.alloc_device_bound(&l, len as u64, USAGE, true)?;
         let res = Resource::new(s, BufferObj::new(s, b, len as u64));

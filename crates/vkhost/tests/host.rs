@@ -307,6 +307,16 @@ fn teardown_tombstones_and_busy() {
     assert_eq!(unsafe { host::register(&d, base, 10) }, Err(Error::DeviceDestroyed));
     assert_eq!(host::alloc_pinned(&d, 10).unwrap_err(), Error::DeviceDestroyed);
     assert!(matches!(PinnedBuffer::new(&d, 10), Err(Error::DeviceDestroyed)));
+    // Whatever the arguments (issue 2: after destroy, every operation answers DeviceDestroyed):
+    // these answered InvalidArgument, their argument checks running first.
+    // SAFETY: refused before the pointer is used.
+    assert_eq!(unsafe { host::register(&d, std::ptr::null::<u8>(), 10) }, Err(Error::DeviceDestroyed));
+    // SAFETY: as above.
+    assert_eq!(unsafe { host::register(&d, base, 0) }, Err(Error::DeviceDestroyed));
+    assert_eq!(host::alloc_pinned(&d, 0).unwrap_err(), Error::DeviceDestroyed);
+    assert!(matches!(d.alloc_buffer(0), Err(Error::DeviceDestroyed)));
+    assert!(matches!(d.register(&mut []), Err(Error::DeviceDestroyed)));
+    assert!(matches!(vkhost::HostRange::register(&[&d], &mut []), Err(Error::DeviceDestroyed)));
     m.slice()[0] = 1;
 }
 

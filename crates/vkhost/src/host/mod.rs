@@ -108,7 +108,7 @@ pub use registry::round_out;
 /// let gpu = dev.alloc_buffer(256)?;
 /// let pageable = vec![1u8; 256];
 /// let pinned = vkhost::PinnedBuffer::new(&dev, 256)?;
-/// // SAFETY (both): each source is readable for 256 bytes during the call.
+/// // SAFETY: (both) each source is readable for 256 bytes during the call.
 /// let staged = unsafe { host::copy_to_device(&dev, pageable.as_ptr(), 256, &gpu, 0) }?;
 /// let direct = unsafe { host::copy_to_device(&dev, pinned.as_ptr(), 256, &gpu, 0) }?;
 /// assert_eq!((staged, direct), (CopyPath::Staged, CopyPath::Direct));
@@ -368,6 +368,9 @@ pub fn alloc_pinned(dev: &Device, len: usize) -> Result<NonNull<u8>> {
 /// [`alloc_pinned`], marking the entry as owned by the `guard` type when there is one.
 pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guard: Option<&'static str>) -> Result<(NonNull<u8>, Arc<Imports>)> {
     let s = &dev.shared;
+    // A destroyed device answers that before anything is asked of the arguments (issue 2:
+    // after destroy, every operation on the device returns `DeviceDestroyed`).
+    let l = s.live()?;
     if len == 0 {
         return Err(Error::invalid("alloc_pinned of zero bytes"));
     }
@@ -376,7 +379,6 @@ pub(crate) fn alloc_pinned_entry(dev: &Device, len: usize, guard: Option<&'stati
     if len as u64 > 1 << 52 {
         return Err(Error::invalid(format!("alloc_pinned of {len} bytes: larger than any address space")));
     }
-    let l = s.live()?;
     let page = page_size();
     let piece = s.import_piece(page);
     // A block whose address a stale registration still covers (registered memory freed
@@ -866,6 +868,11 @@ pub unsafe fn register(dev: &Device, ptr: impl HostPtr, len: usize) -> Result<()
 /// As for [`register`].
 pub(crate) unsafe fn register_entry(dev: &Device, addr: usize, len: usize, guard: Option<&'static str>) -> Result<Arc<Imports>> {
     let s = &dev.shared;
+    // A destroyed (or lost) device answers that before anything is asked of the arguments or
+    // the policy (issue 2: after destroy, every operation returns `DeviceDestroyed`). Only a
+    // check: the guard is taken again below, after the probe retry (which registers on this
+    // thread).
+    drop(s.live()?);
     // The policy first, with its own short reason (asked of the options, not read from the
     // longer message `registration` gives for it).
     if s.options.import == crate::device::ImportPolicy::Never {

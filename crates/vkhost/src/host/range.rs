@@ -107,6 +107,10 @@ impl<'a> HostRange<'a> {
                 return Err(Error::invalid(format!("{} listed twice", d.id())));
             }
         }
+        // A destroyed device answers that first, whatever the slice (issue 2).
+        for d in devices {
+            drop(d.shared.live()?);
+        }
         let ptr = std::ptr::NonNull::new(buf.as_mut_ptr()).ok_or_else(|| Error::invalid("null slice"))?;
         if buf.is_empty() {
             return Err(Error::invalid("zero-length registration"));

@@ -431,6 +431,8 @@ impl Device {
     /// # Ok(()) }
     /// ```
     pub fn register<'a>(&self, buf: &'a mut [u8]) -> Result<Registration<'a>> {
+        // A destroyed device answers that first, whatever the slice (issue 2).
+        drop(self.shared.live()?);
         let ptr = std::ptr::NonNull::new(buf.as_mut_ptr()).ok_or_else(|| Error::invalid("null slice"))?;
         if buf.is_empty() {
             return Err(Error::invalid("zero-length registration"));
