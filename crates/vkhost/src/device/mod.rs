@@ -8,7 +8,7 @@
 //! operation answers `Error::DeviceDestroyed`.
 //!
 //! Lock order, always: `live` → pipeline cache → stream state → registry → a tracker → a copy
-//! context → a queue (docs/ARCHITECTURE.md has the leaves and the exceptions).
+//! context → a queue (docs/DESIGN.md has the leaves and the exceptions).
 //!
 //! Driver notes:
 //! - lavapipe accepts any host pointer for import and crashes later, so `host::register`
