@@ -285,6 +285,9 @@ pub fn run(a: Args) -> Result<std::process::ExitCode> {
     if v.is_array() {
         return Err("this is the bare-array JSON of vkhost before schema version 2; re-run `vkhost bench --json` to plot it".into());
     }
+    if v["matrix"].is_array() {
+        return Err(format!("{}: a `vkhost bench --devices` matrix, which `vkhost plot` does not draw", a.input.display()).into());
+    }
     let list = v["results"].as_array().ok_or("expected {\"run\": ..., \"results\": [...]} as `vkhost bench --json` writes")?;
     let run = &v["run"];
     let mut points = Vec::new();

@@ -81,7 +81,7 @@ fn quick_run() -> &'static QuickRun {
 }
 
 /// Validates `v` against `schema`, for the subset of JSON Schema (2020-12) that
-/// docs/bench.schema.json uses. Any other keyword fails the test, so the schema cannot grow a
+/// docs/bench.schema.json and docs/bench-devices.schema.json use. Any other keyword fails the test, so the schema cannot grow a
 /// rule this validator would silently skip.
 fn validate(schema: &Value, v: &Value, at: &str, errors: &mut Vec<String>) {
     let Some(obj) = schema.as_object() else { return errors.push(format!("{at}: schema is not an object")) };
@@ -553,14 +553,21 @@ fn ctrl_c_writes_the_points_measured_so_far() {
 #[test]
 fn ctrl_c_in_the_devices_matrix_exits_130() {
     // Interrupted right after the first row measured.
+    let j = tmp("matrix-int.json");
     let (code, rest) = interrupted(
-        &["bench", "--devices", "0", "--sizes", "4K,64K,1M,4M,16M", "--iters", "1000", "--budget", "0.3"],
+        &["bench", "--devices", "0", "--sizes", "4K,64K,1M,4M,16M", "--iters", "1000", "--budget", "0.3", "--json", j.to_str().unwrap()],
         |l| l.starts_with("pinned "),
         std::time::Duration::ZERO,
     );
     assert_eq!(code, Some(130), "{rest:?}");
     assert!(rest.iter().any(|l| l.starts_with("interrupted")), "{rest:?}");
     assert!(!rest.iter().any(|l| l.starts_with("pageable ")), "rows measured after the interrupt: {rest:?}");
+    // The JSON holds the rows printed, and says the run was cut short.
+    let v = json_of(&j);
+    assert_eq!(v["run"]["interrupted"], true);
+    let printed = rest.iter().filter(|l| l.starts_with("pinned ") || l.starts_with("registered ")).count() + 1;
+    let rows = v["matrix"].as_array().unwrap().len();
+    assert!(rows == printed && rows < 30, "{rows} rows in the JSON, {printed} printed: {rest:?}");
 }
 
 /// Standard output closed early (`vkhost bench | head -1`): no panic, and `--json` still
@@ -696,8 +703,10 @@ fn devices_matrix_runs_each_device_alone_and_all_at_once() {
     assert!(out.contains("aggregate"), "{out}");
     let rows: Vec<&str> = out.lines().filter(|l| l.ends_with(" ok")).collect();
     assert_eq!(rows.len(), 6, "pinned, registered, pageable × h2d, d2h: {out}");
-    let e = vkhost(&["bench", "--devices", "0", "--json", "x.json"]);
-    assert!(!e.status.success(), "--json is refused with --devices");
+    // The single-device outputs are refused, each named.
+    let e = vkhost(&["bench", "--devices", "0", "--plot", "x.svg", "--baseline", "cuda"]);
+    let err = String::from_utf8_lossy(&e.stderr);
+    assert!(e.status.code() == Some(1) && err.contains("--devices refuses --plot, --baseline:"), "{err}");
     // Flags the matrix would ignore are refused (a user passing --cpu thinks the run pinned).
     for flag in [&["--cpu", "0"][..], &["--hugepages"], &["-t", "costs"], &["--bidir-queues", "compute-copy"], &["--bidir-mode", "threads"]]
     {
@@ -710,6 +719,84 @@ fn devices_matrix_runs_each_device_alone_and_all_at_once() {
     let e = vkhost(&["bench", "--sizes", "4K", "--json", same.to_str().unwrap(), "--plot", same.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&e.stderr);
     assert!(e.status.code() == Some(1) && err.contains("same file") && !same.exists(), "{err}");
+}
+
+/// `--devices` with `--json` and `--csv` (issue 14's machine-readable output for issue 15's
+/// matrix): the JSON validates against docs/bench-devices.schema.json, a row per path and
+/// direction with a figure per device in `--devices` order, and the CSV has a line per device
+/// and one for the aggregate of each row.
+#[test]
+fn devices_matrix_writes_json_and_csv() {
+    let (j, c) = (tmp("matrix.json"), tmp("matrix.csv"));
+    let o = vkhost(&[
+        "bench",
+        "--devices",
+        "0,0",
+        "--quick",
+        "--sizes",
+        "4K",
+        "--iters",
+        "2",
+        "--json",
+        j.to_str().unwrap(),
+        "--csv",
+        c.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", show(&o));
+    let v = json_of(&j);
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/bench-devices.schema.json")).unwrap(),
+    )
+    .expect("the schema is JSON");
+    let mut errors = Vec::new();
+    validate(&schema, &v, "$", &mut errors);
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+    // The validator does catch things.
+    let mut bad = v.clone();
+    bad["matrix"][0]["per_device"][0]["unexpected"] = Value::Bool(true);
+    bad["run"]["device"] = Value::Null;
+    let mut errors = Vec::new();
+    validate(&schema, &bad, "$", &mut errors);
+    assert_eq!(errors.len(), 2, "{errors:?}");
+
+    let run = &v["run"];
+    assert_eq!(
+        (run["tool"].as_str(), run["interrupted"].as_bool(), run["failures"].as_u64()),
+        (Some("vkhost bench --devices"), Some(false), Some(0))
+    );
+    assert_eq!(run["sizes"], serde_json::json!([4096]));
+    let devices = run["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 2, "{run}");
+    assert!(devices.iter().all(|d| d["index"] == 0 && d["name"].is_string() && d["copy_queues"].is_object()), "{run}");
+    let rows = v["matrix"].as_array().unwrap();
+    let have: Vec<(&str, &str)> = rows.iter().map(|r| (r["path"].as_str().unwrap(), r["dir"].as_str().unwrap())).collect();
+    let want: Vec<(&str, &str)> = ["pinned", "registered", "pageable"].iter().flat_map(|p| ["h2d", "d2h"].map(|d| (*p, d))).collect();
+    assert_eq!(have, want, "pinned, registered, pageable × h2d, d2h, in the table's order");
+    for r in rows {
+        let f = |x: &Value| x.as_f64().unwrap();
+        assert!(r["size"] == 4096 && r["ok"] == true, "{r}");
+        let per = r["per_device"].as_array().unwrap();
+        assert_eq!(per.len(), 2, "{r}");
+        for d in per {
+            assert!(d["index"] == 0 && (4096.0 / f(&d["median_s"]) / 1e9 - f(&d["gbps"])).abs() <= 1e-9 * f(&d["gbps"]).max(1.0), "{r}");
+        }
+        let agg = f(&r["aggregate_gbps"]);
+        assert!((2.0 * 4096.0 / f(&r["aggregate_median_s"]) / 1e9 - agg).abs() <= 1e-9 * agg.max(1.0), "{r}");
+        let sum: f64 = per.iter().map(|d| f(&d["gbps"])).sum();
+        assert!((agg / sum - f(&r["vs_sum"])).abs() <= 1e-9 * f(&r["vs_sum"]).max(1.0), "{r}");
+    }
+    let csv = std::fs::read_to_string(&c).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "path,dir,size,device,gbps,median_s,vs_sum,ok");
+    assert_eq!(lines.len(), 1 + rows.len() * 3, "a line per device and one for the aggregate per row: {csv}");
+    assert!(lines[1].starts_with("pinned,h2d,4096,0,") && lines[1].ends_with(",,true"), "{csv}");
+    assert!(lines[3].starts_with("pinned,h2d,4096,aggregate,") && lines[3].ends_with(",true"), "{csv}");
+    // The sweep's readers say what the file is instead of a bare "expected results".
+    let svg = tmp("matrix.svg");
+    let o = vkhost(&["plot", j.to_str().unwrap(), svg.to_str().unwrap()]);
+    assert!(o.status.code() == Some(1) && String::from_utf8_lossy(&o.stderr).contains("--devices` matrix"), "{}", show(&o));
+    let o = vkhost(&["bench", "-t", "costs", "--compare", j.to_str().unwrap()]);
+    assert!(o.status.code() == Some(1) && String::from_utf8_lossy(&o.stderr).contains("--devices` matrix"), "{}", show(&o));
 }
 
 /// Nonsense arguments are refused before anything is measured, with the flag named, never

@@ -18,6 +18,9 @@ pub(super) fn load(f: &Path) -> Result<Value> {
     if v.is_array() {
         return Err(format!("--compare {}: a bare array is the JSON of vkhost before schema version 2; re-run it", f.display()).into());
     }
+    if v["matrix"].is_array() {
+        return Err(format!("--compare {}: a `vkhost bench --devices` matrix, which --compare does not read", f.display()).into());
+    }
     if !v["results"].is_array() || !v["run"].is_object() {
         return Err(format!("--compare {}: no `run` object and `results` array (not a `vkhost bench --json` file?)", f.display()).into());
     }

@@ -145,7 +145,8 @@ pub struct Args {
     device: Option<usize>,
     /// The host × GPU matrix instead of the sweep: `all` or a list of device indices; each
     /// device alone and all at once, for pinned, registered and pageable memory (default sizes
-    /// 16M,256M,1G; --sizes, --paths, --dirs, --iters, --budget, --quick and --staging-* apply).
+    /// 16M,256M,1G; --sizes, --paths, --dirs, --iters, --budget, --quick, --staging-*, --json
+    /// and --csv apply; --plot, --compare and --baseline are refused).
     #[arg(long, value_name = "all|LIST")]
     devices: Option<String>,
     /// Sizes, comma-separated: 4K,1M,1G. Default: 4K to --max-size in ×4 steps.
@@ -212,10 +213,12 @@ pub struct Args {
     /// device's NUMA node where sysfs says which they are, else no pinning.
     #[arg(long, value_name = "LIST")]
     cpu: Option<String>,
-    /// Write the run as one JSON object {run: metadata, results: points} (docs/BENCH.md).
+    /// Write the run as one JSON object {run: metadata, results: points} (docs/BENCH.md); with
+    /// --devices, {run: metadata, matrix: rows} (docs/bench-devices.schema.json).
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Write the results as CSV, one row per point.
+    /// Write the results as CSV, one row per point; with --devices, a line per device and one
+    /// for the aggregate of each matrix row.
     #[arg(long)]
     csv: Option<PathBuf>,
     /// Print new/old ratios against an earlier `--json` file, point by point.
@@ -294,6 +297,25 @@ pub(crate) fn check_output(what: &str, f: &std::path::Path) -> Result<()> {
             }
         }
     }
+}
+
+/// [`check_output`] for each output given, and refuses two that name one file: the later one
+/// would overwrite the earlier (the JSON lost under the plot). Compared as written, through the
+/// folder's real path, and, for files that exist, as files (a symbolic or hard link to the
+/// other). The sweep and `--devices` both call it before measuring.
+pub(super) fn check_outputs(outputs: &[(&str, &Option<PathBuf>)]) -> Result<()> {
+    let given: Vec<(&str, &PathBuf)> = outputs.iter().filter_map(|(w, f)| f.as_ref().map(|f| (*w, f))).collect();
+    for (i, (what, f)) in given.iter().enumerate() {
+        check_output(what, f)?;
+        let same = |g: &PathBuf| {
+            let (g2, f2) = (link_target(g), link_target(f));
+            g == *f || (g2.file_name() == f2.file_name() && real_dir(&g2) == real_dir(&f2)) || same_file(g, f)
+        };
+        if let Some((other, _)) = given[..i].iter().find(|(_, g)| same(g)) {
+            return Err(format!("{other} and {what} name the same file {}: one would overwrite the other", f.display()).into());
+        }
+    }
+    Ok(())
 }
 
 /// Refuses, before anything runs (the costs process included), sizes the sweep cannot measure:
@@ -511,21 +533,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     let chosen = chosen(&a)?;
     // Before measuring: an output that cannot be written would lose the whole run.
-    let outputs: Vec<(&str, &PathBuf)> =
-        [("--json", &a.json), ("--csv", &a.csv), ("--plot", &a.plot)].into_iter().filter_map(|(w, f)| f.as_ref().map(|f| (w, f))).collect();
-    for (i, (what, f)) in outputs.iter().enumerate() {
-        check_output(what, f)?;
-        // One file for two outputs: the later one would overwrite the earlier (the JSON lost
-        // under the plot). Compared as written, through the folder's real path, and, for files
-        // that exist, as files (a symbolic or hard link to the other).
-        let same = |g: &PathBuf| {
-            let (g2, f2) = (link_target(g), link_target(f));
-            g == *f || (g2.file_name() == f2.file_name() && real_dir(&g2) == real_dir(&f2)) || same_file(g, f)
-        };
-        if let Some((other, _)) = outputs[..i].iter().find(|(_, g)| same(g)) {
-            return Err(format!("{other} and {what} name the same file {}: one would overwrite the other", f.display()).into());
-        }
-    }
+    check_outputs(&[("--json", &a.json), ("--csv", &a.csv), ("--plot", &a.plot)])?;
     // Read before measuring, so a bad file fails fast.
     let old = match &a.compare {
         Some(f) => Some(compare::load(f)?),

@@ -3,12 +3,16 @@
 //! once from one process (one thread per device, each with its own host buffer and device
 //! buffer, as CUDA's multi-GPU figure is measured), reported as the aggregate GB/s and its ratio
 //! to the sum of the devices alone. Every point is verified once per device.
+//!
+//! `--json` writes `{run, matrix}` (docs/bench-devices.schema.json) and `--csv` a line per
+//! device and one for the aggregate of each row, also after Ctrl-C with the rows measured.
 
 use super::point::{measure, pattern};
 use super::{Args, DirKind, PathKind};
 use crate::devices::anyhow_free::Result;
 use crate::pages::Pages;
-use crate::stats::{gbps, parse_size, size_label};
+use crate::stats::{Summary, gbps, parse_size, size_label};
+use serde_json::{Value, json};
 use std::process::ExitCode;
 use std::time::Duration;
 use vkhost::{Device, DeviceBuffer, PinnedBuffer};
@@ -136,13 +140,21 @@ fn verify(side: &mut Side, dir: DirKind, n: usize, seed: u64, scratch: &mut (Vec
     Ok(got == want)
 }
 
-/// The `--devices` run: prints the matrix; exit code 2 on any failed check.
+/// The `--devices` run: prints the matrix and writes `--json` and `--csv`; exit code 130 when
+/// interrupted, else 2 on any failed check, else 1 when an output could not be written.
 pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
-    if a.json.is_some() || a.csv.is_some() || a.plot.is_some() || a.compare.is_some() || a.baseline.is_some() {
-        return Err(
-            "--devices prints the host × GPU matrix only: --json, --csv, --plot, --compare and --baseline are for single-device runs"
-                .into(),
-        );
+    let started = std::time::SystemTime::now();
+    let refused: Vec<&str> = [(a.plot.is_some(), "--plot"), (a.compare.is_some(), "--compare"), (a.baseline.is_some(), "--baseline")]
+        .into_iter()
+        .filter_map(|(set, name)| set.then_some(name))
+        .collect();
+    if !refused.is_empty() {
+        return Err(format!(
+            "--devices refuses {}: --plot, --compare and --baseline are for single-device runs (the matrix is printed, and \
+             written with --json and --csv)",
+            refused.join(", ")
+        )
+        .into());
     }
     // Flags the matrix has no use for are refused, not ignored (a user who passes --cpu thinks
     // the run is pinned to those CPUs). Default-valued ones count when changed.
@@ -166,7 +178,7 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
     if !unused.is_empty() {
         return Err(format!(
             "--devices measures pinned, registered and pageable h2d and d2h with --sizes, --iters, --budget, --paths, --dirs, \
-             --quick and the --staging-* options; it has no use for {}",
+             --quick and the --staging-* options, and writes --json and --csv; it has no use for {}",
             unused.join(", ")
         )
         .into());
@@ -179,6 +191,8 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
     {
         return Err("--devices measures pinned, registered and pageable memory, h2d and d2h: --paths and --dirs leave nothing".into());
     }
+    // Before measuring, as the sweep: an output that cannot be written would lose the run.
+    super::check_outputs(&[("--json", &a.json), ("--csv", &a.csv)])?;
     let idx = indices(spec)?;
     if idx.is_empty() {
         return Err("--devices: no Vulkan device".into());
@@ -210,6 +224,9 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
     }
     println!(" {:>10} {:>8} check", "aggregate", "vs sum");
     let mut failures = 0;
+    let mut notes: Vec<String> = Vec::new();
+    // The rows of `--json`'s `matrix`, as measured (the CSV is made from them).
+    let mut rows: Vec<Value> = Vec::new();
     // Every path's memory on every device first, each allocated once at the largest size and
     // reused for every size, then the measurements (as the single-device sweep does): memory
     // allocated after gigabytes of other paths' allocations gets scattered physical pages, which
@@ -223,6 +240,7 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
         }
         if path == PathKind::Registered && devs.iter().any(|d| d.host_registration().is_err()) {
             println!("{:<11} skipped: registration is unavailable on a device", "registered");
+            notes.push("registered: skipped (registration is unavailable on a device)".into());
             continue;
         }
         all.push((path, devs.iter().map(|d| Side::new(d, path, max)).collect::<Result<_>>()?));
@@ -242,22 +260,22 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
                 for (k, s) in sides.iter_mut().enumerate() {
                     ok &= verify(s, dir, n, size ^ k as u64, &mut scratch)?;
                 }
-                let mut alone = Vec::new();
+                let mut alone: Vec<Summary> = Vec::new();
                 for s in sides.iter_mut() {
-                    let t = s.with_host(|buf, host| measure(iters, budget, || Side::copy(buf, &mut host[..n], dir)))?;
-                    alone.push(gbps(size, t.median));
+                    alone.push(s.with_host(|buf, host| measure(iters, budget, || Side::copy(buf, &mut host[..n], dir)))?);
                 }
                 let together = together(sides, n, dir, iters, budget)?;
                 let agg = gbps(size * devs.len() as u64, together.median);
-                let sum: f64 = alone.iter().sum();
+                let sum: f64 = alone.iter().map(|t| gbps(size, t.median)).sum();
                 print!("{:<11} {:<4} {:>6}", path.name(), dir.name(), size_label(size));
-                for g in &alone {
-                    print!(" {g:>9.2}");
+                for t in &alone {
+                    print!(" {:>9.2}", gbps(size, t.median));
                 }
                 println!(" {agg:>10.2} {:>7.2}x {}", agg / sum, if ok { "ok" } else { "FAIL" });
                 if !ok {
                     failures += 1;
                 }
+                rows.push(row_json(*path, dir, size, &devs, &alone, &together, ok));
             }
         }
     }
@@ -265,15 +283,154 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
     println!(
         "GB/s = 1e9 bytes/s, medians; aggregate = all devices' bytes over the wall time of one round with every device copying at once"
     );
+    if super::interrupted() {
+        notes.push("interrupted (Ctrl-C): the rows measured so far are reported".into());
+    }
+    // Every output is attempted even when an earlier one fails, and the failures reported
+    // together at the end, as in the sweep.
+    let mut write_errors: Vec<String> = Vec::new();
+    if let Some(f) = &a.json {
+        let doc = json!({ "run": run_json(started, &devs, &sizes, iters, budget, failures, notes), "matrix": rows });
+        match std::fs::write(f, serde_json::to_string_pretty(&doc)?) {
+            Ok(()) => println!("wrote {}", f.display()),
+            Err(e) => write_errors.push(format!("--json {}: {e}", f.display())),
+        }
+    }
+    if let Some(f) = &a.csv {
+        match std::fs::write(f, super::output::csv_of(&CSV_COLS, &csv_lines(&rows))) {
+            Ok(()) => println!("wrote {}", f.display()),
+            Err(e) => write_errors.push(format!("--csv {}: {e}", f.display())),
+        }
+    }
     for d in devs {
-        d.destroy()?;
+        if let Err(e) = d.destroy() {
+            write_errors.push(format!("destroying a device: {e}"));
+        }
+    }
+    for e in &write_errors {
+        eprintln!("vkhost: {e}");
     }
     if super::interrupted() {
-        // As the single-device sweep: the rows measured so far are printed; the rest is not.
+        // As the single-device sweep: the rows measured so far are printed and written; the
+        // rest is not.
         println!("interrupted: the rows above were measured, the rest of the matrix was not");
         return Ok(ExitCode::from(130));
     }
-    Ok(if failures > 0 { ExitCode::from(2) } else { ExitCode::SUCCESS })
+    Ok(if failures > 0 {
+        ExitCode::from(2)
+    } else if !write_errors.is_empty() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// A number for the JSON, or null where it is not finite (GB/s of a zero time).
+fn num(x: f64) -> Value {
+    if x.is_finite() { json!(x) } else { Value::Null }
+}
+
+/// One row of `matrix` (docs/BENCH.md, "Several devices"): each device alone in `--devices`
+/// order, then all of them at once.
+fn row_json(path: PathKind, dir: DirKind, size: u64, devs: &[Device], alone: &[Summary], together: &Summary, ok: bool) -> Value {
+    let agg = gbps(size * devs.len() as u64, together.median);
+    let sum: f64 = alone.iter().map(|t| gbps(size, t.median)).sum();
+    json!({
+        "path": path.name(),
+        "dir": dir.name(),
+        "size": size,
+        "per_device": devs.iter().zip(alone).map(|(d, t)| json!({
+            "index": d.info().index,
+            "gbps": num(gbps(size, t.median)),
+            "median_s": t.median,
+        })).collect::<Vec<_>>(),
+        "aggregate_gbps": num(agg),
+        "aggregate_median_s": together.median,
+        "vs_sum": num(agg / sum),
+        "ok": ok,
+    })
+}
+
+/// `run` of `--devices`'s JSON: the sweep's metadata less what only a single-device run has
+/// (testcases, the bar and cache-flush settings, the PCIe link, the unstable threshold: rows
+/// carry no spread), with `devices` for `device`.
+fn run_json(
+    started: std::time::SystemTime,
+    devs: &[Device],
+    sizes: &[u64],
+    iters: usize,
+    budget: Duration,
+    failures: usize,
+    mut notes: Vec<String>,
+) -> Value {
+    let (version, commit) = super::meta::build();
+    let devices: Vec<Value> = devs
+        .iter()
+        .map(|d| {
+            let mut j = super::output::device_json(d.info(), &d.host_registration());
+            j["copy_queues"] = crate::devices::queues_json(&d.copy_queues());
+            j
+        })
+        .collect();
+    // Every device is opened with the same options; the staging spin's default is by the kind
+    // of device (none on CPU drivers), so devices of two kinds can differ in it.
+    let o = devs[0].options();
+    let mut staging = json!({ "threads": o.staging_threads, "chunk_bytes": o.staging_chunk, "slots": o.staging_slots });
+    let spins: Vec<u64> = devs.iter().map(|d| d.staging_spin().as_micros() as u64).collect();
+    if spins.iter().all(|&s| s == spins[0]) {
+        staging["spin_us"] = spins[0].into();
+    } else {
+        let each: Vec<String> = devs.iter().zip(&spins).map(|(d, s)| format!("[{}] {s} us", d.info().index)).collect();
+        notes.push(format!("staging spin differs by device: {}", each.join(", ")));
+    }
+    json!({
+        "schema_version": super::meta::SCHEMA_VERSION,
+        "tool": "vkhost bench --devices",
+        "vkhost_version": version,
+        "git_commit": commit,
+        "time": super::meta::rfc3339(started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)),
+        "duration_s": started.elapsed().map(|d| d.as_secs_f64()).unwrap_or(0.0),
+        "args": std::env::args().collect::<Vec<_>>(),
+        "interrupted": super::interrupted(),
+        "sizes": sizes,
+        "iters": iters,
+        "warmup_iters": 1,
+        "budget_s": budget.as_secs_f64(),
+        "staging": staging,
+        "failures": failures,
+        "host": super::meta::host(),
+        "affinity": json!({
+            "source": "none",
+            "requested": null,
+            "cpus": super::meta::cpu_list_string(&super::meta::current_affinity()),
+            "scope": "not pinned",
+            "reason": "--devices does not pin (--cpu is refused with it): its threads, one per device, run where the scheduler puts them",
+        }),
+        "devices": devices,
+        "notes": notes,
+    })
+}
+
+/// `--csv`'s columns: `device` is the device's index, or `aggregate` on a row's all-at-once
+/// line; `vs_sum` is on that line only; `ok` is the row's check on each of its lines.
+const CSV_COLS: [&str; 8] = ["path", "dir", "size", "device", "gbps", "median_s", "vs_sum", "ok"];
+
+/// `--csv`'s lines: for each matrix row, one per device in `--devices` order, then the aggregate.
+fn csv_lines(rows: &[Value]) -> Vec<Value> {
+    let mut out = Vec::new();
+    for r in rows {
+        let line = |device: Value, gbps: &Value, median: &Value, vs_sum: &Value| {
+            json!({
+                "path": r["path"], "dir": r["dir"], "size": r["size"], "device": device,
+                "gbps": gbps, "median_s": median, "vs_sum": vs_sum, "ok": r["ok"],
+            })
+        };
+        for d in r["per_device"].as_array().into_iter().flatten() {
+            out.push(line(d["index"].clone(), &d["gbps"], &d["median_s"], &Value::Null));
+        }
+        out.push(line(json!("aggregate"), &r["aggregate_gbps"], &r["aggregate_median_s"], &r["vs_sum"]));
+    }
+    out
 }
 
 /// All devices at once: one thread per device, each with its own memory, started once for the

@@ -111,6 +111,13 @@ pub(super) fn csv(results: &[Value]) -> String {
         "verified",
         "note",
     ];
+    csv_of(&COLS, results)
+}
+
+/// CSV of `records`: a header of `cols`, then one line per record with its fields of those
+/// names (null and missing fields empty, strings bare, other values as JSON; a cell with a
+/// comma, a quote or a newline quoted). `--devices` writes its matrix with it too.
+pub(super) fn csv_of(cols: &[&str], records: &[Value]) -> String {
     let cell = |v: &Value| -> String {
         let s = match v {
             Value::Null => String::new(),
@@ -119,9 +126,9 @@ pub(super) fn csv(results: &[Value]) -> String {
         };
         if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s }
     };
-    let mut out = COLS.join(",") + "\n";
-    for r in results {
-        out += &COLS.iter().map(|c| cell(&r[*c])).collect::<Vec<_>>().join(",");
+    let mut out = cols.join(",") + "\n";
+    for r in records {
+        out += &cols.iter().map(|c| cell(&r[*c])).collect::<Vec<_>>().join(",");
         out.push('\n');
     }
     out
