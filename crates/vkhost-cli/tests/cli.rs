@@ -721,6 +721,22 @@ fn devices_matrix_runs_each_device_alone_and_all_at_once() {
     assert!(e.status.code() == Some(1) && err.contains("same file") && !same.exists(), "{err}");
 }
 
+/// A path whose memory cannot be had is skipped with a note and the run still writes its JSON:
+/// 3 GiB is past lavapipe's maxMemoryAllocationSize (2 GiB), so every path's device buffer is
+/// refused. Before, the first refusal ended the run with exit 1 and no file.
+#[test]
+fn devices_matrix_skips_a_path_it_cannot_allocate_and_still_writes() {
+    let j = tmp("matrix-skip.json");
+    let o = vkhost(&["bench", "--devices", "0", "--sizes", "3G", "--iters", "1", "--json", j.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", show(&o));
+    let v = json_of(&j);
+    let notes: Vec<&str> = v["run"]["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+    for path in ["pinned", "registered", "pageable"] {
+        assert!(notes.iter().any(|n| n.starts_with(&format!("{path}: skipped ("))), "{path}: {notes:?}");
+    }
+    assert_eq!(v["matrix"], serde_json::json!([]), "no row was measured");
+}
+
 /// `--devices` with `--json` and `--csv` (issue 14's machine-readable output for issue 15's
 /// matrix): the JSON validates against docs/bench-devices.schema.json, a row per path and
 /// direction with a figure per device in `--devices` order, and the CSV has a line per device

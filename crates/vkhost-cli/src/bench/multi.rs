@@ -243,7 +243,15 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
             notes.push("registered: skipped (registration is unavailable on a device)".into());
             continue;
         }
-        all.push((path, devs.iter().map(|d| Side::new(d, path, max)).collect::<Result<_>>()?));
+        // A path whose memory cannot be had (out of pinned memory, a refused registration) is
+        // skipped with a note, as in the sweep, and the others still run and are written.
+        match devs.iter().map(|d| Side::new(d, path, max)).collect::<Result<Vec<_>>>() {
+            Ok(sides) => all.push((path, sides)),
+            Err(e) => {
+                println!("{:<11} skipped: {e}", path.name());
+                notes.push(format!("{}: skipped ({e})", path.name()));
+            }
+        }
     }
     let mut scratch = (vec![0u8; max], vec![0u8; max]);
     for (path, sides) in &mut all {
@@ -256,15 +264,27 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
                     break;
                 }
                 let n = size as usize;
-                let mut ok = true;
-                for (k, s) in sides.iter_mut().enumerate() {
-                    ok &= verify(s, dir, n, size ^ k as u64, &mut scratch)?;
-                }
-                let mut alone: Vec<Summary> = Vec::new();
-                for s in sides.iter_mut() {
-                    alone.push(s.with_host(|buf, host| measure(iters, budget, || Side::copy(buf, &mut host[..n], dir)))?);
-                }
-                let together = together(sides, n, dir, iters, budget)?;
+                let point = |sides: &mut Vec<Side>, scratch: &mut (Vec<u8>, Vec<u8>)| -> Result<(bool, Vec<Summary>, Summary)> {
+                    let mut ok = true;
+                    for (k, s) in sides.iter_mut().enumerate() {
+                        ok &= verify(s, dir, n, size ^ k as u64, scratch)?;
+                    }
+                    let mut alone: Vec<Summary> = Vec::new();
+                    for s in sides.iter_mut() {
+                        alone.push(s.with_host(|buf, host| measure(iters, budget, || Side::copy(buf, &mut host[..n], dir)))?);
+                    }
+                    Ok((ok, alone, together(sides, n, dir, iters, budget)?))
+                };
+                // A point that fails (a copy's error) is noted and the matrix goes on, as the
+                // sweep's paths do: the rows measured before it are still printed and written.
+                let (ok, alone, together) = match point(sides, &mut scratch) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        println!("{:<11} {:<4} {:>6} error: {e}", path.name(), dir.name(), size_label(size));
+                        notes.push(format!("{} {} {}: skipped ({e})", path.name(), dir.name(), size_label(size)));
+                        continue;
+                    }
+                };
                 let agg = gbps(size * devs.len() as u64, together.median);
                 let sum: f64 = alone.iter().map(|t| gbps(size, t.median)).sum();
                 print!("{:<11} {:<4} {:>6}", path.name(), dir.name(), size_label(size));
