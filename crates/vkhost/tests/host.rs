@@ -317,6 +317,21 @@ fn teardown_tombstones_and_busy() {
     assert!(matches!(d.alloc_buffer(0), Err(Error::DeviceDestroyed)));
     assert!(matches!(d.register(&mut []), Err(Error::DeviceDestroyed)));
     assert!(matches!(vkhost::HostRange::register(&[&d], &mut []), Err(Error::DeviceDestroyed)));
+    assert!(matches!(vkhost::HostRange::register(&[&d, &d], &mut [0u8; 8]), Err(Error::DeviceDestroyed)));
+    assert!(matches!(d.copy_floor(true, 0, 0), Err(Error::DeviceDestroyed)));
+    // SAFETY: refused before any handle is used.
+    let r = unsafe {
+        host::record_copy(
+            &d,
+            vkhost::ash::vk::CommandBuffer::null(),
+            host::Direction::HostToDevice,
+            base,
+            0,
+            vkhost::ash::vk::Buffer::null(),
+            0,
+        )
+    };
+    assert!(matches!(r, Err(Error::DeviceDestroyed)));
     m.slice()[0] = 1;
 }
 

@@ -628,3 +628,25 @@ fn held_stream_is_done_never_waits_for_a_destroy_on_another_thread() {
     assert!(longest < teardown / 4 || teardown < Duration::from_millis(20), "a poll took {longest:?} of a {teardown:?} teardown");
     drop((s, b));
 }
+
+/// After `destroy`, a stream's operations answer `DeviceDestroyed` whatever their arguments
+/// (issue 2: every operation on the device). Each of these was refused with `InvalidArgument`
+/// first (a buffer of another device, a launch's bad grid), its argument check running before the
+/// liveness check.
+#[test]
+fn a_destroyed_devices_stream_answers_destroyed_whatever_the_arguments() {
+    let d = device().unwrap();
+    let other = device().unwrap();
+    let s = d.stream().unwrap();
+    let theirs = other.alloc_buffer(4096).unwrap();
+    d.destroy().unwrap();
+    assert!(matches!(s.fill_async(&theirs, 0, 4096, 1), Err(Error::DeviceDestroyed)));
+    assert!(matches!(s.copy_async(&theirs, 0, &theirs, 0, 16), Err(Error::DeviceDestroyed)));
+    assert!(matches!(s.upload(&[1u8; 16], &theirs, 0), Err(Error::DeviceDestroyed)));
+    let mut back = [0u8; 16];
+    assert!(matches!(s.download(&theirs, 0, &mut back), Err(Error::DeviceDestroyed)));
+    assert!(matches!(s.fill_u32(vkhost::Binding::Device(&theirs, 0, 4096), 7), Err(Error::DeviceDestroyed)));
+    // SAFETY: refused before any memory is touched.
+    assert!(matches!(unsafe { host::copy_to_device(&d, back.as_ptr(), 16, &theirs, 0) }, Err(Error::DeviceDestroyed)));
+    assert_eq!(other.validation_errors(), 0);
+}

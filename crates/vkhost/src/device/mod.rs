@@ -2261,14 +2261,15 @@ impl Device {
     /// # Ok(()) }
     /// ```
     pub fn copy_floor(&self, to_device: bool, len: u64, iters: usize) -> Result<CopyFloor> {
+        // A destroyed device answers that first, whatever the arguments (issue 2).
+        let s = &self.shared;
+        let g = s.live()?;
         if len == 0 || iters == 0 || iters > CopyFloor::MAX_ITERS {
             return Err(Error::invalid(format!(
                 "copy_floor needs a length above 0 and a count in 1..={} (len {len}, iters {iters})",
                 CopyFloor::MAX_ITERS
             )));
         }
-        let s = &self.shared;
-        let g = s.live()?;
         g.compute_queue()?;
         queues::floor(s, &g, to_device, len, iters)
     }

@@ -145,8 +145,9 @@ pub(crate) fn check_host_range(addr: usize, len: usize) -> Result<()> {
 /// # Safety
 /// The host range is readable (h2d) or writable (d2h) for `len` bytes during the call.
 pub(super) unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &DeviceMem, off: usize, stores: bool) -> Result<CopyPath> {
-    buf.check_device(s)?;
+    // A destroyed device answers that first, whatever the arguments (issue 2).
     let l = s.live()?;
+    buf.check_device(s)?;
     buf.check_range(off, len)?;
     check_host_range(addr, len)?;
     if len == 0 {

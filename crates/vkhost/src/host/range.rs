@@ -102,14 +102,14 @@ impl<'a> HostRange<'a> {
         if devices.is_empty() {
             return Err(Error::invalid("HostRange::register on no device"));
         }
+        // A destroyed device answers that first, whatever the other arguments (issue 2).
+        for d in devices {
+            drop(d.shared.live()?);
+        }
         for (i, d) in devices.iter().enumerate() {
             if devices[..i].iter().any(|e| e.id() == d.id()) {
                 return Err(Error::invalid(format!("{} listed twice", d.id())));
             }
-        }
-        // A destroyed device answers that first, whatever the slice (issue 2).
-        for d in devices {
-            drop(d.shared.live()?);
         }
         let ptr = std::ptr::NonNull::new(buf.as_mut_ptr()).ok_or_else(|| Error::invalid("null slice"))?;
         if buf.is_empty() {

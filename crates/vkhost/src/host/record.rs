@@ -913,6 +913,8 @@ pub unsafe fn record_copy(
     buffer: vk::Buffer,
     offset: u64,
 ) -> Result<RecordedCopy> {
+    // A destroyed or lost device answers that before the arguments are looked at (issue 2).
+    drop(dev.shared.live()?);
     let addr = host.addr();
     if len == 0 {
         return Err(Error::invalid("record_copy of zero bytes"));

@@ -29,6 +29,8 @@ impl StreamInner {
     /// The argument checks of [`StreamInner::host_copy`], which refuse before anything is
     /// enqueued: the buffer is this device's, the range lies in it, the host range does not wrap.
     pub(super) fn check_host_copy(&self, addr: usize, len: usize, buf: &DeviceMem, off: usize) -> Result<()> {
+        // A destroyed device answers that first, whatever the arguments (issue 2).
+        drop(self.shared.live()?);
         buf.check_device(&self.shared)?;
         buf.check_range(off, len)?;
         host::check_host_range(addr, len)

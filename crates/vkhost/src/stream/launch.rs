@@ -202,8 +202,9 @@ impl StreamInner {
     /// differ only by what other threads changed meanwhile (an unregister, a teardown).
     fn check_launch(&self, k: &Kernel, groups: [u32; 3], bindings: &[Binding<'_>], pc: &[u8]) -> Result<()> {
         let s = &*self.shared;
-        check_args(s, k, groups, bindings, pc)?;
+        // A destroyed device answers that first, whatever the arguments (issue 2).
         let _l = s.live()?;
+        check_args(s, k, groups, bindings, pc)?;
         self.check(&relock(&self.state))?;
         let bound = resolve_all(s, k, bindings)?;
         check_builtin(k, groups, &bound, pc)
@@ -214,8 +215,9 @@ impl StreamInner {
     fn launch(&self, k: &Kernel, groups: [u32; 3], bindings: &[Binding<'_>], pc: &[u8]) -> Result<(u64, bool)> {
         let s = &*self.shared;
         let kd = &k.inner;
-        check_args(s, k, groups, bindings, pc)?;
+        // A destroyed device answers that first, whatever the arguments (issue 2).
         let l = s.live()?;
+        check_args(s, k, groups, bindings, pc)?;
         if !self.runs_kernels(&l)? {
             return Err(Error::unsupported(
                 "this stream runs on a transfer-only queue family (a copy engine): launch kernels on a stream from \

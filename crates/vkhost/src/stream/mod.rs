@@ -683,10 +683,11 @@ impl Stream {
     pub fn copy_async(&self, src: &DeviceBuffer, src_offset: usize, dst: &DeviceBuffer, dst_offset: usize, len: usize) -> Result<()> {
         let inner = &*self.inner;
         let s = &*inner.shared;
+        // A destroyed device answers that first, whatever the arguments (issue 2).
+        let l = s.live()?;
         if src.shared.id != s.id || dst.shared.id != s.id {
             return Err(Error::invalid("buffers of another device"));
         }
-        let l = s.live()?;
         src.mem.check_range(src_offset, len)?;
         dst.mem.check_range(dst_offset, len)?;
         if src.raw() == dst.raw() && src_offset < dst_offset + len && dst_offset < src_offset + len && len > 0 {
@@ -742,10 +743,11 @@ impl Stream {
     pub fn fill_async(&self, dst: &DeviceBuffer, offset: usize, len: usize, value: u32) -> Result<()> {
         let inner = &*self.inner;
         let s = &*inner.shared;
+        // A destroyed device answers that first, whatever the arguments (issue 2).
+        let l = s.live()?;
         if dst.shared.id != s.id {
             return Err(Error::invalid("buffer of another device"));
         }
-        let l = s.live()?;
         dst.mem.check_range(offset, len)?;
         if offset % 4 != 0 || len % 4 != 0 {
             return Err(Error::invalid("fill offset and length must be multiples of 4"));
