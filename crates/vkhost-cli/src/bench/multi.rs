@@ -141,7 +141,8 @@ fn verify(side: &mut Side, dir: DirKind, n: usize, seed: u64, scratch: &mut (Vec
 }
 
 /// The `--devices` run: prints the matrix and writes `--json` and `--csv`; exit code 130 when
-/// interrupted, else 2 on any failed check, else 1 when an output could not be written.
+/// interrupted, else 2 on any failed check, else 1 when a path or point was left out by an error,
+/// an output could not be written or a device's destroy failed.
 pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
     let started = std::time::SystemTime::now();
     let refused: Vec<&str> = [(a.plot.is_some(), "--plot"), (a.compare.is_some(), "--compare"), (a.baseline.is_some(), "--baseline")]
@@ -224,6 +225,8 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
     }
     println!(" {:>10} {:>8} check", "aggregate", "vs sum");
     let mut failures = 0;
+    // Paths and points left out by an error (noted; the run goes on, then exits 1).
+    let mut errors = 0;
     let mut notes: Vec<String> = Vec::new();
     // The rows of `--json`'s `matrix`, as measured (the CSV is made from them).
     let mut rows: Vec<Value> = Vec::new();
@@ -250,6 +253,7 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
             Err(e) => {
                 println!("{:<11} skipped: {e}", path.name());
                 notes.push(format!("{}: skipped ({e})", path.name()));
+                errors += 1;
             }
         }
     }
@@ -282,6 +286,7 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
                     Err(e) => {
                         println!("{:<11} {:<4} {:>6} error: {e}", path.name(), dir.name(), size_label(size));
                         notes.push(format!("{} {} {}: skipped ({e})", path.name(), dir.name(), size_label(size)));
+                        errors += 1;
                         continue;
                     }
                 };
@@ -338,7 +343,7 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
     }
     Ok(if failures > 0 {
         ExitCode::from(2)
-    } else if !write_errors.is_empty() {
+    } else if errors > 0 || !write_errors.is_empty() {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
@@ -432,23 +437,25 @@ fn run_json(
 }
 
 /// `--csv`'s columns: `device` is the device's index, or `aggregate` on a row's all-at-once
-/// line; `vs_sum` is on that line only; `ok` is the row's check on each of its lines.
-const CSV_COLS: [&str; 8] = ["path", "dir", "size", "device", "gbps", "median_s", "vs_sum", "ok"];
+/// line; `position` the device's place in `--devices` (which tells apart the lines of
+/// `--devices 0,0`), empty on the aggregate line; `vs_sum` is on that line only; `ok` is the
+/// row's check on each of its lines.
+const CSV_COLS: [&str; 9] = ["path", "dir", "size", "device", "position", "gbps", "median_s", "vs_sum", "ok"];
 
 /// `--csv`'s lines: for each matrix row, one per device in `--devices` order, then the aggregate.
 fn csv_lines(rows: &[Value]) -> Vec<Value> {
     let mut out = Vec::new();
     for r in rows {
-        let line = |device: Value, gbps: &Value, median: &Value, vs_sum: &Value| {
+        let line = |device: Value, position: Value, gbps: &Value, median: &Value, vs_sum: &Value| {
             json!({
-                "path": r["path"], "dir": r["dir"], "size": r["size"], "device": device,
+                "path": r["path"], "dir": r["dir"], "size": r["size"], "device": device, "position": position,
                 "gbps": gbps, "median_s": median, "vs_sum": vs_sum, "ok": r["ok"],
             })
         };
-        for d in r["per_device"].as_array().into_iter().flatten() {
-            out.push(line(d["index"].clone(), &d["gbps"], &d["median_s"], &Value::Null));
+        for (k, d) in r["per_device"].as_array().into_iter().flatten().enumerate() {
+            out.push(line(d["index"].clone(), json!(k), &d["gbps"], &d["median_s"], &Value::Null));
         }
-        out.push(line(json!("aggregate"), &r["aggregate_gbps"], &r["aggregate_median_s"], &r["vs_sum"]));
+        out.push(line(json!("aggregate"), Value::Null, &r["aggregate_gbps"], &r["aggregate_median_s"], &r["vs_sum"]));
     }
     out
 }
