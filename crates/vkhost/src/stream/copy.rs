@@ -28,12 +28,16 @@ pub(super) struct Enqueued {
 impl StreamInner {
     /// The argument checks of [`StreamInner::host_copy`], which refuse before anything is
     /// enqueued: the buffer is this device's, the range lies in it, the host range does not wrap.
+    /// A destroyed device answers that first, whatever the arguments (issue 2): asked only when
+    /// an argument is refused, so a copy's checks (run twice per call, here and in `host_copy`)
+    /// take no lock beside the one `host_copy` holds.
     pub(super) fn check_host_copy(&self, addr: usize, len: usize, buf: &DeviceMem, off: usize) -> Result<()> {
-        // A destroyed device answers that first, whatever the arguments (issue 2).
-        drop(self.shared.live()?);
-        buf.check_device(&self.shared)?;
-        buf.check_range(off, len)?;
-        host::check_host_range(addr, len)
+        let args = || -> Result<()> {
+            buf.check_device(&self.shared)?;
+            buf.check_range(off, len)?;
+            host::check_host_range(addr, len)
+        };
+        args().map_err(|refused| self.shared.live().err().unwrap_or(refused))
     }
 
     /// An async host↔device copy (see the `Stream` methods).
