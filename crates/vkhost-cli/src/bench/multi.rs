@@ -300,7 +300,7 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
                 if !ok {
                     failures += 1;
                 }
-                rows.push(row_json(*path, dir, size, &devs, &alone, &together, ok));
+                rows.push(row_json(*path, dir, size, &devs, &alone, (agg, sum, together.median), ok));
             }
         }
     }
@@ -356,10 +356,17 @@ fn num(x: f64) -> Value {
 }
 
 /// One row of `matrix` (docs/BENCH.md, "Several devices"): each device alone in `--devices`
-/// order, then all of them at once.
-fn row_json(path: PathKind, dir: DirKind, size: u64, devs: &[Device], alone: &[Summary], together: &Summary, ok: bool) -> Value {
-    let agg = gbps(size * devs.len() as u64, together.median);
-    let sum: f64 = alone.iter().map(|t| gbps(size, t.median)).sum();
+/// order, then all of them at once (`(aggregate GB/s, sum of the devices' GB/s alone, aggregate
+/// median)`, as the printed row has them).
+fn row_json(
+    path: PathKind,
+    dir: DirKind,
+    size: u64,
+    devs: &[Device],
+    alone: &[Summary],
+    (agg, sum, median): (f64, f64, f64),
+    ok: bool,
+) -> Value {
     json!({
         "path": path.name(),
         "dir": dir.name(),
@@ -370,7 +377,7 @@ fn row_json(path: PathKind, dir: DirKind, size: u64, devs: &[Device], alone: &[S
             "median_s": t.median,
         })).collect::<Vec<_>>(),
         "aggregate_gbps": num(agg),
-        "aggregate_median_s": together.median,
+        "aggregate_median_s": median,
         "vs_sum": num(agg / sum),
         "ok": ok,
     })
