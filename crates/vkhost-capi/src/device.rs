@@ -413,6 +413,7 @@ impl vkhost_open_options {
             push_descriptors: OpenOptions::default().push_descriptors,
             max_pipelines: OpenOptions::default().max_pipelines,
             d2d_kernel_min: OpenOptions::default().d2d_kernel_min,
+            gather_regions: OpenOptions::default().gather_regions,
         })
     }
 }

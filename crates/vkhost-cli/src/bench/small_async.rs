@@ -9,7 +9,8 @@ use vkhost::PinnedBuffer;
 /// synchronous ones, twice: to consecutive offsets (`async`/`sync`: the plain case, where the
 /// stream batches adjacent copies into few regions) and to scattered offsets
 /// (`async-scattered`/`sync-scattered`: a permutation, so nothing merges; every copy is its own
-/// region for the copy engine).
+/// region for the copy engine; on GPUs the stream gathers them, see
+/// `OpenOptions::gather_regions`).
 const N: usize = 1000;
 const K: usize = 4096;
 
@@ -64,7 +65,11 @@ pub(super) fn small_async(cx: &mut Ctx, which: &[bool], mem: &mut Mem) -> Result
             buf.read(0, &mut back)?;
             Ok(cx.check(name, &back, &want))
         };
+        let gathered_before = vkhost::host::device_stats(&dev).gathered_bytes;
         let ok_async = checked(&format!("small-async{suffix}"), &run_async)?;
+        // How much of one round went through the stream's scratch buffer
+        // (`OpenOptions::gather_regions`: on GPUs, runs of small copies of one dense host range).
+        let gathered = vkhost::host::device_stats(&dev).gathered_bytes - gathered_before;
         let ok_sync = checked(&format!("small-sync{suffix}"), &run_sync)?;
         let a = measure(cx.iters.min(5), cx.budget, run_async)?;
         let sy = measure(cx.iters.min(5), cx.budget, run_sync)?;
@@ -75,8 +80,13 @@ pub(super) fn small_async(cx: &mut Ctx, which: &[bool], mem: &mut Mem) -> Result
         // Where synchronous writes are CPU stores into the BAR (the H200), they beat the async
         // copies: say "slower" then, not "0.2x faster".
         let versus = if speedup >= 1.0 { format!("{speedup:.1}x faster than") } else { format!("{:.1}x slower than", 1.0 / speedup) };
-        p.note = format!("1000 x 4K async to {offsets} offsets + synchronize; {versus} 1000 synchronous copies");
-        p.extra = json!({"sync_median_s": sy.median, "speedup": speedup, "offsets": offsets});
+        let via = if gathered > 0 {
+            format!(", {}% through the stream's scratch buffer", gathered * 100 / (N * K) as u64)
+        } else {
+            String::new()
+        };
+        p.note = format!("1000 x 4K async to {offsets} offsets + synchronize{via}; {versus} 1000 synchronous copies");
+        p.extra = json!({"sync_median_s": sy.median, "speedup": speedup, "offsets": offsets, "gathered_bytes": gathered});
         cx.push(p);
         let mut q = point("vulkan", "small-async", "pinned", &format!("sync{suffix}"), K as u64, (N * K) as u64, sy);
         q.verified = Some(ok_sync);

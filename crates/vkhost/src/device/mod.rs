@@ -411,6 +411,48 @@ pub struct OpenOptions {
     /// kernel's pipeline (counted in [`LiveObjects::pipelines`], and held in the pipeline cache
     /// as a kernel's is); where the kernel cannot run, the copy is a vkCmdCopyBuffer.
     pub d2d_kernel_min: Option<usize>,
+    /// The fewest small direct copies (each at most [`GATHER_REGION_MAX`](Self::GATHER_REGION_MAX))
+    /// that a stream moves through its device scratch buffer when they go between the same
+    /// pinned block or registration and the same device buffer, back to back, and their host
+    /// bytes form one unbroken range: an upload copies that range into the scratch buffer in one
+    /// region and scatters it from there by device-to-device regions, a download gathers into the
+    /// scratch buffer and copies the range out in one region ([`HostStats::gathered_bytes`]
+    /// counts them). On the H200 a copy region that reads or writes host memory cost ~3.3 us
+    /// and one between device buffers ~1.85 us (issue 10), so many small scattered copies of one
+    /// dense host range finish sooner. `None` (the default): 32 on GPUs, never on CPU devices
+    /// (lavapipe's copies are memcpys: the detour is one more). `Some(usize::MAX)`: never;
+    /// values below 2 act as 2. The scratch buffer ([`GATHER_SCRATCH`](Self::GATHER_SCRATCH)
+    /// bytes of device memory) is made by a stream's first such run and kept until the stream
+    /// goes; where it cannot be made, the copies go direct. `VKHOST_GATHER_REGIONS=N|off`
+    /// sets it.
+    ///
+    /// [`HostStats::gathered_bytes`]: crate::host::HostStats::gathered_bytes
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::{Device, OpenOptions, PinnedBuffer};
+    /// // Gather from 4 copies on, on lavapipe too.
+    /// let dev = Device::open_default_with(&OpenOptions { gather_regions: Some(4), ..Default::default() })?;
+    /// let k = 4096;
+    /// let mut src = PinnedBuffer::new(&dev, 64 * k)?;
+    /// for (i, b) in src.iter_mut().enumerate() { *b = (i / k) as u8; }
+    /// let buf = dev.alloc_buffer(64 * k)?;
+    /// let stream = dev.stream()?;
+    /// // 64 consecutive host pieces to scattered device offsets, all enqueued before a wait.
+    /// let pending = (0..64)
+    ///     .map(|i| stream.upload_pinned(&src, i * k..(i + 1) * k, &buf, (i * 17 % 64) * k))
+    ///     .collect::<vkhost::Result<Vec<_>>>()?;
+    /// stream.synchronize()?;
+    /// drop(pending);
+    /// assert!(vkhost::host::device_stats(&dev).gathered_bytes > 0);
+    /// let mut back = vec![0u8; k];
+    /// buf.read(17 * k, &mut back)?;
+    /// assert!(back.iter().all(|&b| b == 1));
+    /// # Ok(()) }
+    /// ```
+    pub gather_regions: Option<usize>,
 }
 
 impl OpenOptions {
@@ -433,6 +475,16 @@ impl OpenOptions {
     /// # Ok(()) }
     /// ```
     pub const D2D_KERNEL_MIN: usize = 2 << 20;
+
+    /// The default [`gather_regions`](Self::gather_regions) on GPUs: 32 copies.
+    pub const GATHER_REGIONS: usize = 32;
+    /// The largest copy [`gather_regions`](Self::gather_regions) moves through a stream's
+    /// scratch buffer (64 KiB): larger regions are bandwidth-bound, and the detour would only
+    /// add a second pass over their bytes.
+    pub const GATHER_REGION_MAX: u64 = 64 << 10;
+    /// The size of a stream's scratch buffer for [`gather_regions`](Self::gather_regions)
+    /// (4 MiB of device memory): what one batch of the stream's copies can hold.
+    pub const GATHER_SCRATCH: u64 = 4 << 20;
 
     /// The smallest staging chunk, and the granule every chunk is a multiple of: one 4 KiB page.
     /// Smaller chunks would make the open-time import probe (one page through staging) and every
@@ -780,6 +832,7 @@ impl Default for OpenOptions {
             ),
             max_pipelines: env_usize("VKHOST_MAX_PIPELINES").unwrap_or(256),
             d2d_kernel_min: env_usize_or_off("VKHOST_D2D_KERNEL_MIN", usize::MAX),
+            gather_regions: env_usize_or_off("VKHOST_GATHER_REGIONS", usize::MAX),
         }
     }
 }
@@ -1084,6 +1137,7 @@ pub(crate) struct Shared {
     pub direct_bytes: AtomicU64,
     pub staged_bytes: AtomicU64,
     pub mapped_bytes: AtomicU64,
+    pub gathered_bytes: AtomicU64,
     /// Synchronous device-to-host copies running now, when the last one ended (nanoseconds
     /// on a process clock; 0: never) and on which thread (a per-thread number), for
     /// [`BarAssist::Bidir`] (kept only under it). A heuristic only: nothing's soundness reads them.
@@ -2116,6 +2170,7 @@ impl Device {
                 direct_bytes: AtomicU64::new(0),
                 staged_bytes: AtomicU64::new(0),
                 mapped_bytes: AtomicU64::new(0),
+                gathered_bytes: AtomicU64::new(0),
                 reading: AtomicUsize::new(0),
                 read_ended: AtomicU64::new(0),
                 read_thread: AtomicU64::new(0),

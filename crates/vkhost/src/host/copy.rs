@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub(super) static DIRECT: AtomicU64 = AtomicU64::new(0);
 pub(super) static STAGED: AtomicU64 = AtomicU64::new(0);
 pub(super) static MAPPED: AtomicU64 = AtomicU64::new(0);
+pub(super) static GATHERED: AtomicU64 = AtomicU64::new(0);
 
 /// A host range as a kernel binding sees it: the covering import's (or pinned block's)
 /// resource, held (see `crate::track`), and the range's byte offset in its buffer.
@@ -361,6 +362,15 @@ fn record_mapped(s: &Shared, bytes: u64) {
     }
     MAPPED.fetch_add(bytes, Ordering::Relaxed);
     s.mapped_bytes.fetch_add(bytes, Ordering::Relaxed);
+}
+
+/// Counts bytes a stream moved through its scratch buffer (`OpenOptions::gather_regions`).
+pub(crate) fn record_gathered(s: &Shared, bytes: u64) {
+    if bytes == 0 || crate::device::in_probe() {
+        return;
+    }
+    GATHERED.fetch_add(bytes, Ordering::Relaxed);
+    s.gathered_bytes.fetch_add(bytes, Ordering::Relaxed);
 }
 
 pub(crate) fn record(s: &Shared, direct: u64, staged: u64) {

@@ -91,7 +91,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 pub use crate::maps::page_size;
-pub(crate) use copy::{Plan, check_host_range, copy_to_device_impl, copy_to_host_impl, cover, part_left, plan, record};
+pub(crate) use copy::{Plan, check_host_range, copy_to_device_impl, copy_to_host_impl, cover, part_left, plan, record, record_gathered};
 pub(crate) use owners::{Cell, Imports};
 use owners::{Reg, note_lister, registry};
 pub use record::{Direction, RecordedCopy, reap_recorded, record_copy};
@@ -152,6 +152,10 @@ pub struct HostStats {
     pub staged_bytes: u64,
     /// Bytes written by CPU stores into mapped device memory ([`CopyPath::Mapped`]).
     pub mapped_bytes: u64,
+    /// Bytes of direct stream copies that went through a stream's device scratch buffer
+    /// ([`OpenOptions::gather_regions`](crate::OpenOptions::gather_regions)): counted in
+    /// `direct_bytes` too.
+    pub gathered_bytes: u64,
     /// Live registrations (imports whose device is alive).
     pub live_imports: usize,
     /// Live pinned blocks (whose device is alive).
@@ -208,6 +212,7 @@ pub fn stats() -> HostStats {
         direct_bytes: copy::DIRECT.load(Ordering::Relaxed),
         staged_bytes: copy::STAGED.load(Ordering::Relaxed),
         mapped_bytes: copy::MAPPED.load(Ordering::Relaxed),
+        gathered_bytes: copy::GATHERED.load(Ordering::Relaxed),
         live_imports,
         live_pinned,
         tombstones,
@@ -236,6 +241,7 @@ pub fn device_stats(dev: &Device) -> HostStats {
         direct_bytes: dev.shared.direct_bytes.load(Ordering::Relaxed),
         staged_bytes: dev.shared.staged_bytes.load(Ordering::Relaxed),
         mapped_bytes: dev.shared.mapped_bytes.load(Ordering::Relaxed),
+        gathered_bytes: dev.shared.gathered_bytes.load(Ordering::Relaxed),
         live_imports,
         live_pinned,
         tombstones,

@@ -37,13 +37,64 @@ pub(super) struct Batch {
     /// Copies between one pair of buffers not yet recorded: consecutive copies between the same
     /// buffers become one vkCmdCopyBuffer with several regions, and contiguous ones one region.
     merged: Option<Merged>,
+    /// The stream's scratch buffer for gathered copies (`OpenOptions::gather_regions`), once
+    /// made, and how much of it this batch used: each gathered run takes a fresh part, since
+    /// the runs of one batch may overlap on the device (the batch's opening barrier orders it
+    /// after the batches before, so every batch starts at 0).
+    pub(super) scratch: Option<Scratch>,
+    scratch_used: u64,
+    /// The fewest regions of a merged run that go through the scratch buffer (`usize::MAX`:
+    /// never).
+    gather_min: usize,
+    /// Bytes this batch moved through the scratch buffer (`HostStats::gathered_bytes`, counted
+    /// once the batch is submitted).
+    pub(super) gathered: u64,
+}
+
+/// A stream's device scratch buffer for gathered copies: owned by the stream's state and
+/// released at its shutdown, after every batch that names it completed (as the staging ring).
+#[derive(Clone, Copy)]
+pub(super) struct Scratch {
+    pub(super) buffer: vk::Buffer,
+    pub(super) size: u64,
 }
 
 struct Merged {
     src: vk::Buffer,
     dst: vk::Buffer,
     regions: Vec<vk::BufferCopy>,
+    /// Which end is host memory (a pinned block or an import) where the run may be gathered:
+    /// `Some(true)` the source (an upload), `Some(false)` the destination (a download), `None`
+    /// neither (device-to-device and staging-ring copies).
+    host_src: Option<bool>,
 }
+
+/// Where a merged run's host ends lie together: `(first offset, length)` of the one unbroken
+/// range they cover, when there are at least `min` regions (and 2), none larger than
+/// [`crate::OpenOptions::GATHER_REGION_MAX`], and no gap between them. Regions may overlap on
+/// the host side (an upload may read the same bytes twice), so the range is their union; it
+/// holds exactly the bytes the run was tracked as touching (`Batch::order`), so one copy of it
+/// conflicts with nothing the run's own copies did not.
+pub(super) fn dense_host_span(regions: &[vk::BufferCopy], host_src: bool, min: usize) -> Option<(u64, u64)> {
+    if regions.len() < min.max(2) || regions.iter().any(|r| r.size > crate::OpenOptions::GATHER_REGION_MAX) {
+        return None;
+    }
+    let mut ends: Vec<(u64, u64)> = regions.iter().map(|r| (if host_src { r.src_offset } else { r.dst_offset }, r.size)).collect();
+    ends.sort_unstable();
+    let start = ends[0].0;
+    let mut end = start;
+    for (at, n) in ends {
+        if at > end {
+            return None;
+        }
+        end = end.max(at + n);
+    }
+    Some((start, end - start))
+}
+
+/// Scratch offsets are aligned to this (the copy engines' preferred alignment for large
+/// regions; vkCmdCopyBuffer itself needs none).
+const SCRATCH_ALIGN: u64 = 256;
 
 /// How many accesses to track before a barrier is cheaper than checking.
 const TRACKED: usize = 128;
@@ -89,11 +140,65 @@ impl Batch {
     /// `self.cmd` is recording, under the stream lock; the buffers named are alive until the
     /// batch completes.
     pub(super) unsafe fn emit(&mut self, d: &ash::Device) {
-        if let Some(m) = self.merged.take() {
-            // SAFETY: the caller's contract; the regions do not overlap (a conflict would have
-            // emitted the earlier ones and put a barrier in between).
-            unsafe { crate::device::submit::cmd_copy_buffer(d, self.cmd, m.src, m.dst, &m.regions) };
+        let Some(m) = self.merged.take() else { return };
+        if let Some((scratch, base, start, span)) = self.gather_room(&m) {
+            // SAFETY: the caller's contract; the scratch range is this run's alone.
+            unsafe { self.emit_gathered(d, &m, scratch, base, start, span) };
+            return;
         }
+        // SAFETY: the caller's contract; the regions do not overlap (a conflict would have
+        // emitted the earlier ones and put a barrier in between).
+        unsafe { crate::device::submit::cmd_copy_buffer(d, self.cmd, m.src, m.dst, &m.regions) };
+    }
+
+    /// Whether merged run `m` goes through the scratch buffer: the scratch buffer, the part of
+    /// it the run takes, and the run's host span `(start, length)` ([`dense_host_span`]).
+    fn gather_room(&self, m: &Merged) -> Option<(Scratch, u64, u64, u64)> {
+        let host_src = m.host_src?;
+        let scratch = self.scratch?;
+        let (start, span) = dense_host_span(&m.regions, host_src, self.gather_min)?;
+        let base = self.scratch_used.next_multiple_of(SCRATCH_ALIGN);
+        (base + span <= scratch.size).then_some((scratch, base, start, span))
+    }
+
+    /// Records merged run `m` through the scratch buffer's `[base, base+span)`: an upload
+    /// copies its host span `[start, start+span)` there in one region and scatters it to the
+    /// run's device regions; a download gathers the device regions there and copies the span
+    /// out in one region. A barrier between the two halves orders the scratch bytes.
+    ///
+    /// # Safety
+    /// As for [`Batch::emit`]; `[base, base+span)` lies in the scratch buffer and no other
+    /// command of this batch uses it; `[start, start+span)` is the run's host span.
+    unsafe fn emit_gathered(&mut self, d: &ash::Device, m: &Merged, scratch: Scratch, base: u64, start: u64, span: u64) {
+        use crate::device::submit::cmd_copy_buffer;
+        let whole = [vk::BufferCopy { src_offset: start, dst_offset: base, size: span }];
+        let moved = |r: &vk::BufferCopy, src: bool| {
+            let mut r = *r;
+            if src {
+                r.src_offset = base + (r.src_offset - start);
+            } else {
+                r.dst_offset = base + (r.dst_offset - start);
+            }
+            r
+        };
+        // SAFETY: the caller's contract: the host span is the run's (tracked) host bytes, the
+        // scratch range is this run's, the device regions are the run's (non-overlapping).
+        unsafe {
+            if m.host_src == Some(true) {
+                cmd_copy_buffer(d, self.cmd, m.src, scratch.buffer, &whole);
+                self.barrier(d);
+                let regions: Vec<vk::BufferCopy> = m.regions.iter().map(|r| moved(r, true)).collect();
+                cmd_copy_buffer(d, self.cmd, scratch.buffer, m.dst, &regions);
+            } else {
+                let regions: Vec<vk::BufferCopy> = m.regions.iter().map(|r| moved(r, false)).collect();
+                cmd_copy_buffer(d, self.cmd, m.src, scratch.buffer, &regions);
+                self.barrier(d);
+                let out = [vk::BufferCopy { src_offset: base, dst_offset: start, size: span }];
+                cmd_copy_buffer(d, self.cmd, scratch.buffer, m.dst, &out);
+            }
+        }
+        self.scratch_used = base + span;
+        self.gathered += span;
     }
 
     /// Puts a barrier before a command making the accesses `acc` if it conflicts with one since
@@ -170,6 +275,10 @@ impl StreamInner {
             pipes: Vec::new(),
             pools: Vec::new(),
             merged: None,
+            scratch: st.scratch.as_ref().map(|b| b.0),
+            scratch_used: 0,
+            gather_min: self.gather_min(),
+            gathered: 0,
         };
         // SAFETY: `cmd` was just begun and is ours, under the stream lock.
         unsafe { b.barrier(&l.device) };
@@ -177,9 +286,46 @@ impl StreamInner {
         Ok(())
     }
 
+    /// The fewest regions of a merged run this stream gathers (`OpenOptions::gather_regions`;
+    /// `usize::MAX`: never).
+    fn gather_min(&self) -> usize {
+        let s = &*self.shared;
+        match s.options.gather_regions {
+            Some(n) => n.max(2),
+            None if s.info.device_type == crate::DeviceType::Cpu => usize::MAX,
+            None => crate::OpenOptions::GATHER_REGIONS,
+        }
+    }
+
+    /// Makes the stream's scratch buffer for gathered copies, once: called when a merged run
+    /// first reaches the size that would use it. Where it cannot be made, the stream never
+    /// gathers (the copies go direct, as without it).
+    fn make_scratch(&self, l: &Live, st: &mut State) {
+        if st.scratch.is_some() || st.no_scratch {
+            return;
+        }
+        let s = &*self.shared;
+        let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
+        let size = crate::OpenOptions::GATHER_SCRATCH;
+        match s.alloc_bound(l, size, usage, crate::memtype::device_local, false) {
+            Ok(bound) => {
+                let scratch = Scratch { buffer: bound.buffer, size };
+                st.scratch = Some((scratch, bound));
+                if let Some(b) = st.open.as_mut() {
+                    b.scratch = Some(scratch);
+                }
+            }
+            Err(e) => {
+                st.no_scratch = true;
+                log::debug!("{}: no scratch buffer for gathered copies ({e}): they go direct", s.id);
+            }
+        }
+    }
+
     /// Records one copy, ordered after earlier commands it conflicts with, and flushes a full
     /// batch. `acc` is what it touches (source first); each of `owners` is noted as used (with
-    /// whether the copy writes it) and kept by the batch until it is reaped.
+    /// whether the copy writes it) and kept by the batch until it is reaped. `host_src` says
+    /// which end is a pinned block or an import, for gathering (see `Merged::host_src`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn push_copy(
         &self,
@@ -189,6 +335,7 @@ impl StreamInner {
         dst: vk::Buffer,
         region: vk::BufferCopy,
         d2h: bool,
+        host_src: Option<bool>,
         acc: [Access; 2],
         owners: &[(&Arc<Resource>, bool)],
     ) -> Result<()> {
@@ -221,9 +368,16 @@ impl StreamInner {
             _ => {
                 // SAFETY: as above.
                 unsafe { b.emit(d) };
-                b.merged = Some(Merged { src, dst, regions: vec![region] });
+                b.merged = Some(Merged { src, dst, regions: vec![region], host_src });
             }
         }
+        // A run long enough to gather, on a stream without its scratch buffer yet: make it.
+        let want_scratch =
+            b.scratch.is_none() && b.merged.as_ref().is_some_and(|m| m.host_src.is_some() && m.regions.len() >= b.gather_min);
+        if want_scratch {
+            self.make_scratch(l, st);
+        }
+        let Some(b) = st.open.as_mut() else { return Err(Error::unsupported("no open batch")) };
         b.cmds += 1;
         b.bytes += region.size;
         b.d2h |= d2h;
@@ -322,5 +476,37 @@ impl StreamInner {
     /// This stream as the timeline its uses are noted on.
     fn timeline(&self) -> Weak<dyn Timeline> {
         self.me.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dense_host_span;
+    use ash::vk::BufferCopy;
+
+    fn r(src: u64, dst: u64, size: u64) -> BufferCopy {
+        BufferCopy { src_offset: src, dst_offset: dst, size }
+    }
+
+    #[test]
+    fn a_run_is_gathered_only_when_its_host_bytes_are_one_unbroken_range() {
+        // Uploads: the host end is the source. Pieces in any order, tiling [100, 400).
+        let up = [r(200, 0, 100), r(100, 9000, 100), r(300, 5000, 100)];
+        assert_eq!(dense_host_span(&up, true, 2), Some((100, 300)));
+        // Too few regions for the threshold; values under 2 act as 2.
+        assert_eq!(dense_host_span(&up, true, 4), None);
+        assert_eq!(dense_host_span(&up[..1], true, 0), None);
+        // A gap between the pieces: the range would hold bytes no copy tracked.
+        assert_eq!(dense_host_span(&[r(0, 0, 100), r(101, 500, 100)], true, 2), None);
+        // Overlapping reads are one range (their union).
+        assert_eq!(dense_host_span(&[r(0, 0, 100), r(50, 500, 100)], true, 2), Some((0, 150)));
+        // Downloads: the host end is the destination; the sources may be anywhere.
+        let down = [r(7000, 4096, 4096), r(0, 0, 4096), r(90_000, 8192, 4096)];
+        assert_eq!(dense_host_span(&down, false, 2), Some((0, 3 * 4096)));
+        assert_eq!(dense_host_span(&down, true, 2), None, "the sources are scattered");
+        // A region past the largest gathered size keeps the run direct.
+        let max = crate::OpenOptions::GATHER_REGION_MAX;
+        assert_eq!(dense_host_span(&[r(0, 0, max), r(max, 0, 1)], true, 2), Some((0, max + 1)));
+        assert_eq!(dense_host_span(&[r(0, 0, max + 1), r(max + 1, 0, 1)], true, 2), None);
     }
 }

@@ -39,6 +39,11 @@ pub(super) struct State {
     pub(super) free_cmds: Vec<vk::CommandBuffer>,
     pub(super) waits: Vec<(vk::Semaphore, u64)>,
     pub(super) ring: Option<Ring>,
+    /// The scratch buffer gathered copies go through (`OpenOptions::gather_regions`), made by
+    /// the first run that uses it and released at shutdown, as the ring; `no_scratch` once it
+    /// could not be made (the stream then never gathers).
+    pub(super) scratch: Option<(super::batch::Scratch, crate::device::Bound)>,
+    pub(super) no_scratch: bool,
     pub(super) completions: VecDeque<Completion>,
     /// Numbers enqueue calls, for `Completion::call`.
     pub(super) calls: u64,
@@ -320,6 +325,7 @@ impl StreamInner {
             Ok(()) => {
                 st.submitted = value;
                 st.waits.clear();
+                crate::host::record_gathered(s, b.gathered);
                 let wait_on = std::mem::take(&mut st.wait_on);
                 st.inflight.push_back(Done { value, cmd: b.cmd, _wait_on: wait_on, _owners: b.keep, _pipes: b.pipes, pools: b.pools });
                 Ok(())
@@ -525,6 +531,9 @@ impl StreamInner {
             s.count_pool(-1);
             if let Some(r) = st.ring.take() {
                 s.release_bound(l, r.bound.buffer, r.bound.memory);
+            }
+            if let Some((_, b)) = st.scratch.take() {
+                s.release_bound(l, b.buffer, b.memory);
             }
             let mut pools = std::mem::take(&mut st.desc_free);
             pools.extend(st.inflight.iter_mut().flat_map(|d| std::mem::take(&mut d.pools)));

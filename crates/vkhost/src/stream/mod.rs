@@ -275,6 +275,8 @@ impl Device {
                 free_cmds: Vec::new(),
                 waits: Vec::new(),
                 ring: None,
+                scratch: None,
+                no_scratch: false,
                 completions: VecDeque::new(),
                 calls: 0,
                 lost: Vec::new(),
@@ -719,7 +721,7 @@ impl Stream {
         let (so, dof, n) = (src_offset as u64, dst_offset as u64, len as u64);
         let region = vk::BufferCopy { src_offset: so, dst_offset: dof, size: n };
         let acc = [Access::buf(src.raw(), so, n, false), Access::buf(dst.raw(), dof, n, true)];
-        inner.push_copy(&l, &mut st, src.raw(), dst.raw(), region, false, acc, &[(&src.mem.res, false), (&dst.mem.res, true)])
+        inner.push_copy(&l, &mut st, src.raw(), dst.raw(), region, false, None, acc, &[(&src.mem.res, false), (&dst.mem.res, true)])
     }
 
     /// Enqueues vkCmdFillBuffer: `len` bytes at `offset` set to the repeated `value`.
