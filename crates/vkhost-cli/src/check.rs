@@ -9,8 +9,8 @@
 //! with descriptor sets (the path of drivers without VK_KHR_push_descriptor); the multi-device
 //! paths on two VkDevices of the device (HostRange, broadcast, gather, import pieces, one
 //! destroyed first); stream copies gathered through a stream's scratch buffer
-//! (`OpenOptions::gather_regions`). The validation layer is on where installed, and any validation error is a
-//! failure. Exit code 1 on any failure.
+//! (`OpenOptions::gather_regions`). The validation layer is on where installed, and any
+//! validation error is a failure. Exit code 1 on any failure.
 
 use crate::devices::anyhow_free::Result;
 use crate::pages::{Pages, RW};
