@@ -679,3 +679,12 @@ if [ "$what" = clocks2 ]; then
   for k in $(seq 1 "${LAT_ROUNDS:-8}"); do sampled "queue_latency $k" ./.h200/queue_latency; done 2>&1 | tee "$OUT/clocks2-lat.txt"
   for k in $(seq 1 "${BIDIR_ROUNDS:-3}"); do sampled "bidir_time EXTRA=1 TOUCH=late $k" env EXTRA=1 TOUCH=late ./.h200/bidir_time 1024 256 2; done 2>&1 | tee "$OUT/clocks2-bidir.txt"
 fi
+if [ "$what" = gather ]; then
+  # Issue 10's scattered small async copies: stream runs gathered through the device scratch
+  # buffer (OpenOptions::gather_regions) against direct, CUDA in the same processes; two
+  # rounds, the settings interleaved.
+  for k in 1 2; do for g in off 16 32 64; do
+    echo "== round $k VKHOST_GATHER_REGIONS=$g" | tee -a "$OUT/gather.txt"
+    VKHOST_GATHER_REGIONS=$g $v bench -t small_async,small_async_scattered --baseline cuda --no-costs 2>&1 | grep -E "small-|cuda" | tee -a "$OUT/gather.txt"
+  done; done
+fi
