@@ -147,13 +147,8 @@ fn c_scattered_tiny_copies_with_overlaps_match_model() {
     buf2.write(0, &model2).unwrap();
     block.copy_from_slice(&pattern(n, 99));
     let src = block[..].to_vec();
-    let mut rng = 0x0f0f_1234_5678_9999u64;
-    let mut next = |m: usize| {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        (rng % m as u64) as usize
-    };
+    let mut rng = Rng(0x0f0f_1234_5678_9999);
+    let mut next = |m: usize| rng.below(m);
     for i in 0..3000 {
         let len = 1 + next(300);
         let so = next(n - len);
@@ -208,13 +203,8 @@ fn c_scattered_tiny_downloads_with_overlaps() {
     block.fill(0);
     let mut model = vec![0u8; n];
     let s = d.stream().unwrap();
-    let mut rng = 0x0f0f_1234_5678_9999u64;
-    let mut next = |m: usize| {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        (rng % m as u64) as usize
-    };
+    let mut rng = Rng(0x0f0f_1234_5678_9999);
+    let mut next = |m: usize| rng.below(m);
     for _ in 0..2000 {
         let len = 1 + next(64);
         let so = next(n - len);
@@ -493,13 +483,8 @@ fn c_random_async_both_ways_mixed_host_match_model() {
     let mut mdev = init.clone();
     let mut mhost = host_init.clone();
     let s = d.stream().unwrap();
-    let mut rng = 0x0f0f_1234_5678_9999u64;
-    let mut next = |m: usize| {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        (rng % m as u64) as usize
-    };
+    let mut rng = Rng(0x0f0f_1234_5678_9999);
+    let mut next = |m: usize| rng.below(m);
     for _ in 0..1500 {
         let len = 1 + if next(8) == 0 { next(12000) } else { next(200) };
         let ho = next(hn - len);

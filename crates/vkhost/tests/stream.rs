@@ -678,13 +678,8 @@ fn gathered_copies_land_as_copies_run_one_by_one_would() {
         pin.copy_from_slice(&m_host[0]);
         pages.slice().copy_from_slice(&m_host[1]);
         let hosts = [pin.as_mut_ptr() as usize, base];
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut next = |n: usize| rng.below(n);
         for _ in 0..80 {
             let which = next(2);
             let up = next(2) == 0;

@@ -17,19 +17,6 @@ const THREADS: usize = 16;
 const OPS_PER_THREAD: usize = 400;
 const SHARED_PAGES: usize = 64;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 #[test]
 fn sixteen_threads_mixed() {
     let d = device().unwrap();

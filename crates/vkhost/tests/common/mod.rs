@@ -60,6 +60,22 @@ impl Drop for Checked {
     }
 }
 
+/// A seeded xorshift generator for the randomized tests (reproducible by seed).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
 /// A deterministic non-zero pattern.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| ((i as u32).wrapping_mul(2654435761).rotate_right(13) as u8) ^ seed | 1).collect()
