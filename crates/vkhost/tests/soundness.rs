@@ -648,3 +648,43 @@ fn forgetting_a_registration_then_pinning_its_pages() {
     drop(blocks);
     d.destroy().unwrap();
 }
+
+/// `Device::with_registered` cannot leak its registration: the range is registered while the
+/// closure runs (copies go direct), and unregistered when it returns and when it panics; the
+/// closure gets the bytes, never a guard it could leak. A refused registration never runs the
+/// closure.
+#[test]
+fn a_scoped_registration_ends_with_its_call_whatever_the_closure_does() {
+    let d = device().unwrap();
+    let gpu = d.alloc_buffer(8192).unwrap();
+    gpu.write(0, &[9u8; 8192]).unwrap();
+    let mut mine = vec![0u8; 8192];
+    let addr = mine.as_ptr();
+    let direct_before = host::device_stats(&d).direct_bytes;
+    let inside = d
+        .with_registered(&mut mine, |bytes| {
+            gpu.read(0, bytes).unwrap();
+            host::find(&d, bytes.as_ptr(), bytes.len()).is_some()
+        })
+        .unwrap();
+    assert!(inside, "registered during the call");
+    assert!(host::device_stats(&d).direct_bytes >= direct_before + 8192, "the read went direct");
+    assert_eq!(host::find(&d, addr, 1), None, "unregistered after the call");
+    assert!(mine.iter().all(|&b| b == 9));
+    // A panic in the closure unregisters on the way out.
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        d.with_registered(&mut mine, |_| panic!("the closure panics")).unwrap();
+    }));
+    assert!(r.is_err());
+    assert_eq!(host::find(&d, addr, 1), None, "unregistered after the panic");
+    assert_eq!(host::device_stats(&d).live_imports, 0);
+    // Registered twice: refused before the closure runs.
+    let mut reg = d.register(&mut mine).unwrap();
+    let ptr = reg.as_mut_ptr();
+    // SAFETY: the same bytes as `reg`'s, used only for the refused registration (no access).
+    let again = unsafe { std::slice::from_raw_parts_mut(ptr, 8192) };
+    let mut ran = false;
+    assert!(matches!(d.with_registered(again, |_| ran = true), Err(Error::AlreadyRegistered)));
+    assert!(!ran, "the closure of a refused registration ran");
+    drop(reg);
+}

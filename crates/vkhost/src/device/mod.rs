@@ -477,13 +477,62 @@ impl OpenOptions {
     pub const D2D_KERNEL_MIN: usize = 2 << 20;
 
     /// The default [`gather_regions`](Self::gather_regions) on GPUs: 32 copies.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use vkhost::OpenOptions;
+    /// // The default leaves the choice to the device type; this sets the GPUs' value anywhere.
+    /// let opts = OpenOptions { gather_regions: Some(OpenOptions::GATHER_REGIONS), ..Default::default() };
+    /// assert_eq!(opts.gather_regions, Some(32));
+    /// ```
     pub const GATHER_REGIONS: usize = 32;
     /// The largest copy [`gather_regions`](Self::gather_regions) moves through a stream's
     /// scratch buffer (64 KiB): larger regions are bandwidth-bound, and the detour would only
     /// add a second pass over their bytes.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::{Device, OpenOptions, PinnedBuffer};
+    /// let dev = Device::open_default_with(&OpenOptions { gather_regions: Some(2), ..Default::default() })?;
+    /// let k = OpenOptions::GATHER_REGION_MAX as usize + 1;
+    /// let src = PinnedBuffer::new(&dev, 4 * k)?;
+    /// let buf = dev.alloc_buffer(4 * k)?;
+    /// let stream = dev.stream()?;
+    /// let pending = (0..4)
+    ///     .map(|i| stream.upload_pinned(&src, i * k..(i + 1) * k, &buf, (3 - i) * k))
+    ///     .collect::<vkhost::Result<Vec<_>>>()?;
+    /// stream.synchronize()?;
+    /// drop(pending);
+    /// assert_eq!(vkhost::host::device_stats(&dev).gathered_bytes, 0, "pieces too large to gather");
+    /// # Ok(()) }
+    /// ```
     pub const GATHER_REGION_MAX: u64 = 64 << 10;
     /// The size of a stream's scratch buffer for [`gather_regions`](Self::gather_regions)
-    /// (4 MiB of device memory): what one batch of the stream's copies can hold.
+    /// (4 MiB of device memory): what one batch of the stream's copies can hold. A stream that
+    /// gathers holds one buffer and one allocation more while it lives.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::{Device, OpenOptions, PinnedBuffer};
+    /// let dev = Device::open_default_with(&OpenOptions { gather_regions: Some(2), ..Default::default() })?;
+    /// let src = PinnedBuffer::new(&dev, 8192)?;
+    /// let buf = dev.alloc_buffer(8192)?;
+    /// let stream = dev.stream()?;
+    /// let before = dev.live_objects().buffers;
+    /// let up = [stream.upload_pinned(&src, 0..4096, &buf, 4096)?, stream.upload_pinned(&src, 4096..8192, &buf, 0)?];
+    /// stream.synchronize()?;
+    /// drop(up);
+    /// assert_eq!(dev.live_objects().buffers, before + 1, "the scratch buffer, made by the first gathered run");
+    /// drop(stream);
+    /// assert_eq!(dev.live_objects().buffers, before, "released with the stream");
+    /// assert!(OpenOptions::GATHER_SCRATCH >= 1000 * 4096);
+    /// # Ok(()) }
+    /// ```
     pub const GATHER_SCRATCH: u64 = 4 << 20;
 
     /// The smallest staging chunk, and the granule every chunk is a multiple of: one 4 KiB page.

@@ -378,7 +378,9 @@ impl Drop for PinnedBuffer {
 /// registering those bytes again is `AlreadyRegistered`, and copies of memory later placed at
 /// those addresses go through the old import, which on a discrete GPU still pins the old pages.
 /// (A pinned block the driver maps there is made elsewhere instead.) Do not forget a
-/// `Registration`.
+/// `Registration`; where a guard could be leaked (stored in a structure with cycles, handed to
+/// code you do not control), [`Device::with_registered`] registers for one call only and
+/// cannot be leaked.
 ///
 /// # Example
 ///
@@ -441,6 +443,44 @@ impl Device {
         // and nobody else touches it until the Registration (which unregisters on drop) ends.
         let res = unsafe { super::register_entry(self, ptr.as_ptr() as usize, buf.len(), Some("Registration")) }?;
         Ok(Registration { dev: self.clone(), ptr: SendPtr(ptr), len: buf.len(), res, _borrow: PhantomData })
+    }
+
+    /// Registers `buf` for the call of `f` only: `f` gets the bytes (copies to and from them go
+    /// direct, the registry finding them by address), and the registration ends when `f`
+    /// returns or unwinds, whatever `f` does, after the device's work on the bytes (as a
+    /// [`Registration`]'s drop). A `Registration` can be leaked with `mem::forget`, which
+    /// leaves the range registered until the device is destroyed (memory-safe, but later
+    /// memory at those addresses is reached through the old import: see [`Registration`]);
+    /// here the guard never leaves this call, so nothing of the registration outlives the
+    /// borrow of `buf`. `f` gets the slice, not a guard, for that reason: a guard it could
+    /// swap with another would leave this frame unregistering the wrong range. Refusals are
+    /// [`Device::register`]'s, before `f` runs.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::host;
+    /// let dev = vkhost::Device::open_default()?;
+    /// let gpu = dev.alloc_buffer(1 << 16)?;
+    /// gpu.write(0, &vec![7u8; 1 << 16])?;
+    /// let mut mine = vec![0u8; 1 << 16];
+    /// let staged_before = host::device_stats(&dev).staged_bytes;
+    /// let sum = dev.with_registered(&mut mine, |bytes| -> vkhost::Result<u64> {
+    ///     gpu.read(0, bytes)?; // direct into my pages
+    ///     Ok(bytes.iter().map(|&b| b as u64).sum())
+    /// })??;
+    /// assert_eq!(sum, 7 << 16);
+    /// assert_eq!(host::device_stats(&dev).staged_bytes, staged_before, "nothing staged");
+    /// assert_eq!(host::device_stats(&dev).live_imports, 0, "unregistered when the call returned");
+    /// # Ok(()) }
+    /// ```
+    pub fn with_registered<R>(&self, buf: &mut [u8], f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+        let mut reg = self.register(buf)?;
+        // An unwind out of `f` drops `reg` on its way: unregistered either way.
+        let r = f(&mut reg);
+        drop(reg);
+        Ok(r)
     }
 }
 
