@@ -375,59 +375,89 @@ fn gathered(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64
     Ok(dev.validation_errors())
 }
 
-/// [`gathered`]'s row: pieces of 1 B-64 KiB (and 64 KiB + 1, which go direct) of one dense
-/// range of a pinned block and of a registration, enqueued to (or from) a permutation of
-/// device offsets with gaps, both directions; two runs per batch from different memory (each
-/// takes its own part of the scratch buffer); guard bytes on the device and after the host
-/// range; read back synchronously with no synchronize for uploads (the read waits for the
-/// stream's work on the buffer). Fails too if nothing went through the scratch buffer.
+/// [`gathered`]'s row: pieces of 1 B-64 KiB (and 64 KiB + 1, which go direct) of a range of a
+/// pinned block and of a registration, back to back, with gaps, or (uploads) overlapping,
+/// enqueued to (or from) a permutation of device offsets with gaps, both directions; two runs
+/// per batch from different memory (each takes its own part of the scratch buffer); guard bytes
+/// on the device and around the host pieces; read back synchronously with no synchronize for
+/// uploads (the read waits for the stream's work on the buffer). Fails too if nothing went
+/// through the scratch buffer.
 fn gathered_row(dev: &Device) -> Result<Row> {
     let mut row = Row { name: "stream copies gathered through a scratch buffer".into(), passed: 0, total: 0, detail: String::new() };
     let can_register = dev.host_registration().is_ok();
     let s = dev.stream()?;
     let before = host::device_stats(dev).gathered_bytes;
     for &(piece, count) in &[(1usize, 40usize), (3, 7), (4096, 33), (5000, 9), (65536, 5), (65537, 3)] {
-        let span = piece * count;
-        let stride = piece + 7;
-        let dlen = stride * count + GUARD;
-        // A permutation of the pieces' device slots (count and 7 share no factor but for 7).
-        let slot = |i: usize| if count % 7 == 0 { count - 1 - i } else { (i * 7) % count };
-        let mut pinned = PinnedBuffer::new(dev, span + GUARD)?;
-        let mut pages = Pages::map((span + GUARD).next_multiple_of(4096), RW)?;
-        let base = pages.slice().as_mut_ptr() as usize;
-        if can_register {
-            // SAFETY: the mapping outlives the registration (unregistered below, before it
-            // is unmapped at the end of this iteration).
-            unsafe { host::register(dev, base, span + GUARD) }?;
+        // The host pieces back to back (gathered), with gaps (direct), and, for uploads only,
+        // overlapping (gathered: their union is read once).
+        for (hs, layout) in [(piece, "back to back"), (piece + 5, "with gaps"), ((piece / 2).max(1), "overlapping")] {
+            gathered_case(dev, &s, &mut row, piece, count, hs, layout, can_register)?;
         }
-        let (x, y) = (dev.alloc_buffer(dlen)?, dev.alloc_buffer(dlen)?);
-        // Uploads: the pinned block's pieces to `x`, the registration's to `y`, one batch.
-        let (up_a, up_b) = (pattern(span, piece), pattern(span, piece + 1));
-        pinned[..span].copy_from_slice(&up_a);
-        pages.slice()[..span].copy_from_slice(&up_b);
-        x.write(0, &vec![0xA5; dlen])?;
-        y.write(0, &vec![0xA5; dlen])?;
-        for (src, buf) in [(pinned.as_ptr() as usize, &x), (base, &y)] {
-            for i in 0..count {
-                // SAFETY: the piece lies in the block or the mapping, both alive and unchanged
-                // until the reads below wait for the stream's work.
-                unsafe { s.copy_to_device_async((src + i * piece) as *const u8, piece, buf, slot(i) * stride) }?;
-            }
+    }
+    if host::device_stats(dev).gathered_bytes == before {
+        // Every case passed by direct copies alone would leave the scratch route untested.
+        row.total += 1;
+        row.detail = "nothing went through the scratch buffer".into();
+    }
+    Ok(row)
+}
+
+/// One case of [`gathered_row`]: `count` pieces of `piece` bytes, `hs` bytes apart on the host
+/// (`layout` names it), uploaded from a pinned block and a registration to a permutation of
+/// device slots, then (unless they overlap) downloaded back the same way.
+#[allow(clippy::too_many_arguments)]
+fn gathered_case(
+    dev: &Device,
+    s: &Stream,
+    row: &mut Row,
+    piece: usize,
+    count: usize,
+    hs: usize,
+    layout: &str,
+    can_register: bool,
+) -> Result<()> {
+    let span = hs * (count - 1) + piece;
+    let stride = piece + 7;
+    let dlen = stride * count + GUARD;
+    // A permutation of the pieces' device slots (count and 7 share no factor but for 7).
+    let slot = |i: usize| if count % 7 == 0 { count - 1 - i } else { (i * 7) % count };
+    let mut pinned = PinnedBuffer::new(dev, span + GUARD)?;
+    let mut pages = Pages::map((span + GUARD).next_multiple_of(4096), RW)?;
+    let base = pages.slice().as_mut_ptr() as usize;
+    if can_register {
+        // SAFETY: the mapping outlives the registration (unregistered below, before it is
+        // unmapped at the end of this call).
+        unsafe { host::register(dev, base, span + GUARD) }?;
+    }
+    let (x, y) = (dev.alloc_buffer(dlen)?, dev.alloc_buffer(dlen)?);
+    // Uploads: the pinned block's pieces to `x`, the registration's to `y`, one batch.
+    let (up_a, up_b) = (pattern(span, piece), pattern(span, piece + 1));
+    pinned[..span].copy_from_slice(&up_a);
+    pages.slice()[..span].copy_from_slice(&up_b);
+    x.write(0, &vec![0xA5; dlen])?;
+    y.write(0, &vec![0xA5; dlen])?;
+    for (src, buf) in [(pinned.as_ptr() as usize, &x), (base, &y)] {
+        for i in 0..count {
+            // SAFETY: the piece lies in the block or the mapping, both alive and unchanged
+            // until the reads below wait for the stream's work.
+            unsafe { s.copy_to_device_async((src + i * hs) as *const u8, piece, buf, slot(i) * stride) }?;
         }
-        for (want, buf, what) in [(&up_a, &x, "pinned"), (&up_b, &y, "registered")] {
-            row.total += 1;
-            let mut got = vec![0u8; dlen];
-            buf.read(0, &mut got)?;
-            let mut exp = vec![0xA5u8; dlen];
-            for i in 0..count {
-                exp[slot(i) * stride..slot(i) * stride + piece].copy_from_slice(&want[i * piece..(i + 1) * piece]);
-            }
-            if got == exp {
-                row.passed += 1;
-            } else if row.detail.is_empty() {
-                row.detail = format!("upload of {count} x {piece} B from {what} memory: bytes differ on the device");
-            }
+    }
+    for (want, buf, what) in [(&up_a, &x, "pinned"), (&up_b, &y, "registered")] {
+        row.total += 1;
+        let mut got = vec![0u8; dlen];
+        buf.read(0, &mut got)?;
+        let mut exp = vec![0xA5u8; dlen];
+        for i in 0..count {
+            exp[slot(i) * stride..slot(i) * stride + piece].copy_from_slice(&want[i * hs..i * hs + piece]);
         }
+        if got == exp {
+            row.passed += 1;
+        } else if row.detail.is_empty() {
+            row.detail = format!("upload of {count} x {piece} B {layout} from {what} memory: bytes differ on the device");
+        }
+    }
+    if hs >= piece {
         // Downloads: `x`'s pieces into the pinned block, `y`'s into the registration.
         pinned.fill(0x5A);
         pages.slice().fill(0x5A);
@@ -438,31 +468,29 @@ fn gathered_row(dev: &Device) -> Result<Row> {
             for i in 0..count {
                 // SAFETY: the piece lies in the block or the mapping, not otherwise accessed
                 // until the synchronize below.
-                unsafe { s.copy_to_host_async(buf, slot(i) * stride, (dst + i * piece) as *mut u8, piece) }?;
+                unsafe { s.copy_to_host_async(buf, slot(i) * stride, (dst + i * hs) as *mut u8, piece) }?;
             }
         }
         s.synchronize()?;
         let got_b = pages.slice()[..span + GUARD].to_vec();
         for (from, got, what) in [(&dn_a, &pinned[..span + GUARD], "pinned"), (&dn_b, &got_b[..], "registered")] {
             row.total += 1;
-            let ok = (0..count).all(|i| got[i * piece..(i + 1) * piece] == from[slot(i) * stride..slot(i) * stride + piece])
-                && got[span..].iter().all(|&b| b == 0x5A);
-            if ok {
+            let mut exp = vec![0x5Au8; span + GUARD];
+            for i in 0..count {
+                exp[i * hs..i * hs + piece].copy_from_slice(&from[slot(i) * stride..slot(i) * stride + piece]);
+            }
+            if got == &exp[..] {
                 row.passed += 1;
             } else if row.detail.is_empty() {
-                row.detail = format!("download of {count} x {piece} B into {what} memory: bytes differ or the guard changed");
+                row.detail =
+                    format!("download of {count} x {piece} B {layout} into {what} memory: bytes differ or bytes beside them changed");
             }
         }
-        if can_register {
-            host::unregister(dev, base)?;
-        }
     }
-    if host::device_stats(dev).gathered_bytes == before {
-        // Every case passed by direct copies alone would leave the scratch route untested.
-        row.total += 1;
-        row.detail = "nothing went through the scratch buffer".into();
+    if can_register {
+        host::unregister(dev, base)?;
     }
-    Ok(row)
+    Ok(())
 }
 
 /// The staged paths through a small staging ring (64 KiB chunks, 2 slots), on a device of its

@@ -656,32 +656,52 @@ fn a_destroyed_devices_stream_answers_destroyed_whatever_the_arguments() {
 /// (`OpenOptions::gather_regions`, here 2 so that lavapipe takes the route too): uploads and
 /// downloads, pieces of 1 B to 64 KiB + 1 (which go direct), back to back in the same batches
 /// and touching each other's bytes (so stream order needs the barriers between them), must
-/// leave host and device memory exactly as the same copies run one by one would. The same
-/// seeded sequence with gathering off must agree, and the gathered run must have used the
-/// scratch buffer (else the test would pass by direct copies alone).
+/// leave host and device memory exactly as the same copies run one by one would. Runs whose
+/// host pieces leave gaps (never gathered), uploads whose host pieces overlap (gathered: the
+/// union is read once), pageable copies (staged, never gathered) and device-to-device copies
+/// are mixed in. The same seeded sequence with gathering off must agree, and the gathered run
+/// must have used the scratch buffer (else the test would pass by direct copies alone). A
+/// missing barrier or two runs sharing a part of the scratch buffer show only under
+/// synchronization validation (lavapipe runs copies in order), which `make test` turns on.
 #[test]
 fn gathered_copies_land_as_copies_run_one_by_one_would() {
     const ARENA: usize = 1 << 20;
     const DEV: usize = 4 << 20;
-    let run = |gather: Option<usize>| -> (Vec<u8>, Vec<u8>, Vec<u8>, u64) {
+    let run = |gather: Option<usize>| -> (Vec<Vec<u8>>, u64) {
         let d = device_with(vkhost::OpenOptions { gather_regions: gather, ..opts() }).unwrap();
         let s = d.stream().unwrap();
-        let buf = d.alloc_buffer(DEV).unwrap();
+        let (buf, buf2) = (d.alloc_buffer(DEV).unwrap(), d.alloc_buffer(DEV).unwrap());
         let mut pin = PinnedBuffer::new(&d, ARENA).unwrap();
         let mut pages = Pages::new(ARENA);
+        let mut pageable = pattern(ARENA, 4);
         let base = pages.ptr as usize;
         // SAFETY: the mapping outlives the registration (unregistered below).
         unsafe { host::register(&d, base, ARENA) }.unwrap();
-        let mut m_dev = pattern(DEV, 1);
-        let mut m_host = [pattern(ARENA, 2), pattern(ARENA, 3)];
+        let (mut m_dev, mut m_dev2) = (pattern(DEV, 1), pattern(DEV, 5));
+        let mut m_host = [pattern(ARENA, 2), pattern(ARENA, 3), pageable.clone()];
         buf.write(0, &m_dev).unwrap();
+        buf2.write(0, &m_dev2).unwrap();
         pin.copy_from_slice(&m_host[0]);
         pages.slice().copy_from_slice(&m_host[1]);
-        let hosts = [pin.as_mut_ptr() as usize, base];
+        let hosts = [pin.as_mut_ptr() as usize, base, pageable.as_mut_ptr() as usize];
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
         let mut next = |n: usize| rng.below(n);
-        for _ in 0..80 {
-            let which = next(2);
+        for _ in 0..120 {
+            if next(6) == 0 {
+                // Device to device, either way, on the same stream.
+                let (len, so, dof) = (1 + next(20_000), next(DEV - 20_000), next(DEV - 20_000));
+                if next(2) == 0 {
+                    let src = m_dev[so..so + len].to_vec();
+                    m_dev2[dof..dof + len].copy_from_slice(&src);
+                    s.copy_async(&buf, so, &buf2, dof, len).unwrap();
+                } else {
+                    let src = m_dev2[so..so + len].to_vec();
+                    m_dev[dof..dof + len].copy_from_slice(&src);
+                    s.copy_async(&buf2, so, &buf, dof, len).unwrap();
+                }
+                continue;
+            }
+            let which = next(3);
             let up = next(2) == 0;
             let count = 2 + next(40);
             let piece = match next(5) {
@@ -690,8 +710,14 @@ fn gathered_copies_land_as_copies_run_one_by_one_would() {
                 2 => 65537,
                 _ => 1 + next(9000),
             };
+            // Host pieces back to back (a gatherable run), with gaps, or (uploads) overlapping.
+            let hstep = match next(4) {
+                0 => piece + 1 + next(100),
+                1 if up && piece > 1 => piece / 2,
+                _ => piece,
+            };
             let stride = piece + next(3) * 13;
-            let span = piece * count;
+            let span = hstep * (count - 1) + piece;
             if span > ARENA || stride * count > DEV {
                 continue;
             }
@@ -702,12 +728,12 @@ fn gathered_copies_land_as_copies_run_one_by_one_would() {
                 slots.swap(i, next(i + 1));
             }
             for (i, &slot) in slots.iter().enumerate() {
-                let (h, o) = (h0 + i * piece, d0 + slot * stride);
+                let (h, o) = (h0 + i * hstep, d0 + slot * stride);
                 let m = &mut m_host[which];
                 if up {
                     m_dev[o..o + piece].copy_from_slice(&m[h..h + piece]);
-                    // SAFETY: inside the block or the mapping, alive and not otherwise
-                    // touched until the synchronize below.
+                    // SAFETY: inside the block, the mapping or the vector, alive and not
+                    // otherwise touched until the synchronize below.
                     unsafe { s.copy_to_device_async((hosts[which] + h) as *const u8, piece, &buf, o) }.unwrap();
                 } else {
                     m[h..h + piece].copy_from_slice(&m_dev[o..o + piece]);
@@ -717,18 +743,59 @@ fn gathered_copies_land_as_copies_run_one_by_one_would() {
             }
         }
         s.synchronize().unwrap();
-        let mut got = vec![0u8; DEV];
+        let (mut got, mut got2) = (vec![0u8; DEV], vec![0u8; DEV]);
         buf.read(0, &mut got).unwrap();
+        buf2.read(0, &mut got2).unwrap();
         assert!(got == m_dev, "device memory differs from copies run one by one (gather {gather:?})");
+        assert!(got2 == m_dev2, "the second buffer differs (gather {gather:?})");
         assert!(pin[..] == m_host[0][..], "the pinned block differs (gather {gather:?})");
         assert!(pages.slice() == &m_host[1][..], "the registration differs (gather {gather:?})");
+        assert!(pageable == m_host[2], "the pageable memory differs (gather {gather:?})");
         host::unregister(&d, base).unwrap();
         let gathered = host::device_stats(&d).gathered_bytes;
-        (got, pin.to_vec(), pages.slice().to_vec(), gathered)
+        (vec![got, got2, pin.to_vec(), pages.slice().to_vec(), pageable], gathered)
     };
     let on = run(Some(2));
     let off = run(Some(usize::MAX));
-    assert!(on.3 > 0, "nothing went through the scratch buffer");
-    assert_eq!(off.3, 0, "gathered with gathering off");
-    assert!(on.0 == off.0 && on.1 == off.1 && on.2 == off.2, "gathered and direct copies disagree");
+    assert!(on.1 > 0, "nothing went through the scratch buffer");
+    assert_eq!(off.1, 0, "gathered with gathering off");
+    assert!(on.0 == off.0, "gathered and direct copies disagree");
+}
+
+/// A stream makes its scratch buffer only for a run that gathers: runs of many small copies
+/// whose host pieces leave gaps, pageable (staged) copies and device-to-device copies add no
+/// buffer and gather nothing; a dense run then makes the one scratch buffer.
+#[test]
+fn only_a_run_that_gathers_makes_the_scratch_buffer() {
+    let d = device_with(vkhost::OpenOptions { gather_regions: Some(4), ..opts() }).unwrap();
+    let s = d.stream().unwrap();
+    let k = 4096;
+    let (buf, other) = (d.alloc_buffer(64 * k).unwrap(), d.alloc_buffer(64 * k).unwrap());
+    let pin = PinnedBuffer::new(&d, 128 * k).unwrap();
+    let pageable = vec![3u8; 64 * k];
+    // The stream's staging ring is made by its first pageable copy: make it before counting.
+    s.upload(&pageable[..k], &buf, 0).unwrap().wait().unwrap();
+    let before = d.live_objects();
+    // Each kind back to back, so that each makes runs of 32.
+    for i in 0..32 {
+        // SAFETY: inside the block, unchanged until the synchronize below.
+        unsafe { s.copy_to_device_async(pin.as_ptr().add(2 * i * k), k, &buf, (31 - i) * k) }.unwrap();
+    }
+    for i in 0..32 {
+        // SAFETY: inside the vector, unchanged until the synchronize below.
+        unsafe { s.copy_to_device_async(pageable.as_ptr().add(i * k), k, &buf, (63 - i) * k) }.unwrap();
+    }
+    for i in 0..32 {
+        s.copy_async(&buf, (31 - i) * k, &other, i * k, k).unwrap();
+    }
+    s.synchronize().unwrap();
+    assert_eq!(d.live_objects(), before, "a scratch buffer for runs that cannot gather");
+    assert_eq!(host::device_stats(&d).gathered_bytes, 0);
+    for i in 0..8 {
+        // SAFETY: as above.
+        unsafe { s.copy_to_device_async(pin.as_ptr().add(i * k), k, &buf, (7 - i) * k) }.unwrap();
+    }
+    s.synchronize().unwrap();
+    assert_eq!(d.live_objects().buffers, before.buffers + 1, "the scratch buffer of the dense run");
+    assert_eq!(host::device_stats(&d).gathered_bytes, 8 * k as u64);
 }

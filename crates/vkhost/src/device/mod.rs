@@ -421,7 +421,9 @@ pub struct OpenOptions {
     /// and one between device buffers ~1.85 us (issue 10), so many small scattered copies of one
     /// dense host range finish sooner. `None` (the default): 32 on GPUs, never on CPU devices
     /// (lavapipe's copies are memcpys: the detour is one more). `Some(usize::MAX)`: never;
-    /// values below 2 act as 2. The scratch buffer ([`GATHER_SCRATCH`](Self::GATHER_SCRATCH)
+    /// values below 2 act as 2, and values above [`GATHER_REGIONS_MAX`](Self::GATHER_REGIONS_MAX)
+    /// (64) but for `usize::MAX` are refused at open (no run is that long). A run whose
+    /// contiguous copies merged into a region larger than `GATHER_REGION_MAX` goes direct. The scratch buffer ([`GATHER_SCRATCH`](Self::GATHER_SCRATCH)
     /// bytes of device memory) is made by a stream's first such run and kept until the stream
     /// goes; where it cannot be made, the copies go direct. `VKHOST_GATHER_REGIONS=N|off`
     /// sets it.
@@ -487,6 +489,21 @@ impl OpenOptions {
     /// assert_eq!(opts.gather_regions, Some(32));
     /// ```
     pub const GATHER_REGIONS: usize = 32;
+    /// The largest [`gather_regions`](Self::gather_regions) but `usize::MAX` (never): a
+    /// stream's conflict tracking puts a barrier, which ends a run of copies, after 64 copies.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use vkhost::OpenOptions;
+    /// let info = &vkhost::devices()?[0];
+    /// for (n, ok) in [(2, true), (OpenOptions::GATHER_REGIONS_MAX, true), (65, false), (usize::MAX, true)] {
+    ///     let opts = OpenOptions { gather_regions: Some(n), ..Default::default() };
+    ///     assert_eq!(opts.validate(info).is_ok(), ok, "gather_regions {n}");
+    /// }
+    /// # Ok::<(), vkhost::Error>(())
+    /// ```
+    pub const GATHER_REGIONS_MAX: usize = 64;
     /// The largest copy [`gather_regions`](Self::gather_regions) moves through a stream's
     /// scratch buffer (64 KiB): larger regions are bandwidth-bound, and the detour would only
     /// add a second pass over their bytes.
@@ -707,6 +724,13 @@ impl OpenOptions {
                 self.assist_threads,
                 crate::par::MAX_THREADS,
                 env_hint(&["VKHOST_ASSIST_THREADS"])
+            )));
+        }
+        if let Some(n) = self.gather_regions.filter(|&n| n > Self::GATHER_REGIONS_MAX && n != usize::MAX) {
+            return Err(Error::invalid(format!(
+                "OpenOptions::gather_regions = Some({n}): a stream's run of copies holds at most {} (its conflict tracking puts a barrier after that many), so it would never gather; use Some(usize::MAX) for never{}",
+                Self::GATHER_REGIONS_MAX,
+                env_hint(&["VKHOST_GATHER_REGIONS"])
             )));
         }
         if self.max_pipelines == 0 {

@@ -153,8 +153,8 @@ pub struct HostStats {
     /// Bytes written by CPU stores into mapped device memory ([`CopyPath::Mapped`]).
     pub mapped_bytes: u64,
     /// Bytes of direct stream copies that went through a stream's device scratch buffer
-    /// ([`OpenOptions::gather_regions`](crate::OpenOptions::gather_regions)): counted in
-    /// `direct_bytes` too.
+    /// ([`OpenOptions::gather_regions`](crate::OpenOptions::gather_regions)), counted once their
+    /// batch is submitted: counted in `direct_bytes` too.
     pub gathered_bytes: u64,
     /// Live registrations (imports whose device is alive).
     pub live_imports: usize,

@@ -96,8 +96,9 @@ pub(super) fn dense_host_span(regions: &[vk::BufferCopy], host_src: bool, min: u
 /// regions; vkCmdCopyBuffer itself needs none).
 const SCRATCH_ALIGN: u64 = 256;
 
-/// How many accesses to track before a barrier is cheaper than checking.
-const TRACKED: usize = 128;
+/// How many accesses to track before a barrier is cheaper than checking (two per copy: a run
+/// of copies holds at most `OpenOptions::GATHER_REGIONS_MAX`).
+const TRACKED: usize = 2 * crate::OpenOptions::GATHER_REGIONS_MAX;
 
 /// What a range is a range of: bytes of one device buffer, or host bytes by address. Host
 /// bytes are keyed by address, not by the import that reaches them, so two imports that share
@@ -198,7 +199,8 @@ impl Batch {
             }
         }
         self.scratch_used = base + span;
-        self.gathered += span;
+        // The bytes the run's copies moved (an upload may read host bytes twice).
+        self.gathered += m.regions.iter().map(|r| r.size).sum::<u64>();
     }
 
     /// Puts a barrier before a command making the accesses `acc` if it conflicts with one since
@@ -371,9 +373,15 @@ impl StreamInner {
                 b.merged = Some(Merged { src, dst, regions: vec![region], host_src });
             }
         }
-        // A run long enough to gather, on a stream without its scratch buffer yet: make it.
-        let want_scratch =
-            b.scratch.is_none() && b.merged.as_ref().is_some_and(|m| m.host_src.is_some() && m.regions.len() >= b.gather_min);
+        // A run that would gather, on a stream without its scratch buffer yet: make it. Asked
+        // once per run, as it reaches the threshold (no sorting on every copy of a stream that
+        // never gathers); a run that cannot gather there, its host bytes broken or a region too
+        // large, makes none.
+        let want_scratch = b.scratch.is_none()
+            && !st.no_scratch
+            && b.merged.as_ref().is_some_and(|m| {
+                m.regions.len() == b.gather_min && m.host_src.is_some_and(|src| dense_host_span(&m.regions, src, b.gather_min).is_some())
+            });
         if want_scratch {
             self.make_scratch(l, st);
         }
@@ -500,6 +508,8 @@ mod tests {
         assert_eq!(dense_host_span(&[r(0, 0, 100), r(101, 500, 100)], true, 2), None);
         // Overlapping reads are one range (their union).
         assert_eq!(dense_host_span(&[r(0, 0, 100), r(50, 500, 100)], true, 2), Some((0, 150)));
+        // A region inside an earlier, longer one ends the union nowhere.
+        assert_eq!(dense_host_span(&[r(100, 900, 50), r(0, 0, 300), r(300, 400, 10)], true, 2), Some((0, 310)));
         // Downloads: the host end is the destination; the sources may be anywhere.
         let down = [r(7000, 4096, 4096), r(0, 0, 4096), r(90_000, 8192, 4096)];
         assert_eq!(dense_host_span(&down, false, 2), Some((0, 3 * 4096)));
