@@ -423,10 +423,11 @@ pub struct OpenOptions {
     /// (lavapipe's copies are memcpys: the detour is one more). `Some(usize::MAX)`: never;
     /// values below 2 act as 2, and values above [`GATHER_REGIONS_MAX`](Self::GATHER_REGIONS_MAX)
     /// (64) but for `usize::MAX` are refused at open (no run is that long). A run whose
-    /// contiguous copies merged into a region larger than `GATHER_REGION_MAX` goes direct. The scratch buffer ([`GATHER_SCRATCH`](Self::GATHER_SCRATCH)
-    /// bytes of device memory) is made by a stream's first such run and kept until the stream
-    /// goes; where it cannot be made, the copies go direct. `VKHOST_GATHER_REGIONS=N|off`
-    /// sets it.
+    /// contiguous copies merged into a region larger than `GATHER_REGION_MAX` goes direct. The
+    /// scratch buffer ([`GATHER_SCRATCH`](Self::GATHER_SCRATCH) bytes of device memory) is made
+    /// by a stream's first run that gathers and kept until the stream goes; where it cannot be
+    /// made, the copies go direct. Not yet measured on a GPU (docs/PERFORMANCE.md says how).
+    /// `VKHOST_GATHER_REGIONS=N|off` sets it.
     ///
     /// [`HostStats::gathered_bytes`]: crate::host::HostStats::gathered_bytes
     ///
