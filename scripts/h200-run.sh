@@ -681,10 +681,13 @@ if [ "$what" = clocks2 ]; then
 fi
 if [ "$what" = gather ]; then
   # Issue 10's scattered small async copies: stream runs gathered through the device scratch
-  # buffer (OpenOptions::gather_regions) against direct, CUDA in the same processes; two
-  # rounds, the settings interleaved.
-  for k in 1 2; do for g in off 16 32 64; do
-    echo "== round $k VKHOST_GATHER_REGIONS=$g" | tee -a "$OUT/gather.txt"
-    VKHOST_GATHER_REGIONS=$g $v bench -t small_async,small_async_scattered --baseline cuda --no-costs 2>&1 | grep -E "small-|cuda" | tee -a "$OUT/gather.txt"
+  # buffer (OpenOptions::gather_regions) against direct, and the early first submission
+  # (OpenOptions::early_submit) on and off, CUDA in the same processes; two rounds, the
+  # settings interleaved.
+  # `early 0` rows: the first submission when the batch fills, as in the twenty-sixth record.
+  for k in 1 2; do for g in "off 0" "off 1" "16 1" "32 1" "64 1" "32 0"; do
+    read -r gr es <<< "$g"
+    echo "== round $k VKHOST_GATHER_REGIONS=$gr VKHOST_EARLY_SUBMIT=$es" | tee -a "$OUT/gather.txt"
+    VKHOST_GATHER_REGIONS=$gr VKHOST_EARLY_SUBMIT=$es $v bench -t small_async,small_async_scattered --baseline cuda --no-costs 2>&1 | grep -E "small-|cuda" | tee -a "$OUT/gather.txt"
   done; done
 fi

@@ -414,6 +414,7 @@ impl vkhost_open_options {
             max_pipelines: OpenOptions::default().max_pipelines,
             d2d_kernel_min: OpenOptions::default().d2d_kernel_min,
             gather_regions: OpenOptions::default().gather_regions,
+            early_submit: OpenOptions::default().early_submit,
         })
     }
 }

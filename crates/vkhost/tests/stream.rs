@@ -834,4 +834,21 @@ fn the_first_64_commands_from_idle_run_without_a_wait() {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     s.synchronize().unwrap();
+    // With `early_submit` off the same 64 wait in the open batch until a wait submits them.
+    let d = device_with(vkhost::OpenOptions { early_submit: false, ..opts() }).unwrap();
+    let s = d.stream().unwrap();
+    let buf = d.alloc_buffer(n * 64).unwrap();
+    buf.write(0, &want).unwrap();
+    let mut pin = PinnedBuffer::new(&d, n * 64).unwrap();
+    pin.fill(0);
+    let p = pin.as_mut_ptr();
+    for i in 0..n {
+        // SAFETY: as above.
+        unsafe { s.copy_to_host_async(&buf, (n - 1 - i) * 64, p.add(i * 64), 64) }.unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // SAFETY: inside the block; nothing was submitted, so nothing writes it.
+    assert_eq!(unsafe { std::ptr::read_volatile(p) }, 0, "submitted with early_submit off");
+    s.synchronize().unwrap();
+    assert!(pin[..64] == want[(n - 1) * 64..]);
 }

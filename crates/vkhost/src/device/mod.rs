@@ -456,6 +456,29 @@ pub struct OpenOptions {
     /// # Ok(()) }
     /// ```
     pub gather_regions: Option<usize>,
+    /// Whether a stream that starts from idle (every batch it submitted known complete) submits
+    /// its first 64 commands at once, instead of when its batch fills (512 commands or 4 MiB) or
+    /// a wait comes: the device starts while the caller goes on enqueuing. Costs one submission
+    /// more per start from idle. Default true; `VKHOST_EARLY_SUBMIT=0|off` sets false (to
+    /// measure it, or to keep submissions fewest).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::{Device, OpenOptions, PinnedBuffer};
+    /// let dev = Device::open_default_with(&OpenOptions { early_submit: false, ..Default::default() })?;
+    /// let buf = dev.alloc_buffer(64 * 64)?;
+    /// let src = PinnedBuffer::new(&dev, 64 * 64)?;
+    /// let stream = dev.stream()?;
+    /// for i in 0..64 {
+    ///     // SAFETY: inside the block, unchanged until the synchronize below.
+    ///     unsafe { stream.copy_to_device_async(src.as_ptr().add(i * 64), 64, &buf, (63 - i) * 64)? };
+    /// }
+    /// stream.synchronize()?; // the one submission of these 64 copies
+    /// # Ok(()) }
+    /// ```
+    pub early_submit: bool,
 }
 
 impl OpenOptions {
@@ -907,6 +930,7 @@ impl Default for OpenOptions {
             max_pipelines: env_usize("VKHOST_MAX_PIPELINES").unwrap_or(256),
             d2d_kernel_min: env_usize_or_off("VKHOST_D2D_KERNEL_MIN", usize::MAX),
             gather_regions: env_usize_or_off("VKHOST_GATHER_REGIONS", usize::MAX),
+            early_submit: !matches!(env_word("VKHOST_EARLY_SUBMIT", &["0", "off", "never", "1", "on"]), Some("0" | "off" | "never")),
         }
     }
 }

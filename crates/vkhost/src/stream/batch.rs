@@ -288,7 +288,7 @@ impl StreamInner {
             scratch_used: 0,
             gather_min: self.gather_min(),
             gathered: 0,
-            early: self.completed.load(std::sync::atomic::Ordering::Relaxed) >= st.submitted,
+            early: self.shared.options.early_submit && self.completed.load(std::sync::atomic::Ordering::Relaxed) >= st.submitted,
         };
         // SAFETY: `cmd` was just begun and is ours, under the stream lock.
         unsafe { b.barrier(&l.device) };
