@@ -807,20 +807,10 @@ fn only_a_run_that_gathers_makes_the_scratch_buffer() {
 /// commands or at a wait).
 #[test]
 fn the_first_64_commands_from_idle_run_without_a_wait() {
-    let d = device().unwrap();
-    let s = d.stream().unwrap();
     let n = 64;
-    let buf = d.alloc_buffer(n * 64).unwrap();
     let want = pattern(n * 64, 7);
-    buf.write(0, &want).unwrap();
-    let mut pin = PinnedBuffer::new(&d, n * 64).unwrap();
-    pin.fill(0);
-    let p = pin.as_mut_ptr();
-    for i in 0..n {
-        // SAFETY: inside the block, which outlives the work (synchronized below) and is read
-        // only through `p` until then.
-        unsafe { s.copy_to_host_async(&buf, (n - 1 - i) * 64, p.add(i * 64), 64) }.unwrap();
-    }
+    let d = device().unwrap();
+    let (s, _buf, _pin, p) = enqueue_reversed_downloads(&d, &want, n);
     let landed = || {
         (0..n).all(|i| {
             // SAFETY: inside the block; the device may be writing it (the bytes are compared,
@@ -836,19 +826,29 @@ fn the_first_64_commands_from_idle_run_without_a_wait() {
     s.synchronize().unwrap();
     // With `early_submit` off the same 64 wait in the open batch until a wait submits them.
     let d = device_with(vkhost::OpenOptions { early_submit: false, ..opts() }).unwrap();
-    let s = d.stream().unwrap();
-    let buf = d.alloc_buffer(n * 64).unwrap();
-    buf.write(0, &want).unwrap();
-    let mut pin = PinnedBuffer::new(&d, n * 64).unwrap();
-    pin.fill(0);
-    let p = pin.as_mut_ptr();
-    for i in 0..n {
-        // SAFETY: as above.
-        unsafe { s.copy_to_host_async(&buf, (n - 1 - i) * 64, p.add(i * 64), 64) }.unwrap();
-    }
+    let (s, _buf, pin, p) = enqueue_reversed_downloads(&d, &want, n);
     std::thread::sleep(std::time::Duration::from_millis(200));
     // SAFETY: inside the block; nothing was submitted, so nothing writes it.
     assert_eq!(unsafe { std::ptr::read_volatile(p) }, 0, "submitted with early_submit off");
     s.synchronize().unwrap();
     assert!(pin[..64] == want[(n - 1) * 64..]);
+}
+
+/// A fresh stream of `d` with `n` async 64-byte downloads enqueued from a device buffer holding
+/// `want` into a zeroed pinned block, in reverse order, and nothing else: the stream, the
+/// buffer, the block and the block's address, taken before the downloads (a view of the block
+/// made after them would wait for them, submitting the batch).
+fn enqueue_reversed_downloads(d: &vkhost::Device, want: &[u8], n: usize) -> (vkhost::Stream, vkhost::DeviceBuffer, PinnedBuffer, *mut u8) {
+    let s = d.stream().unwrap();
+    let buf = d.alloc_buffer(n * 64).unwrap();
+    buf.write(0, want).unwrap();
+    let mut pin = PinnedBuffer::new(d, n * 64).unwrap();
+    pin.fill(0);
+    let p = pin.as_mut_ptr();
+    for i in 0..n {
+        // SAFETY: inside the block, which outlives the work (the caller synchronizes) and is
+        // read only through `p` until then.
+        unsafe { s.copy_to_host_async(&buf, (n - 1 - i) * 64, p.add(i * 64), 64) }.unwrap();
+    }
+    (s, buf, pin, p)
 }
