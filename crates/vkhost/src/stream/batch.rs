@@ -397,20 +397,18 @@ impl StreamInner {
         b.cmds += 1;
         b.bytes += region.size;
         b.d2h |= d2h;
-        let (cmds, bytes) = (b.cmds, b.bytes);
-        self.flush_if_due(l, st, cmds, bytes)
+        self.flush_if_due(l, st)
     }
 
-    /// Flushes the open batch, now holding `cmds` commands and `bytes` bytes, when it is full,
-    /// or at [`EARLY_CMDS`] commands when it is the first batch since the stream's work was last
-    /// known complete (`Batch::early`): the device then has nothing of this stream's to run
-    /// while the caller goes on enqueuing, so the work so far starts at once instead of when
-    /// the batch fills (a loop of small async copies left the device idle for its first 512
+    /// Flushes the open batch when it is full, or at [`EARLY_CMDS`] commands when it is the
+    /// first batch since the stream's work was last known complete (`Batch::early`): the device
+    /// then has nothing of this stream's to run while the caller goes on enqueuing, so the work
+    /// so far starts at once instead of when the batch fills (a loop of small async copies left the device idle for its first 512
     /// enqueues: ~0.2 ms at ~0.4 us each). Once per such start, so a stream whose device keeps
     /// up pays one submission more, not one per `EARLY_CMDS` commands.
-    fn flush_if_due(&self, l: &Live, st: &mut State, cmds: usize, bytes: u64) -> Result<()> {
-        let early = cmds == EARLY_CMDS && st.open.as_ref().is_some_and(|b| b.early);
-        if early || cmds >= BATCH_CMDS || bytes >= BATCH_BYTES {
+    fn flush_if_due(&self, l: &Live, st: &mut State) -> Result<()> {
+        let due = st.open.as_ref().is_some_and(|b| b.cmds >= BATCH_CMDS || b.bytes >= BATCH_BYTES || (b.early && b.cmds == EARLY_CMDS));
+        if due {
             self.flush(l, st)?;
         }
         Ok(())
@@ -460,8 +458,7 @@ impl StreamInner {
         b.cmds += 1;
         b.bytes += bytes;
         b.d2h |= d2h;
-        let (cmds, bytes) = (b.cmds, b.bytes);
-        self.flush_if_due(l, st, cmds, bytes)
+        self.flush_if_due(l, st)
     }
 
     /// [`StreamInner::push`] for a dispatch of `pipe`, which the batch keeps until it is
