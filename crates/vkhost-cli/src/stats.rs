@@ -37,7 +37,9 @@ pub fn summarize(samples: &[f64]) -> Option<Summary> {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
     let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
-    let mean = v.iter().sum::<f64>() / n as f64;
+    // Clamped: rounding can put the sum's quotient just outside the samples (three samples of
+    // 0.1 sum to 0.30000000000000004, a third of which is above 0.1), and a mean is never.
+    let mean = (v.iter().sum::<f64>() / n as f64).clamp(v[0], v[n - 1]);
     let stddev = if n > 1 { (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt() } else { 0.0 };
     Some(Summary { median, mean, stddev, min: v[0], max: v[n - 1], n })
 }
@@ -111,6 +113,15 @@ mod tests {
         assert!(summarize(&[]).is_none());
         let s = summarize(&[5.0]).unwrap();
         assert_eq!((s.median, s.min, s.max, s.mean, s.stddev), (5.0, 5.0, 5.0, 5.0, 0.0));
+    }
+
+    /// The mean of equal samples is that value, not a rounding error beside it.
+    #[test]
+    fn mean_lies_between_min_and_max_despite_rounding() {
+        let x = std::hint::black_box(0.1f64);
+        assert!((x + x + x) / 3.0 > x, "the rounding this guards against");
+        let s = summarize(&[x, x, x]).unwrap();
+        assert_eq!((s.min, s.mean, s.max), (x, x, x));
     }
 
     #[test]
