@@ -399,22 +399,9 @@ impl vkhost_open_options {
             staging_slots: self.staging_slots,
             copy_queue: queue_kind(self.copy_queue, "copy_queue")?,
             max_import_piece: (self.max_import_piece != 0).then_some(self.max_import_piece),
-            // Not in the C struct (its layout is the ABI): the Rust default, which the
-            // environment (VKHOST_COPY_QUEUE=copy) can turn off.
-            measure_copy_queues: OpenOptions::default().measure_copy_queues,
-            bar_writes: OpenOptions::default().bar_writes,
-            staging_threads: OpenOptions::default().staging_threads,
-            staging_spin: OpenOptions::default().staging_spin,
-            pinned_huge_min: OpenOptions::default().pinned_huge_min,
-            pinned_cache: OpenOptions::default().pinned_cache,
-            bar_write_max: OpenOptions::default().bar_write_max,
-            bar_assist: OpenOptions::default().bar_assist,
-            assist_threads: OpenOptions::default().assist_threads,
-            push_descriptors: OpenOptions::default().push_descriptors,
-            max_pipelines: OpenOptions::default().max_pipelines,
-            d2d_kernel_min: OpenOptions::default().d2d_kernel_min,
-            gather_regions: OpenOptions::default().gather_regions,
-            early_submit: OpenOptions::default().early_submit,
+            // Every field not in the C struct (its layout is the ABI): the Rust default, which
+            // the environment can set (VKHOST_COPY_QUEUE=copy, VKHOST_GATHER_REGIONS, ...).
+            ..OpenOptions::default()
         })
     }
 }

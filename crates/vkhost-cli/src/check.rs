@@ -9,7 +9,8 @@
 //! with descriptor sets (the path of drivers without VK_KHR_push_descriptor); the multi-device
 //! paths on two VkDevices of the device (HostRange, broadcast, gather, import pieces, one
 //! destroyed first); stream copies gathered through a stream's scratch buffer
-//! (`OpenOptions::gather_regions`). The validation layer is on where installed, and any
+//! (`OpenOptions::gather_regions`); direct copies cut into 4 KiB regions
+//! (`OpenOptions::copy_piece`). The validation layer is on where installed, and any
 //! validation error is a failure. Exit code 1 on any failure.
 
 use crate::devices::anyhow_free::Result;
@@ -500,6 +501,21 @@ fn small_ring(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u
     let o = OpenOptions { staging_chunk: 64 << 10, staging_slots: 2, ..opts.clone() };
     let dev = Device::open_with(index, &o)?;
     matrix_of(&dev, rows, &[("pageable, small ring", Path::Pageable), ("mixed, small ring", Path::Mixed)])?;
+    dev.destroy()?;
+    Ok(dev.validation_errors())
+}
+
+/// The matrix's direct paths with direct copies cut into 4 KiB regions
+/// (`OpenOptions::copy_piece`; CPU devices cut at 256 KiB by default, GPUs not at all), so the
+/// cutting runs on every device at the matrix's sizes and odd offsets.
+fn small_pieces(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
+    let o = OpenOptions { copy_piece: Some(4096), ..opts.clone() };
+    let dev = Device::open_with(index, &o)?;
+    matrix_of(
+        &dev,
+        rows,
+        &[("pinned, 4 KiB regions", Path::Pinned), ("registered, 4 KiB regions", Path::Registered), ("mixed, 4 KiB regions", Path::Mixed)],
+    )?;
     dev.destroy()?;
     Ok(dev.validation_errors())
 }
@@ -1097,6 +1113,7 @@ fn check_device(index: usize) -> Result<bool> {
         + reused_pinned(index, &opts, &mut rows)?
         + in_pieces(index, &opts, &mut rows)?
         + small_ring(index, &opts, &mut rows)?
+        + small_pieces(index, &opts, &mut rows)?
         + kernels_with_sets(index, &opts, &mut rows)?
         + d2d_by_kernel(index, &opts, &mut rows)?
         + gathered(index, &opts, &mut rows)?;

@@ -814,6 +814,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "slots": dev.options().staging_slots,
             "spin_us": dev.staging_spin().as_micros() as u64,
         }),
+        "copy_piece_bytes": dev.copy_piece(),
         "bar_threads": cx.bar_threads,
         "bar_reads": bar::read_method(cx.bar_reads),
         "flush_cache_bytes": cx.flush.as_ref().map(|_| flush_bytes),

@@ -746,12 +746,14 @@ pub(crate) unsafe fn compute_host_read_barrier(d: &ash::Device, cmd: vk::Command
 /// The largest region vkhost records in one `VkBufferCopy`: 1 GiB. lavapipe (Mesa 22.3) copies
 /// a region of 2 GiB or more wrongly (its copy box is 32-bit and signed: wrong bytes, or a
 /// crash in its queue thread), and a buffer of its maxMemoryAllocationSize is exactly 2 GiB;
-/// a larger region becomes one vkCmdCopyBuffer per GiB in the same command buffer, which costs
-/// a GPU nothing measurable beside a copy of that size.
+/// a larger copy becomes one region per GiB of the same vkCmdCopyBuffer, which costs a GPU
+/// nothing measurable beside a copy of that size.
 pub(crate) const COPY_REGION_MAX: u64 = 1 << 30;
 
-/// vkCmdCopyBuffer of `regions`, each cut into regions of at most [`COPY_REGION_MAX`] bytes
-/// (one call as given when none is larger: no allocation on the hot path).
+/// One vkCmdCopyBuffer of `regions`, each cut into regions of at most `piece` bytes (at most
+/// [`COPY_REGION_MAX`]: a larger `piece` counts as that); as given when none is larger (no
+/// allocation on the hot path). `piece` is [`COPY_REGION_MAX`], or `Shared::copy_piece` for a
+/// direct copy between host memory and a device buffer (`OpenOptions::copy_piece`).
 ///
 /// # Safety
 /// As for vkCmdCopyBuffer: `cmd` is recording; `src` and `dst` are live buffers, the regions
@@ -762,22 +764,33 @@ pub(crate) unsafe fn cmd_copy_buffer(
     src: vk::Buffer,
     dst: vk::Buffer,
     regions: &[vk::BufferCopy],
+    piece: u64,
 ) {
-    if regions.iter().all(|r| r.size <= COPY_REGION_MAX) {
+    let piece = piece.clamp(1, COPY_REGION_MAX);
+    if regions.iter().all(|r| r.size <= piece) {
         // SAFETY: the caller's contract.
         unsafe { d.cmd_copy_buffer(cmd, src, dst, regions) };
         return;
     }
+    let cut = cut_regions(regions, piece);
+    // SAFETY: the caller's contract; the cut regions are sub-ranges of `regions`, which do not
+    // overlap each other.
+    unsafe { d.cmd_copy_buffer(cmd, src, dst, &cut) };
+}
+
+/// `regions` cut into regions of at most `piece` bytes (not 0), in order, covering the same
+/// bytes.
+fn cut_regions(regions: &[vk::BufferCopy], piece: u64) -> Vec<vk::BufferCopy> {
+    let mut cut = Vec::with_capacity(regions.iter().map(|r| r.size.div_ceil(piece) as usize).sum());
     for r in regions {
         let mut done = 0;
         while done < r.size {
-            let size = (r.size - done).min(COPY_REGION_MAX);
-            let part = vk::BufferCopy { src_offset: r.src_offset + done, dst_offset: r.dst_offset + done, size };
-            // SAFETY: the caller's contract; `part` is a sub-range of `r`.
-            unsafe { d.cmd_copy_buffer(cmd, src, dst, &[part]) };
+            let size = (r.size - done).min(piece);
+            cut.push(vk::BufferCopy { src_offset: r.src_offset + done, dst_offset: r.dst_offset + done, size });
             done += size;
         }
     }
+    cut
 }
 
 /// Makes transfer writes in `cmd` visible to host reads once the submission is waited on.
@@ -856,7 +869,7 @@ pub(crate) unsafe fn floor(
     unsafe {
         d.reset_command_buffer(slot.cmd, vk::CommandBufferResetFlags::empty()).map_err(|c| s.fail("vkResetCommandBuffer", c))?;
         d.begin_command_buffer(slot.cmd, &vk::CommandBufferBeginInfo::default()).map_err(|c| s.fail("vkBeginCommandBuffer", c))?;
-        cmd_copy_buffer(d, slot.cmd, src, dst, &[vk::BufferCopy { src_offset: 0, dst_offset: 0, size: len }]);
+        cmd_copy_buffer(d, slot.cmd, src, dst, &[vk::BufferCopy { src_offset: 0, dst_offset: 0, size: len }], s.copy_piece());
         if dir == Dir::ToHost {
             host_read_barrier(d, slot.cmd);
         }
@@ -977,6 +990,7 @@ unsafe fn submit_batch(
     // Read before comparing: a destroy after this read makes the next copy re-record, and none
     // of the buffers this copy names can be destroyed while it runs (the caller holds them).
     let epoch = s.buffer_epoch.load(std::sync::atomic::Ordering::Acquire);
+    let piece = s.copy_piece();
     let reuse = reusable(&slot.recorded, epoch, &want);
     // SAFETY: the command buffer belongs to this context's pool, which we hold locked, and its
     // previous submission completed; every buffer named is alive for the submission. A reused
@@ -998,7 +1012,9 @@ unsafe fn submit_batch(
                     Dir::ToDevice => (host_buf, dev, vk::BufferCopy { src_offset: host_off, dst_offset: dev_off, size: len }),
                     Dir::ToHost => (dev, host_buf, vk::BufferCopy { src_offset: dev_off, dst_offset: host_off, size: len }),
                 };
-                cmd_copy_buffer(d, cmd, src, dst, &[region]);
+                // A staging chunk stays one region (cutting it measured no faster on lavapipe).
+                let staged = staging.is_some_and(|(sb, _)| sb == host_buf);
+                cmd_copy_buffer(d, cmd, src, dst, &[region], if staged { COPY_REGION_MAX } else { piece });
             }
             if dir == Dir::ToHost {
                 host_read_barrier(d, cmd);
@@ -1075,6 +1091,21 @@ mod tests {
         let up: Vec<_> = context_order(0..4, 2, 0, true).collect();
         let down: Vec<_> = context_order(0..4, 2, 1, true).collect();
         assert_eq!((up[0] % 2, up[1] % 2, down[0] % 2, down[1] % 2), (0, 0, 1, 1));
+    }
+
+    /// Cut regions cover the same bytes in order, none above the piece, each source and
+    /// destination offset moved together.
+    #[test]
+    fn cut_regions_cover_the_same_bytes_in_pieces() {
+        let r = |src_offset, dst_offset, size| vk::BufferCopy { src_offset, dst_offset, size };
+        let got = cut_regions(&[r(100, 7, 10), r(0, 1000, 3)], 4);
+        let want = [r(100, 7, 4), r(104, 11, 4), r(108, 15, 2), r(0, 1000, 3)];
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!((g.src_offset, g.dst_offset, g.size), (w.src_offset, w.dst_offset, w.size));
+        }
+        let big = cut_regions(&[r(0, 0, 5 * COPY_REGION_MAX / 2)], COPY_REGION_MAX);
+        assert_eq!(big.iter().map(|c| c.size).collect::<Vec<_>>(), [COPY_REGION_MAX, COPY_REGION_MAX, COPY_REGION_MAX / 2]);
     }
 
     #[test]

@@ -56,6 +56,9 @@ pub(super) struct Batch {
     /// stream's cached completed value, which waits and polls raise): it then flushes early
     /// (`StreamInner::flush_if_due`).
     early: bool,
+    /// The largest region of a copy between host memory and a device buffer
+    /// (`OpenOptions::copy_piece`, resolved for the device).
+    copy_piece: u64,
 }
 
 /// A stream's device scratch buffer for gathered copies: owned by the stream's state and
@@ -154,9 +157,11 @@ impl Batch {
             unsafe { self.emit_gathered(d, &m, scratch, base, start, span) };
             return;
         }
-        // SAFETY: the caller's contract; the regions do not overlap (a conflict would have
-        // emitted the earlier ones and put a barrier in between).
-        unsafe { crate::device::submit::cmd_copy_buffer(d, self.cmd, m.src, m.dst, &m.regions) };
+        // The regions do not overlap (a conflict would have emitted the earlier ones and put a
+        // barrier in between).
+        let piece = if m.host_src.is_some() { self.copy_piece } else { crate::device::submit::COPY_REGION_MAX };
+        // SAFETY: the caller's contract.
+        unsafe { crate::device::submit::cmd_copy_buffer(d, self.cmd, m.src, m.dst, &m.regions, piece) };
     }
 
     /// Whether merged run `m` goes through the scratch buffer: the scratch buffer, the part of
@@ -178,7 +183,7 @@ impl Batch {
     /// As for [`Batch::emit`]; `[base, base+span)` lies in the scratch buffer and no other
     /// command of this batch uses it; `[start, start+span)` is the run's host span.
     unsafe fn emit_gathered(&mut self, d: &ash::Device, m: &Merged, scratch: Scratch, base: u64, start: u64, span: u64) {
-        use crate::device::submit::cmd_copy_buffer;
+        use crate::device::submit::{COPY_REGION_MAX, cmd_copy_buffer};
         let whole = [vk::BufferCopy { src_offset: start, dst_offset: base, size: span }];
         let moved = |r: &vk::BufferCopy, src: bool| {
             let mut r = *r;
@@ -193,16 +198,16 @@ impl Batch {
         // scratch range is this run's, the device regions are the run's (non-overlapping).
         unsafe {
             if m.host_src == Some(true) {
-                cmd_copy_buffer(d, self.cmd, m.src, scratch.buffer, &whole);
+                cmd_copy_buffer(d, self.cmd, m.src, scratch.buffer, &whole, self.copy_piece);
                 self.barrier(d);
                 let regions: Vec<vk::BufferCopy> = m.regions.iter().map(|r| moved(r, true)).collect();
-                cmd_copy_buffer(d, self.cmd, scratch.buffer, m.dst, &regions);
+                cmd_copy_buffer(d, self.cmd, scratch.buffer, m.dst, &regions, COPY_REGION_MAX);
             } else {
                 let regions: Vec<vk::BufferCopy> = m.regions.iter().map(|r| moved(r, false)).collect();
-                cmd_copy_buffer(d, self.cmd, m.src, scratch.buffer, &regions);
+                cmd_copy_buffer(d, self.cmd, m.src, scratch.buffer, &regions, COPY_REGION_MAX);
                 self.barrier(d);
                 let out = [vk::BufferCopy { src_offset: base, dst_offset: start, size: span }];
-                cmd_copy_buffer(d, self.cmd, scratch.buffer, m.dst, &out);
+                cmd_copy_buffer(d, self.cmd, scratch.buffer, m.dst, &out, self.copy_piece);
             }
         }
         self.scratch_used = base + span;
@@ -289,6 +294,7 @@ impl StreamInner {
             gather_min: self.gather_min(),
             gathered: 0,
             early: self.shared.options.early_submit && self.completed.load(std::sync::atomic::Ordering::Relaxed) >= st.submitted,
+            copy_piece: self.shared.copy_piece(),
         };
         // SAFETY: `cmd` was just begun and is ours, under the stream lock.
         unsafe { b.barrier(&l.device) };
