@@ -218,6 +218,34 @@ typedef struct {
   size_t live_pinned;
 } vkhost_host_stats;
 
+// Every copy-path counter and registry size (`vkhost_counters`, `vkhost_device_counters`):
+// what `vkhost_host_stats` has, and the counters added since. Extensible: the caller sets
+// `struct_size` to `sizeof(vkhost_host_counters)` before the call; vkhost refuses a smaller
+// value (`VKHOST_INVALID_ARGUMENT`), writes the fields it knows and sets `struct_size` to the
+// bytes it wrote, so a program built against a later header (a larger struct) learns which
+// fields an older library filled. Fields are only ever appended.
+typedef struct {
+  // Set by the caller to `sizeof(vkhost_host_counters)`; set by vkhost to the bytes it wrote.
+  size_t struct_size;
+  // Bytes copied directly from or to pinned or registered memory.
+  uint64_t direct_bytes;
+  // Bytes copied through staging memory.
+  uint64_t staged_bytes;
+  // Bytes written by CPU stores into device memory mapped in the host's address space (the
+  // BAR path of small synchronous writes).
+  uint64_t mapped_bytes;
+  // Bytes stream copies moved through a stream's scratch buffer (gathered runs of small
+  // copies).
+  uint64_t gathered_bytes;
+  // Live registrations (whose device is alive).
+  size_t live_imports;
+  // Live pinned blocks (whose device is alive).
+  size_t live_pinned;
+  // Entries left behind by destroyed devices (tombstones: a late `vkhost_unregister` or
+  // `vkhost_free_pinned` of one succeeds once).
+  size_t tombstones;
+} vkhost_host_counters;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -486,6 +514,21 @@ vkhost_status vkhost_stats(vkhost_host_stats *stats);
 // # Safety
 // `device` must be NULL or a live handle; `stats` NULL or valid for a write.
 vkhost_status vkhost_device_stats(const vkhost_device *device, vkhost_host_stats *stats);
+
+// Process-wide counters into `*counters` (see `vkhost_host_counters`): bytes by path since
+// start, live entries and tombstones now.
+//
+// # Safety
+// `counters` must be NULL or valid for a read of its `struct_size` field and, when that is at
+// least `sizeof(vkhost_host_counters)`, a write of `sizeof(vkhost_host_counters)` bytes.
+vkhost_status vkhost_counters(vkhost_host_counters *counters);
+
+// The same counters for one device (bytes copied through it, its live entries and
+// tombstones).
+//
+// # Safety
+// `device` must be NULL or a live handle; `counters` as for `vkhost_counters`.
+vkhost_status vkhost_device_counters(const vkhost_device *device, vkhost_host_counters *counters);
 
 // Allocates a device-local buffer of `len` bytes (TRANSFER_SRC | TRANSFER_DST |
 // STORAGE_BUFFER). `len == 0`: `VKHOST_INVALID_ARGUMENT`. Its bytes are unspecified

@@ -66,6 +66,7 @@ static void null_arguments(void) {
     vkhost_open_options opts;
     vkhost_raw_device raw;
     vkhost_host_stats st;
+    vkhost_host_counters ct = {.struct_size = sizeof ct};
     const vkhost_status N = VKHOST_NULL_ARGUMENT;
 
     EXPECT(vkhost_device_count(NULL), N);
@@ -95,6 +96,8 @@ static void null_arguments(void) {
     EXPECT(vkhost_copy_to_host(NULL, b, 0, &n, 1, NULL), N);
     EXPECT(vkhost_stats(NULL), N);
     EXPECT(vkhost_device_stats(NULL, &st), N);
+    EXPECT(vkhost_counters(NULL), N);
+    EXPECT(vkhost_device_counters(NULL, &ct), N);
     EXPECT(vkhost_buffer_alloc(NULL, 4096, &b), N);
     EXPECT(vkhost_buffer_free(NULL), N);
     EXPECT(vkhost_buffer_len(NULL, &n), N);
@@ -295,6 +298,16 @@ int main(void) {
     EXPECT(vkhost_copy_to_device(dev, m, 16, NULL, 0, &path), VKHOST_NULL_ARGUMENT);
     OK(vkhost_device_stats(dev, &dstats));
     CHECK(dstats.direct_bytes >= 8 * G && dstats.live_imports == 2 && dstats.live_pinned == 1);
+    /* The extensible counters: the same figures and the ones vkhost_host_stats lacks. */
+    vkhost_host_counters dc = {.struct_size = sizeof dc};
+    OK(vkhost_device_counters(dev, &dc));
+    CHECK(dc.struct_size == sizeof dc && dc.direct_bytes == dstats.direct_bytes && dc.staged_bytes == dstats.staged_bytes);
+    CHECK(dc.live_imports == 2 && dc.live_pinned == 1 && dc.gathered_bytes == 0 && dc.tombstones == 0);
+    OK(vkhost_counters(&dc));
+    CHECK(dc.direct_bytes >= dstats.direct_bytes && dc.live_imports >= 2);
+    dc.struct_size = sizeof dc - 1; /* smaller than this library's layout: refused */
+    EXPECT(vkhost_device_counters(dev, &dc), VKHOST_INVALID_ARGUMENT);
+    CHECK(dc.struct_size == sizeof dc - 1);
 
     /* ---- streams and events ---- */
     vkhost_stream *up = NULL, *down = NULL;
@@ -384,6 +397,10 @@ int main(void) {
     size_t granule2 = 0;
     EXPECT(vkhost_device_registration(dev, &granule2), VKHOST_DEVICE_DESTROYED);
     EXPECT(vkhost_find(dev, A, G, &vkbuf, &off), VKHOST_NOT_REGISTERED);
+    /* The destroyed device's entries are tombstones now: two registrations and a block. */
+    dc.struct_size = sizeof dc;
+    OK(vkhost_device_counters(dev, &dc));
+    CHECK(dc.tombstones == 3 && dc.live_imports == 0 && dc.live_pinned == 0);
     OK(vkhost_event_wait(ev));
     OK(vkhost_event_query(ev, &done));
     CHECK(done);

@@ -207,7 +207,9 @@ def test_teardown_busy_destroyed_and_tombstones() -> None:
         buf.write(a[:4096])
     with pytest.raises(vkhost.DeviceDestroyedError):
         s.synchronize()
+    assert d.stats().tombstones == 1 and d.stats().live_imports == 0
     reg.close()  # the tombstone: unregister succeeds once
+    assert d.stats().tombstones == 0
     buf.free()
     s.close()
     errors = d.validation_errors

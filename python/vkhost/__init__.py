@@ -26,7 +26,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from ctypes import byref, c_bool, c_int, c_size_t, c_uint64, c_void_p
+from ctypes import byref, c_bool, c_int, c_size_t, c_uint64, c_void_p, sizeof
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -361,16 +361,37 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class Stats:
-    """Copy-path counters (bytes since process start) and live entries."""
+    """Copy-path counters (bytes since process start), live entries and tombstones
+    (``vkhost_host_counters``)."""
 
     direct_bytes: int
     staged_bytes: int
     live_imports: int
     live_pinned: int
+    #: Bytes written by CPU stores into mapped device memory (small writes on full-BAR GPUs).
+    mapped_bytes: int = 0
+    #: Bytes stream copies moved through a stream's scratch buffer (gathered small copies).
+    gathered_bytes: int = 0
+    #: Entries of destroyed devices still listed (a late unregister/free takes each out once).
+    tombstones: int = 0
 
     @staticmethod
-    def _from_c(c: _ffi.HostStatsC) -> Stats:
-        return Stats(c.direct_bytes, c.staged_bytes, c.live_imports, c.live_pinned)
+    def _new_c() -> _ffi.HostCountersC:
+        c = _ffi.HostCountersC()
+        c.struct_size = sizeof(c)
+        return c
+
+    @staticmethod
+    def _from_c(c: _ffi.HostCountersC) -> Stats:
+        return Stats(
+            c.direct_bytes,
+            c.staged_bytes,
+            c.live_imports,
+            c.live_pinned,
+            c.mapped_bytes,
+            c.gathered_bytes,
+            c.tombstones,
+        )
 
 
 def devices() -> list[DeviceInfo]:
@@ -386,9 +407,10 @@ def devices() -> list[DeviceInfo]:
 
 
 def stats() -> Stats:
-    """Process-wide counters: bytes copied direct and staged, live registrations and blocks."""
-    c = _ffi.HostStatsC()
-    _check(lib.vkhost_stats(byref(c)))
+    """Process-wide counters: bytes copied by each path, live registrations and blocks,
+    tombstones."""
+    c = Stats._new_c()
+    _check(lib.vkhost_counters(byref(c)))
     return Stats._from_c(c)
 
 
@@ -512,10 +534,11 @@ class Device(_Owner):
         return n.value
 
     def stats(self) -> Stats:
-        """This device's counters (bytes copied through it, its live entries)."""
-        c = _ffi.HostStatsC()
+        """This device's counters (bytes copied through it, its live entries and
+        tombstones)."""
+        c = Stats._new_c()
         with self._use() as d:
-            _check(lib.vkhost_device_stats(d, byref(c)))
+            _check(lib.vkhost_device_counters(d, byref(c)))
         return Stats._from_c(c)
 
     def alloc_buffer(self, nbytes: int) -> DeviceBuffer:

@@ -80,6 +80,21 @@ class HostStatsC(ctypes.Structure):
     ]
 
 
+class HostCountersC(ctypes.Structure):
+    """``vkhost_host_counters``: set ``struct_size`` to ``ctypes.sizeof`` before a call."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("direct_bytes", c_uint64),
+        ("staged_bytes", c_uint64),
+        ("mapped_bytes", c_uint64),
+        ("gathered_bytes", c_uint64),
+        ("live_imports", c_size_t),
+        ("live_pinned", c_size_t),
+        ("tombstones", c_size_t),
+    ]
+
+
 VKHOST_DEFAULT_DEVICE = ctypes.c_size_t(-1).value
 IMPORT_AUTO, IMPORT_NEVER = 0, 1
 QUEUE_COPY, QUEUE_COMPUTE = 0, 1
@@ -115,6 +130,8 @@ _SIGNATURES: dict[str, tuple[list[object], object]] = {
     "vkhost_copy_to_host": ([_P, _P, c_size_t, c_void_p, c_size_t, POINTER(c_int)], _S),
     "vkhost_stats": ([POINTER(HostStatsC)], _S),
     "vkhost_device_stats": ([_P, POINTER(HostStatsC)], _S),
+    "vkhost_counters": ([POINTER(HostCountersC)], _S),
+    "vkhost_device_counters": ([_P, POINTER(HostCountersC)], _S),
     "vkhost_buffer_alloc": ([_P, c_size_t, POINTER(_P)], _S),
     "vkhost_buffer_free": ([_P], _S),
     "vkhost_buffer_len": ([_P, POINTER(c_size_t)], _S),

@@ -616,6 +616,187 @@ pub unsafe extern "C" fn vkhost_device_stats(device: *const vkhost_device, stats
     })
 }
 
+/// Every copy-path counter and registry size (`vkhost_counters`, `vkhost_device_counters`):
+/// what `vkhost_host_stats` has, and the counters added since. Extensible: the caller sets
+/// `struct_size` to `sizeof(vkhost_host_counters)` before the call; vkhost refuses a smaller
+/// value (`VKHOST_INVALID_ARGUMENT`), writes the fields it knows and sets `struct_size` to the
+/// bytes it wrote, so a program built against a later header (a larger struct) learns which
+/// fields an older library filled. Fields are only ever appended.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::ptr::null_mut;
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut block = null_mut();
+    assert_eq!(vkhost_alloc_pinned(dev, 4096, &mut block), VKHOST_OK);
+    let mut c = vkhost_host_counters::new(); // struct_size set
+    assert_eq!(vkhost_device_counters(dev, &mut c), VKHOST_OK);
+    assert_eq!((c.live_pinned, c.live_imports, c.mapped_bytes), (1, 0, 0));
+    assert_eq!(vkhost_free_pinned(dev, block), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct vkhost_host_counters {
+    /// Set by the caller to `sizeof(vkhost_host_counters)`; set by vkhost to the bytes it wrote.
+    pub struct_size: usize,
+    /// Bytes copied directly from or to pinned or registered memory.
+    pub direct_bytes: u64,
+    /// Bytes copied through staging memory.
+    pub staged_bytes: u64,
+    /// Bytes written by CPU stores into device memory mapped in the host's address space (the
+    /// BAR path of small synchronous writes).
+    pub mapped_bytes: u64,
+    /// Bytes stream copies moved through a stream's scratch buffer (gathered runs of small
+    /// copies).
+    pub gathered_bytes: u64,
+    /// Live registrations (whose device is alive).
+    pub live_imports: usize,
+    /// Live pinned blocks (whose device is alive).
+    pub live_pinned: usize,
+    /// Entries left behind by destroyed devices (tombstones: a late `vkhost_unregister` or
+    /// `vkhost_free_pinned` of one succeeds once).
+    pub tombstones: usize,
+}
+
+impl vkhost_host_counters {
+    /// Zeroed counters with `struct_size` set, ready to pass.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// let c = vkhost_capi::vkhost_host_counters::new();
+    /// assert_eq!(c.struct_size, std::mem::size_of::<vkhost_capi::vkhost_host_counters>());
+    /// ```
+    pub fn new() -> Self {
+        vkhost_host_counters { struct_size: std::mem::size_of::<Self>(), ..Default::default() }
+    }
+}
+
+impl From<HostStats> for vkhost_host_counters {
+    fn from(s: HostStats) -> Self {
+        vkhost_host_counters {
+            struct_size: std::mem::size_of::<Self>(),
+            direct_bytes: s.direct_bytes,
+            staged_bytes: s.staged_bytes,
+            mapped_bytes: s.mapped_bytes,
+            gathered_bytes: s.gathered_bytes,
+            live_imports: s.live_imports,
+            live_pinned: s.live_pinned,
+            tombstones: s.tombstones,
+        }
+    }
+}
+
+/// Checks a `vkhost_host_counters` out-pointer: non-NULL, and its `struct_size` at least this
+/// library's struct (the fields are written whole).
+///
+/// # Safety
+/// `p` is NULL or valid for a read of its `struct_size` field.
+unsafe fn counters_out(p: *mut vkhost_host_counters) -> crate::Res<crate::Out<vkhost_host_counters>> {
+    let o = out(p, "counters")?;
+    // SAFETY: non-NULL (checked above); the field is readable per the caller's contract. Read
+    // through a raw place: the rest of the struct may be uninitialised.
+    let size = unsafe { std::ptr::addr_of!((*p).struct_size).read() };
+    let want = std::mem::size_of::<vkhost_host_counters>();
+    if size < want {
+        let msg = format!("counters->struct_size = {size}: set it to sizeof(vkhost_host_counters) = {want}");
+        return Err(Fail::Other(vkhost_status::VKHOST_INVALID_ARGUMENT, msg));
+    }
+    Ok(o)
+}
+
+/// Process-wide counters into `*counters` (see `vkhost_host_counters`): bytes by path since
+/// start, live entries and tombstones now.
+///
+/// # Safety
+/// `counters` must be NULL or valid for a read of its `struct_size` field and, when that is at
+/// least `sizeof(vkhost_host_counters)`, a write of `sizeof(vkhost_host_counters)` bytes.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+// SAFETY: `c` is a local of the type the call writes.
+unsafe {
+    let mut c = vkhost_host_counters::new();
+    assert_eq!(vkhost_counters(&mut c), VKHOST_OK);
+    assert_eq!(c.struct_size, std::mem::size_of::<vkhost_host_counters>());
+    c.struct_size = 8; // an older, smaller layout than this library's: refused, nothing written
+    assert_eq!(vkhost_counters(&mut c), VKHOST_INVALID_ARGUMENT);
+    assert_eq!(c.struct_size, 8);
+}
+```
+"#
+)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vkhost_counters(counters: *mut vkhost_host_counters) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let o = unsafe { counters_out(counters) }?;
+        // SAFETY: forwarded contract: at least this struct's bytes are writable.
+        unsafe { o.put(host::stats().into()) };
+        Ok(())
+    })
+}
+
+/// The same counters for one device (bytes copied through it, its live entries and
+/// tombstones).
+///
+/// # Safety
+/// `device` must be NULL or a live handle; `counters` as for `vkhost_counters`.
+#[cfg_attr(
+    doc,
+    doc = r#"
+# Example
+
+```
+# use vkhost_capi::{*, vkhost_status::*};
+# use std::ptr::null_mut;
+// SAFETY: `dev` is a live handle (opened first, released last) and every out-pointer
+// points to a local of the type the call writes.
+unsafe {
+#   let mut dev = null_mut();
+#   assert_eq!(vkhost_device_open_default(&mut dev), VKHOST_OK);
+    let mut buf = null_mut();
+    assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_OK);
+    let mut pageable = vec![0u8; 4096];
+    assert_eq!(vkhost_copy_to_host(dev, buf, 0, pageable.as_mut_ptr().cast(), 4096, null_mut()), VKHOST_OK);
+    let mut c = vkhost_host_counters::new();
+    assert_eq!(vkhost_device_counters(dev, &mut c), VKHOST_OK);
+    assert_eq!((c.staged_bytes, c.gathered_bytes), (4096, 0)); // this device's copies only
+    assert_eq!(vkhost_buffer_free(buf), VKHOST_OK);
+#   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+}
+```
+"#
+)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vkhost_device_counters(device: *const vkhost_device, counters: *mut vkhost_host_counters) -> vkhost_status {
+    ffi(|| {
+        // SAFETY: forwarded contract.
+        let d = unsafe { arg(device, "device") }?;
+        // SAFETY: forwarded contract.
+        let o = unsafe { counters_out(counters) }?;
+        // SAFETY: forwarded contract: at least this struct's bytes are writable.
+        unsafe { o.put(host::device_stats(&d.dev).into()) };
+        Ok(())
+    })
+}
+
 /// Allocates a device-local buffer of `len` bytes (TRANSFER_SRC | TRANSFER_DST |
 /// STORAGE_BUFFER). `len == 0`: `VKHOST_INVALID_ARGUMENT`. Its bytes are unspecified
 /// (not necessarily zero) until written.
