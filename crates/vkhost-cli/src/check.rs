@@ -505,9 +505,9 @@ fn small_ring(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u
     Ok(dev.validation_errors())
 }
 
-/// The matrix's direct paths with direct copies cut into 4 KiB regions
-/// (`OpenOptions::copy_piece`; CPU devices cut at 256 KiB by default, GPUs not at all), so the
-/// cutting runs on every device at the matrix's sizes and odd offsets.
+/// The matrix's direct paths with copies cut into 4 KiB regions (`OpenOptions::copy_piece`;
+/// CPU devices cut at 256 KiB by default, GPUs not at all), so the cutting runs on every device
+/// at the matrix's sizes and odd offsets.
 fn small_pieces(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
     let o = OpenOptions { copy_piece: Some(4096), ..opts.clone() };
     let dev = Device::open_with(index, &o)?;

@@ -676,7 +676,8 @@ fn pinned_cache_off_keeps_nothing() {
 }
 
 /// Direct copies cut into regions of `OpenOptions::copy_piece` bytes land exactly as whole
-/// ones: synchronous and stream copies, both ways, from pinned blocks and a registration, at
+/// ones: synchronous and stream copies, both ways, from pinned blocks and a registration, and
+/// stream copies between device buffers, at
 /// host offsets off the 256-byte boundary (so the host-aligned split and the cut combine) and
 /// lengths that are no multiple of the piece. Checked against a model of the device buffer.
 #[test]
@@ -707,6 +708,19 @@ fn direct_copies_cut_into_pieces_land_as_whole_ones() {
         s.download_pinned(&buf, o, &mut dst, h..h + len).unwrap().wait().unwrap();
         assert!(dst[h..h + len] == model[o..o + len], "stream pinned round trip {h} {o} {len}");
     }
+    // Device to device, on the stream: cut the same way.
+    let other = d.alloc_buffer(n).unwrap();
+    dst.fill(0);
+    other.write(0, &dst).unwrap();
+    let mut other_model = vec![0u8; n];
+    for &(h, o, len) in &cases {
+        let at = h.min(n - len);
+        s.copy_async(&buf, o, &other, at, len).unwrap();
+        other_model[at..at + len].copy_from_slice(&model[o..o + len]);
+    }
+    s.synchronize().unwrap();
+    other.read(0, &mut dst).unwrap();
+    assert!(dst[..] == other_model[..], "device-to-device copies against the model");
     let mut mem = Pages::new(n.next_multiple_of(4096));
     let fill = pattern(mem.len, 13);
     mem.slice().copy_from_slice(&fill);

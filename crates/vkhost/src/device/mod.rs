@@ -479,19 +479,20 @@ pub struct OpenOptions {
     /// # Ok(()) }
     /// ```
     pub early_submit: bool,
-    /// The largest region vkhost records in one `VkBufferCopy` of a direct copy between host
-    /// memory (a pinned block or a registration) and a device buffer, synchronous or on a
-    /// stream; a larger copy is several regions of one command. `None`: by device type,
+    /// The largest region vkhost records in one `VkBufferCopy`: a larger copy is several
+    /// regions of one command. It applies to direct copies between host memory (a pinned block
+    /// or a registration) and a device buffer, synchronous or on a stream, and to stream
+    /// copies between device buffers; copies through the staging buffers (pageable memory)
+    /// keep their chunks whole. `None`: by device type,
     /// [`CPU_COPY_PIECE`](Self::CPU_COPY_PIECE) (256 KiB) on CPU devices, 1 GiB elsewhere (a
     /// GPU's copy engine gains nothing from cutting). `Some(n)`: `n` bytes, a multiple of 4 KiB
-    /// from 4 KiB to 1 GiB (checked at open). Copies through the staging buffers keep their
-    /// chunks whole. `VKHOST_COPY_PIECE=N` sets it.
+    /// from 4 KiB to 1 GiB (checked at open). `VKHOST_COPY_PIECE=N` sets it.
     ///
     /// Why: on a CPU device (lavapipe) a region is one `memcpy` on the driver's queue thread.
-    /// On the 2-core EPYC machine this was measured on, a 16 MiB copy done as 256 KiB regions
-    /// ran at 29-37 GB/s against 18-31 as one region (`vkhost bench`, pinned and registered,
-    /// interleaved processes; a plain C loop of 256 KiB `memcpy`s against one 16 MiB
-    /// `memcpy`: 44 against 35 GB/s).
+    /// On the 2-core EPYC machine this was measured on, 16-256 MiB copies done as 256 KiB
+    /// regions ran 10-40% faster than as one region (`vkhost bench`, pinned, registered and
+    /// device-to-device, interleaved processes; a plain C loop of 256 KiB `memcpy`s against one
+    /// 16 MiB `memcpy`: 44 against 35 GB/s). Cutting the staging chunks measured no faster.
     ///
     /// # Example
     ///
@@ -1377,7 +1378,7 @@ impl Shared {
         fork_generation() != self.fork_gen
     }
 
-    /// The largest region of a direct copy between host memory and a device buffer
+    /// The largest region of a copy that does not go through a staging buffer
     /// ([`OpenOptions::copy_piece`], resolved by device type when `None`).
     pub(crate) fn copy_piece(&self) -> u64 {
         match self.options.copy_piece {
@@ -2693,8 +2694,9 @@ impl Device {
         submit::staging_spin(&self.shared)
     }
 
-    /// The largest region of this device's direct copies between host memory and a device
-    /// buffer: [`OpenOptions::copy_piece`] where set, else the default for the device's kind
+    /// The largest region of this device's copies that do not go through a staging buffer
+    /// (direct copies of host memory, stream copies between device buffers):
+    /// [`OpenOptions::copy_piece`] where set, else the default for the device's kind
     /// ([`OpenOptions::CPU_COPY_PIECE`] on CPU devices, 1 GiB on GPUs).
     ///
     /// # Example

@@ -752,8 +752,8 @@ pub(crate) const COPY_REGION_MAX: u64 = 1 << 30;
 
 /// One vkCmdCopyBuffer of `regions`, each cut into regions of at most `piece` bytes (at most
 /// [`COPY_REGION_MAX`]: a larger `piece` counts as that); as given when none is larger (no
-/// allocation on the hot path). `piece` is [`COPY_REGION_MAX`], or `Shared::copy_piece` for a
-/// direct copy between host memory and a device buffer (`OpenOptions::copy_piece`).
+/// allocation on the hot path). `piece` is [`COPY_REGION_MAX`] for a staging chunk, else
+/// `Shared::copy_piece` (`OpenOptions::copy_piece`).
 ///
 /// # Safety
 /// As for vkCmdCopyBuffer: `cmd` is recording; `src` and `dst` are live buffers, the regions

@@ -56,8 +56,8 @@ pub(super) struct Batch {
     /// stream's cached completed value, which waits and polls raise): it then flushes early
     /// (`StreamInner::flush_if_due`).
     early: bool,
-    /// The largest region of a copy between host memory and a device buffer
-    /// (`OpenOptions::copy_piece`, resolved for the device).
+    /// The largest region of a copy but the staging ring's (`OpenOptions::copy_piece`,
+    /// resolved for the device).
     copy_piece: u64,
 }
 
@@ -73,10 +73,34 @@ struct Merged {
     src: vk::Buffer,
     dst: vk::Buffer,
     regions: Vec<vk::BufferCopy>,
-    /// Which end is host memory (a pinned block or an import) where the run may be gathered:
-    /// `Some(true)` the source (an upload), `Some(false)` the destination (a download), `None`
-    /// neither (device-to-device and staging-ring copies).
-    host_src: Option<bool>,
+    ends: Ends,
+}
+
+/// What a copy goes between: where a run of copies may be gathered (uploads and downloads) and
+/// whether its regions are cut at `OpenOptions::copy_piece` (all but the staging ring's).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ends {
+    /// From host memory (a pinned block or an import) to a device buffer.
+    Upload,
+    /// From a device buffer to host memory (a pinned block or an import).
+    Download,
+    /// Between two device buffers.
+    Device,
+    /// Through the stream's staging ring (pageable memory): its chunks stay whole regions, as
+    /// the synchronous copies' staging chunks do.
+    Ring,
+}
+
+impl Ends {
+    /// Which end is host memory where a run may be gathered: `Some(true)` the source (an
+    /// upload), `Some(false)` the destination (a download), `None` neither.
+    fn host_src(self) -> Option<bool> {
+        match self {
+            Ends::Upload => Some(true),
+            Ends::Download => Some(false),
+            Ends::Device | Ends::Ring => None,
+        }
+    }
 }
 
 /// Where a merged run's host ends lie together: `(first offset, length)` of the one unbroken
@@ -159,7 +183,7 @@ impl Batch {
         }
         // The regions do not overlap (a conflict would have emitted the earlier ones and put a
         // barrier in between).
-        let piece = if m.host_src.is_some() { self.copy_piece } else { crate::device::submit::COPY_REGION_MAX };
+        let piece = if m.ends == Ends::Ring { crate::device::submit::COPY_REGION_MAX } else { self.copy_piece };
         // SAFETY: the caller's contract.
         unsafe { crate::device::submit::cmd_copy_buffer(d, self.cmd, m.src, m.dst, &m.regions, piece) };
     }
@@ -167,7 +191,7 @@ impl Batch {
     /// Whether merged run `m` goes through the scratch buffer: the scratch buffer, the part of
     /// it the run takes, and the run's host span `(start, length)` ([`dense_host_span`]).
     fn gather_room(&self, m: &Merged) -> Option<(Scratch, u64, u64, u64)> {
-        let host_src = m.host_src?;
+        let host_src = m.ends.host_src()?;
         let scratch = self.scratch?;
         let (start, span) = dense_host_span(&m.regions, host_src, self.gather_min)?;
         let base = self.scratch_used.next_multiple_of(SCRATCH_ALIGN);
@@ -183,7 +207,7 @@ impl Batch {
     /// As for [`Batch::emit`]; `[base, base+span)` lies in the scratch buffer and no other
     /// command of this batch uses it; `[start, start+span)` is the run's host span.
     unsafe fn emit_gathered(&mut self, d: &ash::Device, m: &Merged, scratch: Scratch, base: u64, start: u64, span: u64) {
-        use crate::device::submit::{COPY_REGION_MAX, cmd_copy_buffer};
+        use crate::device::submit::cmd_copy_buffer;
         let whole = [vk::BufferCopy { src_offset: start, dst_offset: base, size: span }];
         let moved = |r: &vk::BufferCopy, src: bool| {
             let mut r = *r;
@@ -197,14 +221,14 @@ impl Batch {
         // SAFETY: the caller's contract: the host span is the run's (tracked) host bytes, the
         // scratch range is this run's, the device regions are the run's (non-overlapping).
         unsafe {
-            if m.host_src == Some(true) {
+            if m.ends == Ends::Upload {
                 cmd_copy_buffer(d, self.cmd, m.src, scratch.buffer, &whole, self.copy_piece);
                 self.barrier(d);
                 let regions: Vec<vk::BufferCopy> = m.regions.iter().map(|r| moved(r, true)).collect();
-                cmd_copy_buffer(d, self.cmd, scratch.buffer, m.dst, &regions, COPY_REGION_MAX);
+                cmd_copy_buffer(d, self.cmd, scratch.buffer, m.dst, &regions, self.copy_piece);
             } else {
                 let regions: Vec<vk::BufferCopy> = m.regions.iter().map(|r| moved(r, false)).collect();
-                cmd_copy_buffer(d, self.cmd, m.src, scratch.buffer, &regions, COPY_REGION_MAX);
+                cmd_copy_buffer(d, self.cmd, m.src, scratch.buffer, &regions, self.copy_piece);
                 self.barrier(d);
                 let out = [vk::BufferCopy { src_offset: base, dst_offset: start, size: span }];
                 cmd_copy_buffer(d, self.cmd, scratch.buffer, m.dst, &out, self.copy_piece);
@@ -340,8 +364,8 @@ impl StreamInner {
 
     /// Records one copy, ordered after earlier commands it conflicts with, and flushes a full
     /// batch. `acc` is what it touches (source first); each of `owners` is noted as used (with
-    /// whether the copy writes it) and kept by the batch until it is reaped. `host_src` says
-    /// which end is a pinned block or an import, for gathering (see `Merged::host_src`).
+    /// whether the copy writes it) and kept by the batch until it is reaped. `ends` says what
+    /// the copy goes between, for gathering and cutting (see [`Ends`]).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn push_copy(
         &self,
@@ -351,7 +375,7 @@ impl StreamInner {
         dst: vk::Buffer,
         region: vk::BufferCopy,
         d2h: bool,
-        host_src: Option<bool>,
+        ends: Ends,
         acc: [Access; 2],
         owners: &[(&Arc<Resource>, bool)],
     ) -> Result<()> {
@@ -384,7 +408,7 @@ impl StreamInner {
             _ => {
                 // SAFETY: as above.
                 unsafe { b.emit(d) };
-                b.merged = Some(Merged { src, dst, regions: vec![region], host_src });
+                b.merged = Some(Merged { src, dst, regions: vec![region], ends });
             }
         }
         // A run that would gather, on a stream without its scratch buffer yet: make it. Asked
@@ -394,7 +418,8 @@ impl StreamInner {
         let want_scratch = b.scratch.is_none()
             && !st.no_scratch
             && b.merged.as_ref().is_some_and(|m| {
-                m.regions.len() == b.gather_min && m.host_src.is_some_and(|src| dense_host_span(&m.regions, src, b.gather_min).is_some())
+                m.regions.len() == b.gather_min
+                    && m.ends.host_src().is_some_and(|src| dense_host_span(&m.regions, src, b.gather_min).is_some())
             });
         if want_scratch {
             self.make_scratch(l, st);

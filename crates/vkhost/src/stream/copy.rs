@@ -1,7 +1,7 @@
 //! Async host↔device copies: a planned copy's direct pieces (registered or pinned memory) and
 //! pageable pieces staged through the ring.
 
-use super::batch::Access;
+use super::batch::{Access, Ends};
 use super::inner::{State, StreamInner, relock};
 use super::ring::Completion;
 use crate::device::Live;
@@ -115,10 +115,10 @@ impl StreamInner {
                         let dev_acc = Access::buf(dev, dv, n, to_device);
                         if to_device {
                             let region = vk::BufferCopy { src_offset: h, dst_offset: dv, size: n };
-                            self.push_copy(l, st, buffer, dev, region, false, Some(true), [host_acc, dev_acc], &owners)?;
+                            self.push_copy(l, st, buffer, dev, region, false, Ends::Upload, [host_acc, dev_acc], &owners)?;
                         } else {
                             let region = vk::BufferCopy { src_offset: dv, dst_offset: h, size: n };
-                            self.push_copy(l, st, dev, buffer, region, true, Some(false), [dev_acc, host_acc], &owners)?;
+                            self.push_copy(l, st, dev, buffer, region, true, Ends::Download, [dev_acc, host_acc], &owners)?;
                         }
                     }
                     direct += piece.len;
@@ -143,12 +143,12 @@ impl StreamInner {
                             unsafe { par_copy(s, rp.add(roff as usize), (a + done as usize) as *const u8, n as usize, Dir::ToDevice) };
                             let acc = [Access::buf(rb, roff, n, false), Access::buf(dev, dev_off, n, true)];
                             let region = vk::BufferCopy { src_offset: roff, dst_offset: dev_off, size: n };
-                            self.push_copy(l, st, rb, dev, region, false, None, acc, &owners)?;
+                            self.push_copy(l, st, rb, dev, region, false, Ends::Ring, acc, &owners)?;
                         } else {
                             let v = Self::batch_value(st);
                             let acc = [Access::buf(dev, dev_off, n, false), Access::buf(rb, roff, n, true)];
                             let region = vk::BufferCopy { src_offset: dev_off, dst_offset: roff, size: n };
-                            self.push_copy(l, st, dev, rb, region, true, None, acc, &owners)?;
+                            self.push_copy(l, st, dev, rb, region, true, Ends::Ring, acc, &owners)?;
                             st.completions.push_back(Completion { call, value: v, ring_off: roff, addr: a + done as usize, len: n });
                         }
                         done += n;

@@ -75,7 +75,7 @@ use crate::error::{Error, Result};
 use crate::fault::{self, Point};
 use crate::kernel::Binding;
 use ash::vk;
-use batch::Access;
+use batch::{Access, Ends};
 use inner::{State, StreamInner, create_timeline, lost_error, pick_queue, relock, signalled, take_unreported};
 use std::collections::VecDeque;
 use std::marker::PhantomData;
@@ -721,7 +721,7 @@ impl Stream {
         let (so, dof, n) = (src_offset as u64, dst_offset as u64, len as u64);
         let region = vk::BufferCopy { src_offset: so, dst_offset: dof, size: n };
         let acc = [Access::buf(src.raw(), so, n, false), Access::buf(dst.raw(), dof, n, true)];
-        inner.push_copy(&l, &mut st, src.raw(), dst.raw(), region, false, None, acc, &[(&src.mem.res, false), (&dst.mem.res, true)])
+        inner.push_copy(&l, &mut st, src.raw(), dst.raw(), region, false, Ends::Device, acc, &[(&src.mem.res, false), (&dst.mem.res, true)])
     }
 
     /// Enqueues vkCmdFillBuffer: `len` bytes at `offset` set to the repeated `value`.
