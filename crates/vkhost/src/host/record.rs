@@ -832,8 +832,9 @@ fn copy_regions(dir: Direction, ho: u64, doff: u64, n: u64) -> smallvec::SmallVe
 /// in this command buffer or queue, and host writes, come first); one `vkCmdCopyBuffer` per
 /// covered piece (a piece of 64 KiB or more whose host bytes start off a 256-byte boundary is
 /// two regions of it, its bulk starting on one: the DMA's speed follows the host address's
-/// alignment, see docs/PERFORMANCE.md; on a CPU device, regions of at most
-/// [`OpenOptions::copy_piece`](crate::OpenOptions::copy_piece) bytes, 256 KiB by default);
+/// alignment, see docs/PERFORMANCE.md; no region larger than
+/// [`OpenOptions::copy_piece`](crate::OpenOptions::copy_piece), by default 256 KiB on CPU
+/// devices and 1 GiB on GPUs);
 /// after a device-to-host copy, a barrier transfer writes → host reads. Later uses
 /// of `buffer` by other stages (a shader reading what was uploaded) and earlier non-transfer
 /// writes to it need the caller's own barriers.
