@@ -159,7 +159,9 @@ typedef struct {
 // Options for `vkhost_device_open_with` and `vkhost_device_from_vulkan`. Start from
 // `vkhost_open_options_default`, which reads the environment as the Rust defaults do
 // (`VKHOST_VALIDATION`, `VKHOST_IMPORT`, `VKHOST_COPY_QUEUE`, `VKHOST_STAGING_CHUNK`,
-// `VKHOST_STAGING_SLOTS`, `VKHOST_IMPORT_PIECE`).
+// `VKHOST_STAGING_SLOTS`, `VKHOST_IMPORT_PIECE`). The Rust options this struct lacks take
+// their defaults, which the same environment variables set (`VKHOST_COPY_PIECE`,
+// `VKHOST_GATHER_REGIONS`, `VKHOST_EARLY_SUBMIT`, ...: README's table).
 typedef struct {
   // Nonzero: enable the Khronos validation layer and count its errors. Only where vkhost
   // creates the instance (`vkhost_device_open*`): `vkhost_device_from_vulkan` ignores it
@@ -219,11 +221,14 @@ typedef struct {
 } vkhost_host_stats;
 
 // Every copy-path counter and registry size (`vkhost_counters`, `vkhost_device_counters`):
-// what `vkhost_host_stats` has, and the counters added since. Extensible: the caller sets
-// `struct_size` to `sizeof(vkhost_host_counters)` before the call; vkhost refuses a smaller
-// value (`VKHOST_INVALID_ARGUMENT`), writes the fields it knows and sets `struct_size` to the
-// bytes it wrote, so a program built against a later header (a larger struct) learns which
-// fields an older library filled. Fields are only ever appended.
+// what `vkhost_host_stats` has, and the counters added since. Extensible: fields are only
+// ever appended. The caller sets `struct_size` to `sizeof(vkhost_host_counters)` before the
+// call; vkhost writes the fields that both its struct and the caller's hold, sets
+// `struct_size` to the bytes it wrote, and leaves the rest of a larger struct as it was. So a
+// program built against an older header works with a later library (it gets the fields it
+// knows), and one built against a later header learns from `struct_size` which fields an
+// older library filled. A `struct_size` short of this first version's fields is
+// `VKHOST_INVALID_ARGUMENT`, with nothing written.
 typedef struct {
   // Set by the caller to `sizeof(vkhost_host_counters)`; set by vkhost to the bytes it wrote.
   size_t struct_size;
@@ -235,7 +240,7 @@ typedef struct {
   // BAR path of small synchronous writes).
   uint64_t mapped_bytes;
   // Bytes stream copies moved through a stream's scratch buffer (gathered runs of small
-  // copies).
+  // direct copies; counted in `direct_bytes` too).
   uint64_t gathered_bytes;
   // Live registrations (whose device is alive).
   size_t live_imports;
@@ -519,8 +524,8 @@ vkhost_status vkhost_device_stats(const vkhost_device *device, vkhost_host_stats
 // start, live entries and tombstones now.
 //
 // # Safety
-// `counters` must be NULL or valid for a read of its `struct_size` field and, when that is at
-// least `sizeof(vkhost_host_counters)`, a write of `sizeof(vkhost_host_counters)` bytes.
+// `counters` must be NULL or valid for a read of its `struct_size` field and a write of
+// `struct_size` bytes.
 vkhost_status vkhost_counters(vkhost_host_counters *counters);
 
 // The same counters for one device (bytes copied through it, its live entries and

@@ -305,9 +305,20 @@ int main(void) {
     CHECK(dc.live_imports == 2 && dc.live_pinned == 1 && dc.gathered_bytes == 0 && dc.tombstones == 0);
     OK(vkhost_counters(&dc));
     CHECK(dc.direct_bytes >= dstats.direct_bytes && dc.live_imports >= 2);
-    dc.struct_size = sizeof dc - 1; /* smaller than this library's layout: refused */
+    dc.struct_size = sizeof dc - 1; /* short of the first version's fields: refused */
     EXPECT(vkhost_device_counters(dev, &dc), VKHOST_INVALID_ARGUMENT);
     CHECK(dc.struct_size == sizeof dc - 1);
+    /* A program built against a later header (a larger struct): this library's fields,
+       struct_size saying how many bytes, the appended field untouched. */
+    struct {
+        vkhost_host_counters c;
+        uint64_t appended;
+    } later;
+    memset(&later, 0xAB, sizeof later);
+    later.c.struct_size = sizeof later;
+    OK(vkhost_device_counters(dev, &later.c));
+    CHECK(later.c.struct_size == sizeof(vkhost_host_counters) && later.appended == 0xABABABABABABABABull);
+    CHECK(later.c.live_imports == 2 && later.c.live_pinned == 1 && later.c.direct_bytes == dstats.direct_bytes);
 
     /* ---- streams and events ---- */
     vkhost_stream *up = NULL, *down = NULL;

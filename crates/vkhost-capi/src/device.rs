@@ -315,7 +315,9 @@ pub const VKHOST_NO_FAMILY: u32 = u32::MAX;
 /// Options for `vkhost_device_open_with` and `vkhost_device_from_vulkan`. Start from
 /// `vkhost_open_options_default`, which reads the environment as the Rust defaults do
 /// (`VKHOST_VALIDATION`, `VKHOST_IMPORT`, `VKHOST_COPY_QUEUE`, `VKHOST_STAGING_CHUNK`,
-/// `VKHOST_STAGING_SLOTS`, `VKHOST_IMPORT_PIECE`).
+/// `VKHOST_STAGING_SLOTS`, `VKHOST_IMPORT_PIECE`). The Rust options this struct lacks take
+/// their defaults, which the same environment variables set (`VKHOST_COPY_PIECE`,
+/// `VKHOST_GATHER_REGIONS`, `VKHOST_EARLY_SUBMIT`, ...: README's table).
 #[cfg_attr(
     doc,
     doc = r#"

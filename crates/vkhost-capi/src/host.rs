@@ -617,11 +617,14 @@ pub unsafe extern "C" fn vkhost_device_stats(device: *const vkhost_device, stats
 }
 
 /// Every copy-path counter and registry size (`vkhost_counters`, `vkhost_device_counters`):
-/// what `vkhost_host_stats` has, and the counters added since. Extensible: the caller sets
-/// `struct_size` to `sizeof(vkhost_host_counters)` before the call; vkhost refuses a smaller
-/// value (`VKHOST_INVALID_ARGUMENT`), writes the fields it knows and sets `struct_size` to the
-/// bytes it wrote, so a program built against a later header (a larger struct) learns which
-/// fields an older library filled. Fields are only ever appended.
+/// what `vkhost_host_stats` has, and the counters added since. Extensible: fields are only
+/// ever appended. The caller sets `struct_size` to `sizeof(vkhost_host_counters)` before the
+/// call; vkhost writes the fields that both its struct and the caller's hold, sets
+/// `struct_size` to the bytes it wrote, and leaves the rest of a larger struct as it was. So a
+/// program built against an older header works with a later library (it gets the fields it
+/// knows), and one built against a later header learns from `struct_size` which fields an
+/// older library filled. A `struct_size` short of this first version's fields is
+/// `VKHOST_INVALID_ARGUMENT`, with nothing written.
 #[cfg_attr(
     doc,
     doc = r#"
@@ -659,7 +662,7 @@ pub struct vkhost_host_counters {
     /// BAR path of small synchronous writes).
     pub mapped_bytes: u64,
     /// Bytes stream copies moved through a stream's scratch buffer (gathered runs of small
-    /// copies).
+    /// direct copies; counted in `direct_bytes` too).
     pub gathered_bytes: u64,
     /// Live registrations (whose device is alive).
     pub live_imports: usize,
@@ -699,30 +702,48 @@ impl From<HostStats> for vkhost_host_counters {
     }
 }
 
-/// Checks a `vkhost_host_counters` out-pointer: non-NULL, and its `struct_size` at least this
-/// library's struct (the fields are written whole).
+/// The end of the first `vkhost_host_counters`'s fields (`tombstones`): the smallest
+/// `struct_size` vkhost accepts, now and after fields are appended, so a program built against
+/// this header keeps working with a later library.
+const COUNTERS_V1_END: usize = std::mem::offset_of!(vkhost_host_counters, tombstones) + std::mem::size_of::<usize>();
+
+/// Checks a `vkhost_host_counters` out-pointer: non-NULL, and a `struct_size` that holds at
+/// least the first version's fields. Answers how many bytes to write: the caller's size or
+/// this library's struct, whichever is smaller.
 ///
 /// # Safety
 /// `p` is NULL or valid for a read of its `struct_size` field.
-unsafe fn counters_out(p: *mut vkhost_host_counters) -> crate::Res<crate::Out<vkhost_host_counters>> {
-    let o = out(p, "counters")?;
+unsafe fn counters_len(p: *mut vkhost_host_counters) -> crate::Res<usize> {
+    out(p, "counters")?;
     // SAFETY: non-NULL (checked above); the field is readable per the caller's contract. Read
     // through a raw place: the rest of the struct may be uninitialised.
     let size = unsafe { std::ptr::addr_of!((*p).struct_size).read() };
-    let want = std::mem::size_of::<vkhost_host_counters>();
-    if size < want {
-        let msg = format!("counters->struct_size = {size}: set it to sizeof(vkhost_host_counters) = {want}");
+    if size < COUNTERS_V1_END {
+        let want = std::mem::size_of::<vkhost_host_counters>();
+        let msg = format!("counters->struct_size = {size}: set it to sizeof(vkhost_host_counters) ({want} in this header)");
         return Err(Fail::Other(vkhost_status::VKHOST_INVALID_ARGUMENT, msg));
     }
-    Ok(o)
+    Ok(size.min(std::mem::size_of::<vkhost_host_counters>()))
+}
+
+/// Writes the first `len` bytes of `stats` as counters to `p`, `struct_size` set to `len`.
+///
+/// # Safety
+/// `p` is valid for a write of `len` bytes, `len` from [`counters_len`].
+unsafe fn write_counters(p: *mut vkhost_host_counters, len: usize, stats: HostStats) {
+    let v = vkhost_host_counters { struct_size: len, ..stats.into() };
+    // SAFETY: `len` is at most the size of `v` (counters_len), and `p` is writable for `len`
+    // bytes (the caller's contract); an untyped byte copy (padding included), which also
+    // leaves any bytes of a larger caller struct past `len` as they were.
+    unsafe { std::ptr::copy_nonoverlapping((&raw const v).cast::<u8>(), p.cast::<u8>(), len) };
 }
 
 /// Process-wide counters into `*counters` (see `vkhost_host_counters`): bytes by path since
 /// start, live entries and tombstones now.
 ///
 /// # Safety
-/// `counters` must be NULL or valid for a read of its `struct_size` field and, when that is at
-/// least `sizeof(vkhost_host_counters)`, a write of `sizeof(vkhost_host_counters)` bytes.
+/// `counters` must be NULL or valid for a read of its `struct_size` field and a write of
+/// `struct_size` bytes.
 #[cfg_attr(
     doc,
     doc = r#"
@@ -735,7 +756,7 @@ unsafe {
     let mut c = vkhost_host_counters::new();
     assert_eq!(vkhost_counters(&mut c), VKHOST_OK);
     assert_eq!(c.struct_size, std::mem::size_of::<vkhost_host_counters>());
-    c.struct_size = 8; // an older, smaller layout than this library's: refused, nothing written
+    c.struct_size = 8; // short of the first version's fields: refused, nothing written
     assert_eq!(vkhost_counters(&mut c), VKHOST_INVALID_ARGUMENT);
     assert_eq!(c.struct_size, 8);
 }
@@ -746,9 +767,9 @@ unsafe {
 pub unsafe extern "C" fn vkhost_counters(counters: *mut vkhost_host_counters) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
-        let o = unsafe { counters_out(counters) }?;
-        // SAFETY: forwarded contract: at least this struct's bytes are writable.
-        unsafe { o.put(host::stats().into()) };
+        let len = unsafe { counters_len(counters) }?;
+        // SAFETY: forwarded contract: `len` bytes (at most the caller's struct_size) are writable.
+        unsafe { write_counters(counters, len, host::stats()) };
         Ok(())
     })
 }
@@ -790,9 +811,9 @@ pub unsafe extern "C" fn vkhost_device_counters(device: *const vkhost_device, co
         // SAFETY: forwarded contract.
         let d = unsafe { arg(device, "device") }?;
         // SAFETY: forwarded contract.
-        let o = unsafe { counters_out(counters) }?;
-        // SAFETY: forwarded contract: at least this struct's bytes are writable.
-        unsafe { o.put(host::device_stats(&d.dev).into()) };
+        let len = unsafe { counters_len(counters) }?;
+        // SAFETY: forwarded contract: `len` bytes (at most the caller's struct_size) are writable.
+        unsafe { write_counters(counters, len, host::device_stats(&d.dev)) };
         Ok(())
     })
 }
@@ -963,4 +984,49 @@ pub unsafe extern "C" fn vkhost_buffer_handle(buffer: *const vkhost_buffer, vk_b
         unsafe { o.put(b.buf.raw().as_raw()) };
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `HostStats` field lands in its own field of the C struct.
+    #[test]
+    fn counters_carry_every_host_stats_field() {
+        let s = HostStats {
+            direct_bytes: 1,
+            staged_bytes: 2,
+            mapped_bytes: 3,
+            gathered_bytes: 4,
+            live_imports: 5,
+            live_pinned: 6,
+            tombstones: 7,
+        };
+        let c = vkhost_host_counters::from(s);
+        assert_eq!(c.struct_size, std::mem::size_of::<vkhost_host_counters>());
+        let got = (c.direct_bytes, c.staged_bytes, c.mapped_bytes, c.gathered_bytes, c.live_imports, c.live_pinned, c.tombstones);
+        assert_eq!(got, (1, 2, 3, 4, 5, 6, 7));
+    }
+
+    /// A caller's struct larger than this library's (built against a later header) gets this
+    /// library's fields, `struct_size` set to them, and the rest left as it was; one short of
+    /// the first version's fields is refused with nothing written.
+    #[test]
+    fn counters_fit_the_callers_struct_size() {
+        #[repr(C)]
+        struct Later {
+            c: vkhost_host_counters,
+            appended: u64,
+        }
+        let mut later =
+            Later { c: vkhost_host_counters { struct_size: std::mem::size_of::<Later>(), ..Default::default() }, appended: 0xABAB };
+        // SAFETY: a live local, writable for its whole size.
+        assert_eq!(unsafe { vkhost_counters(&mut later.c) }, vkhost_status::VKHOST_OK);
+        assert_eq!((later.c.struct_size, later.appended), (std::mem::size_of::<vkhost_host_counters>(), 0xABAB));
+        assert_eq!(COUNTERS_V1_END, std::mem::size_of::<vkhost_host_counters>(), "no padding at the end on this target");
+        let mut short = vkhost_host_counters { struct_size: COUNTERS_V1_END - 1, direct_bytes: 9, ..Default::default() };
+        // SAFETY: as above.
+        assert_eq!(unsafe { vkhost_counters(&mut short) }, vkhost_status::VKHOST_INVALID_ARGUMENT);
+        assert_eq!((short.struct_size, short.direct_bytes), (COUNTERS_V1_END - 1, 9));
+    }
 }

@@ -37,9 +37,10 @@ pub fn summarize(samples: &[f64]) -> Option<Summary> {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
     let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
-    // Clamped: rounding can put the sum's quotient just outside the samples (three samples of
-    // 0.1 sum to 0.30000000000000004, a third of which is above 0.1), and a mean is never.
-    let mean = (v.iter().sum::<f64>() / n as f64).clamp(v[0], v[n - 1]);
+    // Kept within the samples: rounding can put the sum's quotient just outside them (three
+    // samples of 0.1 sum to 0.30000000000000004, a third of which is above 0.1), and a mean
+    // never is. `max`/`min`, not `clamp`, which panics on a NaN bound.
+    let mean = (v.iter().sum::<f64>() / n as f64).max(v[0]).min(v[n - 1]);
     let stddev = if n > 1 { (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt() } else { 0.0 };
     Some(Summary { median, mean, stddev, min: v[0], max: v[n - 1], n })
 }

@@ -684,6 +684,7 @@ fn pinned_cache_off_keeps_nothing() {
 fn direct_copies_cut_into_pieces_land_as_whole_ones() {
     let piece = 4096;
     let d = device_with(OpenOptions { copy_piece: Some(piece), ..opts() }).unwrap();
+    assert_eq!(d.copy_piece(), piece as u64, "the option is what the device uses");
     let n = 16 * piece + 1000;
     let buf = d.alloc_buffer(n).unwrap();
     let mut model = vec![0u8; n];

@@ -481,18 +481,22 @@ pub struct OpenOptions {
     pub early_submit: bool,
     /// The largest region vkhost records in one `VkBufferCopy`: a larger copy is several
     /// regions of one command. It applies to direct copies between host memory (a pinned block
-    /// or a registration) and a device buffer, synchronous or on a stream, and to stream
+    /// or a registration) and a device buffer, synchronous or on a stream (and
+    /// [`host::record_copy`](crate::host::record_copy), [`Device::copy_floor`]), and to stream
     /// copies between device buffers; copies through the staging buffers (pageable memory)
     /// keep their chunks whole. `None`: by device type,
-    /// [`CPU_COPY_PIECE`](Self::CPU_COPY_PIECE) (256 KiB) on CPU devices, 1 GiB elsewhere (a
-    /// GPU's copy engine gains nothing from cutting). `Some(n)`: `n` bytes, a multiple of 4 KiB
-    /// from 4 KiB to 1 GiB (checked at open). `VKHOST_COPY_PIECE=N` sets it.
+    /// [`CPU_COPY_PIECE`](Self::CPU_COPY_PIECE) (256 KiB) on CPU devices, 1 GiB on every other
+    /// type (a GPU's copy engine gains nothing from cutting; 1 GiB is the largest region vkhost
+    /// ever records, below lavapipe's 2 GiB bug). `Some(n)`: `n` bytes, a multiple of 4 KiB
+    /// from 4 KiB to 1 GiB (checked at open). `VKHOST_COPY_PIECE=N` sets it. Each cut region
+    /// is 24 bytes of the command: small pieces make large copies long commands.
     ///
     /// Why: on a CPU device (lavapipe) a region is one `memcpy` on the driver's queue thread.
     /// On the 2-core EPYC machine this was measured on, 16-256 MiB copies done as 256 KiB
-    /// regions ran 10-40% faster than as one region (`vkhost bench`, pinned, registered and
-    /// device-to-device, interleaved processes; a plain C loop of 256 KiB `memcpy`s against one
-    /// 16 MiB `memcpy`: 44 against 35 GB/s). Cutting the staging chunks measured no faster.
+    /// regions ran 7-33% faster than as one region (medians of interleaved `vkhost bench`
+    /// processes: pinned, registered and device-to-device; docs/PERFORMANCE.md; a plain C loop
+    /// of 256 KiB `memcpy`s against one 16 MiB `memcpy`: 44 against 35 GB/s). Cutting the
+    /// staging chunks measured no faster.
     ///
     /// # Example
     ///
@@ -2697,7 +2701,7 @@ impl Device {
     /// The largest region of this device's copies that do not go through a staging buffer
     /// (direct copies of host memory, stream copies between device buffers):
     /// [`OpenOptions::copy_piece`] where set, else the default for the device's kind
-    /// ([`OpenOptions::CPU_COPY_PIECE`] on CPU devices, 1 GiB on GPUs).
+    /// ([`OpenOptions::CPU_COPY_PIECE`] on CPU devices, 1 GiB on every other type).
     ///
     /// # Example
     ///

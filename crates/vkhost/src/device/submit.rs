@@ -750,10 +750,18 @@ pub(crate) unsafe fn compute_host_read_barrier(d: &ash::Device, cmd: vk::Command
 /// nothing measurable beside a copy of that size.
 pub(crate) const COPY_REGION_MAX: u64 = 1 << 30;
 
+#[cfg(test)]
+thread_local! {
+    /// `VkBufferCopy` regions this thread recorded through [`cmd_copy_buffer`] (unit tests
+    /// count what was cut).
+    pub(crate) static RECORDED_REGIONS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// One vkCmdCopyBuffer of `regions`, each cut into regions of at most `piece` bytes (at most
 /// [`COPY_REGION_MAX`]: a larger `piece` counts as that); as given when none is larger (no
 /// allocation on the hot path). `piece` is [`COPY_REGION_MAX`] for a staging chunk, else
-/// `Shared::copy_piece` (`OpenOptions::copy_piece`).
+/// `Shared::copy_piece` (`OpenOptions::copy_piece`). Where the list of cut regions cannot be
+/// allocated, one vkCmdCopyBuffer per cut region instead (the same copies, no allocation).
 ///
 /// # Safety
 /// As for vkCmdCopyBuffer: `cmd` is recording; `src` and `dst` are live buffers, the regions
@@ -768,29 +776,39 @@ pub(crate) unsafe fn cmd_copy_buffer(
 ) {
     let piece = piece.clamp(1, COPY_REGION_MAX);
     if regions.iter().all(|r| r.size <= piece) {
+        #[cfg(test)]
+        RECORDED_REGIONS.with(|c| c.set(c.get() + regions.len()));
         // SAFETY: the caller's contract.
         unsafe { d.cmd_copy_buffer(cmd, src, dst, regions) };
         return;
     }
-    let cut = cut_regions(regions, piece);
-    // SAFETY: the caller's contract; the cut regions are sub-ranges of `regions`, which do not
-    // overlap each other.
-    unsafe { d.cmd_copy_buffer(cmd, src, dst, &cut) };
+    let mut cut = Vec::new();
+    if cut.try_reserve_exact(regions.iter().map(|r| r.size.div_ceil(piece) as usize).sum()).is_ok() {
+        cut.extend(cut_regions(regions, piece));
+        #[cfg(test)]
+        RECORDED_REGIONS.with(|c| c.set(c.get() + cut.len()));
+        // SAFETY: the caller's contract; the cut regions are sub-ranges of `regions`, which do
+        // not overlap each other.
+        unsafe { d.cmd_copy_buffer(cmd, src, dst, &cut) };
+        return;
+    }
+    for part in cut_regions(regions, piece) {
+        #[cfg(test)]
+        RECORDED_REGIONS.with(|c| c.set(c.get() + 1));
+        // SAFETY: the caller's contract; `part` is a sub-range of one of `regions`.
+        unsafe { d.cmd_copy_buffer(cmd, src, dst, &[part]) };
+    }
 }
 
 /// `regions` cut into regions of at most `piece` bytes (not 0), in order, covering the same
 /// bytes.
-fn cut_regions(regions: &[vk::BufferCopy], piece: u64) -> Vec<vk::BufferCopy> {
-    let mut cut = Vec::with_capacity(regions.iter().map(|r| r.size.div_ceil(piece) as usize).sum());
-    for r in regions {
-        let mut done = 0;
-        while done < r.size {
-            let size = (r.size - done).min(piece);
-            cut.push(vk::BufferCopy { src_offset: r.src_offset + done, dst_offset: r.dst_offset + done, size });
-            done += size;
-        }
-    }
-    cut
+fn cut_regions(regions: &[vk::BufferCopy], piece: u64) -> impl Iterator<Item = vk::BufferCopy> + '_ {
+    regions.iter().flat_map(move |r| {
+        (0..r.size.div_ceil(piece)).map(move |i| {
+            let done = i * piece;
+            vk::BufferCopy { src_offset: r.src_offset + done, dst_offset: r.dst_offset + done, size: (r.size - done).min(piece) }
+        })
+    })
 }
 
 /// Makes transfer writes in `cmd` visible to host reads once the submission is waited on.
@@ -1098,14 +1116,15 @@ mod tests {
     #[test]
     fn cut_regions_cover_the_same_bytes_in_pieces() {
         let r = |src_offset, dst_offset, size| vk::BufferCopy { src_offset, dst_offset, size };
-        let got = cut_regions(&[r(100, 7, 10), r(0, 1000, 3)], 4);
+        let got: Vec<_> = cut_regions(&[r(100, 7, 10), r(0, 1000, 3)], 4).collect();
         let want = [r(100, 7, 4), r(104, 11, 4), r(108, 15, 2), r(0, 1000, 3)];
         assert_eq!(got.len(), want.len());
         for (g, w) in got.iter().zip(&want) {
             assert_eq!((g.src_offset, g.dst_offset, g.size), (w.src_offset, w.dst_offset, w.size));
         }
-        let big = cut_regions(&[r(0, 0, 5 * COPY_REGION_MAX / 2)], COPY_REGION_MAX);
-        assert_eq!(big.iter().map(|c| c.size).collect::<Vec<_>>(), [COPY_REGION_MAX, COPY_REGION_MAX, COPY_REGION_MAX / 2]);
+        let big: Vec<u64> = cut_regions(&[r(0, 0, 5 * COPY_REGION_MAX / 2)], COPY_REGION_MAX).map(|c| c.size).collect();
+        assert_eq!(big, [COPY_REGION_MAX, COPY_REGION_MAX, COPY_REGION_MAX / 2]);
+        assert_eq!(cut_regions(&[r(5, 6, 0)], 4).count(), 0, "an empty region cuts to none");
     }
 
     #[test]

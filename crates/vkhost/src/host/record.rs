@@ -411,7 +411,9 @@ impl std::fmt::Debug for RecordedCopy {
 }
 
 impl RecordedCopy {
-    /// The `vkCmdCopyBuffer` commands recorded (one per covered piece).
+    /// The `vkCmdCopyBuffer` commands recorded: one per covered piece (a command may hold
+    /// several `VkBufferCopy` regions: a piece off a 256-byte host boundary, or one larger than
+    /// [`OpenOptions::copy_piece`](crate::OpenOptions::copy_piece)).
     ///
     /// # Example
     ///
@@ -437,7 +439,7 @@ impl RecordedCopy {
     /// // SAFETY: `cmd` is recording and ours alone; `gpu` has TRANSFER_DST usage and 8192 bytes; the
     /// // ticket is dropped unhooked and `cmd` is never submitted.
     /// let ticket = unsafe { host::record_copy(&dev, cmd, Direction::HostToDevice, block.as_ptr(), 8192, gpu.raw(), 0) }?;
-    /// assert_eq!(ticket.regions(), 1, "one pinned block: one region");
+    /// assert_eq!(ticket.regions(), 1, "one pinned block: one command");
     /// drop(ticket);
     /// # // SAFETY: the commands never ran, or completed and vkhost observed it.
     /// # unsafe { d.destroy_command_pool(pool, None) };

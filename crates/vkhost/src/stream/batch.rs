@@ -539,6 +539,48 @@ mod tests {
     use super::dense_host_span;
     use ash::vk::BufferCopy;
 
+    /// `OpenOptions::copy_piece` cuts every copy vkhost records but the staging chunks: the
+    /// synchronous direct ones, a stream's uploads, downloads and device-to-device copies; a
+    /// pageable copy, synchronous or through a stream's ring, stays one region. Counted by
+    /// the regions this thread recorded (`submit::RECORDED_REGIONS`).
+    #[test]
+    fn copies_are_cut_at_the_piece_but_staging_chunks_are_not() {
+        use crate::device::submit::RECORDED_REGIONS;
+        let validation = crate::validation_layer_installed();
+        // BAR writes off: a small write to mapped device memory would be CPU stores, no region.
+        let opts = crate::OpenOptions { copy_piece: Some(4096), validation, bar_writes: crate::BarWrites::Off, ..Default::default() };
+        let dev = match crate::Device::open_default_with(&opts) {
+            Ok(d) => d,
+            Err(e) => return eprintln!("skipped: no Vulkan device ({e})"),
+        };
+        assert_eq!(dev.copy_piece(), 4096);
+        let count = || RECORDED_REGIONS.with(|c| c.get());
+        let n = 16 * 4096;
+        let (buf, other) = (dev.alloc_buffer(n).unwrap(), dev.alloc_buffer(n).unwrap());
+        let mut pinned = crate::PinnedBuffer::new(&dev, n).unwrap();
+        let mut pageable = vec![7u8; n];
+        let s = dev.stream().unwrap();
+        let step = |what: &str, want: usize, f: &mut dyn FnMut()| {
+            let before = count();
+            f();
+            assert_eq!(count() - before, want, "{what}");
+        };
+        step("sync direct upload", 16, &mut || buf.write(0, &pinned).unwrap());
+        step("sync direct download", 16, &mut || buf.read(0, &mut pinned).unwrap());
+        step("sync staged upload", 1, &mut || buf.write(0, &pageable).unwrap());
+        step("sync staged download", 1, &mut || buf.read(0, &mut pageable).unwrap());
+        step("stream upload", 16, &mut || s.upload_pinned(&pinned, 0..n, &buf, 0).unwrap().wait().unwrap());
+        step("stream download", 16, &mut || s.download_pinned(&buf, 0, &mut pinned, 0..n).unwrap().wait().unwrap());
+        step("stream device to device", 16, &mut || {
+            s.copy_async(&buf, 0, &other, 0, n).unwrap();
+            s.synchronize().unwrap();
+        });
+        step("stream ring upload", 1, &mut || s.upload(&pageable, &buf, 0).unwrap().wait().unwrap());
+        drop((s, pinned, buf, other));
+        dev.destroy().unwrap();
+        assert_eq!(dev.validation_errors(), 0);
+    }
+
     fn r(src: u64, dst: u64, size: u64) -> BufferCopy {
         BufferCopy { src_offset: src, dst_offset: dst, size }
     }
