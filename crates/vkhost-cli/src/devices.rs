@@ -22,6 +22,8 @@ struct Opened {
     probed: bool,
     choices: Option<vkhost::MemoryChoices>,
     queues: Option<vkhost::CopyQueues>,
+    /// The largest copy region (`Device::copy_piece`).
+    copy_piece: Option<u64>,
     open_error: Option<String>,
 }
 
@@ -33,13 +35,15 @@ fn open(info: &DeviceInfo) -> Opened {
                 probed: d.import_probe().is_some(),
                 choices: Some(d.memory_choices()),
                 queues: Some(d.copy_queues()),
+                copy_piece: Some(d.copy_piece()),
                 open_error: None,
             };
             let _ = d.destroy();
             o
         }
         Err(e) => {
-            Opened { registration: info.host_registration(), probed: false, choices: None, queues: None, open_error: Some(e.to_string()) }
+            let registration = info.host_registration();
+            Opened { registration, probed: false, choices: None, queues: None, copy_piece: None, open_error: Some(e.to_string()) }
         }
     }
 }
@@ -150,6 +154,7 @@ pub fn run(a: Args) -> anyhow_free::Result<ExitCode> {
                     "device_buffer": choice(c.device_local),
                 })),
                 "copy_queues": o.queues.as_ref().map(queues_json),
+                "copy_piece_bytes": o.copy_piece,
                 "open_error": o.open_error,
             }));
             continue;
@@ -191,6 +196,9 @@ pub fn run(a: Args) -> anyhow_free::Result<ExitCode> {
             for l in copy_queue_lines(q) {
                 println!("    {l}");
             }
+        }
+        if let Some(p) = o.copy_piece {
+            println!("    copy regions: at most {} each (OpenOptions::copy_piece, VKHOST_COPY_PIECE)", fmt_bytes(p));
         }
         if let Some(e) = &o.open_error {
             println!("    could not open: {e}");

@@ -38,6 +38,10 @@ fn devices_json_lists_registration() {
     }
     if let Some(l) = list.iter().find(|d| d["name"].as_str().unwrap_or("").contains("llvmpipe")) {
         assert_eq!(l["host_registration"]["available"], true);
+        // A CPU device cuts copies into 256 KiB regions (unless the environment says otherwise).
+        if std::env::var_os("VKHOST_COPY_PIECE").is_none() {
+            assert_eq!(l["copy_piece_bytes"], 256 << 10, "{l}");
+        }
         assert_eq!(l["host_registration"]["alignment"], 4096);
         assert_eq!(l["host_registration"]["probed"], true);
     }
