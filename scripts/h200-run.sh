@@ -691,3 +691,13 @@ if [ "$what" = gather ]; then
     VKHOST_GATHER_REGIONS=$gr VKHOST_EARLY_SUBMIT=$es $v bench -t small_async,small_async_scattered --baseline cuda --no-costs 2>&1 | grep -E "small-|cuda" | tee -a "$OUT/gather.txt"
   done; done
 fi
+if [ "$what" = pieces ]; then
+  # OpenOptions::copy_piece on the GPU (default 1 GiB there: one region per copy): does
+  # cutting large direct copies into smaller regions change the copy engine's rate? Pinned and
+  # registered, both ways, 16 MiB-1 GiB; the settings interleaved over two rounds.
+  for k in 1 2; do for p in default 67108864 4194304; do
+    echo "== round $k VKHOST_COPY_PIECE=$p" | tee -a "$OUT/pieces.txt"
+    if [ "$p" = default ]; then e=(env -u VKHOST_COPY_PIECE); else e=(env VKHOST_COPY_PIECE="$p"); fi
+    "${e[@]}" $v bench --paths pinned,registered --dirs h2d,d2h --sizes 16M,256M,1G --no-costs 2>&1 | grep -E "_ce " | tee -a "$OUT/pieces.txt"
+  done; done
+fi
