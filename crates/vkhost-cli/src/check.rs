@@ -499,10 +499,7 @@ fn gathered_case(
 /// (with the default 16 MiB chunks no copy of the matrix fills one).
 fn small_ring(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
     let o = OpenOptions { staging_chunk: 64 << 10, staging_slots: 2, ..opts.clone() };
-    let dev = Device::open_with(index, &o)?;
-    matrix_of(&dev, rows, &[("pageable, small ring", Path::Pageable), ("mixed, small ring", Path::Mixed)])?;
-    dev.destroy()?;
-    Ok(dev.validation_errors())
+    matrix_on(index, &o, rows, &[("pageable, small ring", Path::Pageable), ("mixed, small ring", Path::Mixed)])
 }
 
 /// The matrix's direct paths with copies cut into 4 KiB regions (`OpenOptions::copy_piece`;
@@ -510,12 +507,16 @@ fn small_ring(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u
 /// at the matrix's sizes and odd offsets.
 fn small_pieces(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result<u64> {
     let o = OpenOptions { copy_piece: Some(4096), ..opts.clone() };
-    let dev = Device::open_with(index, &o)?;
-    matrix_of(
-        &dev,
-        rows,
-        &[("pinned, 4 KiB regions", Path::Pinned), ("registered, 4 KiB regions", Path::Registered), ("mixed, 4 KiB regions", Path::Mixed)],
-    )?;
+    let paths =
+        [("pinned, 4 KiB regions", Path::Pinned), ("registered, 4 KiB regions", Path::Registered), ("mixed, 4 KiB regions", Path::Mixed)];
+    matrix_on(index, &o, rows, &paths)
+}
+
+/// [`matrix_of`] on a device of its own opened with `o`, destroyed after: its validation
+/// errors.
+fn matrix_on(index: usize, o: &OpenOptions, rows: &mut Vec<Row>, paths: &[(&str, Path)]) -> Result<u64> {
+    let dev = Device::open_with(index, o)?;
+    matrix_of(&dev, rows, paths)?;
     dev.destroy()?;
     Ok(dev.validation_errors())
 }
