@@ -6,7 +6,9 @@
 //! from pinned blocks, registered ranges (odd offsets, shared pages, registered after pageable
 //! use) and pageable memory, d2d copies, fills, the copy_sm / checksum / fill_u32 built-ins,
 //! unregister / free while work is pending, HostRange broadcast/gather, flushes and
-//! synchronizes, large (≥ 64 KiB, host offsets off 256 bytes) and tiny copies.
+//! synchronizes, large (≥ 64 KiB, host offsets off 256 bytes) and tiny copies, bursts of small
+//! copies between consecutive host pieces and scattered device slots (gathered through the
+//! stream's scratch buffer on the second device, which also cuts copies into 4 KiB regions).
 //!
 //! The model applies every operation at issue time to byte arrays. The generator only emits an
 //! operation once every earlier conflicting access (same bytes, one of them a write) is ordered
@@ -482,6 +484,10 @@ impl<'d> Case<'d> {
         let bi = self.rng.below(NBUF);
         match self.rng.below(100) {
             0..=13 => {
+                if self.rng.chance(15) {
+                    self.burst(s, true);
+                    return;
+                }
                 // raw async h2d
                 let (r, h, l) = self.host_region(d, 1, DEV, 1);
                 let o = self.doff(l);
@@ -499,6 +505,10 @@ impl<'d> Case<'d> {
                 self.copy_model(r, h, Region::Buf(d, bi), o, l);
             }
             14..=27 => {
+                if self.rng.chance(15) {
+                    self.burst(s, false);
+                    return;
+                }
                 let (r, h, l) = self.host_region(d, 1, DEV, 1);
                 let o = self.doff(l);
                 self.order(Actor::Stream(s), Region::Buf(d, bi), o, o + l, false);
@@ -842,6 +852,63 @@ impl<'d> Case<'d> {
     /// The safe PinnedBuffer API: async upload_pinned / download_pinned with the guard leaked
     /// (documented sound: the block's Deref waits for pending device writes, DerefMut for any
     /// access), Deref reads and DerefMut writes, which must see the documented bytes.
+    /// A burst of 2-41 small raw async copies on stream `s` between consecutive pieces of one
+    /// host range (mostly the stream's device's pinned block) and scattered slots of one device
+    /// buffer, all uploads or all downloads: the runs a stream gathers through its scratch
+    /// buffer (`OpenOptions::gather_regions`; the second device gathers from 2 copies on).
+    fn burst(&mut self, s: usize, up: bool) {
+        let d = self.sdev[s];
+        let bi = self.rng.below(NBUF);
+        let r = if self.rng.chance(70) { Region::Pin(d) } else { Region::Arena };
+        let k = 2 + self.rng.below(40);
+        let psz = match self.rng.below(3) {
+            0 => 1 + self.rng.below(64),
+            1 => 4096,
+            _ => 1 + self.rng.below(3000),
+        };
+        let total = k * psz;
+        if total > Self::rlen(r) || total > DEV {
+            return;
+        }
+        let h = self.below_w(Self::rlen(r), total, 1);
+        let base = self.below_w(DEV, total, 1);
+        let mut slots: Vec<usize> = (0..k).collect();
+        for i in (1..k).rev() {
+            let j = self.rng.below(i + 1);
+            slots.swap(i, j);
+        }
+        let buf = Region::Buf(d, bi);
+        for (i, &slot) in slots.iter().enumerate() {
+            let (hp, o) = (h + i * psz, base + slot * psz);
+            let p = self.ptr(r);
+            if up {
+                self.order(Actor::Stream(s), r, hp, hp + psz, false);
+                self.order(Actor::Stream(s), buf, o, o + psz, true);
+                self.seqs[s] += 1;
+                self.log.push(format!("s{s}.copy_to_device_async({r:?}[{hp}..+{psz}] -> b{d}.{bi}@{o}) (burst)"));
+                // SAFETY: model-ordered; the region outlives the work.
+                if let Err(e) = unsafe { self.streams[s].copy_to_device_async(p.add(hp), psz, &self.bufs[d][bi], o) } {
+                    self.failed(format!("burst h2d: {e:?}"));
+                }
+                self.note(s, r, hp, hp + psz, false);
+                self.note(s, buf, o, o + psz, true);
+                self.copy_model(r, hp, buf, o, psz);
+            } else {
+                self.order(Actor::Stream(s), buf, o, o + psz, false);
+                self.order(Actor::Stream(s), r, hp, hp + psz, true);
+                self.seqs[s] += 1;
+                self.log.push(format!("s{s}.copy_to_host_async(b{d}.{bi}@{o} -> {r:?}[{hp}..+{psz}]) (burst)"));
+                // SAFETY: as above.
+                if let Err(e) = unsafe { self.streams[s].copy_to_host_async(&self.bufs[d][bi], o, p.add(hp), psz) } {
+                    self.failed(format!("burst d2h: {e:?}"));
+                }
+                self.note(s, buf, o, o + psz, false);
+                self.note(s, r, hp, hp + psz, true);
+                self.copy_model(buf, o, r, hp, psz);
+            }
+        }
+    }
+
     fn safe_op(&mut self, s: usize) {
         let d = self.sdev[s];
         let bi = self.rng.below(NBUF);
@@ -1170,9 +1237,17 @@ fn random_programs_match_the_model() {
     }
     let d0 = device_with(o.clone()).expect("device");
     // The second device runs every device-to-device stream copy it can by the copy kernel
-    // (`OpenOptions::d2d_kernel_min`), the first by vkCmdCopyBuffer (lavapipe's default).
-    let d1 =
-        Checked(Device::open_with(d0.info().index, &vkhost::OpenOptions { d2d_kernel_min: Some(4), ..o.clone() }).expect("second device"));
+    // (`OpenOptions::d2d_kernel_min`), the first by vkCmdCopyBuffer (lavapipe's default); it
+    // also takes the GPUs' routes for small and large direct copies: runs of 2 or more
+    // gathered through a stream's scratch buffer (`gather_regions`, on by default on GPUs) and
+    // regions cut at 4 KiB (`copy_piece`).
+    let d1 = Checked(
+        Device::open_with(
+            d0.info().index,
+            &vkhost::OpenOptions { d2d_kernel_min: Some(4), gather_regions: Some(2), copy_piece: Some(4096), ..o.clone() },
+        )
+        .expect("second device"),
+    );
     let devs = [&d0.0, &d1.0];
     if let Ok(s) = std::env::var("DIFF_SEED") {
         let s: u64 = s.parse().unwrap();
@@ -1189,8 +1264,11 @@ fn random_programs_match_the_model() {
             fails.push(e);
         }
     }
-    eprintln!("{} cases, {} failed, {:?}", n, fails.len(), t0.elapsed());
+    let gathered = host::device_stats(&d1.0).gathered_bytes;
+    eprintln!("{} cases, {} failed, {:?}; the second device gathered {gathered} bytes", n, fails.len(), t0.elapsed());
     assert!(fails.is_empty(), "{} of {n} cases failed:\n{}", fails.len(), fails.join("\n"));
+    // The bursts exist to reach the gathered runs: over a few dozen cases some must gather.
+    assert!(n < 20 || gathered > 0, "{n} cases and nothing went through a scratch buffer: the bursts no longer gather");
 }
 
 /// `checksum_into`'s 8 result bytes are one binding: host result bytes that straddle two imports
