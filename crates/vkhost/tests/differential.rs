@@ -849,9 +849,6 @@ impl<'d> Case<'d> {
         }
     }
 
-    /// The safe PinnedBuffer API: async upload_pinned / download_pinned with the guard leaked
-    /// (documented sound: the block's Deref waits for pending device writes, DerefMut for any
-    /// access), Deref reads and DerefMut writes, which must see the documented bytes.
     /// A burst of 2-41 small raw async copies on stream `s` between consecutive pieces of one
     /// host range (mostly the stream's device's pinned block) and scattered slots of one device
     /// buffer, all uploads or all downloads: the runs a stream gathers through its scratch
@@ -909,6 +906,9 @@ impl<'d> Case<'d> {
         }
     }
 
+    /// The safe PinnedBuffer API: async upload_pinned / download_pinned with the guard leaked
+    /// (documented sound: the block's Deref waits for pending device writes, DerefMut for any
+    /// access), Deref reads and DerefMut writes, which must see the documented bytes.
     fn safe_op(&mut self, s: usize) {
         let d = self.sdev[s];
         let bi = self.rng.below(NBUF);
