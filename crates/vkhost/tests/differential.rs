@@ -491,18 +491,7 @@ impl<'d> Case<'d> {
                 // raw async h2d
                 let (r, h, l) = self.host_region(d, 1, DEV, 1);
                 let o = self.doff(l);
-                self.order(Actor::Stream(s), r, h, h + l, false);
-                self.order(Actor::Stream(s), Region::Buf(d, bi), o, o + l, true);
-                self.seqs[s] += 1;
-                self.log.push(format!("s{s}.copy_to_device_async({r:?}[{h}..+{l}] -> b{d}.{bi}@{o})"));
-                let p = self.ptr(r);
-                // SAFETY: model-ordered; the region outlives the work.
-                if let Err(e) = unsafe { self.streams[s].copy_to_device_async(p.add(h), l, &self.bufs[d][bi], o) } {
-                    self.failed(format!("h2d: {e:?}"));
-                }
-                self.note(s, r, h, h + l, false);
-                self.note(s, Region::Buf(d, bi), o, o + l, true);
-                self.copy_model(r, h, Region::Buf(d, bi), o, l);
+                self.raw_copy(s, true, r, h, l, bi, o, false);
             }
             14..=27 => {
                 if self.rng.chance(15) {
@@ -511,18 +500,7 @@ impl<'d> Case<'d> {
                 }
                 let (r, h, l) = self.host_region(d, 1, DEV, 1);
                 let o = self.doff(l);
-                self.order(Actor::Stream(s), Region::Buf(d, bi), o, o + l, false);
-                self.order(Actor::Stream(s), r, h, h + l, true);
-                self.seqs[s] += 1;
-                self.log.push(format!("s{s}.copy_to_host_async(b{d}.{bi}@{o} -> {r:?}[{h}..+{l}])"));
-                let p = self.ptr(r);
-                // SAFETY: as above.
-                if let Err(e) = unsafe { self.streams[s].copy_to_host_async(&self.bufs[d][bi], o, p.add(h), l) } {
-                    self.failed(format!("d2h: {e:?}"));
-                }
-                self.note(s, Region::Buf(d, bi), o, o + l, false);
-                self.note(s, r, h, h + l, true);
-                self.copy_model(Region::Buf(d, bi), o, r, h, l);
+                self.raw_copy(s, false, r, h, l, bi, o, false);
             }
             28..=33 => {
                 // Half on 4-byte offsets and lengths: on the second device (a `d2d_kernel_min`
@@ -874,35 +852,44 @@ impl<'d> Case<'d> {
             let j = self.rng.below(i + 1);
             slots.swap(i, j);
         }
-        let buf = Region::Buf(d, bi);
         for (i, &slot) in slots.iter().enumerate() {
-            let (hp, o) = (h + i * psz, base + slot * psz);
-            let p = self.ptr(r);
-            if up {
-                self.order(Actor::Stream(s), r, hp, hp + psz, false);
-                self.order(Actor::Stream(s), buf, o, o + psz, true);
-                self.seqs[s] += 1;
-                self.log.push(format!("s{s}.copy_to_device_async({r:?}[{hp}..+{psz}] -> b{d}.{bi}@{o}) (burst)"));
-                // SAFETY: model-ordered; the region outlives the work.
-                if let Err(e) = unsafe { self.streams[s].copy_to_device_async(p.add(hp), psz, &self.bufs[d][bi], o) } {
-                    self.failed(format!("burst h2d: {e:?}"));
-                }
-                self.note(s, r, hp, hp + psz, false);
-                self.note(s, buf, o, o + psz, true);
-                self.copy_model(r, hp, buf, o, psz);
-            } else {
-                self.order(Actor::Stream(s), buf, o, o + psz, false);
-                self.order(Actor::Stream(s), r, hp, hp + psz, true);
-                self.seqs[s] += 1;
-                self.log.push(format!("s{s}.copy_to_host_async(b{d}.{bi}@{o} -> {r:?}[{hp}..+{psz}]) (burst)"));
-                // SAFETY: as above.
-                if let Err(e) = unsafe { self.streams[s].copy_to_host_async(&self.bufs[d][bi], o, p.add(hp), psz) } {
-                    self.failed(format!("burst d2h: {e:?}"));
-                }
-                self.note(s, buf, o, o + psz, false);
-                self.note(s, r, hp, hp + psz, true);
-                self.copy_model(buf, o, r, hp, psz);
+            self.raw_copy(s, up, r, h + i * psz, psz, bi, base + slot * psz, true);
+        }
+    }
+
+    /// One raw async copy on stream `s` between host bytes `r[h..h+l]` and bytes `o..o+l` of
+    /// buffer `bi` of the stream's device (`up`: to the device), after the orderings it needs;
+    /// noted as pending and applied to the model. `burst` marks it in the log and errors.
+    #[allow(clippy::too_many_arguments)]
+    fn raw_copy(&mut self, s: usize, up: bool, r: Region, h: usize, l: usize, bi: usize, o: usize, burst: bool) {
+        let d = self.sdev[s];
+        let buf = Region::Buf(d, bi);
+        let (tag, what) = if burst { (" (burst)", "burst ") } else { ("", "") };
+        let p = self.ptr(r);
+        if up {
+            self.order(Actor::Stream(s), r, h, h + l, false);
+            self.order(Actor::Stream(s), buf, o, o + l, true);
+            self.seqs[s] += 1;
+            self.log.push(format!("s{s}.copy_to_device_async({r:?}[{h}..+{l}] -> b{d}.{bi}@{o}){tag}"));
+            // SAFETY: model-ordered; the region outlives the work.
+            if let Err(e) = unsafe { self.streams[s].copy_to_device_async(p.add(h), l, &self.bufs[d][bi], o) } {
+                self.failed(format!("{what}h2d: {e:?}"));
             }
+            self.note(s, r, h, h + l, false);
+            self.note(s, buf, o, o + l, true);
+            self.copy_model(r, h, buf, o, l);
+        } else {
+            self.order(Actor::Stream(s), buf, o, o + l, false);
+            self.order(Actor::Stream(s), r, h, h + l, true);
+            self.seqs[s] += 1;
+            self.log.push(format!("s{s}.copy_to_host_async(b{d}.{bi}@{o} -> {r:?}[{h}..+{l}]){tag}"));
+            // SAFETY: as above.
+            if let Err(e) = unsafe { self.streams[s].copy_to_host_async(&self.bufs[d][bi], o, p.add(h), l) } {
+                self.failed(format!("{what}d2h: {e:?}"));
+            }
+            self.note(s, buf, o, o + l, false);
+            self.note(s, r, h, h + l, true);
+            self.copy_model(buf, o, r, h, l);
         }
     }
 
