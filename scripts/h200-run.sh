@@ -131,6 +131,26 @@ if [ "$what" = final ]; then
     echo "== vkhost demo pipeline"; $v demo pipeline
   } 2>&1 | tee "$OUT/extras.txt"
 fi
+if [ "$what" = midwrite ]; then
+  # Session 30: mid-size `DeviceBuffer::write` as CPU stores split in 64 KiB parts over staging
+  # threads that poll (else a submitted copy that wakes them). bar_cost (warm and cold writes
+  # against warm and cold copies) with the stores allowed up to 1 and 2 MiB; the bench's `+write`
+  # rows with the default and raised `bar_write_max` alternated, CUDA in the same process; and
+  # the pageable rows of this build against the previous one (.h200/vkhost-old: the caller of a
+  # staged copy now polls for its workers' completion for `staging_spin` before it sleeps).
+  b=./.h200/bar_cost
+  for m in 1048576 2097152; do echo "== bar_cost VKHOST_BAR_WRITE_MAX=$m"; VKHOST_BAR_WRITE_MAX=$m $b 2>&1 | grep KiB; done 2>&1 | tee "$OUT/midwrite-barcost.txt"
+  for k in 1 2; do for m in 262144 1048576 2097152; do
+    echo "== round $k bar_write_max $m"
+    VKHOST_BAR_WRITE_MAX=$m $v bench -t host_to_device_bar,host_to_device_ce --sizes 128K,256K,512K,1M,2M,4M --no-costs --baseline cuda --iters 30 --json "$OUT/midwrite-$m-$k.json" 2>&1 | grep -E "write|_ce|cuda:"
+  done; done 2>&1 | tee "$OUT/midwrite-bench.txt"
+  if [ -x .h200/vkhost-old ]; then
+    for k in 1 2 3; do for b in vkhost-old vkhost; do
+      echo "== round $k $b"
+      ./.h200/$b bench -t host_to_device_pageable_ce,device_to_host_pageable_ce,bidir_pageable_ce --sizes 1M,4M,16M,64M,256M,1G --no-costs --json "$OUT/pageable-$b-$k.json" 2>&1 | grep -E "pageable"
+    done; done 2>&1 | tee "$OUT/midwrite-pageable.txt"
+  fi
+fi
 if [ "$what" = bidirmode ]; then
   # Session 22: bidir pairs from one thread (async copies on two streams, --bidir-mode auto)
   # against a thread per direction (threads), alternating processes; every path's memory

@@ -8,7 +8,9 @@
 //! bandwidth (stream copy, 256 MiB), h2d / d2h DMA from pinned memory (256 MiB), a compute
 //! kernel's fill bandwidth over the buffer, and the median time of `DeviceBuffer::write` against
 //! a submitted copy (`host::copy_to_device`) at 4 KiB to 4 MiB (`VKHOST_BAR_WRITE_MAX` decides up
-//! to which size the write is CPU stores).
+//! to which size the write is CPU stores): back to back ("warm": the store threads still poll
+//! from the write before) and 5 ms apart ("cold": they parked), with the share of the writes
+//! that were stores.
 
 use std::time::Instant;
 use vkhost::{Device, PinnedBuffer, host};
@@ -22,6 +24,19 @@ fn time(n: usize, mut f: impl FnMut() -> vkhost::Result<()>) -> vkhost::Result<f
     f()?;
     let mut v = Vec::with_capacity(n);
     for _ in 0..n {
+        let t = Instant::now();
+        f()?;
+        v.push(t.elapsed().as_secs_f64());
+    }
+    Ok(median(v))
+}
+
+/// The median time of `f`, each run after a pause of 5 ms (not timed): longer than the staging
+/// threads poll after a write (1 ms on GPUs), so every run finds them parked.
+fn time_cold(n: usize, mut f: impl FnMut() -> vkhost::Result<()>) -> vkhost::Result<f64> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        std::thread::sleep(std::time::Duration::from_millis(5));
         let t = Instant::now();
         f()?;
         v.push(t.elapsed().as_secs_f64());
@@ -67,11 +82,28 @@ fn main() -> vkhost::Result<()> {
     println!("h2d DMA 256 MiB: {:.1} GB/s", gb(big, t));
     let t = time(10, || a.read(0, &mut p))?;
     println!("d2h DMA 256 MiB: {:.1} GB/s", gb(big, t));
-    for n in [4 << 10, 16 << 10, 64 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20] {
+    let stored = || host::device_stats(&dev).mapped_bytes;
+    for n in [4 << 10, 16 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10, 768 << 10, 1 << 20, 1536 << 10, 2 << 20, 4 << 20] {
+        let s0 = stored();
         let w = time(200, || a.write(0, &p[..n]))?;
+        let warm_share = (stored() - s0) as f64 / (201 * n) as f64;
+        let s0 = stored();
+        let cold = time_cold(60, || a.write(0, &p[..n]))?;
+        let cold_share = (stored() - s0) as f64 / (60 * n) as f64;
         // SAFETY: as above.
-        let c = time(200, || unsafe { host::copy_to_device(&dev, p.as_ptr(), n, &a, 0) }.map(|_| ()))?;
-        println!("{:>5} KiB: DeviceBuffer::write {:8.2} us, submitted copy {:8.2} us", n >> 10, w * 1e6, c * 1e6);
+        let copy = || unsafe { host::copy_to_device(&dev, p.as_ptr(), n, &a, 0) }.map(|_| ());
+        let c = time(200, copy)?;
+        let c_cold = time_cold(60, copy)?;
+        println!(
+            "{:>5} KiB: DeviceBuffer::write warm {:8.2} us ({:3.0}% stores), cold {:8.2} us ({:3.0}% stores); submitted copy warm {:8.2} us, cold {:8.2} us",
+            n >> 10,
+            w * 1e6,
+            warm_share * 100.0,
+            cold * 1e6,
+            cold_share * 100.0,
+            c * 1e6,
+            c_cold * 1e6
+        );
     }
     let mut back = vec![0u8; 4096];
     a.write(0, &[0xA5; 4096])?;

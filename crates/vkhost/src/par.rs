@@ -154,18 +154,39 @@ fn keep_spare<T>(spares: &'static std::thread::LocalKey<Spares<T>>, a: Arc<T>) {
     });
 }
 
-/// Parts left of one copy.
+/// Jobs left of one copy. The count is atomic so that the caller can poll it ([`finish`]);
+/// the last job to finish takes `m` before it notifies `cv`, so a caller that checked the count
+/// under `m` and then waits cannot miss that notification.
 struct Done {
-    left: Mutex<usize>,
+    left: AtomicUsize,
+    m: Mutex<()>,
     cv: Condvar,
 }
 
+impl Done {
+    fn new(n: usize) -> Done {
+        Done { left: AtomicUsize::new(n), m: Mutex::new(()), cv: Condvar::new() }
+    }
+
+    /// Counts one job of the copy as finished (everything it wrote before happens-before the
+    /// caller's return from [`finish`]).
+    fn finished_one(&self) {
+        if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let _g = lock(&self.m);
+            self.cv.notify_all();
+        }
+    }
+}
+
 struct Pool {
-    /// Jobs not taken yet, and the number of workers.
-    queue: Mutex<(VecDeque<Job>, usize)>,
+    /// Jobs not taken yet, the number of workers, and until when every worker without a job
+    /// polls rather than parks ([`warm`]).
+    queue: Mutex<(VecDeque<Job>, usize, Option<Instant>)>,
     cv: Condvar,
     /// The queue's length, kept with it under its lock, read without it by spinning workers.
     queued: AtomicUsize,
+    /// Workers polling for a job right now ([`polling`]).
+    polling: AtomicUsize,
 }
 
 /// A process-wide value of which a forked child gets a new one, made by `make` at its first
@@ -224,9 +245,45 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// the parent's copies, some in mappings the child lacks) and its lock may have been held by a
 /// parent thread at the fork.
 fn pool() -> &'static Pool {
-    static P: PerFork<Pool> =
-        PerFork::new(|| Pool { queue: Mutex::new((VecDeque::new(), 0)), cv: Condvar::new(), queued: AtomicUsize::new(0) });
-    P.get()
+    POOL.get()
+}
+
+static POOL: PerFork<Pool> = PerFork::new(|| Pool {
+    queue: Mutex::new((VecDeque::new(), 0, None)),
+    cv: Condvar::new(),
+    queued: AtomicUsize::new(0),
+    polling: AtomicUsize::new(0),
+});
+
+/// How many of this process's workers are polling for a job right now (none before the pool's
+/// first use here). A copy split into parts small enough that a parked worker's wake-up (tens
+/// of µs) would cost more than its part saves asks this first; [`warm`] gets them polling.
+pub(crate) fn polling() -> usize {
+    POOL.current().map_or(0, |p| p.polling.load(Ordering::Relaxed))
+}
+
+/// Has at least `n` workers (started if the pool has fewer) poll for a job until `spin` from
+/// now, without giving them anything to copy, and returns at once: for a caller that found too
+/// few [`polling`] for a copy in small parts, took another way this time, and expects more
+/// such copies soon. Every worker without a job polls until then (a worker woken for a job
+/// another took polls too), so one that eats several jobs cannot leave the rest parked.
+/// Nothing when `spin` is zero.
+pub(crate) fn warm(n: usize, spin: Duration) {
+    let n = n.min(MAX_THREADS);
+    if n == 0 || spin.is_zero() {
+        return;
+    }
+    let p = pool();
+    p.grow(n);
+    let until = Instant::now() + spin;
+    {
+        let mut q = lock(&p.queue);
+        q.2 = Some(q.2.map_or(until, |t| t.max(until)));
+    }
+    // Parked workers wake to find no job and the pool's polling time ahead: they poll.
+    for _ in 0..n {
+        p.cv.notify_one();
+    }
 }
 
 /// Bumped in every forked child (a `pthread_atfork` handler).
@@ -279,15 +336,17 @@ impl Pool {
                         self.queued.store(q.0.len(), Ordering::Relaxed);
                         break j;
                     }
-                    match poll_until {
-                        // A job seen while polling but taken by another thread: poll on for
-                        // the rest of the time rather than park.
-                        Some(t) if Instant::now() < t => {
+                    // This worker's own polling time after its last job, or the pool's
+                    // ([`warm`]), whichever ends later. A job seen while polling but taken by
+                    // another thread: poll on for the rest of the time rather than park.
+                    let now = Instant::now();
+                    match [poll_until, q.2].into_iter().flatten().filter(|&t| t > now).max() {
+                        Some(t) => {
                             drop(q);
                             self.poll(t);
                             q = lock(&self.queue);
                         }
-                        _ => q = self.cv.wait(q).unwrap_or_else(PoisonError::into_inner),
+                        None => q = self.cv.wait(q).unwrap_or_else(PoisonError::into_inner),
                     }
                 }
             };
@@ -297,16 +356,18 @@ impl Pool {
         }
     }
 
-    /// Returns once a job is queued or `until` has passed.
+    /// Returns once a job is queued or `until` has passed; counted in `polling` meanwhile.
     fn poll(&self, until: Instant) {
+        self.polling.fetch_add(1, Ordering::Relaxed);
         let mut i = 0u32;
         while self.queued.load(Ordering::Relaxed) == 0 {
             std::hint::spin_loop();
             i = i.wrapping_add(1);
             if i % 64 == 0 && Instant::now() >= until {
-                return;
+                break;
             }
         }
+        self.polling.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -314,11 +375,7 @@ fn run(job: Job) {
     // SAFETY: the caller of `copy_front` guarantees `[0, len)` from both bases until it
     // returns, which is after this job's completion is counted below.
     unsafe { copy_front_chunks(job.dst as *mut u8, job.src as *const u8, &job.split, job.stream) };
-    let mut left = lock(&job.done.left);
-    *left -= 1;
-    if *left == 0 {
-        job.done.cv.notify_all();
-    }
+    job.done.finished_one();
 }
 
 /// Copies chunks taken from the front of `split` until it is used up: a worker's job, and the
@@ -389,19 +446,32 @@ pub(crate) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize, threads: usi
 /// # Safety
 /// As for [`copy`].
 pub(crate) unsafe fn copy_with(dst: *mut u8, src: *const u8, len: usize, threads: usize, stores: Stores, spin: Duration) {
+    // SAFETY: forwarded contract.
+    unsafe { copy_in_parts(dst, src, len, threads, stores, spin, MIN_PART) }
+}
+
+/// [`copy_with`] in chunks of `part` bytes (rounded up to 4 KiB; a copy shorter than two parts
+/// runs on the calling thread alone). Parts below [`MIN_PART`] pay only where the workers are
+/// already [`polling`]: as the stores of a mid-size write into mapped device memory, whose
+/// 64 KiB parts take ~2 µs each.
+///
+/// # Safety
+/// As for [`copy`].
+pub(crate) unsafe fn copy_in_parts(dst: *mut u8, src: *const u8, len: usize, threads: usize, stores: Stores, spin: Duration, part: usize) {
     let stream = stores == Stores::Streaming;
-    let parts = (len / MIN_PART).clamp(1, threads.clamp(1, MAX_THREADS));
+    let part = part.max(1).next_multiple_of(4096);
+    let parts = (len / part).clamp(1, threads.clamp(1, MAX_THREADS));
     if parts <= 1 {
         // SAFETY: the caller's contract.
         unsafe { copy_part(dst, src, len, stream) };
         return;
     }
-    // The caller and `parts - 1` workers take MIN_PART chunks from one shared range until it is
+    // The caller and `parts - 1` workers take `part`-byte chunks from one shared range until it is
     // used up, rather than one fixed part each: a worker that wakes late (tens to hundreds of
     // microseconds on a busy or virtualized machine) finds less or nothing left, instead of
     // holding the whole copy until its part is done. The caller is `copy_front`'s "back" that
     // takes from the front too.
-    let split = Split::new(len, MIN_PART);
+    let split = Split::new(len, part);
     // SAFETY: the caller's contract covers `[0, len)`, the split's length, from both bases; the
     // closure copies only chunks it takes.
     unsafe { copy_front(dst, src, &split, parts - 1, stores, spin, || copy_front_chunks(dst, src, &split, stream)) };
@@ -409,8 +479,10 @@ pub(crate) unsafe fn copy_with(dst: *mut u8, src: *const u8, len: usize, threads
 }
 
 /// Runs the jobs of `done` that no worker has taken yet (never wait on a worker that is not
-/// there), then waits until every job of `done` is complete.
-fn finish(p: &Pool, done: &Arc<Done>) {
+/// there), then waits until every job of `done` is complete: polling the count for up to
+/// `spin` (the workers' own polling time; a sleeping caller takes as long to wake as a parked
+/// worker, which is most of a mid-size store's time), then asleep.
+fn finish(p: &Pool, done: &Arc<Done>, spin: Duration) {
     loop {
         let job = {
             let mut q = lock(&p.queue);
@@ -424,9 +496,23 @@ fn finish(p: &Pool, done: &Arc<Done>) {
             None => break,
         }
     }
-    let mut left = lock(&done.left);
-    while *left > 0 {
-        left = done.cv.wait(left).unwrap_or_else(PoisonError::into_inner);
+    if done.left.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    if !spin.is_zero() {
+        let until = Instant::now() + spin;
+        let mut i = 0u32;
+        while done.left.load(Ordering::Acquire) > 0 {
+            std::hint::spin_loop();
+            i = i.wrapping_add(1);
+            if i % 64 == 0 && Instant::now() >= until {
+                break;
+            }
+        }
+    }
+    let mut g = lock(&done.m);
+    while done.left.load(Ordering::Acquire) > 0 {
+        g = done.cv.wait(g).unwrap_or_else(PoisonError::into_inner);
     }
 }
 
@@ -456,10 +542,10 @@ pub(crate) unsafe fn copy_front<T>(
     p.grow(n);
     // This thread's spare, when no worker still holds it (as in `Split::new`).
     let spare = take_spare(&SPARE_DONE).and_then(|mut a| {
-        *Arc::get_mut(&mut a)?.left.get_mut().unwrap_or_else(PoisonError::into_inner) = n;
+        *Arc::get_mut(&mut a)?.left.get_mut() = n;
         Some(a)
     });
-    let done = spare.unwrap_or_else(|| Arc::new(Done { left: Mutex::new(n), cv: Condvar::new() }));
+    let done = spare.unwrap_or_else(|| Arc::new(Done::new(n)));
     {
         let mut q = lock(&p.queue);
         for _ in 0..n {
@@ -470,14 +556,14 @@ pub(crate) unsafe fn copy_front<T>(
     p.cv.notify_all();
     /// Finishes the front however `back` ends: were it to unwind, the workers would otherwise
     /// go on reading and writing the caller's ranges after this frame is gone.
-    struct Finish<'a>(&'a Pool, &'a Arc<Done>);
+    struct Finish<'a>(&'a Pool, &'a Arc<Done>, Duration);
     impl Drop for Finish<'_> {
         fn drop(&mut self) {
-            finish(self.0, self.1);
+            finish(self.0, self.1, self.2);
         }
     }
     let r = {
-        let _finish = Finish(p, &done);
+        let _finish = Finish(p, &done, spin);
         back()
     };
     // Every job of this copy ran; a worker may still drop its clone of `done` a moment later
@@ -677,6 +763,38 @@ mod tests {
             };
             assert!(dst == src, "front alone, threads {threads}");
         }
+    }
+
+    /// Copies in small parts split over threads only once enough of them poll: `warm` gets
+    /// workers polling (counted by `polling`) without giving them anything to copy, and a copy
+    /// in 64 KiB parts then gets every byte right, with the caller polling for the workers'
+    /// completion (`finish` with a spin) or sleeping (no spin).
+    #[test]
+    fn warm_workers_poll_and_copies_in_small_parts_are_exact() {
+        warm(2, Duration::from_millis(500));
+        let t = Instant::now();
+        // Other tests' copies may take the polling workers meanwhile: wait for one at least.
+        while polling() == 0 && t.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(polling() > 0, "no worker polls after warm()");
+        for (len, threads, spin) in [
+            (64 << 10, 4, Duration::from_millis(5)),
+            ((128 << 10) - 1, 4, Duration::from_millis(5)),
+            ((1 << 20) + 5, 8, Duration::from_millis(5)),
+            ((1 << 20) + 5, 8, Duration::ZERO),
+            (3 << 20, 2, Duration::from_millis(5)),
+        ] {
+            let src: Vec<u8> = (0..len).map(|i| (i * 11 % 247) as u8).collect();
+            let mut dst = vec![0u8; len + 64];
+            // SAFETY: distinct vectors; `dst` is longer than `len`.
+            unsafe { copy_in_parts(dst.as_mut_ptr().add(32), src.as_ptr(), len, threads, Stores::Cached, spin, 64 << 10) };
+            assert!(dst[32..32 + len] == src[..], "len {len}, threads {threads}");
+            assert!(dst[..32].iter().chain(&dst[32 + len..]).all(|&b| b == 0), "len {len}: bytes outside written");
+        }
+        // Nothing happens without a spin, and `warm(0, ..)` wakes nobody: no panics, no jobs.
+        warm(4, Duration::ZERO);
+        warm(0, Duration::from_millis(1));
     }
 
     #[test]

@@ -175,6 +175,58 @@ fn large_split_stores_round_trip_and_stay_ordered() {
     assert_eq!(d.validation_errors(), 0);
 }
 
+/// Where the staging threads poll for work (`staging_spin`, the default on GPUs; set here, since
+/// lavapipe's default is no polling), a write between `BAR_SOLO_MAX` and `BAR_PARKED_SPLIT_MIN`
+/// is stores split in 64 KiB parts only while enough threads poll: after they parked, such a
+/// write is a submitted copy that wakes them, and a later one finds them polling and is stores.
+/// Every write lands whole, either way, ordered with stream work on the same bytes; a write is
+/// never part stores, part copy.
+#[test]
+fn mid_size_writes_split_only_onto_polling_threads() {
+    let spin = std::time::Duration::from_millis(20);
+    let o = OpenOptions { bar_write_max: 1 << 20, staging_threads: 4, staging_spin: Some(spin), ..bar_on() };
+    let Some(d) = device_with(o) else { return };
+    let n = (1 << 20) - 4096 + 7;
+    assert!(n > OpenOptions::BAR_SOLO_MAX && n < OpenOptions::BAR_PARKED_SPLIT_MIN);
+    // The write at 4099 (unaligned), fill bytes on both sides.
+    let (at, total) = (4099, (4099 + n + 4096).next_multiple_of(4096));
+    let buf = d.alloc_buffer(total).unwrap();
+    let other = d.alloc_buffer(total).unwrap();
+    let s = d.stream().unwrap();
+    let (mut stored, mut copied) = (0, 0);
+    for round in 0..40u32 {
+        if round % 10 == 0 {
+            // Long enough for the threads to park (nothing else in this binary polls).
+            std::thread::sleep(spin * 10);
+        }
+        s.fill_async(&buf, 0, total, 0xBEEF_0000 | round).unwrap();
+        let want = pattern(n, round as u8 ^ 0x3A);
+        let before = mapped(&d);
+        buf.write(at, &want).unwrap();
+        match mapped(&d) - before {
+            0 => copied += 1,
+            m if m == n as u64 => stored += 1,
+            m => panic!("round {round}: {m} of {n} bytes stored"),
+        }
+        if round % 10 == 0 {
+            assert_eq!(mapped(&d), before, "round {round}: a write after the threads parked is a submitted copy");
+        }
+        let got = later_read(&s, &buf, &other, total);
+        assert!(got[at..at + n] == want[..], "round {round}: the write's bytes");
+        let fill = (0xBEEF_0000u32 | round).to_le_bytes();
+        let fill_at = |i: usize| fill[i % 4];
+        assert!((0..at).all(|i| got[i] == fill_at(i)), "round {round}: the fill before the write");
+        assert!((at + n..total).all(|i| got[i] == fill_at(i)), "round {round}: the fill after the write");
+    }
+    assert!(stored > 0, "no write found the threads polling ({copied} copies)");
+    assert!(copied >= 4, "{copied} writes after the threads parked were submitted copies, of 4");
+    // A small write is stores whatever the threads do.
+    let before = mapped(&d);
+    buf.write(0, &pattern(4096, 1)).unwrap();
+    assert_eq!(mapped(&d) - before, 4096);
+    assert_eq!(d.validation_errors(), 0);
+}
+
 fn assist() -> OpenOptions {
     OpenOptions { bar_assist: BarAssist::Always, bar_write_max: 4096, assist_threads: 3, ..bar_on() }
 }

@@ -361,6 +361,7 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
     let stream = cx.bar_reads == super::BarReads::Stream;
     let mut bidir: Option<Result<BidirBar>> = None;
     let mut assist: Option<Result<BidirBar>> = None;
+    let mut user: Option<Result<UserWrite>> = None;
     let mut host = vec![1u8; max];
     let mut back = vec![0u8; max.min(cap)];
     // d2h sizes left out for the cap: said in the run's notes, not only on stderr.
@@ -452,6 +453,7 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
             p.note = notes.join("; ");
             cx.push(p);
             if dir == DirKind::H2d {
+                user_write(cx, &mut user, n)?;
                 assisted(cx, &mut assist, max, n, dir)?;
             }
         }
@@ -466,6 +468,74 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
         cx.pb.suspend(|| eprintln!("{cap_note}"));
         cx.notes.push(format!("bar d2h: {} skipped, over --bar-read-cap {}", over_cap.join(", "), size_label(cap as u64)));
     }
+    Ok(())
+}
+
+/// The largest write the `write` variant measures: above it a write is the copy engine's
+/// (`host_to_device_ce`) unless `bar_write_max` is raised.
+const USER_WRITE_MAX: usize = 4 << 20;
+
+/// The `write` variant of a bar h2d point: `DeviceBuffer::write` from a pinned block on the
+/// bench's own device, with its options as they are (the library's defaults unless the
+/// environment sets them): what a user's write of that size gets, CPU stores where the device
+/// buffer is mapped and the write at most `bar_write_max` (split over the staging threads where
+/// they poll), else the copy engine. Its note says the share of the bytes the CPU stored; its
+/// CUDA ratio is against CUDA's pinned h2d copy of the same size.
+struct UserWrite {
+    buf: vkhost::DeviceBuffer,
+    src: vkhost::PinnedBuffer,
+}
+
+/// Measures the `write` variant of an h2d bar point of `n` bytes (up to [`USER_WRITE_MAX`]): an
+/// extra point beside the row (not counted in the progress bar). A device that cannot allocate
+/// for it is said once and skipped.
+fn user_write(cx: &mut Ctx, state: &mut Option<Result<UserWrite>>, n: usize) -> Result<()> {
+    if n > USER_WRITE_MAX {
+        return Ok(());
+    }
+    let fresh = state.is_none();
+    let made = state.get_or_insert_with(|| {
+        let buf = cx.dev.alloc_buffer(USER_WRITE_MAX)?;
+        let mut src = vkhost::PinnedBuffer::new(&cx.dev, USER_WRITE_MAX)?;
+        pattern(&mut src, 0x05E4);
+        Ok(UserWrite { buf, src })
+    });
+    let w = match made {
+        Ok(w) => w,
+        Err(e) => {
+            if fresh {
+                let e = format!("bar write: skipped ({e})");
+                cx.pb.suspend(|| eprintln!("{e}"));
+            }
+            return Ok(());
+        }
+    };
+    let stored = |dev: &Device| vkhost::host::device_stats(dev).mapped_bytes;
+    // Untimed and checked first (as every point is): written, read back.
+    w.buf.write(0, &w.src[..n])?;
+    let mut back = vec![0u8; n];
+    w.buf.read(0, &mut back)?;
+    let ok = cx.check(&format!("bar write h2d {}", size_label(n as u64)), &back, &w.src[..n]);
+    let (before, mut writes) = (stored(&cx.dev), 0u64);
+    let s = measure_with(
+        cx.iters,
+        cx.budget,
+        || flush_cache(&mut cx.flush),
+        || {
+            writes += 1;
+            w.buf.write(0, &w.src[..n]).map_err(Into::into)
+        },
+    )?;
+    let share = 100.0 * (stored(&cx.dev) - before) as f64 / (writes as f64 * n as f64).max(1.0);
+    let mut p = point("vulkan", "copy", "bar", "h2d", n as u64, n as u64, s);
+    p.verified = Some(ok);
+    p.variant = "write".into();
+    let o = cx.dev.options();
+    p.note = format!(
+        "DeviceBuffer::write from pinned memory, this device's options (bar_write_max {}): CPU stores took {share:.0}% of the bytes",
+        size_label(o.bar_write_max as u64)
+    );
+    cx.points.push(p);
     Ok(())
 }
 
@@ -591,8 +661,11 @@ impl BidirBar {
         pattern(&mut want, n as u64 ^ 0xD0);
         self.down.write(0, &want)?;
         let before = self.moved();
-        self.rounds(n, both, 1, std::time::Duration::ZERO, &mut cx.flush)?;
-        if !self.assist && self.moved().0 - before.0 < n as u64 {
+        // Untimed: three rounds, so that a write of `BAR_SOLO_MAX`-`BAR_PARKED_SPLIT_MIN` that
+        // found the store threads parked (a submitted copy, which wakes them) is followed by
+        // one that finds them polling; every round leaves the bytes of the one checked below.
+        self.rounds(n, both, 3, std::time::Duration::ZERO, &mut cx.flush)?;
+        if !self.assist && self.moved().0 == before.0 {
             return Err("device buffers are not in mapped device memory here (no DEVICE_LOCAL|HOST_VISIBLE type)".into());
         }
         let mut back = vec![0u8; n];
@@ -607,8 +680,8 @@ impl BidirBar {
         let d2h = if both { (runs.len() * n) as u64 } else { 0 };
         let copier = crate::devices::copier(self.dev.info());
         let d2h_note = if both { format!("; d2h: {copier} into pinned memory") } else { String::new() };
+        let share = self.stored_share(before, d2h);
         let note = if self.assist {
-            let share = self.stored_share(before, d2h);
             // `assisted` measures only writes of at least ASSIST_MIN, above bar_write_max.
             format!(
                 "h2d: {copier} from a pinned source plus CPU stores on {} thread(s) (bar_assist {:?}), stores took {share:.0}%{d2h_note}",
@@ -616,10 +689,15 @@ impl BidirBar {
                 self.dev.options().bar_assist
             )
         } else {
-            format!(
-                "h2d: CPU stores on {} thread(s) (DeviceBuffer::write, bar_write_max raised){d2h_note}",
-                self.dev.options().staging_threads.min((n / (256 << 10)).max(1))
-            )
+            // As the library splits a write (64 KiB parts over up to 8 threads where the staging
+            // threads poll, 256 KiB parts over all of them where they never do).
+            let o = self.dev.options();
+            let threads = if self.dev.staging_spin().is_zero() {
+                o.staging_threads.min((n / (256 << 10)).max(1))
+            } else {
+                o.staging_threads.min(8).min((n / (64 << 10)).max(1))
+            };
+            format!("h2d: CPU stores on {threads} thread(s) (DeviceBuffer::write, bar_write_max raised), stores took {share:.0}%{d2h_note}")
         };
         Ok((s, ok, note))
     }

@@ -151,6 +151,8 @@ fn fmt_gbps(g: f64) -> String {
 fn cuda_of<'a>(p: &Point, cuda: &'a [Point]) -> Option<&'a Point> {
     let (path, sm) = match p.path.as_str() {
         "pinned" | "registered" => ("pinned", p.sm),
+        // `DeviceBuffer::write` from pinned memory (the `write` variant of a bar h2d point).
+        "bar" if p.variant == "write" => ("pinned", false),
         "pageable" if !p.sm => ("pageable", false),
         "device" => ("device", false),
         _ => return None,
@@ -187,8 +189,9 @@ fn table(points: &[Point], cuda: &[Point], link: Option<&Link>) -> String {
         };
         let name = match (p.api, p.variant.as_str()) {
             ("cuda", _) => format!("cuda:{}", p.testcase()),
-            // The bar rows' `bar_assist` variant (the bidir queue pairs say theirs in the note).
-            (_, "assist") => format!("{}+assist", p.testcase()),
+            // The bar rows' `bar_assist` and `write` variants (the bidir queue pairs say theirs
+            // in the note).
+            (_, "assist" | "write") => format!("{}+{}", p.testcase(), p.variant),
             _ => p.testcase().to_string(),
         };
         let _ = writeln!(

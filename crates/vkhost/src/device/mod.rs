@@ -276,9 +276,11 @@ pub struct OpenOptions {
     /// Bytes per staging chunk for staged copies (default 16 MiB). At least
     /// [`STAGING_CHUNK_MIN`](Self::STAGING_CHUNK_MIN) (4 KiB) and a multiple of it.
     pub staging_chunk: usize,
-    /// Threads that memcpy through staging (pageable copies), and that split CPU stores of
-    /// 512 KiB and more into mapped device memory (see `bar_write_max`): the calling thread plus
-    /// pool workers, each part at least 256 KiB. Default: the machine's cores less two (all of
+    /// Threads that memcpy through staging (pageable copies), each part at least 256 KiB, and
+    /// that split CPU stores of 128 KiB and more into mapped device memory (see `bar_write_max`
+    /// and [`BAR_SOLO_MAX`](Self::BAR_SOLO_MAX): at most 8 of them, in 64 KiB parts, where
+    /// they poll for work; in 256 KiB parts where they never do): the calling thread plus
+    /// pool workers. Default: the machine's cores less two (all of
     /// them up to 4 cores), at most 16: on the H200's 16 cores, 14 threads kept the medians and,
     /// in three of four processes, cut 16 MiB copies' spread from 34-57% to 2-7%
     /// (`VKHOST_STAGING_THREADS` overrides). In 1..=64.
@@ -287,6 +289,9 @@ pub struct OpenOptions {
     /// copied a part of a staged copy. A staged copy runs in batches microseconds apart, and
     /// copies often come back to back, while a sleeping thread can take tens of microseconds to
     /// wake (longer on a busy or virtualized machine); polling keeps them at hand, for CPU time.
+    /// The calling thread, done with its own parts, polls as long for the others to finish
+    /// before it sleeps. Mid-size writes into mapped device memory split only onto threads that
+    /// poll, and wake them when they find them asleep ([`BAR_SOLO_MAX`](Self::BAR_SOLO_MAX)).
     /// `None` (the default): 1 ms on GPUs, none on CPU drivers (their copies run on the cores a
     /// polling thread would take). On the H200, 1 ms against none: pageable 4-16 MiB 20-110%
     /// faster, 64 MiB-1 GiB 0-5%, for ~40% more CPU time over a whole bench run
@@ -702,6 +707,53 @@ impl OpenOptions {
     /// # Ok::<(), vkhost::Error>(())
     /// ```
     pub const ASSIST_RECENT: std::time::Duration = std::time::Duration::from_millis(10);
+    /// A [`DeviceBuffer::write`](crate::DeviceBuffer::write) into mapped device memory of up
+    /// to this size (256 KiB) is CPU stores even when the staging threads are parked: the
+    /// calling thread alone, which still beats a submitted copy there (15-17 us against 20 at
+    /// 256 KiB on the H200). Larger writes (up to `bar_write_max`) are stores split over the
+    /// staging threads only where those poll for work (`staging_spin`, on GPUs) at the time
+    /// of the write, up to [`BAR_PARKED_SPLIT_MIN`](Self::BAR_PARKED_SPLIT_MIN): a parked
+    /// thread takes tens of microseconds to wake, as long as a 1 MiB write's stores on polling
+    /// threads. Finding them parked, such a write is a submitted copy and wakes them to poll
+    /// for the next one. On CPU drivers (no polling threads) every write up to `bar_write_max`
+    /// is stores, split in 256 KiB parts.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::{BarWrites, Device, OpenOptions};
+    ///
+    /// let dev = Device::open_default_with(&OpenOptions { bar_writes: BarWrites::On, ..Default::default() })?;
+    /// let buf = dev.alloc_buffer(OpenOptions::BAR_SOLO_MAX)?;
+    /// let before = vkhost::host::device_stats(&dev).mapped_bytes;
+    /// buf.write(0, &vec![7u8; OpenOptions::BAR_SOLO_MAX])?;
+    /// // Stored by the CPU wherever the device has mapped device memory (lavapipe has).
+    /// assert_eq!(vkhost::host::device_stats(&dev).mapped_bytes - before, OpenOptions::BAR_SOLO_MAX as u64);
+    /// # Ok(()) }
+    /// ```
+    pub const BAR_SOLO_MAX: usize = 256 << 10;
+    /// From this size (2 MiB) a [`DeviceBuffer::write`](crate::DeviceBuffer::write) of at most
+    /// `bar_write_max` into mapped device memory is stores split over the staging threads even
+    /// when they are parked: their wake-up is then a small part of the stores' time (60 us and
+    /// more). See [`BAR_SOLO_MAX`](Self::BAR_SOLO_MAX) for the sizes between.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// use vkhost::{BarWrites, Device, OpenOptions};
+    ///
+    /// let n = OpenOptions::BAR_PARKED_SPLIT_MIN;
+    /// let opts = OpenOptions { bar_writes: BarWrites::On, bar_write_max: n, ..Default::default() };
+    /// let dev = Device::open_default_with(&opts)?;
+    /// let buf = dev.alloc_buffer(n)?;
+    /// let before = vkhost::host::device_stats(&dev).mapped_bytes;
+    /// buf.write(0, &vec![7u8; n])?;
+    /// assert_eq!(vkhost::host::device_stats(&dev).mapped_bytes - before, n as u64);
+    /// # Ok(()) }
+    /// ```
+    pub const BAR_PARKED_SPLIT_MIN: usize = 2 << 20;
     /// A [`pinned_huge_min`](Self::pinned_huge_min) to opt in with (2 MiB, one huge page: a
     /// smaller block cannot be a huge page). Off by default; see there for what it costs.
     ///

@@ -5,6 +5,7 @@
 
 use super::registry::Kind;
 use super::{CopyPath, registry};
+use crate::OpenOptions;
 use crate::device::Shared;
 use crate::device::submit::{self, Dir, HostSide, Piece};
 use crate::error::{Error, Result};
@@ -164,24 +165,35 @@ pub(super) unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &D
     // A borrowed device without queues refuses vkhost's own copies, CPU stores included (they
     // are the same operation to the caller).
     l.compute_queue()?;
+    // Store threads to wake once the copy below is done, and how long they poll.
+    let mut warm_after = None;
     if stores && dir == Dir::ToDevice && len <= s.options.bar_write_max {
         if let Some(map) = buf.res.obj.mapped().filter(|_| buf.res.obj.alive()) {
-            // One CPU writer per buffer at a time (see `DeviceMem::stores`).
-            let _g = buf.stores.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            // SAFETY: the source is readable for `len` (the caller's contract); the destination
-            // is the buffer's mapping at `off`, in range (checked above), alive while we hold
-            // `l` (teardown takes it exclusively) and `buf` (its owner); every device access to
-            // the buffer enqueued before this call completed (`settle`), and work submitted
-            // after it sees the stores (HOST_COHERENT memory; a submission makes earlier host
-            // writes visible). No other CPU access to the mapping runs meanwhile: vkhost's only
-            // CPU accesses to it are these stores, under `stores`. Host memory that is itself
-            // mapped device memory is fine: they are different bytes unless the caller passed
-            // the buffer's own mapping, which it cannot get. Writes of 512 KiB and more (a
-            // raised `bar_write_max`) split over the staging threads: one core's stores into the
-            // H200's BAR sustain ~9 GB/s, several ~30; `par::copy` returns when every part is done.
-            unsafe { crate::par::copy(map.as_ptr().add(off), addr as *const u8, len, s.options.staging_threads) };
-            record_mapped(s, len as u64);
-            return Ok(CopyPath::Mapped);
+            let spin = submit::staging_spin(s);
+            match bar_write(len, s.options.staging_threads, spin, crate::par::polling()) {
+                // Too few store threads polling for a write this size: the copy engine below
+                // takes it, and the threads are woken for the next one after it (woken before,
+                // they would take cores from the copy's submission and wait).
+                BarWrite::Copy { warm } => warm_after = Some((warm, spin)),
+                BarWrite::Store(how) => {
+                    // One CPU writer per buffer at a time (see `DeviceMem::stores`).
+                    let _g = buf.stores.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    // SAFETY: the source is readable for `len` (the caller's contract); the
+                    // destination is the buffer's mapping at `off`, in range (checked above),
+                    // alive while we hold `l` (teardown takes it exclusively) and `buf` (its
+                    // owner); every device access to the buffer enqueued before this call
+                    // completed (`settle`), and work submitted after it sees the stores
+                    // (HOST_COHERENT memory; a submission makes earlier host writes visible). No
+                    // other CPU access to the mapping runs meanwhile: vkhost's only CPU accesses
+                    // to it are these stores, under `stores`. Host memory that is itself mapped
+                    // device memory is fine: they are different bytes unless the caller passed
+                    // the buffer's own mapping, which it cannot get. `store` returns when every
+                    // part is done.
+                    unsafe { store(how, map.as_ptr().add(off), addr as *const u8, len, s.options.staging_threads, spin) };
+                    record_mapped(s, len as u64);
+                    return Ok(CopyPath::Mapped);
+                }
+            }
         }
     }
     if stores
@@ -207,6 +219,9 @@ pub(super) unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &D
     // were range-checked. `execute` never returns with work in flight.
     let moved = unsafe { submit::execute(s, &l, dir, buf.raw(), &p.pieces, submit::thread_hint()) }?;
     record(s, moved.direct, moved.staged);
+    if let Some((n, spin)) = warm_after {
+        crate::par::warm(n, spin);
+    }
     Ok(path_of(&p.pieces))
 }
 
@@ -302,6 +317,89 @@ unsafe fn assisted_write(
     })
 }
 
+/// The parts a write into mapped device memory is stored in when the store threads are
+/// polling: 64 KiB, ~2 us of one thread's stores into the H200's BAR. The bench's own store
+/// pool (8 polling threads, 64 KiB parts) moved 256 KiB-1 MiB at 33-34 GB/s there (7.8 us at
+/// 256 KiB, 31.6 at 1 MiB), where one thread takes 15-17 us at 256 KiB and a copy 20 and 34.
+pub(crate) const BAR_PART: usize = 64 << 10;
+
+/// The most threads (the caller's included) that store one write into mapped device memory:
+/// 4-16 threads all reached 29-34 GB/s into the H200's BAR (the write side of the link), so
+/// more only cost CPU.
+pub(crate) const BAR_THREADS: usize = 8;
+
+/// How a write of at most `bar_write_max` bytes into mapped device memory runs ([`bar_write`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BarWrite {
+    /// CPU stores.
+    Store(BarStores),
+    /// Not stores this time (a submitted copy instead); `warm` threads are woken to poll, so
+    /// that a next write this size finds them.
+    Copy { warm: usize },
+}
+
+/// How the CPU stores of a write into mapped device memory are split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BarStores {
+    /// Stores over the staging threads in [`crate::par::MIN_PART`] parts (`par::copy`), workers
+    /// woken per copy: where the staging threads never poll (CPU drivers, `staging_spin` 0).
+    Spread,
+    /// Stores by the calling thread alone; then `warm` threads are woken to poll for the next
+    /// write (0: none needed).
+    Solo { warm: usize },
+    /// Stores in [`BAR_PART`] parts on `threads` threads, the caller's included: enough of
+    /// them were polling.
+    Split { threads: usize },
+}
+
+/// Decides [`BarWrite`] for a write of `len` bytes, from the staging threads' count and
+/// polling time (`staging_spin`) and how many pool workers poll right now. A parked worker
+/// takes tens of microseconds to wake, longer than a 256 KiB-1 MiB write's stores take on
+/// polling threads (8-32 us), so a write only splits onto threads that already poll; one that
+/// would split but finds them parked wakes them for the next (they poll for `spin`) and runs
+/// alone (up to [`OpenOptions::BAR_SOLO_MAX`]) or as a submitted copy (below
+/// [`OpenOptions::BAR_PARKED_SPLIT_MIN`], from where the wake-up is a small part of the stores).
+pub(crate) fn bar_write(len: usize, staging_threads: usize, spin: std::time::Duration, polling: usize) -> BarWrite {
+    if spin.is_zero() {
+        return BarWrite::Store(BarStores::Spread);
+    }
+    let threads = (len / BAR_PART).clamp(1, staging_threads.clamp(1, BAR_THREADS));
+    let workers = threads - 1;
+    if workers == 0 {
+        BarWrite::Store(BarStores::Solo { warm: 0 })
+    } else if polling >= workers || len >= OpenOptions::BAR_PARKED_SPLIT_MIN {
+        BarWrite::Store(BarStores::Split { threads })
+    } else if len <= OpenOptions::BAR_SOLO_MAX {
+        BarWrite::Store(BarStores::Solo { warm: workers })
+    } else {
+        BarWrite::Copy { warm: workers }
+    }
+}
+
+/// Stores `len` bytes from `src` to `dst` as `how` says, waking threads to poll for `spin`
+/// where `how` asks.
+///
+/// # Safety
+/// `src` is readable and `dst` writable for `len` bytes until this returns, and they do not
+/// overlap.
+unsafe fn store(how: BarStores, dst: *mut u8, src: *const u8, len: usize, staging_threads: usize, spin: std::time::Duration) {
+    match how {
+        BarStores::Spread => {
+            // SAFETY: the caller's contract.
+            unsafe { crate::par::copy(dst, src, len, staging_threads) }
+        }
+        BarStores::Solo { warm } => {
+            // SAFETY: the caller's contract.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+            crate::par::warm(warm, spin);
+        }
+        BarStores::Split { threads } => {
+            // SAFETY: the caller's contract.
+            unsafe { crate::par::copy_in_parts(dst, src, len, threads, crate::par::Stores::Cached, spin, BAR_PART) }
+        }
+    }
+}
+
 /// What [`crate::BarAssist`] decides for a large write into mapped memory: share it between the
 /// copy engine and CPU stores, given how long ago the device was last seen reading (`Some(0)`:
 /// a device-to-host copy is running now; `None`: none since the device opened).
@@ -385,9 +483,48 @@ pub(crate) fn record(s: &Shared, direct: u64, staged: u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::share_write;
+    use super::{BAR_PART, BAR_THREADS, BarStores, BarWrite, bar_write, share_write};
     use crate::{BarAssist, OpenOptions};
     use std::time::Duration;
+
+    /// Writes into mapped device memory split only onto polling threads (or when large enough
+    /// that waking them is a small part); parked threads are woken by writes that would have
+    /// split, never by those that would not; CPU drivers (no polling) keep the spread stores.
+    #[test]
+    fn bar_writes_split_only_onto_polling_threads() {
+        use BarStores::{Solo, Split, Spread};
+        use BarWrite::{Copy, Store};
+        let spin = Duration::from_millis(1);
+        let solo = OpenOptions::BAR_SOLO_MAX;
+        let big = OpenOptions::BAR_PARKED_SPLIT_MIN;
+        assert!(solo < big);
+        // (len, staging threads, polling) -> decision
+        let cases = [
+            (4096, 14, 0, Store(Solo { warm: 0 })),
+            (2 * BAR_PART - 1, 14, 0, Store(Solo { warm: 0 })),
+            (2 * BAR_PART, 14, 0, Store(Solo { warm: 1 })),
+            (2 * BAR_PART, 14, 1, Store(Split { threads: 2 })),
+            (solo, 14, 0, Store(Solo { warm: 3 })),
+            (solo, 14, 2, Store(Solo { warm: 3 })),
+            (solo, 14, 3, Store(Split { threads: 4 })),
+            (solo + 4096, 14, 0, Copy { warm: 3 }),
+            (1 << 20, 14, 6, Copy { warm: BAR_THREADS - 1 }),
+            (1 << 20, 14, 7, Store(Split { threads: BAR_THREADS })),
+            (1 << 20, 14, 40, Store(Split { threads: BAR_THREADS })),
+            (1 << 20, 2, 0, Copy { warm: 1 }),
+            (1 << 20, 2, 1, Store(Split { threads: 2 })),
+            (1 << 20, 1, 0, Store(Solo { warm: 0 })),
+            (big - 4096, 14, 0, Copy { warm: BAR_THREADS - 1 }),
+            (big, 14, 0, Store(Split { threads: BAR_THREADS })),
+            (1 << 30, 14, 0, Store(Split { threads: BAR_THREADS })),
+        ];
+        for (len, threads, polling, want) in cases {
+            assert_eq!(bar_write(len, threads, spin, polling), want, "len {len}, threads {threads}, polling {polling}");
+        }
+        for len in [1, solo, 1 << 20, 1 << 30] {
+            assert_eq!(bar_write(len, 14, Duration::ZERO, 0), Store(Spread), "len {len} without polling");
+        }
+    }
 
     #[test]
     fn bar_assist_shares_beside_recent_reads_only() {
