@@ -359,12 +359,16 @@ pub struct OpenOptions {
     /// `VKHOST_BAR_WRITES=on|off|auto` sets it.
     pub bar_writes: BarWrites,
     /// The largest [`DeviceBuffer::write`](crate::DeviceBuffer::write) done by CPU stores when
-    /// `bar_writes` applies (default 256 KiB: on the H200 stores into the BAR moved 19 GB/s at
-    /// 256 KiB against 12 GB/s for a copy, and 18 against 27 at 1 MiB). 0 turns the stores off
-    /// while keeping device buffers mapped. `VKHOST_BAR_WRITE_MAX` sets it.
+    /// `bar_writes` applies (default 1 MiB). 0 turns the stores off while keeping device
+    /// buffers mapped. `VKHOST_BAR_WRITE_MAX` sets it. Up to
+    /// [`BAR_SOLO_MAX`](Self::BAR_SOLO_MAX) (256 KiB) a write is always stores; above it, only
+    /// where the staging threads poll for work at the time (see there), else a submitted copy.
+    /// On the H200 a polling store pool moved 256 KiB-1 MiB at 33-34 GB/s into the BAR (7.8 us
+    /// at 256 KiB, 31.6 at 1 MiB), where a copy takes 20 and 34 us, and one thread 15-17 us at
+    /// 256 KiB; from ~1.5 MiB the copy engine (~50 GB/s) is faster.
     ///
-    /// Raised, writes of 512 KiB and more are stores split over `staging_threads` (30-34 GB/s
-    /// into the H200's BAR from 4-16 threads, against ~50 for a copy). Beside a copy engine's
+    /// Raised further, writes are stores split over up to 8 staging threads (30-34 GB/s into
+    /// the H200's BAR from 4-16 threads, against ~50 for a copy). Beside a copy engine's
     /// device-to-host copy they did not beat a second copy-engine copy there: 46-50 GB/s both
     /// ways together against 57-61 (`vkhost bench -t bidir_ce,bidir_bar`, docs/PERFORMANCE.md);
     /// measure it on your device before raising it for that. [`bar_assist`](Self::bar_assist)
@@ -1028,7 +1032,7 @@ impl Default for OpenOptions {
                 Some("off" | "0" | "never") => BarWrites::Off,
                 _ => BarWrites::Auto,
             },
-            bar_write_max: env_usize("VKHOST_BAR_WRITE_MAX").unwrap_or(256 << 10),
+            bar_write_max: env_usize("VKHOST_BAR_WRITE_MAX").unwrap_or(1 << 20),
             bar_assist: match env_word("VKHOST_BAR_ASSIST", &["1", "on", "always", "bidir", "0", "off"]) {
                 Some("1" | "on" | "always") => BarAssist::Always,
                 Some("bidir") => BarAssist::Bidir,
