@@ -24,9 +24,11 @@ fn later_read(s: &vkhost::Stream, buf: &vkhost::DeviceBuffer, other: &vkhost::De
     got
 }
 
+/// Writes up to `bar_write_max` are stores, when it is at most `BAR_SOLO_MAX` (larger ones are
+/// stores only while the staging threads poll on GPUs: `mid_size_writes_split_only_onto_polling_threads`).
 #[test]
 fn small_writes_are_stores_and_round_trip() {
-    let Some(d) = device_with(bar_on()) else { return };
+    let Some(d) = device_with(OpenOptions { bar_write_max: OpenOptions::BAR_SOLO_MAX, ..bar_on() }) else { return };
     let max = d.options().bar_write_max;
     let buf = d.alloc_buffer(2 * max).unwrap();
     for (n, off) in [(1, 0), (4096, 12), (max, max)] {
@@ -193,10 +195,14 @@ fn mid_size_writes_split_only_onto_polling_threads() {
     let buf = d.alloc_buffer(total).unwrap();
     let other = d.alloc_buffer(total).unwrap();
     let s = d.stream().unwrap();
+    // On CPU devices nothing else in this binary polls (their `staging_spin` defaults to none),
+    // so a write after a pause finds the threads parked; on GPUs the other tests' staged copies
+    // (1 ms of polling) may leave them polling at any time.
+    let alone = d.info().device_type == vkhost::DeviceType::Cpu;
     let (mut stored, mut copied) = (0, 0);
     for round in 0..40u32 {
         if round % 10 == 0 {
-            // Long enough for the threads to park (nothing else in this binary polls).
+            // Long enough for the threads to park.
             std::thread::sleep(spin * 10);
         }
         s.fill_async(&buf, 0, total, 0xBEEF_0000 | round).unwrap();
@@ -208,7 +214,7 @@ fn mid_size_writes_split_only_onto_polling_threads() {
             m if m == n as u64 => stored += 1,
             m => panic!("round {round}: {m} of {n} bytes stored"),
         }
-        if round % 10 == 0 {
+        if round % 10 == 0 && alone {
             assert_eq!(mapped(&d), before, "round {round}: a write after the threads parked is a submitted copy");
         }
         let got = later_read(&s, &buf, &other, total);
@@ -219,7 +225,7 @@ fn mid_size_writes_split_only_onto_polling_threads() {
         assert!((at + n..total).all(|i| got[i] == fill_at(i)), "round {round}: the fill after the write");
     }
     assert!(stored > 0, "no write found the threads polling ({copied} copies)");
-    assert!(copied >= 4, "{copied} writes after the threads parked were submitted copies, of 4");
+    assert!(copied >= 4 || !alone, "{copied} writes after the threads parked were submitted copies, of 4");
     // A small write is stores whatever the threads do.
     let before = mapped(&d);
     buf.write(0, &pattern(4096, 1)).unwrap();
