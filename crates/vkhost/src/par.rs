@@ -179,13 +179,16 @@ impl Done {
 }
 
 struct Pool {
-    /// Jobs not taken yet, the number of workers, and until when every worker without a job
-    /// polls rather than parks ([`warm`]).
-    queue: Mutex<(VecDeque<Job>, usize, Option<Instant>)>,
+    /// Jobs not taken yet, the number of workers, until when every worker without a job polls
+    /// rather than parks ([`warm`]), and how many more parked workers a worker that wakes
+    /// without a job wakes in turn ([`warm`] wakes one: each wake is a system call).
+    queue: Mutex<(VecDeque<Job>, usize, Option<Instant>, usize)>,
     cv: Condvar,
     /// The queue's length, kept with it under its lock, read without it by spinning workers.
     queued: AtomicUsize,
-    /// Workers polling for a job right now ([`polling`]).
+    /// Workers polling for a job right now, or about to ([`polling`]): counted from the
+    /// completion of a job with a polling time (before that job's copy can return) or from the
+    /// start of the pool's polling time, until they take a job or park.
     polling: AtomicUsize,
 }
 
@@ -249,14 +252,14 @@ fn pool() -> &'static Pool {
 }
 
 static POOL: PerFork<Pool> = PerFork::new(|| Pool {
-    queue: Mutex::new((VecDeque::new(), 0, None)),
+    queue: Mutex::new((VecDeque::new(), 0, None, 0)),
     cv: Condvar::new(),
     queued: AtomicUsize::new(0),
     polling: AtomicUsize::new(0),
 });
 
-/// How many of this process's workers are polling for a job right now (none before the pool's
-/// first use here). A copy split into parts small enough that a parked worker's wake-up (tens
+/// How many of this process's workers are polling for a job right now, or have just finished
+/// one and are about to (none before the pool's first use here). A copy split into parts small enough that a parked worker's wake-up (tens
 /// of µs) would cost more than its part saves asks this first; [`warm`] gets them polling.
 pub(crate) fn polling() -> usize {
     POOL.current().map_or(0, |p| p.polling.load(Ordering::Relaxed))
@@ -279,11 +282,11 @@ pub(crate) fn warm(n: usize, spin: Duration) {
     {
         let mut q = lock(&p.queue);
         q.2 = Some(q.2.map_or(until, |t| t.max(until)));
+        q.3 = q.3.max(n - 1);
     }
-    // Parked workers wake to find no job and the pool's polling time ahead: they poll.
-    for _ in 0..n {
-        p.cv.notify_one();
-    }
+    // A parked worker wakes to find no job and the pool's polling time ahead: it wakes the
+    // next (`q.3`) and polls. One system call here; the others are the workers'.
+    p.cv.notify_one();
 }
 
 /// Bumped in every forked child (a `pthread_atfork` handler).
@@ -328,6 +331,8 @@ impl Pool {
         // in batches a few microseconds apart (memcpy, submit, the next memcpy), and a parked
         // worker can take tens of microseconds to wake on a busy or virtualized machine.
         let mut poll_until: Option<Instant> = None;
+        // Whether this worker is counted in `polling`.
+        let mut counted = false;
         loop {
             let job = {
                 let mut q = lock(&self.queue);
@@ -336,45 +341,70 @@ impl Pool {
                         self.queued.store(q.0.len(), Ordering::Relaxed);
                         break j;
                     }
+                    // Woken by `warm` (or by a worker it woke): wake the next parked worker.
+                    if q.3 > 0 {
+                        q.3 -= 1;
+                        self.cv.notify_one();
+                    }
                     // This worker's own polling time after its last job, or the pool's
                     // ([`warm`]), whichever ends later. A job seen while polling but taken by
                     // another thread: poll on for the rest of the time rather than park.
                     let now = Instant::now();
                     match [poll_until, q.2].into_iter().flatten().filter(|&t| t > now).max() {
                         Some(t) => {
+                            if !counted {
+                                self.polling.fetch_add(1, Ordering::Relaxed);
+                                counted = true;
+                            }
                             drop(q);
                             self.poll(t);
                             q = lock(&self.queue);
                         }
-                        None => q = self.cv.wait(q).unwrap_or_else(PoisonError::into_inner),
+                        None => {
+                            if counted {
+                                self.polling.fetch_sub(1, Ordering::Relaxed);
+                                counted = false;
+                            }
+                            q = self.cv.wait(q).unwrap_or_else(PoisonError::into_inner);
+                        }
                     }
                 }
             };
+            if counted {
+                self.polling.fetch_sub(1, Ordering::Relaxed);
+            }
             let spin = job.spin;
-            run(job);
-            poll_until = (!spin.is_zero()).then(|| Instant::now() + spin);
+            // A worker that will poll after this job counts itself before the job's copy can
+            // return (`run` counts it, then the job done): the copy's caller, writing again at
+            // once, finds it counted rather than on its way back to polling.
+            counted = !spin.is_zero();
+            run(job, counted.then_some(&self.polling));
+            poll_until = counted.then(|| Instant::now() + spin);
         }
     }
 
-    /// Returns once a job is queued or `until` has passed; counted in `polling` meanwhile.
+    /// Returns once a job is queued or `until` has passed.
     fn poll(&self, until: Instant) {
-        self.polling.fetch_add(1, Ordering::Relaxed);
         let mut i = 0u32;
         while self.queued.load(Ordering::Relaxed) == 0 {
             std::hint::spin_loop();
             i = i.wrapping_add(1);
             if i % 64 == 0 && Instant::now() >= until {
-                break;
+                return;
             }
         }
-        self.polling.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-fn run(job: Job) {
+/// Runs `job`, then adds one to `count` (the pool's `polling`, for a worker that will poll
+/// next), then counts the job done.
+fn run(job: Job, count: Option<&AtomicUsize>) {
     // SAFETY: the caller of `copy_front` guarantees `[0, len)` from both bases until it
     // returns, which is after this job's completion is counted below.
     unsafe { copy_front_chunks(job.dst as *mut u8, job.src as *const u8, &job.split, job.stream) };
+    if let Some(c) = count {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
     job.done.finished_one();
 }
 
@@ -492,7 +522,7 @@ fn finish(p: &Pool, done: &Arc<Done>, spin: Duration) {
             j
         };
         match job {
-            Some(j) => run(j),
+            Some(j) => run(j, None),
             None => break,
         }
     }
@@ -553,7 +583,11 @@ pub(crate) unsafe fn copy_front<T>(
         }
         p.queued.store(q.0.len(), Ordering::Relaxed);
     }
-    p.cv.notify_all();
+    // Workers that poll take the jobs without a wake-up (a system call even with nobody
+    // asleep); jobs nobody takes the caller runs itself (`finish`).
+    if p.polling.load(Ordering::Relaxed) < n {
+        p.cv.notify_all();
+    }
     /// Finishes the front however `back` ends: were it to unwind, the workers would otherwise
     /// go on reading and writing the caller's ranges after this frame is gone.
     struct Finish<'a>(&'a Pool, &'a Arc<Done>, Duration);

@@ -355,7 +355,8 @@ pub(crate) enum BarStores {
 /// Decides [`BarWrite`] for a write of `len` bytes, from the staging threads' count and
 /// polling time (`staging_spin`) and how many pool workers poll right now. A parked worker
 /// takes tens of microseconds to wake, longer than a 256 KiB-1 MiB write's stores take on
-/// polling threads (8-32 us), so a write only splits onto threads that already poll; one that
+/// polling threads (8-32 us), so a write only splits onto threads that already poll (three
+/// quarters of those it would use at least: a late one finds its share taken by others); one that
 /// would split but finds them parked wakes them for the next (they poll for `spin`) and runs
 /// alone (up to [`OpenOptions::BAR_SOLO_MAX`]) or as a submitted copy (below
 /// [`OpenOptions::BAR_PARKED_SPLIT_MIN`], from where the wake-up is a small part of the stores).
@@ -367,7 +368,7 @@ pub(crate) fn bar_write(len: usize, staging_threads: usize, spin: std::time::Dur
     let workers = threads - 1;
     if workers == 0 {
         BarWrite::Store(BarStores::Solo { warm: 0 })
-    } else if polling >= workers || len >= OpenOptions::BAR_PARKED_SPLIT_MIN {
+    } else if 4 * polling >= 3 * workers || len >= OpenOptions::BAR_PARKED_SPLIT_MIN {
         BarWrite::Store(BarStores::Split { threads })
     } else if len <= OpenOptions::BAR_SOLO_MAX {
         BarWrite::Store(BarStores::Solo { warm: workers })
@@ -507,8 +508,11 @@ mod tests {
             (solo, 14, 0, Store(Solo { warm: 3 })),
             (solo, 14, 2, Store(Solo { warm: 3 })),
             (solo, 14, 3, Store(Split { threads: 4 })),
+            (3 * BAR_PART, 14, 1, Store(Solo { warm: 2 })),
+            (3 * BAR_PART, 14, 2, Store(Split { threads: 3 })),
             (solo + 4096, 14, 0, Copy { warm: 3 }),
-            (1 << 20, 14, 6, Copy { warm: BAR_THREADS - 1 }),
+            (1 << 20, 14, 5, Copy { warm: BAR_THREADS - 1 }),
+            (1 << 20, 14, 6, Store(Split { threads: BAR_THREADS })),
             (1 << 20, 14, 7, Store(Split { threads: BAR_THREADS })),
             (1 << 20, 14, 40, Store(Split { threads: BAR_THREADS })),
             (1 << 20, 2, 0, Copy { warm: 1 }),
