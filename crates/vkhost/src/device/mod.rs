@@ -363,9 +363,13 @@ pub struct OpenOptions {
     /// buffers mapped. `VKHOST_BAR_WRITE_MAX` sets it. Up to
     /// [`BAR_SOLO_MAX`](Self::BAR_SOLO_MAX) (256 KiB) a write is always stores; above it, only
     /// where the staging threads poll for work at the time (see there), else a submitted copy.
-    /// On the H200 a polling store pool moved 256 KiB-1 MiB at 33-34 GB/s into the BAR (7.8 us
-    /// at 256 KiB, 31.6 at 1 MiB), where a copy takes 20 and 34 us, and one thread 15-17 us at
-    /// 256 KiB; from ~1.5 MiB the copy engine (~50 GB/s) is faster.
+    /// On an H100 (full BAR, docs/PERFORMANCE.md, thirtieth session) back-to-back writes from
+    /// pinned memory took 9.4 / 20.1 / 34.3 us at 256 KiB / 512 KiB / 1 MiB against 19.6 /
+    /// 34.5 / 51.2 for a submitted copy in the same process (`examples/bar_cost.rs`), and
+    /// `vkhost bench`'s `host_to_device_bar+write` rows gave 1.61-1.63x / 1.09-1.12x / 0.89x
+    /// CUDA's pinned copy of the same size (the copy engine 0.82-0.84x / 0.80-0.83x /
+    /// 0.85-0.89x); a write after the threads parked is a copy plus 1-8 us. From ~1.5 MiB the
+    /// copy engine (~50 GB/s) is faster than the stores (~33).
     ///
     /// Raised further, writes are stores split over up to 8 staging threads (30-34 GB/s into
     /// the H200's BAR from 4-16 threads, against ~50 for a copy). Beside a copy engine's
