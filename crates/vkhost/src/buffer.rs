@@ -23,7 +23,9 @@ use ash::vk;
 ///
 /// On a discrete GPU with a full BAR (see [`BarWrites`](crate::BarWrites)) the buffer lives in
 /// mapped VRAM, and a `write` of at most [`OpenOptions::bar_write_max`](crate::OpenOptions::bar_write_max)
-/// bytes is a CPU store into the mapping, after that wait: no submission, no DMA. Reads are
+/// bytes is CPU stores into the mapping, after that wait: no submission, no DMA (above
+/// [`OpenOptions::BAR_SOLO_MAX`](crate::OpenOptions::BAR_SOLO_MAX), only while the staging
+/// threads poll for work; else a submitted copy). Reads are
 /// always copies: a memcpy reads the BAR at 0.03 GB/s. (With streaming loads, as `vkhost
 /// bench`'s `device_to_host_bar` reads, one thread reads 4 KiB in 6-7 µs on the H200, about
 /// half a copy's time; `read` does not use them.)

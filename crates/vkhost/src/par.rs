@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 /// The most threads one copy uses (and the pool holds).
 pub const MAX_THREADS: usize = 64;
-/// No part is smaller than this: below it a thread's wake-up (a few µs) costs more than it
-/// saves (256 KiB take ~25 µs on one core).
+/// No part of a [`copy`] or [`copy_with`] is smaller than this: below it a parked thread's
+/// wake-up (a few µs to tens) costs more than it saves (256 KiB take ~25 µs on one core).
+/// [`copy_in_parts`] takes smaller parts, for threads that already poll.
 pub const MIN_PART: usize = 256 << 10;
 
 /// One job of a copy: chunks taken from the front of `split` until it is used up (offsets from
@@ -180,8 +181,8 @@ impl Done {
 
 struct Pool {
     /// Jobs not taken yet, the number of workers, until when every worker without a job polls
-    /// rather than parks ([`warm`]), and how many more parked workers a worker that wakes
-    /// without a job wakes in turn ([`warm`] wakes one: each wake is a system call).
+    /// rather than parks ([`warm`]), and how many more wake-ups workers that find no job pass
+    /// on ([`warm`] wakes one: each wake is a system call).
     queue: Mutex<(VecDeque<Job>, usize, Option<Instant>, usize)>,
     cv: Condvar,
     /// The queue's length, kept with it under its lock, read without it by spinning workers.
@@ -259,8 +260,9 @@ static POOL: PerFork<Pool> = PerFork::new(|| Pool {
 });
 
 /// How many of this process's workers are polling for a job right now, or have just finished
-/// one and are about to (none before the pool's first use here). A copy split into parts small enough that a parked worker's wake-up (tens
-/// of µs) would cost more than its part saves asks this first; [`warm`] gets them polling.
+/// one and are about to (none before the pool's first use here). A copy split into parts
+/// small enough that a parked worker's wake-up (tens of µs) would cost more than its part
+/// saves asks this first; [`warm`] gets them polling.
 pub(crate) fn polling() -> usize {
     POOL.current().map_or(0, |p| p.polling.load(Ordering::Relaxed))
 }
@@ -815,6 +817,7 @@ mod tests {
         for (len, threads, spin) in [
             (64 << 10, 4, Duration::from_millis(5)),
             ((128 << 10) - 1, 4, Duration::from_millis(5)),
+            (5 * (64 << 10) + 3, 4, Duration::from_millis(5)),
             ((1 << 20) + 5, 8, Duration::from_millis(5)),
             ((1 << 20) + 5, 8, Duration::ZERO),
             (3 << 20, 2, Duration::from_millis(5)),

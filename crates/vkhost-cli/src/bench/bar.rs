@@ -573,7 +573,9 @@ fn assisted(cx: &mut Ctx, state: &mut Option<Result<BidirBar>>, max: usize, n: u
 /// `bidir_bar`: the library's BAR-store write path against the copy engine in the other
 /// direction. A second device on the same GPU, opened with `bar_writes: On` and `bar_write_max`
 /// raised to the largest size, so that `DeviceBuffer::write` is CPU stores into the mapped
-/// buffer (split over the staging threads) for every size; on another thread at the same time,
+/// buffer (split over the staging threads) for every size (from 256 KiB to 2 MiB while those
+/// poll for work, which back-to-back rounds keep them doing; the note gives the stores' share);
+/// on another thread at the same time,
 /// `DeviceBuffer::read` of a second buffer into pinned memory runs on the copy engine. Sum of
 /// both directions over the wall time.
 ///

@@ -191,8 +191,9 @@ pub enum QueueKind {
 pub enum BarWrites {
     /// On a discrete GPU whose mapped VRAM type spans its VRAM (a full BAR, as on the H200):
     /// device buffers live in that type, mapped, and [`DeviceBuffer::write`](crate::DeviceBuffer::write)
-    /// of at most [`OpenOptions::bar_write_max`] bytes is a CPU store into the mapping instead of
-    /// a submitted copy (0.5-0.7 µs for 4 KiB on the H200, where a copy takes 12-14 µs). Elsewhere, off.
+    /// of at most [`OpenOptions::bar_write_max`] bytes is CPU stores into the mapping instead of
+    /// a submitted copy (0.5-0.7 µs for 4 KiB on the H200, where a copy takes 12-14 µs; above
+    /// [`OpenOptions::BAR_SOLO_MAX`] only while the staging threads poll, see there). Elsewhere, off.
     #[default]
     Auto,
     /// Wherever a DEVICE_LOCAL|HOST_VISIBLE|HOST_COHERENT type exists (UMA and CPU devices too).
@@ -279,7 +280,8 @@ pub struct OpenOptions {
     /// Threads that memcpy through staging (pageable copies), each part at least 256 KiB, and
     /// that split CPU stores of 128 KiB and more into mapped device memory (see `bar_write_max`
     /// and [`BAR_SOLO_MAX`](Self::BAR_SOLO_MAX): at most 8 of them, in 64 KiB parts, where
-    /// they poll for work; in 256 KiB parts where they never do): the calling thread plus
+    /// they poll for work; on CPU drivers where they never do, from 512 KiB in 256 KiB parts):
+    /// the calling thread plus
     /// pool workers. Default: the machine's cores less two (all of
     /// them up to 4 cores), at most 16: on the H200's 16 cores, 14 threads kept the medians and,
     /// in three of four processes, cut 16 MiB copies' spread from 34-57% to 2-7%
@@ -362,7 +364,8 @@ pub struct OpenOptions {
     /// `bar_writes` applies (default 1 MiB). 0 turns the stores off while keeping device
     /// buffers mapped. `VKHOST_BAR_WRITE_MAX` sets it. Up to
     /// [`BAR_SOLO_MAX`](Self::BAR_SOLO_MAX) (256 KiB) a write is always stores; above it, only
-    /// where the staging threads poll for work at the time (see there), else a submitted copy.
+    /// where the staging threads poll for work at the time (see there), else a submitted copy
+    /// (on CPU drivers without polling: always stores).
     /// On an H100 (full BAR, docs/PERFORMANCE.md, thirtieth session) back-to-back writes from
     /// pinned memory took 9.4 / 20.1 / 34.3 us at 256 KiB / 512 KiB / 1 MiB against 19.6 /
     /// 34.5 / 51.2 for a submitted copy in the same process (`examples/bar_cost.rs`), and
@@ -723,8 +726,10 @@ impl OpenOptions {
     /// of the write, up to [`BAR_PARKED_SPLIT_MIN`](Self::BAR_PARKED_SPLIT_MIN): a parked
     /// thread takes tens of microseconds to wake, as long as a 1 MiB write's stores on polling
     /// threads. Finding them parked, such a write is a submitted copy and wakes them to poll
-    /// for the next one. On CPU drivers (no polling threads) every write up to `bar_write_max`
-    /// is stores, split in 256 KiB parts.
+    /// for the next one. Where no thread would poll (one staging thread, or a GPU opened with
+    /// `staging_spin` 0) such a write is a submitted copy. On CPU drivers whose staging threads
+    /// do not poll (their default) every write up to `bar_write_max` is stores, spread over the
+    /// staging threads in 256 KiB parts (under 512 KiB, the caller's alone).
     ///
     /// # Example
     ///

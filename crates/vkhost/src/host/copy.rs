@@ -66,8 +66,8 @@ pub(crate) fn part_left(s: &Shared, addr: usize) -> Option<usize> {
 
 /// # Safety
 /// `src` readable for `len` bytes during the call.
-/// `DeviceBuffer::write`'s copy: CPU stores into mapped device memory where the buffer has it
-/// and `len` is at most `bar_write_max`, else [`copy_to_device`]'s.
+/// `DeviceBuffer::write`'s copy: CPU stores into mapped device memory where the buffer has it,
+/// `len` is at most `bar_write_max` and [`bar_write`] says so, else [`copy_to_device`]'s.
 pub(crate) unsafe fn copy_to_device_impl(s: &Shared, src: *const u8, len: usize, dst: &DeviceMem, off: usize) -> Result<CopyPath> {
     // SAFETY: forwarded contract.
     unsafe { copy(s, Dir::ToDevice, src as usize, len, dst, off, true) }
@@ -170,7 +170,8 @@ pub(super) unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &D
     if stores && dir == Dir::ToDevice && len <= s.options.bar_write_max {
         if let Some(map) = buf.res.obj.mapped().filter(|_| buf.res.obj.alive()) {
             let spin = submit::staging_spin(s);
-            match bar_write(len, s.options.staging_threads, spin, crate::par::polling()) {
+            let cpu = s.info.device_type == crate::DeviceType::Cpu;
+            match bar_write(len, s.options.staging_threads, spin, crate::par::polling(), cpu) {
                 // Too few store threads polling for a write this size: the copy engine below
                 // takes it, and the threads are woken for the next one after it (woken before,
                 // they would take cores from the copy's submission and wait).
@@ -341,8 +342,9 @@ pub(crate) enum BarWrite {
 /// How the CPU stores of a write into mapped device memory are split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BarStores {
-    /// Stores over the staging threads in [`crate::par::MIN_PART`] parts (`par::copy`), workers
-    /// woken per copy: where the staging threads never poll (CPU drivers, `staging_spin` 0).
+    /// Stores over the staging threads in [`crate::par::MIN_PART`] parts (`par::copy`: a write
+    /// under two parts on the caller alone), workers woken per copy: on CPU drivers, whose
+    /// staging threads never poll by default and whose copies are a driver thread's memcpy.
     Spread,
     /// Stores by the calling thread alone; then `warm` threads are woken to poll for the next
     /// write (0: none needed).
@@ -353,21 +355,35 @@ pub(crate) enum BarStores {
 }
 
 /// Decides [`BarWrite`] for a write of `len` bytes, from the staging threads' count and
-/// polling time (`staging_spin`) and how many pool workers poll right now. A parked worker
+/// polling time (`staging_spin`), how many pool workers poll right now, and whether the device
+/// is a CPU driver (`cpu`: without polling, stores spread over parked threads, which beat its
+/// copies; with it, as on GPUs). A parked worker
 /// takes tens of microseconds to wake, longer than a 256 KiB-1 MiB write's stores take on
 /// polling threads (8-32 us), so a write only splits onto threads that already poll (three
 /// quarters of those it would use at least: a late one finds its share taken by others); one that
 /// would split but finds them parked wakes them for the next (they poll for `spin`) and runs
 /// alone (up to [`OpenOptions::BAR_SOLO_MAX`]) or as a submitted copy (below
 /// [`OpenOptions::BAR_PARKED_SPLIT_MIN`], from where the wake-up is a small part of the stores).
-pub(crate) fn bar_write(len: usize, staging_threads: usize, spin: std::time::Duration, polling: usize) -> BarWrite {
-    if spin.is_zero() {
+/// Where no thread would help (one staging thread, or a GPU whose staging threads never poll:
+/// `staging_spin` 0), a write between the two is a submitted copy: one thread's stores lose to
+/// it there (15-17 us at 256 KiB on the H200, so ~60 at 1 MiB against a copy's 34), and so did
+/// a split onto parked threads (39-43 us at 1 MiB).
+pub(crate) fn bar_write(len: usize, staging_threads: usize, spin: std::time::Duration, polling: usize, cpu: bool) -> BarWrite {
+    if spin.is_zero() && cpu {
         return BarWrite::Store(BarStores::Spread);
     }
     let threads = (len / BAR_PART).clamp(1, staging_threads.clamp(1, BAR_THREADS));
     let workers = threads - 1;
-    if workers == 0 {
-        BarWrite::Store(BarStores::Solo { warm: 0 })
+    if workers == 0 || spin.is_zero() {
+        // Nobody polls now or will: the caller's stores, a split onto parked threads where the
+        // wake-up is a small part, or a copy (see above).
+        if len <= OpenOptions::BAR_SOLO_MAX || workers == 0 && len >= OpenOptions::BAR_PARKED_SPLIT_MIN {
+            BarWrite::Store(BarStores::Solo { warm: 0 })
+        } else if len >= OpenOptions::BAR_PARKED_SPLIT_MIN {
+            BarWrite::Store(BarStores::Split { threads })
+        } else {
+            BarWrite::Copy { warm: 0 }
+        }
     } else if 4 * polling >= 3 * workers || len >= OpenOptions::BAR_PARKED_SPLIT_MIN {
         BarWrite::Store(BarStores::Split { threads })
     } else if len <= OpenOptions::BAR_SOLO_MAX {
@@ -517,16 +533,33 @@ mod tests {
             (1 << 20, 14, 40, Store(Split { threads: BAR_THREADS })),
             (1 << 20, 2, 0, Copy { warm: 1 }),
             (1 << 20, 2, 1, Store(Split { threads: 2 })),
-            (1 << 20, 1, 0, Store(Solo { warm: 0 })),
+            // One staging thread: nothing to split onto; stores alone only where they win.
+            (1 << 20, 1, 0, Copy { warm: 0 }),
+            (solo, 1, 0, Store(Solo { warm: 0 })),
+            (big, 1, 0, Store(Solo { warm: 0 })),
             (big - 4096, 14, 0, Copy { warm: BAR_THREADS - 1 }),
             (big, 14, 0, Store(Split { threads: BAR_THREADS })),
             (1 << 30, 14, 0, Store(Split { threads: BAR_THREADS })),
         ];
         for (len, threads, polling, want) in cases {
-            assert_eq!(bar_write(len, threads, spin, polling), want, "len {len}, threads {threads}, polling {polling}");
+            assert_eq!(bar_write(len, threads, spin, polling, false), want, "len {len}, threads {threads}, polling {polling}");
+            // A CPU driver that polls (`staging_spin` set) decides as a GPU does.
+            assert_eq!(bar_write(len, threads, spin, polling, true), want, "cpu: len {len}, threads {threads}, polling {polling}");
         }
+        // CPU drivers without polling (their default): stores spread over parked threads.
         for len in [1, solo, 1 << 20, 1 << 30] {
-            assert_eq!(bar_write(len, 14, Duration::ZERO, 0), Store(Spread), "len {len} without polling");
+            assert_eq!(bar_write(len, 14, Duration::ZERO, 0, true), Store(Spread), "len {len} without polling");
+        }
+        // GPUs without polling (`staging_spin` 0): the caller alone up to BAR_SOLO_MAX, a copy
+        // between, split onto parked threads from BAR_PARKED_SPLIT_MIN; nobody is woken.
+        for (len, want) in [
+            (4096, Store(Solo { warm: 0 })),
+            (solo, Store(Solo { warm: 0 })),
+            (solo + 4096, Copy { warm: 0 }),
+            (big - 1, Copy { warm: 0 }),
+            (big, Store(Split { threads: BAR_THREADS })),
+        ] {
+            assert_eq!(bar_write(len, 14, Duration::ZERO, 40, false), want, "gpu without polling: len {len}");
         }
     }
 
