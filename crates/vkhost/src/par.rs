@@ -387,13 +387,18 @@ impl Pool {
 
     /// Returns once a job is queued or `until` has passed.
     fn poll(&self, until: Instant) {
-        let mut i = 0u32;
-        while self.queued.load(Ordering::Relaxed) == 0 {
-            std::hint::spin_loop();
-            i = i.wrapping_add(1);
-            if i % 64 == 0 && Instant::now() >= until {
-                return;
-            }
+        spin_while(until, || self.queued.load(Ordering::Relaxed) == 0);
+    }
+}
+
+/// Spins while `busy()` holds, until `until` at the latest (the clock read every 64 rounds).
+fn spin_while(until: Instant, busy: impl Fn() -> bool) {
+    let mut i = 0u32;
+    while busy() {
+        std::hint::spin_loop();
+        i = i.wrapping_add(1);
+        if i % 64 == 0 && Instant::now() >= until {
+            return;
         }
     }
 }
@@ -532,15 +537,7 @@ fn finish(p: &Pool, done: &Arc<Done>, spin: Duration) {
         return;
     }
     if !spin.is_zero() {
-        let until = Instant::now() + spin;
-        let mut i = 0u32;
-        while done.left.load(Ordering::Acquire) > 0 {
-            std::hint::spin_loop();
-            i = i.wrapping_add(1);
-            if i % 64 == 0 && Instant::now() >= until {
-                break;
-            }
-        }
+        spin_while(Instant::now() + spin, || done.left.load(Ordering::Acquire) > 0);
     }
     let mut g = lock(&done.m);
     while done.left.load(Ordering::Acquire) > 0 {
