@@ -471,6 +471,9 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
     Ok(())
 }
 
+/// Untimed rounds before a `bidir_bar` point's timed ones (see `BidirBar::measure`).
+const UNTIMED_ROUNDS: usize = 3;
+
 /// The largest write the `write` variant measures: above it a write is the copy engine's
 /// (`host_to_device_ce`) unless `bar_write_max` is raised.
 const USER_WRITE_MAX: usize = 4 << 20;
@@ -639,7 +642,18 @@ impl BidirBar {
             pattern(&mut v, 0xB1D1);
             Src::Plain(v)
         };
-        Ok(BidirBar { dev, up, down, src, dst, assist })
+        let b = BidirBar { dev, up, down, src, dst, assist };
+        // The stores need device buffers in mapped device memory. Asked once, here, by a write
+        // that is stores wherever the buffer is mapped (at most `BAR_SOLO_MAX`): a larger write
+        // may rightly be a copy (threads parked), which says nothing about the mapping.
+        if !assist {
+            let before = b.moved();
+            b.up.write(0, &b.src[..max.min(4096)])?;
+            if b.moved().0 == before.0 {
+                return Err("device buffers are not in mapped device memory here (no DEVICE_LOCAL|HOST_VISIBLE type)".into());
+            }
+        }
+        Ok(b)
     }
 
     /// Bytes stored by the CPU and moved by the copy engine on this device so far.
@@ -662,14 +676,12 @@ impl BidirBar {
         let mut want = vec![0u8; n];
         pattern(&mut want, n as u64 ^ 0xD0);
         self.down.write(0, &want)?;
-        let before = self.moved();
-        // Untimed: three rounds, so that a write of `BAR_SOLO_MAX`-`BAR_PARKED_SPLIT_MIN` that
-        // found the store threads parked (a submitted copy, which wakes them) is followed by
-        // one that finds them polling; every round leaves the bytes of the one checked below.
-        self.rounds(n, both, 3, std::time::Duration::ZERO, &mut cx.flush)?;
-        if !self.assist && self.moved().0 == before.0 {
-            return Err("device buffers are not in mapped device memory here (no DEVICE_LOCAL|HOST_VISIBLE type)".into());
-        }
+        // Untimed: three rounds (no time limit: `rounds` stops at the budget after the first),
+        // so that a write of `BAR_SOLO_MAX`-`BAR_PARKED_SPLIT_MIN` that found the store threads
+        // parked (a submitted copy, which wakes them) is followed by ones that find them
+        // polling; every round leaves the bytes of the one checked below. That the buffers are
+        // mapped was asked in `new`: a write this size may be a copy in every round.
+        self.rounds(n, both, UNTIMED_ROUNDS, std::time::Duration::MAX, &mut cx.flush)?;
         let mut back = vec![0u8; n];
         self.up.read(0, &mut back)?;
         let ok = back == self.src[..n] && (!both || self.dst[..n] == want[..]);
