@@ -1176,6 +1176,7 @@ fn bidir_bar_rows_stay_when_a_mid_size_write_is_a_copy() {
     assert_eq!(rows, [(1 << 20, "bidir".to_string()), (4 << 20, "bidir".to_string())], "{}", show(&o));
     for r in v["results"].as_array().unwrap() {
         assert_eq!(r["verified"], true, "{r}");
+        assert_eq!(r["warmup_iters"], 3, "{r}");
     }
 }
 

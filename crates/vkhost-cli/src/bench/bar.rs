@@ -380,6 +380,7 @@ pub(super) fn bench_bar(cx: &mut Ctx, dirs: &[DirKind], sizes: &[u64], max: usiz
                         let mut p = point("vulkan", "copy", "bar", dir.name(), size, 2 * size, s);
                         p.verified = Some(ok);
                         p.note = note;
+                        p.warmup = UNTIMED_ROUNDS;
                         if !ok {
                             cx.failures += 1;
                         }
@@ -559,6 +560,7 @@ fn assisted(cx: &mut Ctx, state: &mut Option<Result<BidirBar>>, max: usize, n: u
             p.verified = Some(ok);
             p.note = note;
             p.variant = "assist".into();
+            p.warmup = UNTIMED_ROUNDS;
             if !ok {
                 cx.failures += 1;
             }
