@@ -713,7 +713,12 @@ impl BidirBar {
             } else {
                 o.staging_threads.min(8).min((n / (64 << 10)).max(1))
             };
-            format!("h2d: CPU stores on {threads} thread(s) (DeviceBuffer::write, bar_write_max raised), stores took {share:.0}%{d2h_note}")
+            // Writes that found the store threads parked were submitted copies: say where the
+            // rest of the bytes went.
+            let rest = if share < 99.5 { format!(", {copier} the rest (writes that found the threads parked)") } else { String::new() };
+            format!(
+                "h2d: CPU stores on {threads} thread(s) (DeviceBuffer::write, bar_write_max raised), stores took {share:.0}%{rest}{d2h_note}"
+            )
         };
         Ok((s, ok, note))
     }
