@@ -1151,8 +1151,8 @@ fn bar_reads_skipped_by_the_cap_are_in_the_notes() {
 /// A mid-size `bidir_bar` write that finds the store threads parked is a submitted copy (it
 /// wakes them for the next): that is the library's choice, not a sign that device buffers are
 /// unmapped, and it must not cost the row or the rest of the bar section. Eight staging threads
-/// that poll, on this 2-core machine: the first 1 MiB write finds them parked (the thirtieth
-/// session's H100 sweep lost every bar row from 1 MiB on this way, `bar: skipped`).
+/// that poll, on this 2-core machine: the first 1 MiB write finds them parked (the H100 sweep
+/// at `e946e91` lost every bar row from 1 MiB on this way, `bar: skipped`).
 #[test]
 fn bidir_bar_rows_stay_when_a_mid_size_write_is_a_copy() {
     let j = tmp("bidir-bar-mid.json");
