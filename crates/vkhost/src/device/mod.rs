@@ -2479,7 +2479,7 @@ impl Device {
     /// every copy to the compute queue.
     ///
     /// Errors: `DeviceDestroyed`, `DeviceLost`, `Unsupported` on a borrowed device without queues,
-    /// or the allocation of the probe buffers (32 MiB pinned and 32 MiB on the device) failing.
+    /// or the allocation of the probe buffers (128 MiB pinned and 128 MiB on the device; 32 MiB each without copy engines) failing.
     ///
     /// # Example
     ///

@@ -7,8 +7,9 @@
 //! there against 14.8 / 16.3 µs on a copy engine. So the choice is made per direction and per
 //! size class, small or bulk, split where the two queues' measured times cross (at least
 //! [`BULK_MIN`]; about 3.5 MB with those figures), from a measurement at open ([`measure`]): each queue copies
-//! [`PROBE_BULK`] bytes and 4 KiB both ways between a pinned block and a device buffer, the
-//! kinds interleaved, best of several; the compute queue is chosen only where it is faster by
+//! [`PROBE_BULK`] bytes (128 MiB) and 4 KiB both ways between a pinned block and a device
+//! buffer, the kinds interleaved, best of several; a queue's bulk bandwidth is the slope between
+//! the two sizes, its latency the 4 KiB time; the compute queue is chosen only where it is faster by
 //! more than [`MARGIN`], since the copy engines leave the compute queue to kernels and streams.
 //! The result is cached per physical device for the process (a second open does not measure).
 
@@ -24,8 +25,16 @@ use std::time::Instant;
 
 /// Copies of at least this many bytes are "bulk"; smaller ones are "small" (latency-bound).
 pub const BULK_MIN: u64 = 1 << 20;
-/// The bulk probe's size: long enough for the bus, short enough for an open (~0.7 ms a copy).
-const PROBE_BULK: u64 = 32 << 20;
+/// The bulk probe's size: long enough that the two queues' few-percent difference stands out of
+/// the run-to-run noise, short enough for an open (~2.6 ms a copy on the H100 and H200). At 32
+/// MiB (~0.65 ms a copy) the H100's compute queue measured 0-1.8% faster than its copy engines
+/// for device→host between processes (2026-12-05), under [`MARGIN`] in some, where 128 MiB
+/// and up measured 2.2-2.3% (and 2% in bulk copies of 256 MiB-1 GiB forced to either queue).
+const PROBE_BULK: u64 = 128 << 20;
+/// The bulk probe's size where the device has no copy engines: both kinds are then the compute
+/// queue, the choice is fixed and the figures only inform (32 MiB: 4 s less on lavapipe's
+/// `tests/device.rs`, which measures twice).
+const PROBE_BULK_ONE_QUEUE: u64 = 32 << 20;
 /// The small probe's size.
 const PROBE_SMALL: u64 = 4096;
 /// The compute queue must beat the copy engines by this fraction to be chosen.
@@ -49,7 +58,8 @@ pub const MARGIN: f64 = 0.01;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct QueueFigures {
-    /// Bulk host→device, GB/s (1e9 bytes/s), best of the runs.
+    /// Bulk host→device, GB/s (1e9 bytes/s): the best 128 MiB run less the best 4 KiB run's
+    /// time (the submission's fixed cost), over the bytes between them.
     pub bulk_to_device_gbps: f64,
     /// Bulk device→host, GB/s.
     pub bulk_to_host_gbps: f64,
@@ -395,11 +405,22 @@ pub(crate) fn at_open(s: &Shared, l: &Live) -> Result<CopyQueues> {
     Ok(c)
 }
 
+/// A queue's bulk bandwidth in GB/s from the best times of a `bulk`-byte and a [`PROBE_SMALL`]
+/// copy: the bytes between them over the time between them, so that the fixed
+/// cost of a submission (the latency, which [`CopyQueues::from_figures`] counts on its own) is
+/// not counted twice. Where the difference is not positive (a clock too coarse), the plain
+/// ratio of the bulk copy.
+fn slope_gbps(bulk: u64, bulk_s: f64, small_s: f64) -> f64 {
+    let d = bulk_s - small_s;
+    if d > 0.0 && small_s.is_finite() { (bulk - PROBE_SMALL) as f64 / d / 1e9 } else { bulk as f64 / bulk_s / 1e9 }
+}
+
 /// Measures both queue kinds (see the module docs) and returns the choice they imply.
 pub(crate) fn measure(s: &Shared, l: &Live) -> Result<CopyQueues> {
     let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
-    let host = s.alloc_bound(l, PROBE_BULK, usage, memtype::pinned, false)?;
-    let dev = match s.alloc_bound(l, PROBE_BULK, usage, memtype::device_local, false) {
+    let bulk_len = if l.copy_queues.is_empty() { PROBE_BULK_ONE_QUEUE } else { PROBE_BULK };
+    let host = s.alloc_bound(l, bulk_len, usage, memtype::pinned, false)?;
+    let dev = match s.alloc_bound(l, bulk_len, usage, memtype::device_local, false) {
         Ok(b) => b,
         Err(e) => {
             // SAFETY: fresh objects of ours, never used.
@@ -423,14 +444,14 @@ pub(crate) fn measure(s: &Shared, l: &Live) -> Result<CopyQueues> {
         let mut small: [[Vec<f64>; 2]; 2] = Default::default();
         for &kind in &kinds {
             for &dir in &dirs {
-                time(kind, dir, PROBE_BULK)?; // warm-up: first submission, command buffers
+                time(kind, dir, bulk_len)?; // warm-up: first submission, command buffers
                 time(kind, dir, PROBE_SMALL)?;
             }
         }
         for _ in 0..3 {
             for (k, &kind) in kinds.iter().enumerate() {
                 for (d, &dir) in dirs.iter().enumerate() {
-                    bulk[k][d] = bulk[k][d].min(time(kind, dir, PROBE_BULK)?);
+                    bulk[k][d] = bulk[k][d].min(time(kind, dir, bulk_len)?);
                 }
             }
         }
@@ -446,12 +467,13 @@ pub(crate) fn measure(s: &Shared, l: &Live) -> Result<CopyQueues> {
             // slow samples during the open (one queue's 4 KiB h2d at 45 us against 12-18 for the
             // rest) made the median pick the compute queue for every small copy of that process.
             // The best run is what the queue can do; the choice compares capabilities.
-            let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min) * 1e6;
+            let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+            let (s2d, s2h) = (best(&small[k][0]), best(&small[k][1]));
             QueueFigures {
-                bulk_to_device_gbps: PROBE_BULK as f64 / bulk[k][0] / 1e9,
-                bulk_to_host_gbps: PROBE_BULK as f64 / bulk[k][1] / 1e9,
-                small_to_device_us: best(&small[k][0]),
-                small_to_host_us: best(&small[k][1]),
+                bulk_to_device_gbps: slope_gbps(bulk_len, bulk[k][0], s2d),
+                bulk_to_host_gbps: slope_gbps(bulk_len, bulk[k][1], s2h),
+                small_to_device_us: s2d * 1e6,
+                small_to_host_us: s2h * 1e6,
             }
         };
         let c = CopyQueues::from_figures(fig(0), fig(1));
@@ -677,5 +699,22 @@ mod tests {
         let c = CopyQueues::from_figures(f(50.0, 50.0, 10.0, 10.0), f(49.0, 51.0, 11.0, 9.0));
         assert_eq!((c.bulk_to_device, c.bulk_to_host), (QueueKind::Copy, QueueKind::Compute));
         assert_eq!((c.small_to_device, c.small_to_host), (QueueKind::Copy, QueueKind::Compute));
+    }
+
+    /// The H100's process that kept bulk d2h on the copy engines (2026-12-05, probe of 32 MiB):
+    /// 50.3 GB/s and 13.9 us against 50.5 GB/s and 16.0 us, latency inside both. Bandwidth as
+    /// the slope between the two sizes takes the latency out once; the plain ratio counted
+    /// the compute queue's higher latency against its bandwidth too.
+    #[test]
+    fn bulk_bandwidth_is_the_slope_between_the_probe_sizes() {
+        let (lc, lk) = (13.9e-6, 16.0e-6);
+        let at = |gbps: f64, lat: f64| lat + (PROBE_BULK - PROBE_SMALL) as f64 / (gbps * 1e9);
+        let (c, k) = (slope_gbps(PROBE_BULK, at(51.0, lc), lc), slope_gbps(PROBE_BULK, at(51.6, lk), lk));
+        assert!((c - 51.0).abs() < 1e-9 && (k - 51.6).abs() < 1e-9, "{c} {k}");
+        let plain = |t: f64| PROBE_BULK as f64 / t / 1e9;
+        assert!(plain(at(51.6, lk)) / plain(at(51.0, lc)) < k / c, "the plain ratio narrows the gap");
+        // A zero or negative difference falls back to the plain ratio, never a negative rate.
+        assert_eq!(slope_gbps(PROBE_BULK, 1e-3, 2e-3), PROBE_BULK as f64 / 1e-3 / 1e9);
+        assert_eq!(slope_gbps(PROBE_BULK, 1e-3, f64::INFINITY), PROBE_BULK as f64 / 1e-3 / 1e9);
     }
 }
