@@ -55,10 +55,13 @@ clippy:
 # fault module's doc examples, valgrind over the soundness tests, the C ABI and Python package, and the crate checks
 # (rustdoc, package, a runnable doc example on every public item: scripts/doc-examples). The doc examples of every
 # library crate run in the first `cargo test` (edition 2024 merges them into one binary per crate).
+# That `cargo test` also builds libvkhost_capi.so and .a (in deps/: a test build does not copy
+# them up to release/); they are copied aside for scripts/capi-test before scripts/fault-tests
+# rebuilds them with fault injection under the same names.
 test: export VK_LAYER_ENABLES = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
 test: setup fmt clippy
 	$(CARGO) test --workspace --release -- --test-threads=1
-	mkdir -p $(TARGET)/capi-lib && cp -f $(BIN)/libvkhost_capi.so $(BIN)/libvkhost_capi.a $(TARGET)/capi-lib/
+	mkdir -p $(TARGET)/capi-lib && cp -f $(BIN)/deps/libvkhost_capi.so $(BIN)/deps/libvkhost_capi.a $(TARGET)/capi-lib/
 	VKHOST_VALIDATION=1 $(BIN)/examples/wgpu_compute
 	$(BIN)/vkhost check --all
 	bash scripts/fault-tests
