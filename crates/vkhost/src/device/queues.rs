@@ -30,8 +30,8 @@ pub const BULK_MIN: u64 = 1 << 20;
 /// MiB (~0.65 ms a copy) the H100's compute queue measured 0-1.8% faster than its copy engines
 /// for device→host between processes (2026-12-05), under [`MARGIN`] in some, where 128 MiB
 /// and up measured 2.2-2.3% (and 2% in bulk copies of 256 MiB-1 GiB forced to either queue).
-/// With this probe (and the slope below) the compute queue measured 1.9-2.7% faster for d2h
-/// and was chosen for bulk copies in 13 of 13 processes; the old one kept every copy on the
+/// With this probe (and the slope below) the compute queue measured 1.8-2.7% faster for d2h
+/// and was chosen for bulk copies in 24 of 24 processes; the old one kept every copy on the
 /// copy engines in 1 of 10 (docs/PERFORMANCE.md, thirty-second session).
 const PROBE_BULK: u64 = 128 << 20;
 /// The bulk probe's size where the device has no copy engines: both kinds are then the compute
