@@ -61,8 +61,9 @@ pub const MARGIN: f64 = 0.01;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct QueueFigures {
-    /// Bulk host→device, GB/s (1e9 bytes/s): the best 128 MiB run less the best 4 KiB run's
-    /// time (the submission's fixed cost), over the bytes between them.
+    /// Bulk host→device, GB/s (1e9 bytes/s): the best bulk run's time (128 MiB; 32 MiB on a
+    /// device without copy engines) less the best 4 KiB run's (the submission's fixed cost),
+    /// over the bytes between them.
     pub bulk_to_device_gbps: f64,
     /// Bulk device→host, GB/s.
     pub bulk_to_host_gbps: f64,
