@@ -10,18 +10,10 @@ ls .gl/vulkan-validationlayers_*.deb >/dev/null 2>&1 || (cd .gl && apt-get downl
 cargo build --release --features vkhost-cli/cuda
 rm -rf .h200 && mkdir -p .h200/tests
 cargo test --release -p vkhost --no-run --message-format=json 2>/dev/null \
-  | python3 -c 'import json,sys
-for l in sys.stdin:
-    m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]:
-        print(m["executable"])' | while read -r f; do cp "$f" ".h200/tests/$(basename "$f" | sed "s/-[0-9a-f]*$//")"; done
+  | python3 scripts/test-bins | cut -f2 | while read -r f; do cp "$f" ".h200/tests/$(basename "$f" | sed "s/-[0-9a-f]*$//")"; done
 # The fault-injection sweep and the unwind tests are a separate build (feature `fault-injection`).
 cargo test --release -p vkhost --features fault-injection --test fault --test unwind --test unwind_sweep --no-run --message-format=json 2>/dev/null \
-  | python3 -c 'import json,sys
-for l in sys.stdin:
-    m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["kind"]==["test"]:
-        print(m["executable"])' | while read -r f; do cp "$f" ".h200/tests/$(basename "$f" | sed "s/-[0-9a-f]*$//")"; done
+  | python3 scripts/test-bins | cut -f2 | while read -r f; do cp "$f" ".h200/tests/$(basename "$f" | sed "s/-[0-9a-f]*$//")"; done
 cp target/release/vkhost .h200/vkhost
 # The minimal program the bench is checked against (docs/PERFORMANCE.md).
 ex="bidir_time d2d_queues plain_copy sync_floor host_read_barrier bar_cost big_register register_cost pinned_small queue_latency split_copy mid_split assist_rounds sync_bidir alloc_cost"
