@@ -422,7 +422,9 @@ fn slope_gbps(bulk: u64, bulk_s: f64, small_s: f64) -> f64 {
 /// Measures both queue kinds (see the module docs) and returns the choice they imply.
 pub(crate) fn measure(s: &Shared, l: &Live) -> Result<CopyQueues> {
     let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
-    let bulk_len = if l.copy_queues.is_empty() { PROBE_BULK_ONE_QUEUE } else { PROBE_BULK };
+    // Without copy engines both kinds are the compute queue: the choice is fixed.
+    let one_queue = l.copy_queues.is_empty();
+    let bulk_len = if one_queue { PROBE_BULK_ONE_QUEUE } else { PROBE_BULK };
     let host = s.alloc_bound(l, bulk_len, usage, memtype::pinned, false)?;
     let dev = match s.alloc_bound(l, bulk_len, usage, memtype::device_local, false) {
         Ok(b) => b,
@@ -481,8 +483,8 @@ pub(crate) fn measure(s: &Shared, l: &Live) -> Result<CopyQueues> {
             }
         };
         let c = CopyQueues::from_figures(fig(0), fig(1));
-        // Without copy engines both kinds ran on the compute queue: say so.
-        Ok(if l.copy_queues.is_empty() { CopyQueues { measured: c.measured, ..CopyQueues::fixed(QueueKind::Compute) } } else { c })
+        // Both kinds ran on the compute queue: say so.
+        Ok(if one_queue { CopyQueues { measured: c.measured, ..CopyQueues::fixed(QueueKind::Compute) } } else { c })
     })();
     // SAFETY: every copy above returned (synchronous: completed or drained on error), so
     // nothing pending names the buffers; released once.
