@@ -87,6 +87,7 @@ static void null_arguments(void) {
     EXPECT(vkhost_device_release(NULL), N);
     EXPECT(vkhost_device_is_destroyed(NULL, &flag), N);
     EXPECT(vkhost_device_validation_errors(NULL, &u), N);
+    EXPECT(vkhost_device_trim_pinned_cache(NULL, &u), N);
     EXPECT(vkhost_alloc_pinned(NULL, 4096, &p), N);
     EXPECT(vkhost_free_pinned(NULL, p), N);
     EXPECT(vkhost_register(NULL, &n, sizeof n), N);
@@ -389,6 +390,19 @@ int main(void) {
         OK(vkhost_device_release(dev2));
     }
 
+    /* ---- the cache of freed pinned blocks: trimmed on demand, whole pages ---- */
+    {
+        void *c = NULL;
+        uint64_t trimmed = 1;
+        EXPECT(vkhost_device_trim_pinned_cache(dev, NULL), VKHOST_NULL_ARGUMENT);
+        OK(vkhost_alloc_pinned(dev, 100, &c));
+        OK(vkhost_free_pinned(dev, c));
+        OK(vkhost_device_trim_pinned_cache(dev, &trimmed)); /* 4096 if kept (GPUs), else 0 */
+        CHECK(trimmed == 0 || trimmed == 4096);
+        OK(vkhost_device_trim_pinned_cache(dev, &trimmed)); /* nothing left to free */
+        CHECK(trimmed == 0);
+    }
+
     /* ---- teardown with live children: tombstones ---- */
     OK(vkhost_device_destroy(dev));
     OK(vkhost_device_destroy(dev)); /* idempotent */
@@ -426,6 +440,9 @@ int main(void) {
     OK(vkhost_stream_destroy(up));
     OK(vkhost_buffer_len(buf, &len));
     OK(vkhost_buffer_free(buf));
+    uint64_t trimmed_after = 1;
+    OK(vkhost_device_trim_pinned_cache(dev, &trimmed_after)); /* the teardown freed the cache */
+    CHECK(trimmed_after == 0);
     uint64_t verrs = 99;
     OK(vkhost_device_validation_errors(dev, &verrs));
     CHECK(verrs == 0);

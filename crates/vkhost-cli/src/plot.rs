@@ -94,12 +94,13 @@ fn bandwidth(points: &[&Point], dir: &str) -> Vec<Series> {
     out
 }
 
-/// The latency lines: the `latency_*` testcases, or (for files without them) pinned copies of
-/// 64 KiB and less.
+/// The latency lines: the `latency_*` testcases, or (for files without them) the copy engine's
+/// pinned copies of 64 KiB and less (not the copy kernel's `_sm` points: a line mixing both
+/// would zig-zag between two mechanisms).
 fn latency(points: &[&Point]) -> Vec<Series> {
     let lat: Vec<&&Point> = points.iter().filter(|p| p.kind == "latency").collect();
     let src: Vec<&&Point> = if lat.is_empty() {
-        points.iter().filter(|p| p.kind == "copy" && p.api == "vulkan" && p.path == "pinned" && p.size <= 64 << 10).collect()
+        points.iter().filter(|p| p.kind == "copy" && p.api == "vulkan" && !p.sm && p.path == "pinned" && p.size <= 64 << 10).collect()
     } else {
         lat
     };
@@ -369,6 +370,18 @@ mod tests {
         assert_eq!((sm.colour, sm.style, sm.pts.len()), (find("pinned").colour, Style::Dotted, 1));
         let names: Vec<String> = bandwidth(&refs, "d2d").into_iter().map(|s| s.name).collect();
         assert_eq!(names, ["device ce", "CUDA device"]);
+        // Without latency testcases the latency panel takes the copy engine's small pinned
+        // copies only: a copy kernel's point of the same size and direction stays out.
+        let small = |sm: bool, secs: f64| {
+            let mut p = point("vulkan", "copy", "pinned", "d2h", 4096, 4096, Summary::single(secs, 1));
+            p.sm = sm;
+            p
+        };
+        let (ce, kernel) = (small(false, 10e-6), small(true, 90e-6));
+        let l = latency(&[&ce, &kernel]);
+        assert_eq!(l.len(), 1, "one line: pinned d2h");
+        assert_eq!(l[0].pts.len(), 1, "{:?}", l[0].pts);
+        assert!((l[0].pts[0].1 - 10.0).abs() < 1e-9, "the copy engine's 10 us, not the kernel's 90: {:?}", l[0].pts);
 
         let f = std::env::temp_dir().join(format!("vkhost-plot-{}.svg", std::process::id()));
         let link = Link { gt_s: 32.0, width: 16, generation: 5, gbps: link_gbps(32.0, 16) };
