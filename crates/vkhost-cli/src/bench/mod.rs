@@ -137,7 +137,8 @@ pub struct Args {
     #[arg(long)]
     list: bool,
     /// Testcases to run (see --list): repeat, or comma-separate; a name that is not a testcase
-    /// selects every testcase it is a prefix of (`-t host_to_device`, `-t latency`). Default: all.
+    /// selects every testcase it is a prefix of (`-t host_to_device`, `-t latency`), and an
+    /// engine every testcase of it (`-t sm`: the copy kernel's; `-t ce`, `-t bar`). Default: all.
     #[arg(short = 't', long = "testcase", value_delimiter = ',')]
     testcases: Vec<String>,
     /// Device index (default: the preferred device; VKHOST_DEVICE overrides).

@@ -181,7 +181,12 @@ pub fn testcase_of(kind: &str, path: &str, dir: &str, sm: bool) -> &'static str 
     }
 }
 
-/// Resolves `-t` names: an exact name selects that testcase, anything else selects every
+/// The last word of a copy testcase's name: what moves the bytes (nvbandwidth's `ce` and `sm`,
+/// and `bar` for CPU stores or loads through the mapped window).
+const ENGINES: [&str; 3] = ["ce", "sm", "bar"];
+
+/// Resolves `-t` names: an exact name selects that testcase; an engine (`ce`, `sm`, `bar`, with
+/// or without a leading `_`) every testcase whose name ends with it; anything else every
 /// testcase it is a prefix of. The result keeps `TESTCASES`' order, without duplicates. An
 /// empty list selects everything.
 pub fn select(names: &[String]) -> Result<Vec<&'static Testcase>, String> {
@@ -193,11 +198,23 @@ pub fn select(names: &[String]) -> Result<Vec<&'static Testcase>, String> {
         let exact = TESTCASES.iter().position(|t| t.name == n);
         let hits: Vec<usize> = match exact {
             Some(i) => vec![i],
-            None => (0..TESTCASES.len()).filter(|&i| TESTCASES[i].name.starts_with(n)).collect(),
+            None => {
+                let engine = n.trim_start_matches('_');
+                let by_engine = ENGINES.contains(&engine);
+                (0..TESTCASES.len())
+                    .filter(|&i| {
+                        let t = TESTCASES[i].name;
+                        if by_engine { t.rsplit('_').next() == Some(engine) } else { t.starts_with(n) }
+                    })
+                    .collect()
+            }
         };
         if hits.is_empty() {
             let valid: Vec<&str> = TESTCASES.iter().map(|t| t.name).collect();
-            return Err(format!("unknown testcase {n:?}; valid testcases (or a prefix of them): {}", valid.join(", ")));
+            return Err(format!(
+                "unknown testcase {n:?}; valid testcases (or a prefix of them, or an engine: ce, sm, bar): {}",
+                valid.join(", ")
+            ));
         }
         for i in hits {
             on[i] = true;
@@ -242,6 +259,24 @@ mod tests {
             ["latency_host_to_device", "latency_device_to_host", "latency_floor_host_to_device", "latency_floor_device_to_host"]
         );
         assert_eq!(names(&select(&["latency_floor".into()]).unwrap()), ["latency_floor_host_to_device", "latency_floor_device_to_host"]);
+        // The engine, nvbandwidth's last word: `sm` (issue 11's sm paths), `ce`, `bar`.
+        let sm = [
+            "host_to_device_sm",
+            "device_to_host_sm",
+            "host_to_device_registered_sm",
+            "device_to_host_registered_sm",
+            "device_to_device_sm",
+        ];
+        assert_eq!(names(&select(&["sm".into()]).unwrap()), sm);
+        assert_eq!(names(&select(&["_sm".into()]).unwrap()), sm);
+        assert_eq!(names(&select(&["bar".into()]).unwrap()), ["host_to_device_bar", "device_to_host_bar", "bidir_bar"]);
+        let ce = names(&select(&["ce".into()]).unwrap());
+        assert_eq!(ce.len(), 10, "{ce:?}");
+        assert!(ce.iter().all(|n| n.ends_with("_ce")), "{ce:?}");
+        // `sm` is not a prefix here (small_async); a word inside a name is not an engine:
+        // `device` selects by prefix only.
+        assert_eq!(names(&select(&["device".into()]).unwrap())[0], "device_to_host_ce");
+        assert!(select(&["registered".into()]).is_err());
         // Order is the table's, duplicates collapse.
         assert_eq!(names(&select(&["costs".into(), "bidir_ce".into(), "bidir_ce".into()]).unwrap()), ["bidir_ce", "costs"]);
         let e = select(&["nope".into()]).unwrap_err();
