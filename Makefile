@@ -70,7 +70,7 @@ test: setup fmt clippy
 	bash scripts/crate-check
 
 # Nine device test binaries under valgrind memcheck (0 errors, 0 definite leaks; scripts/memcheck
-# lists them); about 4 minutes on 2 cores. `make test` (and CI) runs `bash scripts/memcheck ci` (the soundness and fork
+# lists them, ten runs two at a time); about 6 minutes on 2 cores after the test build (2026-12-05: the longest run 129 s, host.rs). `make test` (and CI) runs `bash scripts/memcheck ci` (the soundness and fork
 # tests under valgrind, under 2 minutes) to stay inside its 20-minute budget with the wgpu
 # crate's build; `bash scripts/memcheck quick` is the middle set.
 memcheck: setup
