@@ -70,8 +70,9 @@ impl DeviceBuffer {
         if len == 0 {
             return Err(Error::invalid("device buffer of zero bytes"));
         }
-        // Mapped (for the CPU stores) where the device's buffers live in mapped VRAM.
-        let b = s.alloc_device_bound(&l, len as u64, USAGE, true)?;
+        // Mapped (for the CPU stores) where the device's buffers live in mapped VRAM; zeroed on
+        // CPU drivers, so that a read before any write reads initialized bytes.
+        let b = s.alloc_device_bound(&l, len as u64, USAGE, true, true)?;
         let res = Resource::new(s, BufferObj::new(s, b, len as u64));
         let owner: std::sync::Weak<Resource> = std::sync::Arc::downgrade(&res);
         s.note_device_buffer(res.obj.buffer, owner);
@@ -226,8 +227,9 @@ impl DeviceBuffer {
 /// higher one).
 impl Device {
     /// Allocates a device-local buffer of `len` bytes (see [`crate::DeviceBuffer`]). Its
-    /// contents are unspecified until written (not zeroed: they may be bytes an earlier buffer of
-    /// this process left).
+    /// contents are unspecified until written (on a GPU not zeroed: they may be bytes an earlier
+    /// buffer of this process left), but a read before any write reads initialized bytes: on a
+    /// CPU driver, whose "device memory" is this process's heap, vkhost zeroes new buffers.
     ///
     /// # Example
     ///

@@ -1662,7 +1662,8 @@ impl Shared {
     }
 
     /// A buffer of `size` bytes with `usage`, bound to fresh memory of the type `choose` picks,
-    /// mapped when `map`. On any failure, everything created so far is destroyed.
+    /// mapped when `map`. On any failure, everything created so far is destroyed. Its bytes are
+    /// whatever the driver left: for vkhost's own buffers, which it writes before it reads.
     pub(crate) fn alloc_bound(
         &self,
         l: &Live,
@@ -1670,6 +1671,22 @@ impl Shared {
         usage: vk::BufferUsageFlags,
         choose: fn(&[vk::MemoryPropertyFlags], u32) -> Option<Choice>,
         map: bool,
+    ) -> Result<Bound> {
+        self.alloc_bound_init(l, size, usage, choose, map, false)
+    }
+
+    /// [`alloc_bound`](Self::alloc_bound), and with `zero` its first `size` bytes read 0 on a CPU
+    /// driver (see [`zero_heap_memory`](Self::zero_heap_memory)): for the memory users can
+    /// read before they write it, pinned blocks (a safe `&[u8]`) and device buffers
+    /// (`DeviceBuffer::read`).
+    pub(crate) fn alloc_bound_init(
+        &self,
+        l: &Live,
+        size: u64,
+        usage: vk::BufferUsageFlags,
+        choose: fn(&[vk::MemoryPropertyFlags], u32) -> Option<Choice>,
+        map: bool,
+        zero: bool,
     ) -> Result<Bound> {
         if size == 0 {
             return Err(Error::invalid("zero-length allocation"));
@@ -1692,17 +1709,62 @@ impl Shared {
         fresh.memory = Some(memory);
         self.bind(l, fresh.buffer, memory)?;
         let ptr = if map { Some(SendPtr(self.map(l, memory)?)) } else { None };
+        if zero {
+            self.zero_heap_memory(l, memory, l.types[index as usize], ptr, size)?;
+        }
         Ok(fresh.done(ptr))
+    }
+
+    /// Sets the first `size` bytes of fresh `memory` (of a type with `flags`, mapped at `ptr`
+    /// when given) to 0 where the device is a CPU driver (lavapipe, SwiftShader): there "device
+    /// memory" is this process's heap, and bytes nobody wrote are uninitialized to Rust. A safe
+    /// `&[u8]` over a new pinned block, or a `DeviceBuffer::read` before any write, would read
+    /// them (undefined behaviour; valgrind reports each branch on them). A GPU driver's memory
+    /// is pages the kernel cleared before the process got them, or that earlier work of the
+    /// process wrote: bytes with values, left as they are (zeroing a 1 GiB block costs ~0.1 s
+    /// of CPU). CPU drivers give only host-visible types; one that is not is left as it is.
+    fn zero_heap_memory(
+        &self,
+        l: &Live,
+        memory: vk::DeviceMemory,
+        flags: vk::MemoryPropertyFlags,
+        ptr: Option<SendPtr>,
+        size: u64,
+    ) -> Result<()> {
+        if self.info.device_type != crate::DeviceType::Cpu || !flags.contains(vk::MemoryPropertyFlags::HOST_VISIBLE) {
+            return Ok(());
+        }
+        let (p, temporary) = match ptr {
+            Some(p) => (p.0, false),
+            None => (self.map(l, memory)?, true),
+        };
+        let len = usize::try_from(size).map_err(|_| Error::invalid(format!("{size} bytes do not fit this host's address space")))?;
+        // SAFETY: `p` maps the whole of `memory` (vkMapMemory with VK_WHOLE_SIZE), which is at
+        // least `size` bytes (the buffer of `size` bytes is bound to it at offset 0), and
+        // nothing else can reach this fresh memory yet.
+        unsafe { std::ptr::write_bytes(p.as_ptr(), 0, len) };
+        if !flags.contains(vk::MemoryPropertyFlags::HOST_COHERENT) {
+            let range = vk::MappedMemoryRange::default().memory(memory).offset(0).size(vk::WHOLE_SIZE);
+            // SAFETY: `memory` is mapped (above) and host-visible.
+            unsafe { l.device.flush_mapped_memory_ranges(&[range]) }.map_err(|c| self.fail("vkFlushMappedMemoryRanges", c))?;
+        }
+        if temporary {
+            // SAFETY: mapped just above by this call, not mapped elsewhere (fresh), and the
+            // pointer is not used after this.
+            unsafe { l.device.unmap_memory(memory) };
+        }
+        Ok(())
     }
 
     /// [`alloc_bound`](Self::alloc_bound) in the memory device buffers get: mapped VRAM where
     /// small writes are CPU stores (`OpenOptions::bar_writes`; mapped when `map`), else, or if
     /// no mapped type can hold this buffer (its memory-type bits), ordinary VRAM. A failed
     /// allocation is the caller's error either way: on a full BAR both types share one heap.
-    pub(crate) fn alloc_device_bound(&self, l: &Live, size: u64, usage: vk::BufferUsageFlags, map: bool) -> Result<Bound> {
-        match self.mapped_buffers.then(|| self.alloc_bound(l, size, usage, memtype::device_mapped, map)) {
+    /// `zero` as in [`alloc_bound_init`](Self::alloc_bound_init).
+    pub(crate) fn alloc_device_bound(&self, l: &Live, size: u64, usage: vk::BufferUsageFlags, map: bool, zero: bool) -> Result<Bound> {
+        match self.mapped_buffers.then(|| self.alloc_bound_init(l, size, usage, memtype::device_mapped, map, zero)) {
             Some(Ok(b)) => Ok(b),
-            Some(Err(Error::Unsupported { .. })) | None => self.alloc_bound(l, size, usage, memtype::device_local, false),
+            Some(Err(Error::Unsupported { .. })) | None => self.alloc_bound_init(l, size, usage, memtype::device_local, false, zero),
             Some(Err(e)) => Err(e),
         }
     }

@@ -591,7 +591,7 @@ pub(crate) fn floor(s: &Shared, l: &Live, to_device: bool, len: u64, iters: usiz
         }
     }
     let host = Owned { s, l, b: s.alloc_bound(l, len, usage, memtype::pinned, false)? };
-    let dev = Owned { s, l, b: s.alloc_device_bound(l, len, usage, false)? };
+    let dev = Owned { s, l, b: s.alloc_device_bound(l, len, usage, false, false)? };
     // SAFETY: both buffers are ours, made above with transfer usage and `len` bytes, used by
     // nothing else, and released (when `dev` and `host` drop) only after `floor` returned,
     // which waits for whatever it submitted on every path, unwinding included.

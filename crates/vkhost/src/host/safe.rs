@@ -81,10 +81,13 @@ fn raw_memory(
 /// [`alloc_pinned`](super::alloc_pinned) for the exceptions); frees on drop.
 ///
 /// While any `PinnedBuffer` of a device lives, `Device::destroy` returns `Error::Busy`, so safe
-/// code never touches unmapped memory. Its contents start zeroed where the driver zeroes
-/// (not guaranteed by Vulkan), and a block reused from the device's cache of freed blocks
+/// code never touches unmapped memory. A new block's bytes are unspecified but always
+/// initialized: on a CPU driver (lavapipe), whose memory is this process's heap, vkhost zeroes
+/// them; a GPU driver's host memory holds what the kernel (which clears every page it hands a
+/// process) or earlier work of this process left, usually zeroes (not guaranteed by Vulkan);
+/// and a block reused from the device's cache of freed blocks
 /// ([`OpenOptions::pinned_cache`](crate::OpenOptions::pinned_cache)) holds what its last user
-/// wrote: write before you read.
+/// wrote. Write before you read.
 ///
 /// Stream work that names the block owns it: dropping the buffer waits for the copies and
 /// launches in flight that name it (as [`free_pinned`](super::free_pinned) does), and the
