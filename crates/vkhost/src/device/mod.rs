@@ -990,11 +990,17 @@ fn warn_env_once(name: &str, value: &str, line: std::fmt::Arguments<'_>) {
 /// A number from the environment (`None` when unset or not a number: the default applies).
 fn env_usize(name: &str) -> Option<usize> {
     let v = env_text(name)?;
-    let n = v.trim().parse().ok();
-    if n.is_none() {
-        warn_env_once(name, &v, format_args!("{name}={v:?} is not a whole number: ignored, the default applies"));
+    match v.trim().parse::<usize>() {
+        Ok(n) => Some(n),
+        Err(e) => {
+            let what = match e.kind() {
+                std::num::IntErrorKind::PosOverflow => format!("is larger than {}", usize::MAX),
+                _ => "is not a whole number".to_owned(),
+            };
+            warn_env_once(name, &v, format_args!("{name}={v:?} {what}: ignored, the default applies"));
+            None
+        }
     }
-    n
 }
 
 /// [`env_usize`], or `Some(off)` where the variable says `off` or `never`.
