@@ -175,6 +175,46 @@ fn neighbours_share_a_page() {
     m.slice()[0] = 0;
 }
 
+/// A PinnedBuffer made before `fork()` cannot be read or written in the child: its bytes are
+/// the parent's driver mapping (on a GPU maybe shared with the parent's device, or absent from
+/// the child and faulting). `Deref` and `DerefMut` panic there; dropping it is inert. Before
+/// (9284c3b): the child read the block (on lavapipe a private copy of the heap; on a driver
+/// that excludes the mapping from children, a segfault in safe code).
+#[test]
+fn a_forked_child_cannot_touch_a_pinned_block_of_the_parent() {
+    let d = device().unwrap();
+    let n = 4096;
+    let mut pinned = PinnedBuffer::new(&d, n).unwrap();
+    pinned.fill(3);
+    // SAFETY: the child only runs the closures below under catch_unwind, drops, and _exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // SAFETY: plain alarm(2): nothing here may wait on the parent's driver threads.
+        unsafe { libc::alarm(30) };
+        std::panic::set_hook(Box::new(|_| {}));
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pinned[0])).is_err();
+        let write = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pinned[1] = 9)).is_err();
+        let typed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pinned.as_slice::<u32>().map(|s| s[0]))).is_err();
+        drop(pinned);
+        let code = u8::from(!read) | (u8::from(!write) << 1) | (u8::from(!typed) << 2);
+        // SAFETY: leaves the child without destructors, atexit handlers or the harness.
+        unsafe { libc::_exit(i32::from(code)) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "child did not exit normally: {status:#x}");
+    if std::env::var("VKHOST_MEMCHECK").is_err() {
+        assert_eq!(libc::WEXITSTATUS(status), 0, "the child touched the parent's block (bits: read, write, typed view)");
+    }
+    // The parent's block is untouched and still its own.
+    assert!(pinned.iter().all(|&b| b == 3));
+    pinned[0] = 4;
+    assert_eq!(pinned[0], 4);
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
+}
+
 /// Every guard type created before `fork()` is inert in the child: dropping a DeviceBuffer,
 /// PinnedBuffer, Registration, Stream, Event and Pending there releases, unregisters and waits
 /// for nothing. The parent's registrations, blocks and buffers are all still there and work.

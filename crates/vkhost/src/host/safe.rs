@@ -96,6 +96,14 @@ fn raw_memory(
 /// leaked [`Pending`](crate::Pending) (`mem::forget`) cannot let safe code race the device.
 /// The raw [`host::free_pinned`](super::free_pinned) refuses a `PinnedBuffer`'s block.
 ///
+/// # Panics
+///
+/// `Deref` and `DerefMut` (and so every slice view) panic in a process forked from the one that
+/// made the block. The bytes are the parent's driver mapping: a GPU driver may map them shared
+/// with the parent (whose device and CPU keep writing them) or exclude them from the child
+/// (`MADV_DONTFORK`, as CUDA does with pinned memory), where a read would fault. Dropping the
+/// buffer in the child is fine, and does nothing (see **fork** in the [crate docs](crate)).
+///
 /// # Example
 ///
 /// ```
@@ -326,9 +334,22 @@ impl PinnedBuffer {
     }
 }
 
+impl PinnedBuffer {
+    /// Panics in a process forked from the one that made the block (see the type's `# Panics`).
+    fn not_forked(&self) {
+        if self.dev.shared.forked() {
+            panic!(
+                "a PinnedBuffer made before fork() was used in the child: its bytes are the parent's \
+                 driver mapping, which a child may share with the parent's device or not have at all"
+            );
+        }
+    }
+}
+
 impl std::ops::Deref for PinnedBuffer {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
+        self.not_forked();
         self.res.settle_writes();
         // SAFETY: the block is mapped for `len` bytes while we live (destroy is Busy meanwhile,
         // and the memory goes with its last owner, `self.res` among them); no device write to
@@ -340,6 +361,7 @@ impl std::ops::Deref for PinnedBuffer {
 
 impl std::ops::DerefMut for PinnedBuffer {
     fn deref_mut(&mut self) -> &mut [u8] {
+        self.not_forked();
         self.res.settle_all();
         // SAFETY: as in `deref`, with no device access pending at all, and exclusive access
         // through `&mut self`.
