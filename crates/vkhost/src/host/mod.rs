@@ -343,6 +343,16 @@ impl HostPtr for usize {
 /// such memory imported in pieces behind one entry (needs host registration; the block stays
 /// one contiguous range, `find` answers within a piece).
 ///
+/// **Who may free it.** The raw API is keyed by address, as the seed's is: any code that holds
+/// the [`Device`] may [`free_pinned`] a raw block by its address (only a
+/// [`PinnedBuffer`](crate::PinnedBuffer)'s block is refused), and [`Device::destroy`] unmaps
+/// raw blocks (they stay listed as tombstones, as the seed asks). So `unsafe` code that
+/// dereferences a raw block must know that no other code frees it meanwhile: keep raw blocks
+/// private to the component that made them, and hold a [`DeviceHold`](crate::DeviceHold)
+/// ([`Device::hold`]: `destroy` answers `Busy` while it lives) for as long as you touch the
+/// bytes. Memory shared between components belongs in a `PinnedBuffer`, whose block no raw
+/// call can free and whose life keeps `destroy` `Busy`.
+///
 /// Errors: `len == 0` → `InvalidArgument`; a block too large for one allocation where imports
 /// are unavailable → `Unsupported`; no memory → `OutOfHostMemory` or the driver's error;
 /// `AlreadyRegistered` only if four blocks in a row land on addresses that stale registrations
@@ -357,13 +367,16 @@ impl HostPtr for usize {
 /// use vkhost::host;
 /// let dev = vkhost::Device::open_default()?;
 /// let block = host::alloc_pinned(&dev, 1024)?;
-/// // SAFETY: the block is mapped for 1024 bytes until `free_pinned` (the device is not
-/// // destroyed before), and no device work names it yet.
+/// let hold = dev.hold()?; // `destroy` is `Busy` while we touch the block
+/// // SAFETY: the block is mapped for 1024 bytes until the `free_pinned` below (no other code
+/// // knows its address, and `hold` keeps the device from being destroyed), and no device work
+/// // names it yet.
 /// let bytes = unsafe { std::slice::from_raw_parts_mut(block.as_ptr(), 1024) };
 /// bytes.fill(0x5A);
 /// let gpu = dev.alloc_buffer(1024)?;
 /// gpu.write(0, bytes)?; // never staged: the device reads the block itself
-/// host::free_pinned(&dev, block)?;
+/// host::free_pinned(&dev, block)?; // `bytes` is not used after this
+/// drop(hold);
 /// assert!(matches!(host::alloc_pinned(&dev, 0), Err(vkhost::Error::InvalidArgument { .. })));
 /// # Ok(()) }
 /// ```
@@ -607,7 +620,9 @@ fn on_threads<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<
 /// freed blocks, keeps it for the next block of its size: below).
 ///
 /// `NotPinned` for anything but a live block's start: registered addresses, interior pointers,
-/// a second free; `OwnedByGuard` for a `PinnedBuffer`'s block. A block whose device was
+/// a second free; `OwnedByGuard` for a `PinnedBuffer`'s block. Any other block listed at that
+/// address on `dev` is freed, whoever allocated it: see **Who may free it** in
+/// [`alloc_pinned`]. A block whose device was
 /// destroyed has nothing left to release: `Ok`. The entry goes at once (the address is no
 /// longer found); the call returns once the copies and launches in flight that name the block
 /// are done, as `cudaFreeHost` does (not for a [`RecordedCopy`]: the caller submits it, maybe

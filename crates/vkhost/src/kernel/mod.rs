@@ -753,9 +753,13 @@ impl<'a> Binding<'a> {
     /// there themselves.
     ///
     /// # Safety
-    /// The bytes must stay registered (or the block allocated) and valid until the launch
-    /// completes (an event recorded after it, or `synchronize`), and the host must not access
-    /// them meanwhile in a way that conflicts with the kernel's (a write on either side).
+    /// The promise covers every launch made with the returned binding, with a copy of its
+    /// [`HostRange`] (which is `Copy`), or with a binding rebuilt from one (`Binding::Raw`),
+    /// not only the next: for each such launch, the bytes must stay registered (or the block
+    /// allocated) and valid until it completes (an event recorded after it, or `synchronize`),
+    /// and the host must not access them meanwhile in a way that conflicts with the kernel's (a
+    /// write on either side). Keep the binding no longer than that holds: a range kept after
+    /// its block is freed names whatever is allocated there next.
     ///
     /// # Example
     ///
