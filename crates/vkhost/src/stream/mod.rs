@@ -150,6 +150,16 @@ impl std::fmt::Debug for Event {
 /// Async work that borrows host memory: waits for it (and completes pageable d2h) on drop, so
 /// safe code cannot touch or free memory the device is still using.
 ///
+/// When completion cannot be confirmed (device loss, a failed wait, a wait that times out
+/// after 120 s without progress), nothing it names is reused while the device may still touch
+/// it: pageable copy-outs it guards are cancelled before the wait returns (the error is
+/// reported, never `Ok` for bytes not written); the work keeps its own references to the
+/// pinned blocks, imports and device buffers it names, so they are neither freed nor handed
+/// out again until vkhost sees it done or the device is torn down (a leak, not a reuse); and a
+/// later view of a pinned block it names (`Deref`/`DerefMut`) waits for the stream's queue
+/// (vkQueueWaitIdle, which has no timeout) first. The borrowed-slice forms ([`Stream::upload`], [`Stream::download`]) have
+/// finished with the caller's bytes when they return.
+///
 /// # Example
 ///
 /// ```
