@@ -99,10 +99,13 @@ fn raw_memory(
 /// # Panics
 ///
 /// `Deref` and `DerefMut` (and so every slice view) panic in a process forked from the one that
-/// made the block. The bytes are the parent's driver mapping: a GPU driver may map them shared
-/// with the parent (whose device and CPU keep writing them) or exclude them from the child
-/// (`MADV_DONTFORK`, as CUDA does with pinned memory), where a read would fault. Dropping the
-/// buffer in the child is fine, and does nothing (see **fork** in the [crate docs](crate)).
+/// made a block a GPU driver allocated. Those bytes are the parent's driver mapping: the driver
+/// may map them shared with the parent (whose device and CPU keep writing them) or exclude
+/// them from the child (`MADV_DONTFORK`, as CUDA does with pinned memory), where a read would
+/// fault. Where the child holds a private copy (a CPU driver's blocks, which are heap memory,
+/// and blocks of vkhost's own memory, see [`alloc_pinned`](super::alloc_pinned)) it reads and
+/// writes that copy. Dropping the buffer in the child is fine, and does nothing (see **fork**
+/// in the [crate docs](crate)).
 ///
 /// # Example
 ///
@@ -335,15 +338,26 @@ impl PinnedBuffer {
 }
 
 impl PinnedBuffer {
-    /// Panics in a process forked from the one that made the block (see the type's `# Panics`).
+    /// Panics in a process forked from the one that made the block, unless the child holds a
+    /// private copy of its bytes (see the type's `# Panics`).
     fn not_forked(&self) {
-        if self.dev.shared.forked() {
+        if self.dev.shared.forked() && !private_after_fork(self.dev.shared.info.device_type, self.res.parts[0].obj.has_backing()) {
             panic!(
                 "a PinnedBuffer made before fork() was used in the child: its bytes are the parent's \
                  driver mapping, which a child may share with the parent's device or not have at all"
             );
         }
     }
+}
+
+/// Whether a forked child holds a private copy of a pinned block's bytes: a CPU driver's block
+/// (its memory is the process heap, copied on write like any) or vkhost's own anonymous memory
+/// (`backed`: a huge-page or piecewise block; `MAP_PRIVATE`, and Linux copies pinned pages into
+/// the child at once). A GPU driver's block is a mapping of the driver's: it may be shared with
+/// the parent (Mesa maps its buffer objects shared), or left out of the child
+/// (`MADV_DONTFORK`, as CUDA's pinned memory is), where a read faults.
+fn private_after_fork(device_type: crate::DeviceType, backed: bool) -> bool {
+    device_type == crate::DeviceType::Cpu || backed
 }
 
 impl std::ops::Deref for PinnedBuffer {
@@ -634,5 +648,20 @@ impl Drop for Registration<'_> {
         if let Err(e) = super::release_entry(&self.dev, self.ptr.0.as_ptr() as usize, Kind::Registered, true) {
             log::error!("Registration drop: unregister failed: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::private_after_fork;
+    use crate::DeviceType;
+
+    #[test]
+    fn only_gpu_driver_blocks_are_out_of_reach_after_fork() {
+        for t in [DeviceType::Discrete, DeviceType::Integrated, DeviceType::Virtual, DeviceType::Other] {
+            assert!(!private_after_fork(t, false), "{t:?}: a driver mapping");
+            assert!(private_after_fork(t, true), "{t:?}: vkhost's own anonymous memory");
+        }
+        assert!(private_after_fork(DeviceType::Cpu, false) && private_after_fork(DeviceType::Cpu, true));
     }
 }
