@@ -341,7 +341,9 @@ impl PinnedBuffer {
     /// Panics in a process forked from the one that made the block, unless the child holds a
     /// private copy of its bytes (see the type's `# Panics`).
     fn not_forked(&self) {
-        if self.dev.shared.forked() && !private_after_fork(self.dev.shared.info.device_type, self.res.parts[0].obj.has_backing()) {
+        if self.dev.shared.forked()
+            && !private_after_fork(self.dev.shared.info.device_type, self.res.parts.iter().any(|p| p.obj.has_backing()))
+        {
             panic!(
                 "a PinnedBuffer made before fork() was used in the child: its bytes are the parent's \
                  driver mapping, which a child may share with the parent's device or not have at all"
