@@ -1668,24 +1668,13 @@ impl Shared {
     }
 
     /// A buffer of `size` bytes with `usage`, bound to fresh memory of the type `choose` picks,
-    /// mapped when `map`. On any failure, everything created so far is destroyed. Its bytes are
-    /// whatever the driver left: for vkhost's own buffers, which it writes before it reads.
+    /// mapped when `map`. On any failure, everything created so far is destroyed. With `zero`
+    /// its first `size` bytes read 0 on a CPU driver (see
+    /// [`zero_heap_memory`](Self::zero_heap_memory)): for the memory users can read before they
+    /// write it, pinned blocks (a safe `&[u8]`) and device buffers (`DeviceBuffer::read`).
+    /// Without, its bytes are whatever the driver left: for vkhost's own buffers, which it
+    /// writes before it reads.
     pub(crate) fn alloc_bound(
-        &self,
-        l: &Live,
-        size: u64,
-        usage: vk::BufferUsageFlags,
-        choose: fn(&[vk::MemoryPropertyFlags], u32) -> Option<Choice>,
-        map: bool,
-    ) -> Result<Bound> {
-        self.alloc_bound_init(l, size, usage, choose, map, false)
-    }
-
-    /// [`alloc_bound`](Self::alloc_bound), and with `zero` its first `size` bytes read 0 on a CPU
-    /// driver (see [`zero_heap_memory`](Self::zero_heap_memory)): for the memory users can
-    /// read before they write it, pinned blocks (a safe `&[u8]`) and device buffers
-    /// (`DeviceBuffer::read`).
-    pub(crate) fn alloc_bound_init(
         &self,
         l: &Live,
         size: u64,
@@ -1766,11 +1755,11 @@ impl Shared {
     /// small writes are CPU stores (`OpenOptions::bar_writes`; mapped when `map`), else, or if
     /// no mapped type can hold this buffer (its memory-type bits), ordinary VRAM. A failed
     /// allocation is the caller's error either way: on a full BAR both types share one heap.
-    /// `zero` as in [`alloc_bound_init`](Self::alloc_bound_init).
+    /// `zero` as in [`alloc_bound`](Self::alloc_bound).
     pub(crate) fn alloc_device_bound(&self, l: &Live, size: u64, usage: vk::BufferUsageFlags, map: bool, zero: bool) -> Result<Bound> {
-        match self.mapped_buffers.then(|| self.alloc_bound_init(l, size, usage, memtype::device_mapped, map, zero)) {
+        match self.mapped_buffers.then(|| self.alloc_bound(l, size, usage, memtype::device_mapped, map, zero)) {
             Some(Ok(b)) => Ok(b),
-            Some(Err(Error::Unsupported { .. })) | None => self.alloc_bound_init(l, size, usage, memtype::device_local, false, zero),
+            Some(Err(Error::Unsupported { .. })) | None => self.alloc_bound(l, size, usage, memtype::device_local, false, zero),
             Some(Err(e)) => Err(e),
         }
     }

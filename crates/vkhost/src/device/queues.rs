@@ -425,8 +425,8 @@ pub(crate) fn measure(s: &Shared, l: &Live) -> Result<CopyQueues> {
     // Without copy engines both kinds are the compute queue: the choice is fixed.
     let one_queue = l.copy_queues.is_empty();
     let bulk_len = if one_queue { PROBE_BULK_ONE_QUEUE } else { PROBE_BULK };
-    let host = s.alloc_bound(l, bulk_len, usage, memtype::pinned, false)?;
-    let dev = match s.alloc_bound(l, bulk_len, usage, memtype::device_local, false) {
+    let host = s.alloc_bound(l, bulk_len, usage, memtype::pinned, false, false)?;
+    let dev = match s.alloc_bound(l, bulk_len, usage, memtype::device_local, false, false) {
         Ok(b) => b,
         Err(e) => {
             // SAFETY: fresh objects of ours, never used.
@@ -590,7 +590,7 @@ pub(crate) fn floor(s: &Shared, l: &Live, to_device: bool, len: u64, iters: usiz
             unsafe { self.s.release_bound(self.l, self.b.buffer, self.b.memory) };
         }
     }
-    let host = Owned { s, l, b: s.alloc_bound(l, len, usage, memtype::pinned, false)? };
+    let host = Owned { s, l, b: s.alloc_bound(l, len, usage, memtype::pinned, false, false)? };
     let dev = Owned { s, l, b: s.alloc_device_bound(l, len, usage, false, false)? };
     // SAFETY: both buffers are ours, made above with transfer usage and `len` bytes, used by
     // nothing else, and released (when `dev` and `host` drop) only after `floor` returned,
