@@ -19,6 +19,11 @@ cp target/release/vkhost .h200/vkhost
 ex="bidir_time d2d_queues plain_copy sync_floor host_read_barrier bar_cost big_register register_cost pinned_small queue_latency split_copy mid_split assist_rounds sync_bidir alloc_cost"
 cargo build --release -p vkhost $(for e in $ex; do printf -- '--example %s ' "$e"; done)
 for e in $ex; do cp "target/release/examples/$e" .h200/; done
+# The standalone probe (nothing of vkhost's), for h200-run.sh's host check.
+if [ -d ../shared/vkprobe ]; then
+  CARGO_TARGET_DIR=target/vkprobe cargo build --release --manifest-path ../shared/vkprobe/Cargo.toml
+  cp target/vkprobe/release/vkprobe .h200/vkprobe && strip .h200/vkprobe
+fi
 strip .h200/vkhost .h200/tests/* $(for e in $ex; do printf '.h200/%s ' "$e"; done)
 # Compressed: the working tree that travels is limited to 64 MiB; h200-run.sh unpacks it.
 tar -C .h200 -cJf .h200/tests.tar.xz tests && rm -rf .h200/tests
