@@ -214,6 +214,13 @@ pub enum BarWrites {
 /// engine where the device has one and `copy_queue` is `Copy`, and the full sweep gave 60.1 /
 /// 60.4 GB/s at 256 MiB / 1 GiB.) Since a write alone loses a fifth, it is off by default.
 ///
+/// The exception is a host whose GPU reads host memory slowly. On two H100 hosts (2026-12-05,
+/// docs/PERFORMANCE.md) the copy engine read host memory at 34 GB/s (CUDA's own copy kernel
+/// over mapped memory too; `cudaMemcpy` 55). There a shared write alone moved 42.8 GB/s at
+/// 256 MiB against the copy engine's 34.2 (1.25x), and 36.2 at 1 GiB (unsteady, 35.5-43.4).
+/// `vkhost devices` prints the copy engine's rates measured at open: h2d far below d2h is that
+/// case, and `Always` is worth measuring there (`vkhost bench -t bar`).
+///
 /// # Example
 ///
 /// ```
