@@ -3,7 +3,8 @@
 //! reverse). Both are states of a process seen on the H200 (docs/PERFORMANCE.md, eighth
 //! session: pinned 4 KiB copies at 18-21 us where registered memory took 12.5-14, in about half
 //! of the full sweeps; every 4 KiB copy at 41-57 us in some), not properties of the link: a
-//! user reading such a table should rerun before trusting its small-copy rows.
+//! user reading such a table should rerun before trusting its small-copy rows. And a note on a
+//! host whose GPU reads host memory far slower than it writes it (a property of the host).
 
 use super::point::Point;
 
@@ -68,9 +69,43 @@ pub(super) fn notes(points: &[Point], at_open: Option<(f64, f64)>) -> Vec<String
     out
 }
 
+/// Below this ratio of bulk host→device to device→host bandwidth measured at open, a host's
+/// GPU reads host memory slowly (the thirty-fourth session's H100 hosts: 34.3 / 51.3 GB/s, 0.67x;
+/// others 0.96-0.98x).
+const SLOW_READS: f64 = 0.8;
+
+/// A note when the device's bulk copies measured at open, (h2d, d2h) GB/s with each the better
+/// of the queues measured, show a host whose GPU reads host memory far slower than it writes it:
+/// then the h2d rows are the host's limit, not the sweep's or vkhost's.
+pub(super) fn host_read_note(bulk_at_open: Option<(f64, f64)>) -> Option<String> {
+    let (h2d, d2h) = bulk_at_open?;
+    (h2d > 0.0 && d2h > 0.0 && h2d < SLOW_READS * d2h).then(|| {
+        format!(
+            "slow host reads: when the device opened, bulk copies read host memory at {h2d:.1} GB/s and wrote it at \
+             {d2h:.1} ({:.2}x); on H100 hosts like this every GPU read of host memory was that slow, a plain Vulkan \
+             program's and CUDA's copy kernel's too (docs/PERFORMANCE.md), so the h2d rows show the host's limit; \
+             large writes shared with CPU stores (`bar_assist`, the host_to_device_bar+assist rows) may be faster",
+            h2d / d2h
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slow_host_reads_are_named_from_the_open_time_figures() {
+        // The thirty-fourth session's capped H100: 34.8 / 52.4 GB/s (the better queue each way).
+        let n = host_read_note(Some((34.8, 52.4))).expect("a capped host gets the note");
+        assert!(n.starts_with("slow host reads") && n.contains("34.8") && n.contains("0.66x"), "{n}");
+        // The thirty-second session's H100 (50.6 / 51.7) and the H200 (~49 / 51): no note.
+        assert_eq!(host_read_note(Some((50.6, 51.7))), None);
+        assert_eq!(host_read_note(Some((49.2, 51.1))), None);
+        // Nothing measured (one kind of queue, lavapipe) or nonsense figures: no note.
+        assert_eq!(host_read_note(None), None);
+        assert_eq!(host_read_note(Some((0.0, 0.0))), None);
+    }
     use crate::stats::summarize;
 
     fn pt(path: &str, dir: &str, us: f64) -> Point {

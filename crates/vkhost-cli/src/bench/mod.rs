@@ -785,6 +785,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let at_open = dev.copy_queues().measured.map(|(c, _)| (c.small_to_device_us, c.small_to_host_us));
     notes.append(&mut cx.notes);
     notes.extend(anomaly::notes(&cx.points, at_open));
+    let bulk_at_open = dev
+        .copy_queues()
+        .measured
+        .map(|(c, q)| (c.bulk_to_device_gbps.max(q.bulk_to_device_gbps), c.bulk_to_host_gbps.max(q.bulk_to_host_gbps)));
+    notes.extend(anomaly::host_read_note(bulk_at_open));
     print_table(&cx.points, &cuda, link.as_ref());
     for n in &notes {
         println!("note: {n}");
