@@ -82,9 +82,10 @@ pub(super) fn host_read_note(bulk_at_open: Option<(f64, f64)>) -> Option<String>
     (h2d > 0.0 && d2h > 0.0 && h2d < SLOW_READS * d2h).then(|| {
         format!(
             "slow host reads: when the device opened, bulk copies read host memory at {h2d:.1} GB/s and wrote it at \
-             {d2h:.1} ({:.2}x); on H100 hosts like this every GPU read of host memory was that slow, a plain Vulkan \
-             program's and CUDA's copy kernel's too (docs/PERFORMANCE.md), so the h2d rows show the host's limit; \
-             large writes shared with CPU stores (`bar_assist`, the host_to_device_bar+assist rows) may be faster",
+             {d2h:.1} ({:.2}x); on the H100 hosts where this was seen, every GPU read of host memory was that slow, a \
+             plain Vulkan program's and CUDA's copy kernel's too (docs/PERFORMANCE.md): the h2d rows may show the \
+             host's limit, and large writes shared with CPU stores (`bar_assist`, the host_to_device_bar+assist \
+             rows) may be faster",
             h2d / d2h
         )
     })
