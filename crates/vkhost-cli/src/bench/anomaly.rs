@@ -76,7 +76,7 @@ const SLOW_READS: f64 = 0.8;
 
 /// A note when the device's bulk copies measured at open, (h2d, d2h) GB/s with each the better
 /// of the queues measured, show a host whose GPU reads host memory far slower than it writes it:
-/// then the h2d rows are the host's limit, not the sweep's or vkhost's.
+/// then the h2d rows may show the host's limit rather than the sweep's or vkhost's.
 pub(super) fn host_read_note(bulk_at_open: Option<(f64, f64)>) -> Option<String> {
     let (h2d, d2h) = bulk_at_open?;
     (h2d > 0.0 && d2h > 0.0 && h2d < SLOW_READS * d2h).then(|| {
@@ -94,6 +94,7 @@ pub(super) fn host_read_note(bulk_at_open: Option<(f64, f64)>) -> Option<String>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stats::summarize;
 
     #[test]
     fn slow_host_reads_are_named_from_the_open_time_figures() {
@@ -107,7 +108,6 @@ mod tests {
         assert_eq!(host_read_note(None), None);
         assert_eq!(host_read_note(Some((0.0, 0.0))), None);
     }
-    use crate::stats::summarize;
 
     fn pt(path: &str, dir: &str, us: f64) -> Point {
         super::super::point::point("vulkan", "copy", path, dir, 4096, 4096, summarize(&[us * 1e-6]).unwrap())

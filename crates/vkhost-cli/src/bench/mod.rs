@@ -789,7 +789,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .copy_queues()
         .measured
         .map(|(c, q)| (c.bulk_to_device_gbps.max(q.bulk_to_device_gbps), c.bulk_to_host_gbps.max(q.bulk_to_host_gbps)));
-    notes.extend(anomaly::host_read_note(bulk_at_open));
+    if cx.points.iter().any(|p| p.dir == "h2d" || p.dir == "bidir") {
+        notes.extend(anomaly::host_read_note(bulk_at_open));
+    }
     print_table(&cx.points, &cuda, link.as_ref());
     for n in &notes {
         println!("note: {n}");
