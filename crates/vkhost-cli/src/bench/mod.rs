@@ -782,13 +782,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
         _ => Vec::new(),
     };
-    let at_open = dev.copy_queues().measured.map(|(c, _)| (c.small_to_device_us, c.small_to_host_us));
+    let measured = dev.copy_queues().measured;
+    let at_open = measured.map(|(c, _)| (c.small_to_device_us, c.small_to_host_us));
     notes.append(&mut cx.notes);
     notes.extend(anomaly::notes(&cx.points, at_open));
-    let bulk_at_open = dev
-        .copy_queues()
-        .measured
-        .map(|(c, q)| (c.bulk_to_device_gbps.max(q.bulk_to_device_gbps), c.bulk_to_host_gbps.max(q.bulk_to_host_gbps)));
+    let bulk_at_open =
+        measured.map(|(c, q)| (c.bulk_to_device_gbps.max(q.bulk_to_device_gbps), c.bulk_to_host_gbps.max(q.bulk_to_host_gbps)));
     if cx.points.iter().any(|p| p.dir == "h2d" || p.dir == "bidir") {
         notes.extend(anomaly::host_read_note(bulk_at_open));
     }

@@ -335,9 +335,7 @@ impl PinnedBuffer {
     pub(crate) fn settle(&self, all: bool) {
         if all { self.res.settle_all() } else { self.res.settle_writes() }
     }
-}
 
-impl PinnedBuffer {
     /// Panics in a process forked from the one that made the block, unless the child holds a
     /// private copy of its bytes (see the type's `# Panics`).
     fn not_forked(&self) {
