@@ -83,8 +83,9 @@
 //!   answers `DeviceDestroyed` there, drops and releases do nothing (the objects are the
 //!   parent's), and the bytes of a [`PinnedBuffer`] a GPU driver allocated are not the child's
 //!   to touch (the driver's mapping may be shared with the parent or absent): its
-//!   `Deref`/`DerefMut` panic there (a CPU driver's block, heap memory, is the child's private
-//!   copy). A child opens a device of its own.
+//!   `Deref`/`DerefMut` panic there, and the streams and kernels of any device, the child's own
+//!   included, refuse it with `Unsupported` (a CPU driver's block, heap memory, is the child's
+//!   private copy). A child opens a device of its own.
 //!
 //! Fully async copies of the caller's own memory remain available through the `unsafe` raw
 //! calls ([`Stream::copy_to_device_async`], [`Stream::copy_to_host_async`]), whose contracts

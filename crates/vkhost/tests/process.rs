@@ -222,6 +222,89 @@ fn a_forked_child_touches_a_pinned_block_only_where_it_has_its_own_copy() {
     assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
 }
 
+/// A GPU driver's pinned block made before `fork()` is refused in the child by the streams and
+/// kernels of every device, not only by its `Deref`: the parent's stream (before it says the
+/// device is the parent's) and a device the child opens itself answer `Unsupported` for
+/// `upload_pinned`, `download_pinned` and a kernel's `Binding::pinned`/`pinned_mut`. Before
+/// (found by a review, session 35), the child's own device found no registration of the block
+/// in its fresh registry and staged it: a memcpy that read, or on download wrote, the parent's
+/// driver mapping (shared with the parent, or absent in the child). Where the child holds a
+/// private copy (a CPU driver's block) its own device's streams copy that copy both ways. In a process
+/// of its own: the child opens a device, and another test's thread in the loader or driver at
+/// the fork would leave it their locks.
+#[test]
+fn a_forked_childs_own_device_refuses_a_pinned_block_it_has_no_copy_of() {
+    if rerun_alone("a_forked_childs_own_device_refuses_a_pinned_block_it_has_no_copy_of").is_some() {
+        return;
+    }
+    let d = device().unwrap();
+    let n = 4096;
+    let mut pinned = PinnedBuffer::new(&d, n).unwrap();
+    pinned.fill(3);
+    let buf = d.alloc_buffer(n).unwrap();
+    let stream = d.stream().unwrap();
+    let gpu_block = d.info().device_type != vkhost::DeviceType::Cpu;
+    let refused = |r: vkhost::Result<()>| matches!(r, Err(vkhost::Error::Unsupported { .. }));
+    // SAFETY: the child runs the block below (vkhost calls, no test harness) and _exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // SAFETY: plain alarm(2): a hung child dies of SIGALRM.
+        unsafe { libc::alarm(30) };
+        let mut code = 0;
+        // The parent's stream: the block is refused first on a GPU; either way nothing runs.
+        let up = stream.upload_pinned(&pinned, 0..n, &buf, 0).map(std::mem::forget);
+        if up.is_ok() || (gpu_block && !refused(up)) {
+            code |= 1;
+        }
+        let o = vkhost::OpenOptions { validation: false, ..vkhost::OpenOptions::default() };
+        match Device::open_default_with(&o) {
+            Ok(c) => {
+                let (s, g) = (c.stream().unwrap(), c.alloc_buffer(n).unwrap());
+                g.write(0, &[5; 4096]).unwrap();
+                let down = s.download_pinned(&g, 0, &mut pinned, 0..n).and_then(|p| p.wait());
+                let fill = s.fill_u32(vkhost::Binding::pinned_mut(&mut pinned, 0, 4), 0x0707_0707).and_then(|()| s.synchronize());
+                let up = s.upload_pinned(&pinned, 0..n, &g, 0).and_then(|p| p.wait());
+                let sum = s.checksum(vkhost::Binding::pinned(&pinned, 0, n)).map(|_| ());
+                if gpu_block {
+                    if !(refused(down) && refused(fill) && refused(up) && refused(sum)) {
+                        code |= 2;
+                    }
+                } else {
+                    // The child's own copy went down and came back up. Its kernels do not take
+                    // it as the parent's (this device has no import of it: `NotRegistered`).
+                    let mut back = vec![0u8; n];
+                    let copied = down.is_ok() && up.is_ok() && g.read(0, &mut back).is_ok() && back.iter().all(|&b| b == 5);
+                    if !copied || refused(fill) || refused(sum) {
+                        code |= 2;
+                    }
+                }
+                drop((s, g));
+                if c.destroy().is_err() {
+                    code |= 4;
+                }
+            }
+            // A CPU driver (lavapipe) serves a forked child: a refusal there is a failure.
+            Err(_) if !gpu_block => code |= 8,
+            Err(e) => eprintln!("the driver refused a device to the forked child ({e}): only the parent's stream was tried"),
+        }
+        // SAFETY: exits the child without destructors or the harness.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child status {status:#x} (exit bit 1: the parent's stream took the block, 2: the child's own device \
+         did not refuse it (GPU) or did not copy its own copy (CPU), 4: destroy failed, 8: no device for the child)"
+    );
+    // The parent's block is untouched and still its own.
+    assert!(pinned.iter().all(|&b| b == 3));
+    drop(stream);
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
+}
+
 /// Every guard type created before `fork()` is inert in the child: dropping a DeviceBuffer,
 /// PinnedBuffer, Registration, Stream, Event and Pending there releases, unregisters and waits
 /// for nothing. The parent's registrations, blocks and buffers are all still there and work.

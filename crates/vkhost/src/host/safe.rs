@@ -102,9 +102,11 @@ fn raw_memory(
 /// made a block a GPU driver allocated. Those bytes are the parent's driver mapping: the driver
 /// may map them shared with the parent (whose device and CPU keep writing them) or exclude
 /// them from the child (`MADV_DONTFORK`, as CUDA does with pinned memory), where a read would
-/// fault. Where the child holds a private copy (a CPU driver's blocks, which are heap memory,
-/// and blocks of vkhost's own memory, see [`alloc_pinned`](super::alloc_pinned)) it reads and
-/// writes that copy. Dropping the buffer in the child is fine, and does nothing (see **fork**
+/// fault. There the streams and kernels of any device, the child's own included, refuse the
+/// block (`upload_pinned`, `download_pinned`, `Binding::pinned`/`pinned_mut`: `Unsupported`),
+/// rather than stage or import those bytes. Where the child holds a private copy (a CPU
+/// driver's blocks, which are heap memory, and blocks of vkhost's own memory, see
+/// [`alloc_pinned`](super::alloc_pinned)) it reads and writes that copy. Dropping the buffer in the child is fine, and does nothing (see **fork**
 /// in the [crate docs](crate)).
 ///
 /// # Example
@@ -322,8 +324,15 @@ impl PinnedBuffer {
     }
 
     /// `OutOfRange` unless `[offset, offset + len)` lies in the block (as
-    /// `DeviceMem::check_range`); else the address of its first byte.
+    /// `DeviceMem::check_range`); else the address of its first byte. First,
+    /// `Unsupported` in a forked child that holds no copy of its own of the bytes (the check of
+    /// [`PinnedBuffer::not_forked`], as an error): streams and kernels of any device, the
+    /// child's own included, reach the block through this and would otherwise stage or import
+    /// the parent's driver mapping.
     pub(crate) fn range_addr(&self, offset: usize, len: usize) -> Result<usize> {
+        if self.parents_bytes() {
+            return Err(Error::unsupported(FORKED_BLOCK));
+        }
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(self.ptr.0.as_ptr() as usize + offset),
             _ => Err(Error::OutOfRange),
@@ -339,16 +348,22 @@ impl PinnedBuffer {
     /// Panics in a process forked from the one that made the block, unless the child holds a
     /// private copy of its bytes (see the type's `# Panics`).
     fn not_forked(&self) {
-        if self.dev.shared.forked()
-            && !private_after_fork(self.dev.shared.info.device_type, self.res.parts.iter().any(|p| p.obj.has_backing()))
-        {
-            panic!(
-                "a PinnedBuffer made before fork() was used in the child: its bytes are the parent's \
-                 driver mapping, which a child may share with the parent's device or not have at all"
-            );
+        if self.parents_bytes() {
+            panic!("{FORKED_BLOCK}");
         }
     }
+
+    /// Whether this is a process forked from the one that made the block, and the bytes are
+    /// not the child's own copy (see [`private_after_fork`]).
+    fn parents_bytes(&self) -> bool {
+        self.dev.shared.forked()
+            && !private_after_fork(self.dev.shared.info.device_type, self.res.parts.iter().any(|p| p.obj.has_backing()))
+    }
 }
+
+/// What a forked child is told when it uses a GPU driver's block made before the fork.
+const FORKED_BLOCK: &str = "a PinnedBuffer made before fork() was used in the child: its bytes are the parent's \
+                            driver mapping, which a child may share with the parent's device or not have at all";
 
 /// Whether a forked child holds a private copy of a pinned block's bytes: a CPU driver's block
 /// (its memory is the process heap, copied on write like any) or vkhost's own anonymous memory
