@@ -368,7 +368,11 @@ const FORKED_BLOCK: &str = "a PinnedBuffer made before fork() was used in the ch
 /// Whether a forked child holds a private copy of a pinned block's bytes: a CPU driver's block
 /// (its memory is the process heap, copied on write like any) or vkhost's own anonymous memory
 /// (`backed`: a huge-page or piecewise block; `MAP_PRIVATE`, and Linux copies pinned pages into
-/// the child at once). A GPU driver's block is a mapping of the driver's: it may be shared with
+/// the child at once). That last rests on the kernel: since Linux 5.9 a fork copies at once the
+/// anonymous pages a driver pinned with `pin_user_pages` (`FOLL_PIN`), and a driver that
+/// mirrors the memory (HMM) follows the parent's copy-on-write; an older kernel, or a driver
+/// that holds plain `get_user_pages` references, would leave the page shared copy-on-write, and
+/// the parent's device could write the page the child keeps. A GPU driver's block is a mapping of the driver's: it may be shared with
 /// the parent (Mesa maps its buffer objects shared), or left out of the child
 /// (`MADV_DONTFORK`, as CUDA's pinned memory is), where a read faults.
 fn private_after_fork(device_type: crate::DeviceType, backed: bool) -> bool {
