@@ -11,6 +11,9 @@ dtypes raised untyped errors."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import weakref
@@ -505,6 +508,37 @@ def test_a_stream_whose_destroy_never_ran_keeps_its_arrays() -> None:
     dev.close()  # the teardown's copy-outs land in the kept array, not in freed memory
     kept = [a for a in vk._STREAM_KEEPS.pop(raw) if isinstance(a, np.ndarray) and a.nbytes == 64 << 20]
     assert kept and int(kept[0][-1]) in (0, 5)
+
+
+def test_objects_that_outlive_the_module_at_exit_leave_no_device_write_behind(tmp_path: Any) -> None:
+    # At interpreter exit, objects held from `sys` are finalized after vkhost's module globals
+    # were cleared: their close() fails (swallowed), the stream is never destroyed nor the
+    # registration undone, and the array is freed while the device still writes into it.
+    # Before the exit hook that waits for live streams, this script died of SIGSEGV (5 of 5
+    # runs on lavapipe, in the driver's memcpy into the unmapped array; found by a review).
+    script = tmp_path / "exit_with_work.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys
+            import numpy as np
+            import vkhost
+            dev = vkhost.Device()
+            buf = dev.alloc_buffer(128 << 20)
+            a = np.empty(buf.nbytes, np.uint8)  # its own mmap, unmapped when freed
+            reg = dev.register(a)
+            s = dev.stream()
+            s.download(buf, a)  # direct into the registered array
+            s.flush()  # submitted: the device writes the array from now on
+            sys._keep = [dev, buf, reg, s, a]
+            sys._vk = vkhost
+            del dev, buf, reg, s, a
+            print("exiting", flush=True)
+            """
+        )
+    )
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert (r.returncode, r.stdout.strip()) == (0, "exiting"), f"rc {r.returncode}: {r.stdout}{r.stderr}"
 
 
 def test_a_close_interrupted_while_waiting_still_destroys_the_stream() -> None:

@@ -19,6 +19,7 @@ messages) go to standard error as ``vkhost: <level>: <message>``; ``VKHOST_LOG=o
 
 from __future__ import annotations
 
+import atexit
 import math
 import operator
 import threading
@@ -922,6 +923,27 @@ class Event(_Owner):
 # library write into freed memory when the device's teardown runs its copy-outs.
 _STREAM_KEEPS: dict[int, list[Any]] = {}
 
+# Every live Stream, for the exit hook below.
+_LIVE_STREAMS: weakref.WeakSet[Stream] = weakref.WeakSet()
+
+
+def _quiesce_at_exit() -> None:
+    """Waits for every live stream's work when the interpreter exits, before it tears down
+    modules. Objects that outlive this module's globals (held from ``sys``, say) are finalized
+    after those globals are cleared: their ``close()`` then fails (swallowed), so a stream is
+    never destroyed and a registration never undone, and the arrays they hold are freed with
+    them. Without this wait, a copy still running on the device then wrote into freed memory
+    (SIGSEGV at exit, found by a review). Work enqueued after this hook (a daemon thread, or an
+    ``atexit`` hook registered before ``vkhost`` was imported, which runs later) is not waited for."""
+    for s in list(_LIVE_STREAMS):
+        try:
+            s.synchronize()
+        except Exception:
+            pass
+
+
+atexit.register(_quiesce_at_exit)
+
 
 class Stream(_Owner):
     """Ordered async work on one queue. Copies return at once where the array is registered or
@@ -929,7 +951,9 @@ class Stream(_Owner):
     (a destination's bytes are in place only then, or after an event recorded later is waited).
     The device reads a registered or pinned source when the copy runs, so do not change its
     bytes until then (``synchronize``, or an event recorded after the upload): a change before
-    may or may not reach the device. A pageable array's bytes are read before the call returns."""
+    may or may not reach the device. A pageable array's bytes are read before the call returns.
+    When the interpreter exits, every live stream's work is waited for before modules are torn
+    down."""
 
     def __init__(self, device: Device, kind: Literal["copy", "compute"] = "copy") -> None:
         self._init_once()
@@ -952,6 +976,7 @@ class Stream(_Owner):
         assert h.value is not None
         _STREAM_KEEPS[h.value] = self._keep
         self._hs = _Handle(h.value, InvalidArgumentError, "the stream was closed")
+        _LIVE_STREAMS.add(self)
 
     def _use(self) -> Any:
         """The stream handle, held for one C call (see ``_Handle``)."""
