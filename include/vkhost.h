@@ -357,11 +357,11 @@ vkhost_status vkhost_device_registration(const vkhost_device *device, size_t *gr
 // `vkhost_buffer_free`/`vkhost_stream_destroy`/`vkhost_event_release` still free their handles,
 // and other calls answer `VKHOST_DEVICE_DESTROYED`, except those that only read what the
 // handles recorded: `vkhost_device_get_info`, `vkhost_device_is_destroyed`,
-// `vkhost_device_stats`, `vkhost_device_validation_errors`, `vkhost_buffer_len`,
-// `vkhost_device_trim_pinned_cache` (0 bytes: the teardown freed what was kept), and
-// `vkhost_event_wait`/`vkhost_event_query` (the work is done: `VKHOST_OK`, or the error of
-// work that never ran). Idempotent. Pinned blocks are unmapped: do
-// not touch their bytes afterwards.
+// `vkhost_device_stats`, `vkhost_device_counters`, `vkhost_device_validation_errors`,
+// `vkhost_buffer_len`, `vkhost_device_trim_pinned_cache` (0 bytes: the teardown freed what was
+// kept), and `vkhost_event_wait`/`vkhost_event_query` (the work is done: `VKHOST_OK`, or the
+// error of work that never ran). Idempotent. Pinned blocks are unmapped: do not touch their
+// bytes afterwards.
 //
 // # Safety
 // `device` must be NULL or a live handle.

@@ -1000,11 +1000,11 @@ pub unsafe extern "C" fn vkhost_device_registration(device: *const vkhost_device
 /// `vkhost_buffer_free`/`vkhost_stream_destroy`/`vkhost_event_release` still free their handles,
 /// and other calls answer `VKHOST_DEVICE_DESTROYED`, except those that only read what the
 /// handles recorded: `vkhost_device_get_info`, `vkhost_device_is_destroyed`,
-/// `vkhost_device_stats`, `vkhost_device_validation_errors`, `vkhost_buffer_len`,
-/// `vkhost_device_trim_pinned_cache` (0 bytes: the teardown freed what was kept), and
-/// `vkhost_event_wait`/`vkhost_event_query` (the work is done: `VKHOST_OK`, or the error of
-/// work that never ran). Idempotent. Pinned blocks are unmapped: do
-/// not touch their bytes afterwards.
+/// `vkhost_device_stats`, `vkhost_device_counters`, `vkhost_device_validation_errors`,
+/// `vkhost_buffer_len`, `vkhost_device_trim_pinned_cache` (0 bytes: the teardown freed what was
+/// kept), and `vkhost_event_wait`/`vkhost_event_query` (the work is done: `VKHOST_OK`, or the
+/// error of work that never ran). Idempotent. Pinned blocks are unmapped: do not touch their
+/// bytes afterwards.
 ///
 /// # Safety
 /// `device` must be NULL or a live handle.
@@ -1027,6 +1027,8 @@ unsafe {
     assert_eq!(vkhost_device_destroy(dev), VKHOST_OK); // idempotent
     let mut buf = null_mut();
     assert_eq!(vkhost_buffer_alloc(dev, 4096, &mut buf), VKHOST_DEVICE_DESTROYED);
+    let mut c = vkhost_host_counters::new(); // what the handle recorded still reads
+    assert_eq!(vkhost_device_counters(dev, &mut c), VKHOST_OK);
     assert_eq!(vkhost_free_pinned(dev, block), VKHOST_OK); // a tombstone: once
     assert_eq!(vkhost_free_pinned(dev, block), VKHOST_NOT_PINNED);
 #   assert_eq!(vkhost_device_release(dev), VKHOST_OK);
