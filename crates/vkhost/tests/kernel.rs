@@ -289,6 +289,7 @@ fn push(v: &[u32]) -> Vec<u8> {
 fn user_kernel_writes_the_users_vec_in_place(d: &Device) {
     let s = compute_stream(d);
     // SAFETY: the kernel touches binding 0 only in [delta, delta + 4n), declared read-write.
+    // It trusts n: it stays in this test file, whose launches pass n within the binding.
     let k = unsafe { Kernel::from_spirv(&spirv(SCALE_WGSL), "main", &[Param::ReadWrite], 12) }.unwrap();
     let n = 10_001usize;
     let mut v: Vec<u32> = (0..n as u32 + 2).collect();
@@ -302,6 +303,50 @@ fn user_kernel_writes_the_users_vec_in_place(d: &Device) {
         // The launch completed before `launch` returned (registered memory).
     }
     assert!(v == want, "the kernel's writes are in the user's Vec");
+}
+
+/// The module docs' pattern for a kernel that takes a count from its push constants: bounded by
+/// `arrayLength` of its binding too, a launch with `n` past the binding (safe code may pass any
+/// `n`) writes nothing past the bound range, neither the rest of the same buffer nor the rest of
+/// a pinned block. lavapipe clamps storage accesses to the descriptor range by itself, so here
+/// this passes with an unbounded kernel too (a review's reproduction, session 35); on a driver
+/// without robust buffer access (vkhost enables none) it is the bound that keeps the bytes.
+#[test]
+fn a_kernel_bounded_by_array_length_stays_in_its_binding_whatever_n() {
+    const BOUNDED: &str = r#"
+struct Push { delta0: u32, n: u32 }
+var<push_constant> pc: Push;
+@group(0) @binding(0) var<storage, read_write> data: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    let i = pc.delta0 / 4u + id.x;
+    if id.x < pc.n && i < arrayLength(&data) {
+        data[i] = 0xdeadbeefu;
+    }
+}
+"#;
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    // SAFETY: the kernel writes binding 0 only from its delta and below `arrayLength` (the
+    // bound range's end), whatever n, and binding 0 is declared read-write.
+    let k = unsafe { Kernel::from_spirv(&spirv(BOUNDED), "main", &[Param::ReadWrite], 4) }.unwrap();
+    let n = 3 * 1024u32; // 12 KiB of words for a 4 KiB binding
+    let buf = d.alloc_buffer(16 << 10).unwrap();
+    buf.write(0, &[7u8; 16 << 10]).unwrap();
+    s.launch(&k, [n / 64, 1, 1], &[Binding::Device(&buf, 4096, 4096)], &push(&[n])).unwrap();
+    s.synchronize().unwrap();
+    let mut back = vec![0u8; 16 << 10];
+    buf.read(0, &mut back).unwrap();
+    assert!(back[..4096].iter().all(|&b| b == 7) && back[8192..].iter().all(|&b| b == 7), "bytes outside the binding changed");
+    assert!(back[4096..8192].chunks_exact(4).all(|w| w == 0xdead_beefu32.to_ne_bytes()), "the binding is written");
+    let mut block = vkhost::PinnedBuffer::new(&d, 16 << 10).unwrap();
+    block.fill(7);
+    s.launch(&k, [n / 64, 1, 1], &[Binding::pinned_mut(&mut block, 0, 4096)], &push(&[n])).unwrap();
+    s.synchronize().unwrap();
+    assert!(block[4096..].iter().all(|&b| b == 7), "the rest of the pinned block changed");
+    assert!(block[..4096].chunks_exact(4).all(|w| w == 0xdead_beefu32.to_ne_bytes()), "the block's binding is written");
+    drop(s);
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
 }
 
 #[test]
@@ -457,6 +502,7 @@ fn spin_cpu_is_the_lcg() {
 /// A kernel that runs long enough (tens of ms on lavapipe) to still run when the test acts.
 fn spin_kernel() -> Kernel {
     // SAFETY: the kernel writes binding 0 only in [delta, delta + 4n), declared read-write.
+    // It trusts n: it stays in this test file, whose launches pass n within the binding.
     unsafe { Kernel::from_spirv(&spirv(SPIN_WGSL), "main", &[Param::ReadWrite], 8) }.unwrap()
 }
 
@@ -777,6 +823,7 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 fn add_kernel(addend: u32) -> Kernel {
     let src = ADD_WGSL.replace("ADDEND", &addend.to_string());
     // SAFETY: the kernel touches binding 0 only in [delta, delta + 4n), declared read-write.
+    // It trusts n: it stays in this test file, whose launches pass n within the binding.
     unsafe { Kernel::from_spirv(&spirv(&src), "main", &[Param::ReadWrite], 4) }.unwrap()
 }
 

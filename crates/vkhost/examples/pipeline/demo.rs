@@ -33,7 +33,9 @@ var<push_constant> pc: Push;
 fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let s = pc.delta0 / 4u;
     let d = pc.delta1 / 4u;
-    for (var i = id.x; i < pc.n; i += groups.x * 256u) {
+    // Bounded by the bindings as well as by n: any code holding the kernel may pass any n.
+    let n = min(pc.n, min(arrayLength(&src) - min(s, arrayLength(&src)), arrayLength(&dst) - min(d, arrayLength(&dst))));
+    for (var i = id.x; i < n; i += groups.x * 256u) {
         dst[d + i] = src[s + i] * pc.a + pc.b;
     }
 }
@@ -50,8 +52,9 @@ fn affine_kernel() -> Kernel {
     let opts = naga::back::spv::Options { lang_version: (1, 3), ..Default::default() };
     let pipe = naga::back::spv::PipelineOptions { shader_stage: naga::ShaderStage::Compute, entry_point: "main".into() };
     let words = naga::back::spv::write_vec(&module, &info, &opts, Some(&pipe)).expect("SPIR-V");
-    // SAFETY: the kernel reads binding 0 and writes binding 1 only within [delta, delta + 4n),
-    // and writes only binding 1, declared read-write.
+    // SAFETY: the kernel reads binding 0 and writes binding 1 only within [delta, delta + 4n)
+    // and within the bound ranges (`arrayLength`) whatever n a launch passes, and writes only
+    // binding 1, declared read-write.
     unsafe { Kernel::from_spirv(&words, "main", &[Param::ReadOnly, Param::ReadWrite], 12) }.expect("kernel")
 }
 

@@ -48,8 +48,12 @@
 //!
 //! @compute @workgroup_size(64)
 //! fn main(@builtin(global_invocation_id) id: vec3<u32>) {
-//!     if id.x < pc.n {
-//!         dst[pc.delta1 / 4u + id.x] = src[pc.delta0 / 4u + id.x] * pc.scale;
+//!     // Bounded by the bindings too (`arrayLength`: the bound range's end), not by `n` alone:
+//!     // any code holding the Kernel may launch it with any `n`.
+//!     let s = pc.delta0 / 4u + id.x;
+//!     let d = pc.delta1 / 4u + id.x;
+//!     if id.x < pc.n && s < arrayLength(&src) && d < arrayLength(&dst) {
+//!         dst[d] = src[s] * pc.scale;
 //!     }
 //! }
 //! ```
@@ -163,14 +167,17 @@
 //! # @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
 //! # @compute @workgroup_size(64)
 //! # fn main(@builtin(global_invocation_id) id: vec3<u32>) {
-//! #     if id.x < pc.n {
-//! #         dst[pc.delta1 / 4u + id.x] = src[pc.delta0 / 4u + id.x] * pc.scale;
+//! #     let s = pc.delta0 / 4u + id.x;
+//! #     let d = pc.delta1 / 4u + id.x;
+//! #     if id.x < pc.n && s < arrayLength(&src) && d < arrayLength(&dst) {
+//! #         dst[d] = src[s] * pc.scale;
 //! #     }
 //! # }
 //! # "#;
 //! use vkhost::kernel::{Kernel, Param};
 //! // SAFETY: `SCALE` (the WGSL of the module docs) reads binding 0 and writes binding 1 only
-//! // within the `n` words from their deltas, and has 8 bytes of its own push constants.
+//! // within the `n` words from their deltas and within the bound ranges (`arrayLength`),
+//! // whatever `n` a launch passes, and has 8 bytes of its own push constants.
 //! let scale = unsafe { Kernel::from_spirv(&spirv(SCALE), "main", &[Param::ReadOnly, Param::ReadWrite], 8) }?;
 //! use vkhost::{Binding, QueueKind};
 //! let dev = vkhost::Device::open_default()?;
@@ -295,10 +302,18 @@ impl Kernel {
     /// bindings `0..params.len()`, and one push-constant block of at most
     /// `4 * params.len() + push_constant_bytes` bytes laid out as the convention says. Every
     /// launch must access binding i only within `[delta_i, delta_i + len_i)` of its bound range
-    /// (the bytes the [`Binding`] names) and write only bindings declared [`Param::ReadWrite`]:
-    /// the bytes before a delta, or past a range, may be another owner's memory (a registration
-    /// is imported with whole pages), and a write the declaration hides escapes the tracking that
-    /// keeps safe views of pinned memory from racing the device.
+    /// (the bytes the [`Binding`] names) and write only bindings declared [`Param::ReadWrite`].
+    /// Launching is safe: any code the `Kernel` reaches may launch it with any bindings and push
+    /// constants, so this must hold whatever they are. A kernel that takes a count from its
+    /// push constants bounds its indices by the binding too: the bound range ends where the
+    /// binding's bytes end, so `arrayLength` (GLSL's `.length()`) of the binding, in elements
+    /// from the aligned-down offset, is where its bytes stop (as the module docs' example does).
+    /// A kernel that trusts its push constants instead may only be launched by code that passes
+    /// values within the bindings: keep it private to that code. Why: the bytes before a delta,
+    /// or past a range, may be another owner's memory (a registration is imported with whole
+    /// pages), and a write the declaration hides escapes the tracking that keeps safe views of
+    /// pinned memory from racing the device. vkhost enables no robust buffer access, so a
+    /// device does not clamp an access past the bound range for you (lavapipe happens to).
     ///
     /// # Example
     ///
@@ -320,15 +335,18 @@ impl Kernel {
     /// # @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
     /// # @compute @workgroup_size(64)
     /// # fn main(@builtin(global_invocation_id) id: vec3<u32>) {
-    /// #     if id.x < pc.n {
-    /// #         dst[pc.delta1 / 4u + id.x] = src[pc.delta0 / 4u + id.x] * pc.scale;
+    /// #     let s = pc.delta0 / 4u + id.x;
+    /// #     let d = pc.delta1 / 4u + id.x;
+    /// #     if id.x < pc.n && s < arrayLength(&src) && d < arrayLength(&dst) {
+    /// #         dst[d] = src[s] * pc.scale;
     /// #     }
     /// # }
     /// # "#;
     /// use vkhost::kernel::{Kernel, Param};
     /// let words = spirv(SCALE);
     /// // SAFETY: `SCALE` (the WGSL of the module docs) reads binding 0 and writes binding 1 only
-    /// // within the `n` words from their deltas, and has 8 bytes of its own push constants.
+    /// // within the `n` words from their deltas and within the bound ranges (`arrayLength`),
+    /// // whatever `n` a launch passes, and has 8 bytes of its own push constants.
     /// let k = unsafe { Kernel::from_spirv(&words, "main", &[Param::ReadOnly, Param::ReadWrite], 8) }?;
     /// assert_eq!((k.name(), k.push_constant_bytes()), ("main", 8));
     /// // The module uses binding 1: declaring one binding is refused before any device sees it.

@@ -435,14 +435,17 @@ impl Stream {
     /// # @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
     /// # @compute @workgroup_size(64)
     /// # fn main(@builtin(global_invocation_id) id: vec3<u32>) {
-    /// #     if id.x < pc.n {
-    /// #         dst[pc.delta1 / 4u + id.x] = src[pc.delta0 / 4u + id.x] * pc.scale;
+    /// #     let s = pc.delta0 / 4u + id.x;
+    /// #     let d = pc.delta1 / 4u + id.x;
+    /// #     if id.x < pc.n && s < arrayLength(&src) && d < arrayLength(&dst) {
+    /// #         dst[d] = src[s] * pc.scale;
     /// #     }
     /// # }
     /// # "#;
     /// use vkhost::kernel::{Kernel, Param};
     /// // SAFETY: `SCALE` (the WGSL of the module docs) reads binding 0 and writes binding 1 only
-    /// // within the `n` words from their deltas, and has 8 bytes of its own push constants.
+    /// // within the `n` words from their deltas and within the bound ranges (`arrayLength`),
+    /// // whatever `n` a launch passes, and has 8 bytes of its own push constants.
     /// let scale = unsafe { Kernel::from_spirv(&spirv(SCALE), "main", &[Param::ReadOnly, Param::ReadWrite], 8) }?;
     /// use vkhost::{Binding, QueueKind};
     /// let dev = vkhost::Device::open_default()?;
