@@ -106,8 +106,8 @@ fn raw_memory(
 /// block (`upload_pinned`, `download_pinned`, `Binding::pinned`/`pinned_mut`: `Unsupported`),
 /// rather than stage or import those bytes. Where the child holds a private copy (a CPU
 /// driver's blocks, which are heap memory, and blocks of vkhost's own memory, see
-/// [`alloc_pinned`](super::alloc_pinned)) it reads and writes that copy. Dropping the buffer in the child is fine, and does nothing (see **fork**
-/// in the [crate docs](crate)).
+/// [`alloc_pinned`](super::alloc_pinned)) it reads and writes that copy. Dropping the buffer
+/// in the child is fine, and does nothing (see **fork** in the [crate docs](crate)).
 ///
 /// # Example
 ///
@@ -372,9 +372,9 @@ const FORKED_BLOCK: &str = "a PinnedBuffer made before fork() was used in the ch
 /// anonymous pages a driver pinned with `pin_user_pages` (`FOLL_PIN`), and a driver that
 /// mirrors the memory (HMM) follows the parent's copy-on-write; an older kernel, or a driver
 /// that holds plain `get_user_pages` references, would leave the page shared copy-on-write, and
-/// the parent's device could write the page the child keeps. A GPU driver's block is a mapping of the driver's: it may be shared with
-/// the parent (Mesa maps its buffer objects shared), or left out of the child
-/// (`MADV_DONTFORK`, as CUDA's pinned memory is), where a read faults.
+/// the parent's device could write the page the child keeps. A GPU driver's block is a mapping
+/// of the driver's: it may be shared with the parent (Mesa maps its buffer objects shared), or
+/// left out of the child (`MADV_DONTFORK`, as CUDA's pinned memory is), where a read faults.
 fn private_after_fork(device_type: crate::DeviceType, backed: bool) -> bool {
     device_type == crate::DeviceType::Cpu || backed
 }
