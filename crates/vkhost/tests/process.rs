@@ -229,9 +229,9 @@ fn a_forked_child_touches_a_pinned_block_only_where_it_has_its_own_copy() {
 /// (found by a review, session 35), the child's own device found no registration of the block
 /// in its fresh registry and staged it: a memcpy that read, or on download wrote, the parent's
 /// driver mapping (shared with the parent, or absent in the child). Where the child holds a
-/// private copy (a CPU driver's block) its own device's streams copy that copy both ways. In a process
-/// of its own: the child opens a device, and another test's thread in the loader or driver at
-/// the fork would leave it their locks.
+/// private copy (a CPU driver's block) its own device's streams copy that copy both ways. In a
+/// process of its own: the child opens a device, and another test's thread in the loader or
+/// driver at the fork would leave it their locks.
 #[test]
 fn a_forked_childs_own_device_refuses_a_pinned_block_it_has_no_copy_of() {
     if let Some(text) = rerun_alone("a_forked_childs_own_device_refuses_a_pinned_block_it_has_no_copy_of") {

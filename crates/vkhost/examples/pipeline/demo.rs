@@ -34,7 +34,9 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) g
     let s = pc.delta0 / 4u;
     let d = pc.delta1 / 4u;
     // Bounded by the bindings as well as by n: any code holding the kernel may pass any n.
-    let n = min(pc.n, min(arrayLength(&src) - min(s, arrayLength(&src)), arrayLength(&dst) - min(d, arrayLength(&dst))));
+    let src_words = arrayLength(&src) - min(s, arrayLength(&src));
+    let dst_words = arrayLength(&dst) - min(d, arrayLength(&dst));
+    let n = min(pc.n, min(src_words, dst_words));
     for (var i = id.x; i < n; i += groups.x * 256u) {
         dst[d + i] = src[s + i] * pc.a + pc.b;
     }
