@@ -583,3 +583,58 @@ def test_a_close_interrupted_while_waiting_still_destroys_the_stream() -> None:
     assert raw not in vk._STREAM_KEEPS, "the last call out ran the destroy close() owed"
     dev.close()
     assert vkhost.validation_errors() == 0
+
+
+def test_leaving_a_with_block_while_another_thread_allocates_pinned_memory() -> None:
+    # Leaving a `with` block tests "no PinnedArray live" under the pin lock, then let go of the
+    # lock and called close(), whose destroy takes it again: a PinnedArray made on another
+    # thread in between made that destroy raise BusyError out of the block (which promises
+    # never to raise for that, and would have replaced an exception raised in the block), and
+    # the device was then never closed. The lock below runs that other thread right after
+    # each time the lock is let go, until it ran once.
+    dev = vkhost.Device(validation=True)
+    real = dev._pin_lock
+    got: list[object] = []
+
+    def allocate() -> None:
+        try:
+            got.append(dev.pinned(4096))
+        except vkhost.DeviceDestroyedError as e:
+            got.append(e)  # the close came first: right
+
+    class Lock:
+        def __enter__(self) -> Any:
+            return real.__enter__()
+
+        def __exit__(self, *exc: object) -> Any:
+            r = real.__exit__(*exc)
+            if not got and not threads:
+                t = threading.Thread(target=allocate)
+                threads.append(t)
+                t.start()
+                t.join(0.5)  # blocked on the lock when the exit still holds it
+            return r
+
+        def acquire(self, *a: Any) -> Any:
+            return real.acquire(*a)
+
+        def release(self) -> None:
+            real.release()
+
+    threads: list[threading.Thread] = []
+    with dev:
+        dev._pin_lock = Lock()  # type: ignore[assignment]
+    for t in threads:
+        t.join()
+    assert len(got) == 1
+    if isinstance(got[0], vkhost.DeviceDestroyedError):
+        with pytest.raises(vkhost.DeviceDestroyedError):
+            dev.stats()  # closed by the with block
+    else:
+        # The array came first: the block's close waits for it, and runs when it goes.
+        assert not dev.is_destroyed
+        got.clear()
+        gc.collect()
+        with pytest.raises(vkhost.DeviceDestroyedError):
+            dev.stats()
+    assert vkhost.validation_errors() == 0

@@ -487,13 +487,20 @@ class Device(_Owner):
         # the block): with PinnedArrays live, the last one's free closes the device instead.
         # The flag is set before the liveness test, both under the lock that a block's free
         # takes to read it: a block dying in between (on another thread, or by a collection
-        # this code triggers) then either sees the flag or is not counted live.
+        # this code triggers) then either sees the flag or is not counted live. The destroy runs
+        # under the same hold of the lock, as a block's free runs it: a PinnedArray made on
+        # another thread right after the test would make a destroy that took the lock again
+        # raise BusyError (and the device never close). The handle is released after the lock
+        # is let go (the release waits for other threads' calls, which may wait for the lock).
         with self._pin_lock:
             self._close_when_unpinned = True
             if any(True for _ in self._pinned):
                 return
             self._close_when_unpinned = False
-        self.close()
+            if not self._hd.live:
+                return
+            self.destroy()
+        self._release()
 
     def _use(self) -> Any:
         """The device handle, held for one C call (see ``_Handle``)."""
