@@ -638,3 +638,17 @@ def test_leaving_a_with_block_while_another_thread_allocates_pinned_memory() -> 
         with pytest.raises(vkhost.DeviceDestroyedError):
             dev.stats()
     assert vkhost.validation_errors() == 0
+
+
+def test_a_numpy_integer_is_a_pinned_length() -> None:
+    # `dev.pinned(np.prod(shape))` raised TypeError ("'numpy.int64' object is not iterable"):
+    # only a Python int was taken as a length, as NumPy takes any integer.
+    dev = vkhost.Device(validation=True)
+    p = dev.pinned(np.int64(16), np.float32)
+    q = dev.pinned((np.int32(2), 3))
+    assert p.shape == (16,) and p.nbytes == 64 and q.shape == (2, 3)
+    with pytest.raises(TypeError):
+        dev.pinned(1.5)  # type: ignore[arg-type]
+    del p, q
+    gc.collect()
+    dev.close()

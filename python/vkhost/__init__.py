@@ -848,7 +848,12 @@ class PinnedArray(np.ndarray):
 
     def __new__(cls, device: Device, shape: int | tuple[int, ...], dtype: npt.DTypeLike = np.uint8) -> PinnedArray:
         dt = _item_dtype(dtype, "dtype")
-        shp = (shape,) if isinstance(shape, int) else tuple(shape)
+        # An integer of any kind (a NumPy integer, say `np.prod(dims)`) is a length, as NumPy
+        # takes it; anything else a sequence of them.
+        try:
+            shp: tuple[Any, ...] = (operator.index(shape),)
+        except TypeError:
+            shp = tuple(shape)
         dims = [operator.index(n) for n in shp]
         if any(n < 0 for n in dims):
             raise InvalidArgumentError(f"negative dimension in shape {shp}", 9)
