@@ -748,6 +748,18 @@ fn devices_matrix_skips_a_path_it_cannot_allocate_and_still_writes() {
     assert_eq!(v["matrix"], serde_json::json!([]), "no row was measured");
 }
 
+/// `--devices` with sizes past the machine's memory is refused before any device is opened,
+/// naming `--sizes`, as the sweep refuses them. Before, every path was skipped and the run then
+/// aborted allocating its check buffers (exit 134, "memory allocation of ... failed").
+#[test]
+fn devices_matrix_refuses_sizes_past_the_machines_memory() {
+    let o = vkhost(&["bench", "--devices", "0", "--sizes", "4K,1T", "--iters", "1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(err.contains("--sizes 1T: the matrix holds about") && !err.contains("memory allocation"), "{}", show(&o));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("aggregate"), "measured before refusing: {}", show(&o));
+}
+
 /// `--devices` with `--json` and `--csv` (issue 14's machine-readable output for issue 15's
 /// matrix): the JSON validates against docs/bench-devices.schema.json, a row per path and
 /// direction with a figure per device in `--devices` order, and the CSV has a line per device

@@ -332,10 +332,7 @@ pub(super) fn check_outputs(outputs: &[(&str, &Option<PathBuf>)]) -> Result<()> 
 /// these. `flag` names what gave the sizes (`--sizes`, or `--max-size` for the default sweep).
 fn check_sizes(sizes: &[u64], flag: &str, chosen: &[&Testcase], max_alloc: Option<u64>) -> Result<()> {
     let Some(&max) = sizes.iter().max() else { return Ok(()) };
-    let ram = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-        let kib = m.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim().parse::<u64>().ok()?;
-        kib.checked_mul(1024)
-    });
+    let ram = mem_total();
     let copies: Vec<PathKind> = chosen
         .iter()
         .filter_map(|t| match t.work {
@@ -371,6 +368,14 @@ fn check_sizes(sizes: &[u64], flag: &str, chosen: &[&Testcase], max_alloc: Optio
         .into());
     }
     Ok(())
+}
+
+/// The machine's memory in bytes (`MemTotal` of /proc/meminfo), where it can be read.
+pub(super) fn mem_total() -> Option<u64> {
+    std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let kib = m.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim().parse::<u64>().ok()?;
+        kib.checked_mul(1024)
+    })
 }
 
 /// `p` with symbolic links followed, also to a target that does not exist yet (a link to an

@@ -199,12 +199,13 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
         return Err("--devices: no Vulkan device".into());
     }
     let opts = super::open_options(a)?;
-    let devs: Vec<Device> = idx.iter().map(|&i| Device::open_with(i, &opts)).collect::<vkhost::Result<_>>()?;
     let sizes: Vec<u64> = match &a.sizes {
         Some(v) => super::unique_sizes(v.iter().map(|s| parse_size(s)).collect::<std::result::Result<_, _>>()?),
         None if a.quick => vec![1 << 20, 16 << 20],
         None => vec![16 << 20, 256 << 20, 1 << 30],
     };
+    check_sizes(&sizes, a, idx.len())?;
+    let devs: Vec<Device> = idx.iter().map(|&i| Device::open_with(i, &opts)).collect::<vkhost::Result<_>>()?;
     let iters = if a.quick { a.iters.min(5) } else { a.iters };
     let budget = Duration::from_secs_f64(if a.quick { a.budget.min(0.5) } else { a.budget });
     for d in &devs {
@@ -348,6 +349,36 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Refuses, before any device is opened, sizes whose host memory the machine does not have (as
+/// the sweep's `check_sizes` does): every device's memory of every path is allocated up front
+/// at the largest size (a host region per device and path) beside the check's two host
+/// buffers; more than MemTotal is refused. Necessary, not sufficient. (A 1 TiB `--sizes`
+/// skipped every path, then aborted allocating the check's buffers: exit 134.) A size above a
+/// device's maxMemoryAllocationSize is not refused here: its paths are skipped with a note.
+fn check_sizes(sizes: &[u64], a: &Args, devices: usize) -> Result<()> {
+    let Some(&max) = sizes.iter().max() else { return Ok(()) };
+    let paths = [PathKind::Pinned, PathKind::Registered, PathKind::Pageable]
+        .iter()
+        .filter(|p| a.paths.as_ref().is_none_or(|v| v.contains(p)))
+        .count() as u64;
+    let regions = paths * devices as u64 + 2;
+    let need = max.saturating_mul(regions);
+    match super::mem_total() {
+        Some(ram) if need > ram => {
+            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+            Err(format!(
+                "--sizes {}: the matrix holds about {:.1} GiB of host memory at once ({regions} regions of the largest size: one per \
+                 device and path, and the check's two), more than this machine's {:.1} GiB",
+                size_label(max),
+                gib(need),
+                gib(ram)
+            )
+            .into())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// A number for the JSON, or null where it is not finite (GB/s of a zero time).
