@@ -284,12 +284,18 @@ pub fn run(a: Args) -> Result<std::process::ExitCode> {
     let text = std::fs::read_to_string(&a.input).map_err(|e| format!("{}: {e}", a.input.display()))?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", a.input.display()))?;
     if v.is_array() {
-        return Err("this is the bare-array JSON of vkhost before schema version 2; re-run `vkhost bench --json` to plot it".into());
+        return Err(format!(
+            "{}: a bare array is the JSON of vkhost before schema version 2; re-run `vkhost bench --json` to plot it",
+            a.input.display()
+        )
+        .into());
     }
     if v["matrix"].is_array() {
         return Err(format!("{}: a `vkhost bench --devices` matrix, which `vkhost plot` does not draw", a.input.display()).into());
     }
-    let list = v["results"].as_array().ok_or("expected {\"run\": ..., \"results\": [...]} as `vkhost bench --json` writes")?;
+    let list = v["results"]
+        .as_array()
+        .ok_or_else(|| format!("{}: expected {{\"run\": ..., \"results\": [...]}} as `vkhost bench --json` writes", a.input.display()))?;
     let run = &v["run"];
     let mut points = Vec::new();
     for p in list {
@@ -312,6 +318,16 @@ pub fn run(a: Args) -> Result<std::process::ExitCode> {
         pt.sm = p["testcase"].as_str().is_some_and(|t| t.ends_with("_sm"));
         pt.variant = p["variant"].as_str().unwrap_or_default().to_string();
         points.push(pt);
+    }
+    // A file with nothing to draw is an error, not a plot of empty panels that exits 0 (an empty
+    // `results`, or entries that are not copy or latency points, such as another tool's JSON).
+    if !points.iter().any(|p| p.kind != "other") {
+        return Err(format!(
+            "{}: no copy or latency point to plot ({} result(s); each needs kind \"copy\" or \"latency\", a size and median_s)",
+            a.input.display(),
+            list.len()
+        )
+        .into());
     }
     let dev = &run["device"];
     let title = format!(

@@ -935,6 +935,31 @@ fn plot_skips_points_off_the_axes_and_keeps_its_input() {
     let _ = std::fs::remove_file(&svg);
 }
 
+/// A plot with nothing to draw is an error, not five empty panels and exit 0: `vkhost plot` of
+/// a file without a copy or latency point (an empty `results`, another tool's entries), and
+/// `bench --plot` with only testcases the plot does not draw (refused before measuring).
+#[test]
+fn a_plot_with_nothing_to_draw_is_refused() {
+    let svg = tmp("nothing.svg");
+    for (tag, doc) in
+        [("empty", r#"{"run":{},"results":[]}"#), ("foreign", r#"{"run":{},"results":[{"name":"x","value":1},{"size":"4K"}]}"#)]
+    {
+        let j = tmp(&format!("nothing-{tag}.json"));
+        std::fs::write(&j, doc).unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_vkhost")).arg("plot").arg(&j).arg(&svg).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{tag}: {}", show(&o));
+        assert!(err.contains(&format!("{}: no copy or latency point to plot", j.display())), "{tag}: {}", show(&o));
+        assert!(!svg.exists(), "{tag}: a plot was written");
+        let _ = std::fs::remove_file(&j);
+    }
+    let o = vkhost(&["bench", "-t", "small_async,costs", "--iters", "1", "--plot", svg.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--plot draws the copy and latency testcases"), "{}", show(&o));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("small-async"), "measured before refusing: {}", show(&o));
+    assert!(!svg.exists());
+}
+
 /// `vkhost plot` of values that overflow the y axis to infinity once its 12% headroom is added
 /// (a latency of 1.7e302 s, a link rate of 1e308 GT/s, as in a corrupted or edited file) leaves
 /// them out and finishes; before, the plotting library looped forever on the infinite axis.

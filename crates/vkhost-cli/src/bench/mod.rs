@@ -538,6 +538,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         crate::devices::check_index("--device", i, &infos)?;
     }
     let chosen = chosen(&a)?;
+    // The plot draws the copy and latency points: with none chosen it would be five empty panels.
+    if a.plot.is_some() && !chosen.iter().any(|t| matches!(t.work, Work::Copy(..) | Work::Sm(..) | Work::Latency(_) | Work::Floor(_))) {
+        return Err("--plot draws the copy and latency testcases, and none is chosen (costs and small_async are in the table, \
+                    the JSON and the CSV)"
+            .into());
+    }
     // Before measuring: an output that cannot be written would lose the whole run.
     check_outputs(&[("--json", &a.json), ("--csv", &a.csv), ("--plot", &a.plot)])?;
     // Read before measuring, so a bad file fails fast.
