@@ -256,11 +256,24 @@ fn register_font() -> Result<()> {
     .map_err(Into::into)
 }
 
+/// Whether `file` names a PNG (`.png`) rather than an SVG (`.svg`, or no extension: a pipe such
+/// as `--plot >(cat)`). Any other extension is refused: an SVG written under a `.pdf` or `.jpg`
+/// name is not what was asked for.
+pub fn is_png(what: &str, file: &Path) -> Result<bool> {
+    match file.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()) {
+        None => Ok(false),
+        Some(e) if e == "svg" => Ok(false),
+        Some(e) if e == "png" => Ok(true),
+        Some(e) => Err(format!("{what} {}: a plot is SVG (.svg) or PNG (.png), not .{e}", file.display()).into()),
+    }
+}
+
 /// Writes the plot: PNG when `file` ends in `.png`, else SVG.
 pub fn plot(file: &Path, points: &[&Point], title: &str, link: Option<&Link>) -> Result<()> {
     let size = (1800, 1000);
+    let png = is_png("the plot", file)?;
     register_font()?;
-    if file.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
+    if png {
         draw(BitMapBackend::new(file, size).into_drawing_area(), points, title, link)
     } else {
         draw(SVGBackend::new(file, size).into_drawing_area(), points, title, link)
@@ -272,7 +285,7 @@ pub fn plot(file: &Path, points: &[&Point], title: &str, link: Option<&Link>) ->
 pub struct Args {
     /// A file written by `vkhost bench --json` (schema version 2: {run, results}).
     input: std::path::PathBuf,
-    /// The plot to write: SVG, or PNG for a .png name.
+    /// The plot to write: SVG (.svg), or PNG for a .png name; other extensions are refused.
     output: std::path::PathBuf,
 }
 
@@ -280,6 +293,7 @@ pub fn run(a: Args) -> Result<std::process::ExitCode> {
     if a.input.canonicalize().ok().is_some_and(|i| a.output.canonicalize().ok() == Some(i)) {
         return Err(format!("{}: the plot would overwrite its input", a.output.display()).into());
     }
+    is_png("the plot", &a.output)?;
     crate::bench::check_output("the plot", &a.output)?;
     let text = std::fs::read_to_string(&a.input).map_err(|e| format!("{}: {e}", a.input.display()))?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", a.input.display()))?;

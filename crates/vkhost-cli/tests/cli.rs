@@ -719,7 +719,7 @@ fn devices_matrix_runs_each_device_alone_and_all_at_once() {
         assert!(e.status.code() == Some(1) && err.contains("no use for"), "{flag:?}: {err}");
     }
     // Two outputs naming one file: refused before measuring (the plot overwrote the JSON).
-    let same = tmp("same.out");
+    let same = tmp("same.svg");
     let e = vkhost(&["bench", "--sizes", "4K", "--json", same.to_str().unwrap(), "--plot", same.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&e.stderr);
     assert!(e.status.code() == Some(1) && err.contains("same file") && !same.exists(), "{err}");
@@ -874,6 +874,7 @@ fn bad_arguments_are_refused_up_front() {
         (&["--csv", "/proc/vkhost-cli-test.csv"], "--csv /proc/vkhost-cli-test.csv: cannot be written"),
         (&["--sizes", "4K,99999G"], "--sizes 99999G: the testcases chosen hold about"),
         (&["--sizes", "4T"], "--sizes 4T:"),
+        (&["--plot", "x.pdf"], "--plot x.pdf: a plot is SVG (.svg) or PNG (.png), not .pdf"),
     ] {
         let o = run(extra);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -958,6 +959,20 @@ fn a_plot_with_nothing_to_draw_is_refused() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("--plot draws the copy and latency testcases"), "{}", show(&o));
     assert!(!String::from_utf8_lossy(&o.stdout).contains("small-async"), "measured before refusing: {}", show(&o));
     assert!(!svg.exists());
+}
+
+/// A plot named for another format (`.jpg`, `.pdf`) is refused, not written as an SVG under that
+/// name; `--plot x.pdf` before measuring (`bad_arguments_are_refused_up_front`).
+#[test]
+fn a_plot_named_for_another_format_is_refused() {
+    let j = tmp("nothing-ext.json");
+    std::fs::write(&j, r#"{"run":{},"results":[{"kind":"copy","path":"pinned","dir":"h2d","size":4096,"median_s":1e-5}]}"#).unwrap();
+    let jpg = tmp("nothing.jpg");
+    let o = Command::new(env!("CARGO_BIN_EXE_vkhost")).arg("plot").arg(&j).arg(&jpg).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("a plot is SVG (.svg) or PNG (.png), not .jpg"), "{}", show(&o));
+    assert!(!jpg.exists());
+    let _ = std::fs::remove_file(&j);
 }
 
 /// `vkhost plot` of values that overflow the y axis to infinity once its 12% headroom is added

@@ -226,7 +226,7 @@ pub struct Args {
     #[arg(long, value_name = "OLD.json")]
     compare: Option<PathBuf>,
     /// Write a plot of bandwidth against size, a panel per direction and one for latency:
-    /// SVG, or PNG when FILE ends in .png.
+    /// SVG (.svg), or PNG when FILE ends in .png; other extensions are refused.
     #[arg(long)]
     plot: Option<PathBuf>,
     /// Also run the same sweep through CUDA on the same GPU and print Vulkan/CUDA ratios.
@@ -545,6 +545,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
             .into());
     }
     // Before measuring: an output that cannot be written would lose the whole run.
+    if let Some(f) = &a.plot {
+        crate::plot::is_png("--plot", f)?;
+    }
     check_outputs(&[("--json", &a.json), ("--csv", &a.csv), ("--plot", &a.plot)])?;
     // Read before measuring, so a bad file fails fast.
     let old = match &a.compare {
