@@ -408,6 +408,12 @@ pub(super) fn unique_sizes(v: Vec<u64>) -> Vec<u64> {
     v.into_iter().filter(|s| seen.insert(*s)).collect()
 }
 
+/// A size flag's value in bytes; a bad one is an error naming the flag (`--bar-read-cap: bad
+/// size "0": ...`: the value alone did not say which of four size flags it came from).
+pub(super) fn size_arg(flag: &str, s: &str) -> Result<u64> {
+    parse_size(s).map_err(|e| format!("{flag}: {e}").into())
+}
+
 /// The real path of `f`'s folder (`.` for a bare name), for telling whether two outputs are one.
 fn real_dir(f: &std::path::Path) -> Option<PathBuf> {
     let dir = f.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
@@ -555,9 +561,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         None => None,
     };
     let quick = a.quick;
-    let max = parse_size(&a.max_size)?;
+    let max = size_arg("--max-size", &a.max_size)?;
     let sizes: Vec<u64> = match &a.sizes {
-        Some(v) => unique_sizes(v.iter().map(|s| parse_size(s)).collect::<std::result::Result<_, _>>()?),
+        Some(v) => unique_sizes(v.iter().map(|s| size_arg("--sizes", s)).collect::<Result<_>>()?),
         // `--max-size` holds for the quick sweep too (its default, 1G, is above every quick size).
         None if quick => [4 << 10, 64 << 10, 1 << 20, 16 << 20].into_iter().filter(|&s| s <= max).collect(),
         None => sweep(4 << 10, max),
@@ -571,7 +577,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if let Some(c) = a.cpu.as_deref().filter(|c| c.trim() != "none") {
         meta::parse_cpu_list(c)?;
     }
-    let bar_cap = parse_size(&a.bar_read_cap)? as usize;
+    let bar_cap = size_arg("--bar-read-cap", &a.bar_read_cap)? as usize;
     // Options the device would refuse are refused before anything runs, the costs process
     // included: checked against the chosen device, or without `--device` against every device
     // (refused when none takes them; one the default device alone refuses fails at its open).
@@ -954,7 +960,7 @@ pub(super) fn open_options(a: &Args) -> Result<OpenOptions> {
         opts.staging_spin = Some(std::time::Duration::from_micros(us));
     }
     if let Some(c) = &a.staging_chunk {
-        opts.staging_chunk = parse_size(c)? as usize;
+        opts.staging_chunk = size_arg("--staging-chunk", c)? as usize;
     }
     if let Some(n) = a.staging_slots {
         opts.staging_slots = n;

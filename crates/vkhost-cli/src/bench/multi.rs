@@ -11,7 +11,7 @@ use super::point::{measure, pattern};
 use super::{Args, DirKind, PathKind};
 use crate::devices::anyhow_free::Result;
 use crate::pages::Pages;
-use crate::stats::{Summary, gbps, parse_size, size_label};
+use crate::stats::{Summary, gbps, size_label};
 use serde_json::{Value, json};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -200,7 +200,7 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
     }
     let opts = super::open_options(a)?;
     let sizes: Vec<u64> = match &a.sizes {
-        Some(v) => super::unique_sizes(v.iter().map(|s| parse_size(s)).collect::<std::result::Result<_, _>>()?),
+        Some(v) => super::unique_sizes(v.iter().map(|s| super::size_arg("--sizes", s)).collect::<Result<_>>()?),
         None if a.quick => vec![1 << 20, 16 << 20],
         None => vec![16 << 20, 256 << 20, 1 << 30],
     };
