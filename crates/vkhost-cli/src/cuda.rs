@@ -137,7 +137,9 @@ fn grid(n: u64, sms: u32) -> u32 {
 #[cfg(not(feature = "cuda"))]
 pub fn run(plan: &Plan, notes: &mut Vec<String>) -> Vec<Point> {
     if !plan.is_empty() {
-        notes.push("CUDA baseline: this vkhost was built without the `cuda` feature (cargo build --release --features cuda)".into());
+        notes.push(
+            "CUDA baseline: this vkhost was built without the `cuda` feature (cargo build --release --features vkhost-cli/cuda)".into(),
+        );
     }
     Vec::new()
 }

@@ -905,6 +905,25 @@ fn bad_arguments_are_refused_up_front() {
     }
 }
 
+/// `--baseline cuda` in a build without the `cuda` feature is refused before anything is
+/// measured. Before, the whole sweep ran and the run exited 0 with a note that there was no
+/// baseline.
+#[test]
+fn baseline_cuda_without_the_feature_is_refused_up_front() {
+    if cfg!(feature = "cuda") {
+        eprintln!("skipped: this build has the cuda feature");
+        return;
+    }
+    let o = vkhost(&["bench", "-t", "host_to_device_ce", "--sizes", "4K", "--iters", "1", "--baseline", "cuda"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--baseline cuda: this vkhost was built without the `cuda` feature"),
+        "{}",
+        show(&o)
+    );
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("host_to_device_ce "), "measured before refusing: {}", show(&o));
+}
+
 /// `vkhost plot` of points off a log axis (size 0, an infinite latency) leaves them out instead
 /// of hanging in the plotting library, and it never overwrites its own input.
 #[test]

@@ -229,7 +229,8 @@ pub struct Args {
     /// SVG (.svg), or PNG when FILE ends in .png; other extensions are refused.
     #[arg(long)]
     plot: Option<PathBuf>,
-    /// Also run the same sweep through CUDA on the same GPU and print Vulkan/CUDA ratios.
+    /// Also run the same sweep through CUDA on the same GPU and print Vulkan/CUDA ratios (needs a
+    /// build with the `cuda` feature: refused without it).
     #[arg(long, value_enum)]
     baseline: Option<Baseline>,
     /// Advise huge pages (MADV_HUGEPAGE) on the registered and pageable paths' memory.
@@ -537,6 +538,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if let Some(spec) = &a.devices {
         catch_sigint();
         return multi::run(&a, spec);
+    }
+    // Refused before measuring: a build without the `cuda` feature can never run the baseline,
+    // and a whole sweep that ends in a note and exit 0 is not the comparison that was asked for.
+    if a.baseline.is_some() && !cfg!(feature = "cuda") {
+        return Err("--baseline cuda: this vkhost was built without the `cuda` feature (cargo build --release --features \
+                    vkhost-cli/cuda); nothing was measured"
+            .into());
     }
     let started = std::time::SystemTime::now();
     let infos = vkhost::devices()?;
