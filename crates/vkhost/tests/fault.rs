@@ -858,3 +858,25 @@ fn wait_event_whose_own_flush_fails_still_waits() {
     assert_eq!(b.synchronize().unwrap_err(), Error::OutOfHostMemory);
     a.synchronize().unwrap();
 }
+
+/// `wait_event` on an event of the same stream reports lost work before the event, as it does
+/// for an event of another stream (and as the event's own `wait` does): it answered `Ok`, the
+/// one call of the three that hid the loss.
+#[test]
+fn wait_event_on_its_own_streams_event_reports_a_lost_batch() {
+    let d = device().unwrap();
+    let x = d.alloc_buffer(4096).unwrap();
+    let a = d.stream().unwrap();
+    a.fill_async(&x, 0, 4, 0).unwrap();
+    inject(Point::QueueSubmit, 0, vk::Result::ERROR_OUT_OF_HOST_MEMORY);
+    assert_eq!(a.flush().unwrap_err(), Error::OutOfHostMemory); // batch 1 lost
+    disarm();
+    a.fill_async(&x, 0, 4096, 0x0707_0707).unwrap();
+    let e = a.record().unwrap(); // batch 2
+    assert_eq!(e.wait().unwrap_err(), Error::OutOfHostMemory, "the event reports the loss");
+    assert_eq!(a.wait_event(&e).unwrap_err(), Error::OutOfHostMemory, "so does a wait on it");
+    assert_eq!(a.synchronize().unwrap_err(), Error::OutOfHostMemory);
+    // Reported by synchronize: from here on, the event and the wait on it are clean.
+    a.wait_event(&e).unwrap();
+    e.wait().unwrap();
+}

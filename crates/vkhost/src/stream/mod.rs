@@ -861,9 +861,15 @@ impl Stream {
         if !Arc::ptr_eq(&event.inner.shared, &self.inner.shared) {
             return Err(Error::invalid("event of another device"));
         }
-        if Arc::ptr_eq(&event.inner, &self.inner) || event.value == 0 || self.inner.shared.forked() {
+        if event.value == 0 || self.inner.shared.forked() {
             // (A forked child: `live` refuses, before any lock of the parent's streams.)
             return self.inner.shared.live().map(drop);
+        }
+        if Arc::ptr_eq(&event.inner, &self.inner) {
+            // Stream order already puts later work after the event: only its loss is left to
+            // report, as for another stream's event.
+            let _l = self.inner.shared.live()?;
+            return self.inner.lost(event.value, event.own, event.call).map_or(Ok(()), Err);
         }
         // Pageable d2h copy-outs of the event's stream up to the event are CPU work that only
         // that stream's reap runs, which no device wait orders: run them now (a host wait for
