@@ -651,6 +651,31 @@ fn a_destroyed_devices_stream_answers_destroyed_whatever_the_arguments() {
     assert_eq!(other.validation_errors(), 0);
 }
 
+/// The same for the calls whose own argument checks ran before the liveness check: the
+/// built-ins' range, alignment and length checks, a pinned range past its block, and an event
+/// of another device. Each answered `OutOfRange` or `InvalidArgument` after `destroy`.
+#[test]
+fn a_destroyed_devices_stream_answers_destroyed_before_any_refusal() {
+    let d = device().unwrap();
+    let other = device().unwrap();
+    let s = d.stream().unwrap();
+    let theirs = other.alloc_buffer(4096).unwrap();
+    let mut pinned = PinnedBuffer::new(&other, 4096).unwrap();
+    let ev = other.stream().unwrap().record().unwrap();
+    d.destroy().unwrap();
+    use vkhost::Binding;
+    let destroyed = |r: vkhost::Result<()>, what: &str| assert_eq!(r, Err(Error::DeviceDestroyed), "{what}");
+    destroyed(s.fill_u32(Binding::Device(&theirs, 4096, 4), 7), "fill_u32 past the end");
+    destroyed(s.fill_u32(Binding::Device(&theirs, 2, 4), 7), "fill_u32 unaligned");
+    destroyed(s.copy_sm(Binding::Device(&theirs, 0, 8), Binding::Device(&theirs, 8, 4)), "copy_sm of unequal lengths");
+    destroyed(s.copy_sm(Binding::Device(&theirs, 0, 8), Binding::Device(&theirs, 4, 8)), "copy_sm overlapping");
+    destroyed(s.checksum_into(Binding::Device(&theirs, 0, 8), Binding::Device(&theirs, 8, 4)), "checksum_into a short result");
+    destroyed(s.upload_pinned(&pinned, 0..4097, &theirs, 0).map(drop), "upload_pinned past the block");
+    destroyed(s.download_pinned(&theirs, 0, &mut pinned, 0..4097).map(drop), "download_pinned past the block");
+    destroyed(s.wait_event(&ev), "wait_event of another device");
+    assert_eq!(other.validation_errors(), 0);
+}
+
 /// Runs of small async copies between one dense host range (of a pinned block or a
 /// registration) and scattered device offsets go through the stream's scratch buffer
 /// (`OpenOptions::gather_regions`, here 2 so that lavapipe takes the route too): uploads and

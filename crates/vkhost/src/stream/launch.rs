@@ -519,7 +519,7 @@ impl Stream {
     /// # Ok(()) }
     /// ```
     pub fn fill_u32(&self, dst: Binding<'_>, pattern: u32) -> Result<()> {
-        check4(&dst, "fill")?;
+        self.refuse(check4(&dst, "fill"))?;
         let mut dst = pieces(&self.inner.shared, dst, piece_bytes(&self.inner.shared));
         let dst_len = dst.len();
         let fill = builtin::fill()?;
@@ -562,14 +562,17 @@ impl Stream {
     /// # Ok(()) }
     /// ```
     pub fn copy_sm(&self, src: Binding<'_>, dst: Binding<'_>) -> Result<()> {
-        check4(&src, "copy source")?;
-        check4(&dst, "copy destination")?;
-        if src.len() != dst.len() {
-            return Err(Error::invalid(format!("copy of {} bytes into {} bytes", src.len(), dst.len())));
-        }
-        if src.overlaps(&dst) {
-            return Err(Error::invalid("overlapping copy source and destination"));
-        }
+        self.refuse((|| {
+            check4(&src, "copy source")?;
+            check4(&dst, "copy destination")?;
+            if src.len() != dst.len() {
+                return Err(Error::invalid(format!("copy of {} bytes into {} bytes", src.len(), dst.len())));
+            }
+            if src.overlaps(&dst) {
+                return Err(Error::invalid("overlapping copy source and destination"));
+            }
+            Ok(())
+        })())?;
         let vec4 = src.phase() == 0 && dst.phase() == 0 && src.len() % 16 == 0;
         let (kernel, unit) = if vec4 { (builtin::copy_vec4()?, 16) } else { (builtin::copy()?, 4) };
         let size = piece_bytes(&self.inner.shared);
@@ -617,11 +620,14 @@ impl Stream {
     /// # Ok(()) }
     /// ```
     pub fn checksum_into(&self, src: Binding<'_>, mut out: Binding<'_>) -> Result<()> {
-        check4(&src, "checksum source")?;
-        check4(&out, "checksum result")?;
-        if out.len() != 8 {
-            return Err(Error::invalid(format!("the checksum result is 8 bytes, not {}", out.len())));
-        }
+        self.refuse((|| {
+            check4(&src, "checksum source")?;
+            check4(&out, "checksum result")?;
+            if out.len() != 8 {
+                return Err(Error::invalid(format!("the checksum result is 8 bytes, not {}", out.len())));
+            }
+            Ok(())
+        })())?;
         let mut src = pieces(&self.inner.shared, src, piece_bytes(&self.inner.shared));
         let sum = builtin::checksum()?;
         // Each piece's workgroups and push constants (its word count, and its first word's

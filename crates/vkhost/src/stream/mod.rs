@@ -501,7 +501,7 @@ impl Stream {
         dst: &DeviceBuffer,
         dst_offset: usize,
     ) -> Result<Pending<'a>> {
-        let (addr, len) = pinned_range(src, &range)?;
+        let (addr, len) = self.refuse(pinned_range(src, &range))?;
         // Refused arguments return at once, before waiting for another device's work.
         self.inner.check_host_copy(addr, len, &dst.mem, dst_offset)?;
         self.settle_foreign(src, false);
@@ -540,7 +540,7 @@ impl Stream {
         dst: &'a mut crate::PinnedBuffer,
         range: std::ops::Range<usize>,
     ) -> Result<Pending<'a>> {
-        let (addr, len) = pinned_range(dst, &range)?;
+        let (addr, len) = self.refuse(pinned_range(dst, &range))?;
         // Refused arguments return at once, before waiting for another device's work.
         self.inner.check_host_copy(addr, len, &src.mem, src_offset)?;
         self.settle_foreign(dst, true);
@@ -549,6 +549,14 @@ impl Stream {
         // (`Deref` and `DerefMut` settle its writes); staged or registered bytes are in place
         // before the return (`guarded_copy` waits then).
         unsafe { self.guarded_copy(false, addr, len, src, src_offset, |e| e.registered || e.staged) }
+    }
+
+    /// `r`, except that a refused argument answers `DeviceDestroyed` (or `DeviceLost`) first
+    /// where this stream's device is gone (issue 2: every operation on a destroyed device says
+    /// so, whatever its arguments), as [`StreamInner::check_host_copy`] does for copies. The
+    /// liveness is asked only when an argument is refused.
+    pub(crate) fn refuse<T>(&self, r: Result<T>) -> Result<T> {
+        r.map_err(|refused| self.inner.shared.live().err().unwrap_or(refused))
     }
 
     /// Waits for the work of `block`'s own device on it when that is not this stream's device:
@@ -859,7 +867,7 @@ impl Stream {
     /// ```
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         if !Arc::ptr_eq(&event.inner.shared, &self.inner.shared) {
-            return Err(Error::invalid("event of another device"));
+            return self.refuse(Err(Error::invalid("event of another device")));
         }
         if event.value == 0 || self.inner.shared.forked() {
             // (A forked child: `live` refuses, before any lock of the parent's streams.)
