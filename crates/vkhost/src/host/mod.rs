@@ -551,8 +551,7 @@ fn import_pieces(
     want: Option<u32>,
 ) -> Result<Arc<Imports>> {
     let part = s.import_piece(page_size());
-    let ranges: Vec<std::ops::Range<usize>> =
-        (0..covered.len().div_ceil(part)).map(|i| covered.start + i * part..(covered.start + (i + 1) * part).min(covered.end)).collect();
+    let ranges = piece_ranges(covered, part);
     // Several pieces import on several threads: each import pins its pages, and pinning is the
     // cost (about 2.4 ms per 64 MiB on the H200).
     // Each import is owned (a `Resource`, whose drop releases it) as soon as it exists, on the
@@ -581,6 +580,18 @@ fn import_pieces(
         return Err(e);
     }
     Ok(Imports::new(parts, part))
+}
+
+/// `covered` cut into consecutive pieces of `part` bytes (the last may be shorter). `part` may
+/// be nearly 2^64 (a device that reports no allocation limit): each piece's end is its start
+/// plus what is left, at most `part`, so nothing wraps.
+fn piece_ranges(covered: &std::ops::Range<usize>, part: usize) -> Vec<std::ops::Range<usize>> {
+    (0..covered.len().div_ceil(part))
+        .map(|i| {
+            let start = covered.start + i * part;
+            start..start + (covered.end - start).min(part)
+        })
+        .collect()
 }
 
 /// The most threads an import or release of several pieces uses.
@@ -1070,7 +1081,7 @@ pub unsafe fn copy_to_host(dev: &Device, src: &DeviceBuffer, src_offset: usize, 
 
 #[cfg(test)]
 mod tests {
-    use super::on_threads;
+    use super::{on_threads, piece_ranges};
 
     #[test]
     fn on_threads_keeps_order() {
@@ -1078,5 +1089,22 @@ mod tests {
             let v: Vec<usize> = (0..n).collect();
             assert_eq!(on_threads(&v, |x| x * 3), v.iter().map(|x| x * 3).collect::<Vec<_>>());
         }
+    }
+
+    /// A device that reports no allocation limit (maxMemoryAllocationSize 0, which vkhost reads
+    /// as `u64::MAX`) has an import piece of nearly 2^64 bytes: one piece, the whole range.
+    /// Before, `start + part` wrapped (release) or panicked (debug): the piece was an empty,
+    /// inverted range, imported as a zero-sized VkBuffer (VUID-VkBufferCreateInfo-size-00912).
+    #[test]
+    fn piece_ranges_of_an_unlimited_device_do_not_wrap() {
+        let covered = 0x7f00_0000_1000usize..0x7f00_0000_5000;
+        assert_eq!(piece_ranges(&covered, usize::MAX & !4095), vec![covered.clone()]);
+        assert_eq!(piece_ranges(&covered, 1 << 63), vec![covered.clone()]);
+        // Ordinary pieces are unchanged: consecutive, the last one shorter.
+        assert_eq!(piece_ranges(&covered, 0x3000), vec![0x7f00_0000_1000..0x7f00_0000_4000, 0x7f00_0000_4000..0x7f00_0000_5000]);
+        assert_eq!(piece_ranges(&covered, 0x1000).len(), 4);
+        // The top of the address space.
+        let top = usize::MAX - 0x2fff..usize::MAX - 0xfff;
+        assert_eq!(piece_ranges(&top, 1 << 40), vec![top.clone()]);
     }
 }
