@@ -202,4 +202,16 @@ fn a_failed_owned_wrap_leaves_the_handles_to_the_caller() {
             instance.destroy_instance(None);
         }
     }
+    // A wrap that succeeds owns them: vkhost's destroy destroys each, once.
+    let (_instance, _device, raw) = make();
+    let before = count::destroys();
+    let mut dev = ptr::null_mut();
+    // SAFETY: valid handles, owned = 1, handed to vkhost for good; `dev` a valid out-pointer.
+    assert_eq!(unsafe { vkhost_device_from_vulkan(&raw, 1, &o, &mut dev) }, VKHOST_OK, "{}", message());
+    // SAFETY: `dev` is the live handle just made, released once.
+    unsafe {
+        assert_eq!(vkhost_device_destroy(dev), VKHOST_OK);
+        assert_eq!(vkhost_device_release(dev), VKHOST_OK);
+    }
+    assert_eq!(count::destroys(), (before.0 + 1, before.1 + 1), "an owned device's destroy");
 }

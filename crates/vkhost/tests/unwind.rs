@@ -555,3 +555,54 @@ fn a_logger_panic_in_a_recorded_copys_wait_comes_after_the_wait() {
     assert_eq!(destroyed, Ok(Ok(())), "destroy");
     drop(m);
 }
+
+/// `Device::from_raw` with `Ownership::Owned` hands the caller's VkDevice and VkInstance to
+/// vkhost only if it returns the device. A user's logger that panicked on a line logged while
+/// the device opened (here the import probe's warning that it could not finish) unwound out of
+/// the call after vkhost had taken them: the half-made device's drop tore down with
+/// `owns_device` set and destroyed the caller's device and instance, which the caller, seeing
+/// no device come back (the C API: a status other than `VKHOST_OK`, whose contract says the
+/// handles stay the caller's), destroys again (a review's test). The handles wrapped here are
+/// those of a vkhost device of the test, so its validation layer sees a destroy of its device
+/// with children alive, and the device must work on afterwards.
+#[test]
+fn a_panic_while_from_raw_opens_an_owned_device_leaves_the_callers_handles() {
+    use vkhost::fault::{Point, disarm, inject};
+    let d = dev_with(opts());
+    if d.host_registration().is_err() {
+        eprintln!("SKIPPED: no host registration, no import probe at open");
+        return;
+    }
+    let raw = d.raw().unwrap();
+    let wrapped = std::panic::catch_unwind(|| {
+        // The probe's import fails as if the host were out of memory; the probe says it could
+        // not finish (a warning), and the logger panics on the first warning or error.
+        inject(Point::GetMemoryHostPointerProperties, 0, vkhost::vk::Result::ERROR_OUT_OF_HOST_MEMORY);
+        panic_logger::arm(log::Level::Warn, 0);
+        // SAFETY: the handles are `d`'s, valid while `d` lives; nothing submits to its queues
+        // during this call. Were the device returned it would own `d`'s handles: it is leaked
+        // below rather than dropped.
+        unsafe { Device::from_raw(raw, vkhost::Ownership::Owned, true, &OpenOptions { validation: false, ..opts() }) }
+    });
+    disarm();
+    panic_logger::disarm();
+    let errors = d.validation_errors();
+    let last = d.last_validation_error();
+    let ok = wrapped.is_err() && errors == 0;
+    if !ok {
+        // `d`'s device and instance may be gone (or owned by the wrapper): touch them no more.
+        if let Ok(r) = wrapped {
+            std::mem::forget(r);
+        }
+        let ev = d.0.clone();
+        std::mem::forget(d);
+        std::mem::forget(ev);
+        panic!("after the unwind: {errors} validation errors on the caller's device, last {last:?}");
+    }
+    // The caller's device still works.
+    let b = d.alloc_buffer(4096).unwrap();
+    b.write(0, &[7; 4096]).unwrap();
+    let mut out = vec![0; 4096];
+    b.read(0, &mut out).unwrap();
+    assert!(out.iter().all(|&x| x == 7));
+}

@@ -2429,13 +2429,20 @@ impl Device {
     /// `from_raw_borrowed`): on that failure vkhost destroys its own objects only and the
     /// handles stay the caller's, as on every other failure of those calls.
     fn wrap(
-        live: Live,
+        mut live: Live,
         info: DeviceInfo,
         options: OpenOptions,
         counts: Arc<ValidationCounts>,
         callers: bool,
         after: AfterOpen,
     ) -> Result<Device> {
+        // The caller's handles (`from_raw` with `Owned`) become vkhost's only as the device is
+        // returned: until then a teardown (the lost device below, or the drop of `d` when a
+        // user's logger panics on a line logged while the device opens, the probe's among them)
+        // destroys vkhost's objects only, and the caller, who got no device, still owns the
+        // device and the instance (found by a review: the unwind destroyed both, and a C
+        // caller, told the call failed, destroyed them again).
+        let handover = callers.then(|| (std::mem::replace(&mut live.owns_device, false), live.instance_parts.take()));
         let mode = if live.push_desc.is_some() { DescriptorMode::Push } else { DescriptorMode::Sets };
         let max_pipelines = options.max_pipelines;
         let pinned_cache = match options.pinned_cache {
@@ -2500,15 +2507,16 @@ impl Device {
         d.choose_copy_queues();
         if d.shared.lost.load(Ordering::Acquire) {
             log::warn!("{}: the device was lost while it was opened", d.shared.id);
-            if callers {
-                if let Some(l) = d.shared.live.write().unwrap_or_else(PoisonError::into_inner).as_mut() {
-                    l.owns_device = false;
-                    l.instance_parts = None;
-                }
-            }
-            // Nothing else holds it: the teardown runs (and cannot be Busy).
+            // Nothing else holds it: the teardown runs (and cannot be Busy), on vkhost's
+            // objects only where the handles are the caller's (`handover` above).
             let _ = d.destroy();
             return Err(Error::DeviceLost);
+        }
+        if let Some((owns, parts)) = handover {
+            if let Some(l) = d.shared.live.write().unwrap_or_else(PoisonError::into_inner).as_mut() {
+                l.owns_device = owns;
+                l.instance_parts = parts;
+            }
         }
         Ok(d)
     }
