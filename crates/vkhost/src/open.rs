@@ -103,6 +103,12 @@ impl Device {
     /// VK_KHR_push_descriptor, and needs no extension for them.
     ///
     /// # Safety
+    /// Every requirement on `raw.device` listed above holds: an instance older than the
+    /// device (up to 1.2) leaves entry points vkhost calls unloaded, a queue the device was not
+    /// created with is not a queue (vkGetDeviceQueue), and where the device offers timeline
+    /// semaphores vkhost creates them (VUID-VkSemaphoreTypeCreateInfo-timelineSemaphore-03252
+    /// without the feature). vkhost checks only what the physical device can tell: the queue
+    /// families, their flags and queue counts.
     /// The handles must be valid and stay valid until vkhost's `destroy` or last drop returns.
     /// vkhost submits to the named queues behind its own locks: the caller must not submit to
     /// them concurrently. With `Ownership::Owned` vkhost destroys the device and the instance
@@ -205,6 +211,9 @@ impl Device {
     /// queue-family ownership transfer.
     ///
     /// # Safety
+    /// - What the caller must have done (above) holds: the instance's and the device's
+    ///   versions, and `raw.external_memory_host` true only where the extension is enabled
+    ///   (vkhost imports host memory through it).
     /// - The handles must be valid, `raw.physical_device` must be the one `raw.device` was
     ///   created from, and they must stay valid until vkhost's [`Device::destroy`] (or the last
     ///   drop of the device and everything holding it) returns; then the caller destroys them.
