@@ -53,7 +53,11 @@ pub struct Options<'a> {
     /// Features, limits and memory hints of the wgpu device (default: none, WebGPU's default
     /// limits). A `HostBuffer` binds at offset 0, so no offset-alignment limit matters to it.
     pub device: wgpu::DeviceDescriptor<'a>,
-    /// vkhost's options; on a borrowed device only `import` and `max_import_piece` matter.
+    /// vkhost's options. On a borrowed device those of registrations and pinned blocks matter
+    /// (`import`, `max_import_piece`, `pinned_huge_min`, `pinned_cache`); the others, about
+    /// vkhost's own copies, streams and kernels, do not, but are still checked
+    /// ([`vkhost::OpenOptions::validate`]: a value it refuses, from a `VKHOST_*` variable too,
+    /// makes the open fail with `Error::Vkhost(InvalidArgument)`).
     pub vkhost: vkhost::OpenOptions,
 }
 

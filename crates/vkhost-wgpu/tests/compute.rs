@@ -373,3 +373,32 @@ fn forgetting_host_buffers_inside_a_scope() {
     assert!(pinned[..64].iter().all(|&b| b == 0xCD));
     assert!(w.iter().all(|&b| b == 0x5A), "unrelated memory changed");
 }
+
+/// `Options::vkhost` on the borrowed device: not only `import` and `max_import_piece` apply,
+/// as its docs said, but the pinned-block options too (here `pinned_cache`: a freed block is
+/// kept and the next one of its size is that block, still usable in a scope).
+#[test]
+fn pinned_block_options_apply_to_the_borrowed_device() {
+    let Some(base) = open() else { return };
+    drop(base);
+    let opts = Options {
+        instance_flags: wgpu::InstanceFlags::VALIDATION | wgpu::InstanceFlags::DEBUG,
+        vkhost: vkhost::OpenOptions { pinned_cache: Some(1 << 20), ..Default::default() },
+        ..Options::default()
+    };
+    let interop = Checked(Interop::open(&opts).expect("open"));
+    let dev = interop.vkhost();
+    drop(PinnedBuffer::new(dev, 64 << 10).unwrap());
+    let mut again = PinnedBuffer::new(dev, 64 << 10).unwrap();
+    assert_eq!(dev.pinned_cache().reused, 1, "the freed block was not kept: {:?}", dev.pinned_cache());
+    interop
+        .scope(|s| -> vkhost_wgpu::Result<()> {
+            let b = s.pinned(&mut again)?;
+            let mut enc = interop.device().create_command_encoder(&Default::default());
+            enc.clear_buffer(&b, 0, None);
+            interop.queue().submit([enc.finish()]);
+            Ok(())
+        })
+        .expect("scope");
+    assert!(again.iter().all(|&x| x == 0));
+}
