@@ -116,10 +116,10 @@ impl Device {
     /// with `Borrowed` the caller does, afterwards, and vkhost's destroy waits for vkhost's
     /// queues only: work the caller submitted on its own queues that uses vkhost's buffers
     /// ([`DeviceBuffer::raw`](crate::DeviceBuffer::raw), [`host::find`](crate::host::find))
-    /// must be complete before it. A call that returns an error destroys
-    /// neither, owned or not: they stay the caller's (a device lost while open probes it too), as
-    /// does one that unwinds (a panic of the process's logger on a line logged while it opens). `external_memory_host` must be true only if
-    /// that extension was enabled on the device.
+    /// must be complete before it. A call that returns an error destroys neither, owned or
+    /// not: they stay the caller's (a device lost while open probes it too), as does one that
+    /// unwinds (a panic of the process's logger on a line logged while it opens).
+    /// `external_memory_host` must be true only if that extension was enabled on the device.
     ///
     /// # Example
     ///
