@@ -2,8 +2,9 @@
 //! offsets with guard bytes, the checksum against the CPU, a user kernel over a Registration,
 //! unregister during a launch, teardown with launches in flight; each in both descriptor modes
 //! (modules `push` and `sets`: VK_KHR_push_descriptor, and descriptor sets from stream pools
-//! with `OpenOptions::push_descriptors: false`). The bounded pipeline cache: eviction, and a
-//! pipeline evicted while its launch runs. Validation on (run with
+//! with `OpenOptions::push_descriptors: false`). The bounded pipeline cache: eviction, a
+//! pipeline evicted while its launch runs, and pipelines, streams and kernels dropped on other
+//! threads while their device is destroyed. Validation on (run with
 //! VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT); zero errors.
 
 mod common;
@@ -1378,5 +1379,166 @@ fn copy_async_runs_the_copy_kernel_from_d2d_kernel_min() {
         let mut got = vec![0u8; big];
         y.read(0, &mut got).unwrap();
         assert!(got == pattern(big, 5), "default route's bytes");
+    }
+}
+
+/// Pipelines, their layouts, descriptor pools and kernels dropped while their device is
+/// destroyed on another thread. Each round opens two devices (push descriptors with a cache of
+/// one pipeline; descriptor sets with a cache of two) and runs two threads per device that
+/// launch four add kernels, shared by all threads and devices, through those caches, so nearly
+/// every launch evicts a pipeline that an in-flight batch may still hold. The threads also drop
+/// streams with launches in flight (their shutdown reaps the batches and drops the last owners
+/// of evicted pipelines, possibly while a destroy waits for the device lock), keep events past
+/// their stream, replace their kernel clones with fresh kernels of the same words (a cache hit
+/// from another `Kernel`), release queued garbage and check their words after a synchronize.
+/// The main thread destroys each device at a random point under them. Every launch answers
+/// `Ok` or `DeviceDestroyed`; afterwards each device counts no object (no pipeline, layout or
+/// pool outlived the teardown) and its validation layer reported nothing (a pipeline destroyed
+/// under a running batch, or left alive at vkDestroyDevice, would be both). Last owners do go
+/// while a destroy waits for the device lock here: with `Shared::pipeline_garbage` made to
+/// forget what it is given, every run failed on the object count in its first round.
+///
+/// The validation layer on Debian 12 (1.3.239) races vkDestroyDevice against calls on *other*
+/// devices (see tests/lifecycle.rs): each device's threads hold its gate (read) around every
+/// call, and a destroy takes the other device's gate (write), so only the destroyed device's
+/// own threads race its teardown.
+#[test]
+fn pipelines_and_kernels_dropped_while_the_device_is_destroyed() {
+    use std::sync::RwLock;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const N: usize = 64;
+    let kernels: Vec<Kernel> = (1..=4).map(add_kernel).collect();
+    let words: Vec<Vec<u32>> = (1..=4).map(|a| spirv(&ADD_WGSL.replace("ADDEND", &a.to_string()))).collect();
+    let launched = AtomicU64::new(0);
+    let checked = AtomicU64::new(0);
+    let destroyed_mid_launch = AtomicU64::new(0);
+    let t0 = std::time::Instant::now();
+    for round in 0..12u64 {
+        let devs = [device_in(DescriptorMode::Push, 1), device_in(DescriptorMode::Sets, 2)];
+        let gates = [RwLock::new(()), RwLock::new(())];
+        let started = AtomicU64::new(0);
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|sc| {
+            for t in 0..4usize {
+                let (devs, gates, kernels, words) = (&devs, &gates, &kernels, &words);
+                let (launched, checked, destroyed_mid_launch, started, stop) =
+                    (&launched, &checked, &destroyed_mid_launch, &started, &stop);
+                sc.spawn(move || {
+                    let di = t % 2;
+                    let d: &Device = &devs[di];
+                    let gate = || gates[di].read().unwrap();
+                    let mut r = Rng(0x9E37_79B9_7F4A_7C15 ^ (round * 8 + t as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+                    // DeviceDestroyed ends the thread; anything else fails the test.
+                    macro_rules! ok {
+                        ($e:expr) => {
+                            match $e {
+                                Ok(v) => v,
+                                Err(Error::DeviceDestroyed) => break,
+                                Err(e) => panic!("round {round} thread {t}: {e:?}"),
+                            }
+                        };
+                    }
+                    let mut mine: Vec<Kernel> = kernels.clone();
+                    let mut events = Vec::new();
+                    let mut stream = None;
+                    let mut g = None;
+                    let mut want = 0u32;
+                    let mut n = 0u64;
+                    loop {
+                        let _g = gate();
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let Some(buf) = &g else {
+                            let b = ok!(d.alloc_buffer(4 * N));
+                            ok!(b.write(0, &[0; 4 * N]));
+                            g = Some(b);
+                            continue;
+                        };
+                        let Some(s) = &stream else {
+                            stream = Some(ok!(d.stream_on(QueueKind::Compute)));
+                            continue;
+                        };
+                        if n == 0 {
+                            started.fetch_add(1, Ordering::Relaxed);
+                        }
+                        n += 1;
+                        match r.below(20) {
+                            0..=11 => {
+                                let k = r.below(4);
+                                match s.launch(&mine[k], [1, 1, 1], &[Binding::Device(buf, 0, 4 * N)], &push(&[N as u32])) {
+                                    Ok(()) => {
+                                        want = want.wrapping_add(k as u32 + 1);
+                                        launched.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    Err(Error::DeviceDestroyed) => {
+                                        destroyed_mid_launch.fetch_add(1, Ordering::Relaxed);
+                                        break;
+                                    }
+                                    Err(e) => panic!("round {round} thread {t}: launch: {e:?}"),
+                                }
+                            }
+                            12 => events.push(ok!(s.record())),
+                            // Launches in flight: the shutdown waits for them and drops their
+                            // batches (and the last owners of evicted pipelines) here.
+                            13 => stream = None,
+                            14 => events.clear(),
+                            15 => {
+                                ok!(s.synchronize());
+                                let w = words_of_or_destroyed(buf, N);
+                                let Some(w) = w else { break };
+                                assert!(w.iter().all(|&x| x == want), "round {round} thread {t}: want {want}: {w:?}");
+                                checked.fetch_add(1, Ordering::Relaxed);
+                            }
+                            16 => {
+                                // Another `Kernel` of the same words: the same cache entry.
+                                let k = r.below(4);
+                                // SAFETY: as for `add_kernel`.
+                                mine[k] = unsafe { Kernel::from_spirv(&words[k], "main", &[Param::ReadWrite], 4) }.unwrap();
+                            }
+                            17 => d.release_queued(),
+                            _ => ok!(s.flush()),
+                        }
+                    }
+                    // Dropped on this thread, around or after the destroy: the streams (with
+                    // whatever they still hold), the events, the buffer, the kernels.
+                    let _g = gate();
+                    drop((stream, events, g, mine));
+                });
+            }
+            let mut r = Rng(0xD1B5_4A32_D192_ED03 ^ (round + 1));
+            // Let every thread get to work, then a little more (0-30 ms), then destroy.
+            while started.load(Ordering::Relaxed) < 4 && t0.elapsed() < std::time::Duration::from_secs(60) {
+                std::thread::yield_now();
+            }
+            for di in [round as usize % 2, 1 - round as usize % 2] {
+                std::thread::sleep(std::time::Duration::from_millis(r.below(30) as u64));
+                let _other = gates[1 - di].write().unwrap();
+                devs[di].destroy().unwrap();
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        for (di, d) in devs.iter().enumerate() {
+            assert_eq!(d.live_objects(), vkhost::LiveObjects::default(), "round {round} device {di}: objects left after destroy");
+            assert_eq!(d.validation_errors(), 0, "round {round} device {di}: {:?}", d.last_validation_error());
+        }
+    }
+    eprintln!(
+        "{} launches, {} checks of the words, {} launches answered DeviceDestroyed, in {:.1?}",
+        launched.load(Ordering::Relaxed),
+        checked.load(Ordering::Relaxed),
+        destroyed_mid_launch.load(Ordering::Relaxed),
+        t0.elapsed()
+    );
+    assert!(launched.load(Ordering::Relaxed) > 0);
+}
+
+/// `n` words of `b` from its start, or `None` once its device is destroyed.
+fn words_of_or_destroyed(b: &DeviceBuffer, n: usize) -> Option<Vec<u32>> {
+    let mut v = vec![0u8; 4 * n];
+    match b.read(0, &mut v) {
+        Ok(()) => Some(v.chunks(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect()),
+        Err(Error::DeviceDestroyed) => None,
+        Err(e) => panic!("read: {e:?}"),
     }
 }
