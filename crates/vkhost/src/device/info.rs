@@ -250,7 +250,10 @@ pub struct DeviceInfo {
     pub memory_types: Vec<MemoryType>,
     /// The queue families, by index.
     pub queue_families: Vec<QueueFamily>,
-    /// minImportedHostPointerAlignment when VK_EXT_external_memory_host is offered, else None.
+    /// minImportedHostPointerAlignment when VK_EXT_external_memory_host is offered and the
+    /// device can import host allocations as vkhost's buffers (asked with their usage,
+    /// vkGetPhysicalDeviceExternalBufferProperties says `IMPORTABLE` and the handle type
+    /// compatible), else None.
     pub host_import_alignment: Option<usize>,
     /// VkPhysicalDeviceMaintenance3Properties::maxMemoryAllocationSize.
     pub max_memory_allocation_size: u64,
@@ -355,7 +358,11 @@ impl DeviceInfo {
     /// # Ok(()) }
     /// ```
     pub fn host_registration(&self) -> Result<usize, String> {
-        let align = self.host_import_alignment.ok_or_else(|| "VK_EXT_external_memory_host is not offered by this device".to_string())?;
+        let align = self.host_import_alignment.ok_or_else(|| {
+            "VK_EXT_external_memory_host is not offered by this device, or it cannot import host allocations as \
+             transfer and storage buffers"
+                .to_string()
+        })?;
         let page = crate::maps::page_size();
         registration_granule(align, page)
     }
@@ -419,13 +426,36 @@ pub(crate) fn has_extension(instance: &ash::Instance, pd: vk::PhysicalDevice, na
     exts.iter().any(|e| e.extension_name_as_c_str().map(|n| n == name).unwrap_or(false))
 }
 
+/// Whether `pd` can import host allocations (`HOST_ALLOCATION_EXT`) as buffers of vkhost's
+/// usage, by vkGetPhysicalDeviceExternalBufferProperties (core in Vulkan 1.1, which vkhost's
+/// instances and the `from_raw` contract require).
+fn host_imports_importable(instance: &ash::Instance, pd: vk::PhysicalDevice) -> bool {
+    let info = vk::PhysicalDeviceExternalBufferInfo::default()
+        .usage(crate::device::BUFFER_USAGE)
+        .handle_type(vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT);
+    let mut props = vk::ExternalBufferProperties::default();
+    // SAFETY: `pd` was enumerated from `instance`, which is alive; both structs are valid and
+    // the query writes `props` only.
+    unsafe { instance.get_physical_device_external_buffer_properties(pd, &info, &mut props) };
+    importable(&props.external_memory_properties)
+}
+
+/// The rule of [`host_imports_importable`]: importable, and the host-allocation handle type
+/// among those compatible with it.
+fn importable(p: &vk::ExternalMemoryProperties) -> bool {
+    p.external_memory_features.contains(vk::ExternalMemoryFeatureFlags::IMPORTABLE)
+        && p.compatible_handle_types.contains(vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT)
+}
+
 /// Reads a physical device's facts.
 pub(crate) fn query(instance: &ash::Instance, pd: vk::PhysicalDevice, index: usize) -> DeviceInfo {
     // SAFETY: `pd` was enumerated from `instance`, which is alive for this call.
     let props = unsafe { instance.get_physical_device_properties(pd) };
     let api = props.api_version;
     let v12 = vk::api_version_major(api) > 1 || vk::api_version_minor(api) >= 2;
-    let has_emh = has_extension(instance, pd, ash::ext::external_memory_host::NAME);
+    // Offered, and host allocations importable as vkhost's buffers: a buffer created for an
+    // import must name only compatible handle types (VUID-VkBufferCreateInfo-pNext-00920).
+    let has_emh = has_extension(instance, pd, ash::ext::external_memory_host::NAME) && host_imports_importable(instance, pd);
     let has_push = has_extension(instance, pd, ash::khr::push_descriptor::NAME);
 
     let mut driver = vk::PhysicalDeviceDriverProperties::default();
@@ -506,6 +536,19 @@ pub(crate) fn pick_default(infos: &[DeviceInfo]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+    /// Host allocations count as importable only when the driver says both: the feature and the
+    /// handle type among the compatible ones.
+    #[test]
+    fn host_imports_need_the_importable_feature_and_a_compatible_handle_type() {
+        use ash::vk::{ExternalMemoryFeatureFlags as F, ExternalMemoryHandleTypeFlags as H, ExternalMemoryProperties};
+        let p = |f: F, h: H| ExternalMemoryProperties { external_memory_features: f, compatible_handle_types: h, ..Default::default() };
+        assert!(super::importable(&p(F::IMPORTABLE, H::HOST_ALLOCATION_EXT)));
+        assert!(super::importable(&p(F::IMPORTABLE | F::EXPORTABLE, H::HOST_ALLOCATION_EXT | H::OPAQUE_FD)));
+        assert!(!super::importable(&p(F::EXPORTABLE, H::HOST_ALLOCATION_EXT)), "not importable");
+        assert!(!super::importable(&p(F::IMPORTABLE, H::OPAQUE_FD)), "host allocations not compatible");
+        assert!(!super::importable(&p(F::empty(), H::empty())), "nothing");
+    }
+
     use super::*;
 
     fn info(index: usize, t: DeviceType) -> DeviceInfo {
