@@ -253,7 +253,7 @@ pub struct DeviceInfo {
     /// minImportedHostPointerAlignment when VK_EXT_external_memory_host is offered and the
     /// device can import host allocations as vkhost's buffers (asked with their usage,
     /// vkGetPhysicalDeviceExternalBufferProperties says `IMPORTABLE` and the handle type
-    /// compatible), else None.
+    /// compatible; a Vulkan 1.0 device is not asked), else None.
     pub host_import_alignment: Option<usize>,
     /// VkPhysicalDeviceMaintenance3Properties::maxMemoryAllocationSize.
     pub max_memory_allocation_size: u64,
@@ -427,8 +427,9 @@ pub(crate) fn has_extension(instance: &ash::Instance, pd: vk::PhysicalDevice, na
 }
 
 /// Whether `pd` can import host allocations (`HOST_ALLOCATION_EXT`) as buffers of vkhost's
-/// usage, by vkGetPhysicalDeviceExternalBufferProperties (core in Vulkan 1.1, which vkhost's
-/// instances and the `from_raw` contract require).
+/// usage, by vkGetPhysicalDeviceExternalBufferProperties (core in Vulkan 1.1: `pd` must be a
+/// device of 1.1 or later, of an instance of 1.1 or later, which vkhost's instances and the
+/// `from_raw` contract are).
 fn host_imports_importable(instance: &ash::Instance, pd: vk::PhysicalDevice) -> bool {
     let info = vk::PhysicalDeviceExternalBufferInfo::default()
         .usage(crate::device::BUFFER_USAGE)
@@ -454,8 +455,11 @@ pub(crate) fn query(instance: &ash::Instance, pd: vk::PhysicalDevice, index: usi
     let api = props.api_version;
     let v12 = vk::api_version_major(api) > 1 || vk::api_version_minor(api) >= 2;
     // Offered, and host allocations importable as vkhost's buffers: a buffer created for an
-    // import must name only compatible handle types (VUID-VkBufferCreateInfo-pNext-00920).
-    let has_emh = has_extension(instance, pd, ash::ext::external_memory_host::NAME) && host_imports_importable(instance, pd);
+    // import must name only compatible handle types (VUID-VkBufferCreateInfo-pNext-00920). The
+    // query is core physical-device functionality of Vulkan 1.1, usable on a device of 1.1 or
+    // later; a Vulkan 1.0 device (imports through VK_KHR_external_memory) is not asked.
+    let v11 = vk::api_version_major(api) > 1 || vk::api_version_minor(api) >= 1;
+    let has_emh = has_extension(instance, pd, ash::ext::external_memory_host::NAME) && (!v11 || host_imports_importable(instance, pd));
     let has_push = has_extension(instance, pd, ash::khr::push_descriptor::NAME);
 
     let mut driver = vk::PhysicalDeviceDriverProperties::default();
