@@ -540,19 +540,6 @@ pub(crate) fn pick_default(infos: &[DeviceInfo]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    /// Host allocations count as importable only when the driver says both: the feature and the
-    /// handle type among the compatible ones.
-    #[test]
-    fn host_imports_need_the_importable_feature_and_a_compatible_handle_type() {
-        use ash::vk::{ExternalMemoryFeatureFlags as F, ExternalMemoryHandleTypeFlags as H, ExternalMemoryProperties};
-        let p = |f: F, h: H| ExternalMemoryProperties { external_memory_features: f, compatible_handle_types: h, ..Default::default() };
-        assert!(super::importable(&p(F::IMPORTABLE, H::HOST_ALLOCATION_EXT)));
-        assert!(super::importable(&p(F::IMPORTABLE | F::EXPORTABLE, H::HOST_ALLOCATION_EXT | H::OPAQUE_FD)));
-        assert!(!super::importable(&p(F::EXPORTABLE, H::HOST_ALLOCATION_EXT)), "not importable");
-        assert!(!super::importable(&p(F::IMPORTABLE, H::OPAQUE_FD)), "host allocations not compatible");
-        assert!(!super::importable(&p(F::empty(), H::empty())), "nothing");
-    }
-
     use super::*;
 
     fn info(index: usize, t: DeviceType) -> DeviceInfo {
@@ -622,5 +609,18 @@ mod tests {
         assert_eq!(fmt_bytes(1 << 30), "1 GiB");
         assert_eq!(fmt_bytes(100), "100 B");
         assert_eq!(fmt_bytes(1536), "1.5 KiB");
+    }
+
+    /// Host allocations count as importable only when the driver says both: the feature and the
+    /// handle type among the compatible ones.
+    #[test]
+    fn host_imports_need_the_importable_feature_and_a_compatible_handle_type() {
+        use ash::vk::{ExternalMemoryFeatureFlags as F, ExternalMemoryHandleTypeFlags as H, ExternalMemoryProperties};
+        let p = |f: F, h: H| ExternalMemoryProperties { external_memory_features: f, compatible_handle_types: h, ..Default::default() };
+        assert!(importable(&p(F::IMPORTABLE, H::HOST_ALLOCATION_EXT)));
+        assert!(importable(&p(F::IMPORTABLE | F::EXPORTABLE, H::HOST_ALLOCATION_EXT | H::OPAQUE_FD)));
+        assert!(!importable(&p(F::EXPORTABLE, H::HOST_ALLOCATION_EXT)), "not importable");
+        assert!(!importable(&p(F::IMPORTABLE, H::OPAQUE_FD)), "host allocations not compatible");
+        assert!(!importable(&p(F::empty(), H::empty())), "nothing");
     }
 }

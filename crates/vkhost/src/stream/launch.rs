@@ -338,6 +338,29 @@ fn check4(b: &Binding<'_>, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// `copy_sm`'s arguments: both in range and 4-byte multiples, equal lengths, no overlap.
+fn check_copy_sm(src: &Binding<'_>, dst: &Binding<'_>) -> Result<()> {
+    check4(src, "copy source")?;
+    check4(dst, "copy destination")?;
+    if src.len() != dst.len() {
+        return Err(Error::invalid(format!("copy of {} bytes into {} bytes", src.len(), dst.len())));
+    }
+    if src.overlaps(dst) {
+        return Err(Error::invalid("overlapping copy source and destination"));
+    }
+    Ok(())
+}
+
+/// `checksum_into`'s arguments: both in range and 4-byte multiples, an 8-byte result.
+fn check_checksum(src: &Binding<'_>, out: &Binding<'_>) -> Result<()> {
+    check4(src, "checksum source")?;
+    check4(out, "checksum result")?;
+    if out.len() != 8 {
+        return Err(Error::invalid(format!("the checksum result is 8 bytes, not {}", out.len())));
+    }
+    Ok(())
+}
+
 /// The most bytes one launch of a built-in binds: maxStorageBufferRange less the alignment
 /// slack, in 64 KiB steps (so pieces keep their phase for the vec4 copy), at most 1 GiB (so
 /// word indices and loop counts stay small).
@@ -562,17 +585,7 @@ impl Stream {
     /// # Ok(()) }
     /// ```
     pub fn copy_sm(&self, src: Binding<'_>, dst: Binding<'_>) -> Result<()> {
-        self.refuse((|| {
-            check4(&src, "copy source")?;
-            check4(&dst, "copy destination")?;
-            if src.len() != dst.len() {
-                return Err(Error::invalid(format!("copy of {} bytes into {} bytes", src.len(), dst.len())));
-            }
-            if src.overlaps(&dst) {
-                return Err(Error::invalid("overlapping copy source and destination"));
-            }
-            Ok(())
-        })())?;
+        self.refuse(check_copy_sm(&src, &dst))?;
         let vec4 = src.phase() == 0 && dst.phase() == 0 && src.len() % 16 == 0;
         let (kernel, unit) = if vec4 { (builtin::copy_vec4()?, 16) } else { (builtin::copy()?, 4) };
         let size = piece_bytes(&self.inner.shared);
@@ -620,14 +633,7 @@ impl Stream {
     /// # Ok(()) }
     /// ```
     pub fn checksum_into(&self, src: Binding<'_>, mut out: Binding<'_>) -> Result<()> {
-        self.refuse((|| {
-            check4(&src, "checksum source")?;
-            check4(&out, "checksum result")?;
-            if out.len() != 8 {
-                return Err(Error::invalid(format!("the checksum result is 8 bytes, not {}", out.len())));
-            }
-            Ok(())
-        })())?;
+        self.refuse(check_checksum(&src, &out))?;
         let mut src = pieces(&self.inner.shared, src, piece_bytes(&self.inner.shared));
         let sum = builtin::checksum()?;
         // Each piece's workgroups and push constants (its word count, and its first word's
