@@ -1174,7 +1174,9 @@ pub unsafe extern "C" fn vkhost_device_trim_pinned_cache(device: *const vkhost_d
 }
 
 /// Stores the validation-layer errors this device has reported (0 without validation) in
-/// `*errors`. Still answers after destroy, so teardown errors count.
+/// `*errors`. Still answers after destroy, so teardown errors count. The layer's reports about
+/// a fault of its own (`VkSemaphore-state-timeout`, "most likely a validation bug") are not
+/// errors of the program and are not counted (Rust: `Device::validation_layer_faults`).
 ///
 /// # Safety
 /// `device` must be NULL or a live handle; `errors` NULL or valid for a write.

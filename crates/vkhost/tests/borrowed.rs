@@ -955,7 +955,8 @@ fn a_last_drop_waiting_for_a_hook_blocks_no_other_drop() {
     // Set once the drop returned: a timeout then says which call blocked, vkhost's drop (the
     // deadlock this test is about) or the signal (the driver's or the layer's; the layer
     // stalled there once in CI under heavy load, with its own UNASSIGNED-VkSemaphore-state-timeout
-    // report, which the zero-error check below still counts).
+    // report, a fault of the layer's that the zero-error check leaves out: see
+    // Device::validation_layer_faults).
     let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let dropped2 = dropped.clone();
     let signaller = std::thread::spawn(move || {

@@ -482,7 +482,8 @@ fn a_pinned_buffers_drop_unwinding_out_of_its_wait_leaves_destroy_free() {
 /// that line unwound out of the wait with the copy still to run (the registration's bytes
 /// handed back) and left the ticket counted as in use for good: never reported done, and the
 /// device's teardown waited for it forever (a review's test). Now the wait goes on and the
-/// panic comes after it. About 10 s.
+/// panic comes after it. About 10 s (20 s when the validation layer stalls the woken wait: see
+/// Device::validation_layer_faults; the 20 s limit after the signal covers that).
 #[test]
 fn a_logger_panic_in_a_recorded_copys_wait_comes_after_the_wait() {
     use std::sync::mpsc;

@@ -1154,6 +1154,22 @@ impl ValidationCounter {
         self.0.warnings()
     }
 
+    /// The layer's reports about a fault of its own so far, left out of
+    /// [`errors`](Self::errors) ([`Device::validation_layer_faults`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let counter = dev.validation_counter();
+    /// assert_eq!(counter.layer_faults(), dev.validation_layer_faults());
+    /// # Ok(()) }
+    /// ```
+    pub fn layer_faults(&self) -> u64 {
+        self.0.layer_faults()
+    }
+
     /// The most recent validation-layer error message, if any.
     ///
     /// # Example
@@ -2862,6 +2878,9 @@ impl Device {
 
     /// Validation-layer error messages seen so far (0 when validation is off).
     ///
+    /// The layer's reports about a fault of its own are not among them: they are counted by
+    /// [`validation_layer_faults`](Self::validation_layer_faults).
+    ///
     /// # Example
     ///
     /// ```
@@ -2930,6 +2949,31 @@ impl Device {
     /// ```
     pub fn validation_warnings(&self) -> u64 {
         self.shared.counts.warnings()
+    }
+
+    /// Reports the validation layer made about a fault of its own, not of the program, which
+    /// [`validation_errors`](Self::validation_errors) leaves out; each is logged as a warning.
+    ///
+    /// One such report is known: `UNASSIGNED-VkSemaphore-state-timeout` (layer 1.3.239; later
+    /// layers name it `INTERNAL-ERROR-VkSemaphore-state-timeout`), "most likely a validation bug"
+    /// in the layer's own words. With synchronization validation on, a vkWaitSemaphores that
+    /// another thread's vkSignalSemaphore wakes can stall in the layer for 10 s, waiting under
+    /// the layer's lock for the layer's record of that signal, and is then reported. A plain
+    /// program that waits on a timeline semaphore in one thread and signals it in another shows
+    /// it; vkhost does this when it waits for a caller's semaphore
+    /// ([`record_copy`](crate::host::record_copy)'s hooks).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// dev.alloc_buffer(64)?.write(0, &[1; 64])?;
+    /// assert_eq!(dev.validation_layer_faults(), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn validation_layer_faults(&self) -> u64 {
+        self.shared.counts.layer_faults()
     }
 
     /// Whether the validation layer is on for this device, with vkhost counting its messages
