@@ -142,7 +142,8 @@ impl DeviceBuffer {
 
     /// Copies `data` into the buffer at `offset`. Host bytes that lie in a registration or a
     /// pinned block go direct (one vkCmdCopyBuffer, no staging); the rest is staged through
-    /// bounded, reusable staging memory. A zero-length write is an `Ok` no-op.
+    /// bounded, reusable staging memory. A zero-length write at an offset up to the buffer's size
+    /// is an `Ok` no-op; past it, `OutOfRange` as for any write.
     ///
     /// # Example
     ///
@@ -203,7 +204,8 @@ impl DeviceBuffer {
     }
 
     /// Copies from the buffer at `offset` into `out`, direct where `out` is registered or
-    /// pinned, staged otherwise. A zero-length read is an `Ok` no-op.
+    /// pinned, staged otherwise. A zero-length read at an offset up to the buffer's size is an
+    /// `Ok` no-op; past it, `OutOfRange` as for any read.
     ///
     /// # Example
     ///

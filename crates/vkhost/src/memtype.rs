@@ -253,7 +253,7 @@ pub fn full_bar(types: &[(F, u32)]) -> bool {
     types.iter().any(|(f, h)| usable(f) && f.contains(F::DEVICE_LOCAL | HOST_VC) && vram_heaps.contains(h))
 }
 
-/// The BAR window: DEVICE_LOCAL|HOST_VISIBLE on a device that also has non-host-visible
+/// The BAR window: DEVICE_LOCAL|HOST_VISIBLE|HOST_COHERENT on a device that also has non-host-visible
 /// DEVICE_LOCAL memory (so it is a window, not UMA memory). Used by `vkhost bench --path bar`.
 ///
 /// # Example

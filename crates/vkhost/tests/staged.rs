@@ -50,6 +50,7 @@ fn out_of_range_and_zero_length() {
     assert_eq!(buf.read(100, &mut []), Ok(()));
     assert_eq!(buf.write(99, &[1, 2]).unwrap_err(), Error::OutOfRange);
     assert_eq!(buf.write(101, &[]).unwrap_err(), Error::OutOfRange);
+    assert_eq!(buf.read(101, &mut []).unwrap_err(), Error::OutOfRange);
     assert_eq!(buf.read(usize::MAX, &mut [0]).unwrap_err(), Error::OutOfRange);
     assert_eq!(buf.read(1, &mut [0; 100]).unwrap_err(), Error::OutOfRange);
     assert!(matches!(d.alloc_buffer(0), Err(Error::InvalidArgument { .. })));
