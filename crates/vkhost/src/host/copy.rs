@@ -155,6 +155,9 @@ pub(super) unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &D
     if len == 0 {
         return Ok(CopyPath::Direct);
     }
+    // A borrowed device without queues refuses vkhost's own copies, CPU stores included (they
+    // are the same operation to the caller); before the settle below, which could wait.
+    l.compute_queue()?;
     // Stream work already enqueued on the buffer comes first (see `DeviceBuffer`).
     buf.res.settle(&l);
     // A wait in the settle that found the device lost (it waited the queue idle instead):
@@ -162,9 +165,6 @@ pub(super) unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &D
     if s.lost.load(Ordering::Relaxed) {
         return Err(Error::DeviceLost);
     }
-    // A borrowed device without queues refuses vkhost's own copies, CPU stores included (they
-    // are the same operation to the caller).
-    l.compute_queue()?;
     // Store threads to wake once the copy below is done, and how long they poll.
     let mut warm_after = None;
     if stores && dir == Dir::ToDevice && len <= s.options.bar_write_max {
