@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 /// The most threads one copy uses (and the pool holds).
 pub const MAX_THREADS: usize = 64;
-/// No part of a [`copy`] or [`copy_with`] is smaller than this: below it a parked thread's
+/// No part of a [`copy`] or [`copy_with`] is smaller than this, but the copy's last: below it a parked thread's
 /// wake-up (a few µs to tens) costs more than it saves (256 KiB take ~25 µs on one core).
 /// [`copy_in_parts`] takes smaller parts, for threads that already poll.
 pub const MIN_PART: usize = 256 << 10;

@@ -335,8 +335,8 @@ pub struct OpenOptions {
     /// caching host allocator reuse freed pinned memory. A reused block holds what its last
     /// user wrote. Oldest blocks go first (to the background releaser) when the sum (each
     /// block counted in whole 4 KiB pages) would pass this, or past 1024 blocks (each is a
-    /// VkDeviceMemory, and Vulkan promises only 4096 at once); a block larger than it is never
-    /// kept. Any vkAllocateMemory of the device (a pinned block, a device or staging buffer, an
+    /// VkDeviceMemory, and Vulkan promises only 4096 at once); a block larger than it, counted in
+    /// whole 4 KiB pages, is never kept. Any vkAllocateMemory of the device (a pinned block, a device or staging buffer, an
     /// import of a registration or of huge-page memory) that fails for lack of memory or of
     /// allocations frees what is kept and tries once more. Only driver blocks are kept: blocks of
     /// vkhost's own huge-page memory ([`pinned_huge_min`](Self::pinned_huge_min)) are released
