@@ -607,3 +607,19 @@ fn a_panic_while_from_raw_opens_an_owned_device_leaves_the_callers_handles() {
     b.read(0, &mut out).unwrap();
     assert!(out.iter().all(|&x| x == 7));
 }
+
+/// `Device::measure_copy_queues` whose first wait fails with device loss, and the user's
+/// logger panics on the error: the two probe buffers it allocated (a pinned block and a device
+/// buffer, released only after the measurement's closure returned) must still be released.
+/// Before, the unwind skipped the release: both buffers and their memories outlived the device
+/// (counted after `destroy`, and destroyed by nobody).
+#[test]
+fn a_panic_while_measuring_the_copy_queues_leaks_no_probe_buffer() {
+    warm_up_panics();
+    let d = dev_with(opts());
+    let (r, fired) = with_wait_panic(|| d.measure_copy_queues().map(drop));
+    let _ = d.destroy();
+    assert!(fired, "the wait's fault did not fire");
+    assert!(r.is_err(), "expected the logger's panic to unwind out of measure_copy_queues");
+    assert_eq!(d.live_objects(), vkhost::LiveObjects::default(), "objects left after destroy");
+}

@@ -425,21 +425,16 @@ pub(crate) fn measure(s: &Shared, l: &Live) -> Result<CopyQueues> {
     // Without copy engines both kinds are the compute queue: the choice is fixed.
     let one_queue = l.copy_queues.is_empty();
     let bulk_len = if one_queue { PROBE_BULK_ONE_QUEUE } else { PROBE_BULK };
-    let host = s.alloc_bound(l, bulk_len, usage, memtype::pinned, false, false)?;
-    let dev = match s.alloc_bound(l, bulk_len, usage, memtype::device_local, false, false) {
-        Ok(b) => b,
-        Err(e) => {
-            // SAFETY: fresh objects of ours, never used.
-            unsafe { s.release_bound(l, host.buffer, host.memory) };
-            return Err(e);
-        }
-    };
+    // Released when dropped, unwinding included (a user's logger panicking on a failed wait's
+    // error): after every copy below returned, which leaves nothing running that names them.
+    let host = Owned { s, l, b: s.alloc_bound(l, bulk_len, usage, memtype::pinned, false, false)? };
+    let dev = Owned { s, l, b: s.alloc_bound(l, bulk_len, usage, memtype::device_local, false, false)? };
     let time = |kind: QueueKind, dir: Dir, len: u64| -> Result<f64> {
-        let piece = Piece { dev_offset: 0, len, host: HostSide::Direct { buffer: host.buffer, offset: 0, addr: 0 } };
+        let piece = Piece { dev_offset: 0, len, host: HostSide::Direct { buffer: host.b.buffer, offset: 0, addr: 0 } };
         let t = Instant::now();
         // SAFETY: both buffers are ours, alive until released below, after every copy returned;
         // the piece is direct (no host bytes are touched) and lies in both buffers.
-        unsafe { submit::execute_on(s, l, dir, dev.buffer, &[piece], 0, kind) }?;
+        unsafe { submit::execute_on(s, l, dir, dev.b.buffer, &[piece], 0, kind) }?;
         Ok(t.elapsed().as_secs_f64())
     };
     let r = (|| {
@@ -486,13 +481,26 @@ pub(crate) fn measure(s: &Shared, l: &Live) -> Result<CopyQueues> {
         // Both kinds ran on the compute queue: say so.
         Ok(if one_queue { CopyQueues { measured: c.measured, ..CopyQueues::fixed(QueueKind::Compute) } } else { c })
     })();
-    // SAFETY: every copy above returned (synchronous: completed or drained on error), so
-    // nothing pending names the buffers; released once.
-    unsafe {
-        s.release_bound(l, dev.buffer, dev.memory);
-        s.release_bound(l, host.buffer, host.memory);
-    }
+    // Every copy above returned (synchronous: completed or drained on error), so nothing
+    // pending names the buffers.
+    drop((dev, host));
     r
+}
+
+/// A buffer of ours, released when dropped: on every path out of [`measure`] and [`floor`],
+/// unwinding included, and only after their copies returned, which leaves nothing running
+/// that names it.
+struct Owned<'a> {
+    s: &'a Shared,
+    l: &'a Live,
+    b: super::Bound,
+}
+
+impl Drop for Owned<'_> {
+    fn drop(&mut self) {
+        // SAFETY: ours, released once; nothing pending names it (see the type's docs).
+        unsafe { self.s.release_bound(self.l, self.b.buffer, self.b.memory) };
+    }
 }
 
 /// What [`Device::copy_floor`](super::Device::copy_floor) measured: the time a synchronous
@@ -577,19 +585,6 @@ pub(crate) fn floor(s: &Shared, l: &Live, to_device: bool, len: u64, iters: usiz
         QueueKind::Compute => QueueKind::Compute,
         QueueKind::Copy => s.copy_choice.pick(dir, len),
     };
-    /// A buffer of ours, released when dropped: on every path out, unwinding included, and
-    /// only after `submit::floor` returned, which leaves nothing running that names it.
-    struct Owned<'a> {
-        s: &'a Shared,
-        l: &'a Live,
-        b: super::Bound,
-    }
-    impl Drop for Owned<'_> {
-        fn drop(&mut self) {
-            // SAFETY: ours, released once; nothing pending names it (see the type's docs).
-            unsafe { self.s.release_bound(self.l, self.b.buffer, self.b.memory) };
-        }
-    }
     let host = Owned { s, l, b: s.alloc_bound(l, len, usage, memtype::pinned, false, false)? };
     let dev = Owned { s, l, b: s.alloc_device_bound(l, len, usage, false, false)? };
     // SAFETY: both buffers are ours, made above with transfer usage and `len` bytes, used by
