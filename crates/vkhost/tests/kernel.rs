@@ -380,6 +380,64 @@ fn bad_arguments_are_refused_before_the_driver() {
     s.synchronize().unwrap();
 }
 
+/// The module docs' example kernel (`DOCS_SCALE_WGSL`, the WGSL of `crate::kernel`, of
+/// `Kernel::from_spirv` and of `Stream::launch`), launched by safe code over bindings that do
+/// not start on a word, with guard bytes held as live views around them: it must write nothing
+/// outside its binding. Its first version indexed from `delta / 4` whatever the delta, so a
+/// binding at byte 2 of a word had the word's first 2 bytes, another owner's, overwritten (a
+/// review found it; this test failed on that kernel: `[.., ee, ee, 1, 1]` before the binding).
+const DOCS_SCALE_WGSL: &str = r#"
+struct Push { delta0: u32, delta1: u32, n: u32, scale: u32 }
+var<push_constant> pc: Push;
+@group(0) @binding(0) var<storage, read> src: array<u32>;
+@group(0) @binding(1) var<storage, read_write> dst: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    // Whole words only: a binding that starts inside a word shares it with bytes
+    // before the binding, another owner's. Such a launch does nothing.
+    let whole = pc.delta0 % 4u == 0u && pc.delta1 % 4u == 0u;
+    let s = pc.delta0 / 4u + id.x;
+    let d = pc.delta1 / 4u + id.x;
+    if whole && id.x < pc.n && s < arrayLength(&src) && d < arrayLength(&dst) {
+        dst[d] = src[s] * pc.scale;
+    }
+}
+"#;
+
+#[test]
+fn the_docs_kernel_writes_nothing_outside_bindings_that_start_inside_a_word() {
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    // SAFETY: the docs' kernel (see DOCS_SCALE_WGSL's comment): binding 1 read-write, 8 bytes of
+    // its own push constants; what it touches is what this test checks.
+    let k = unsafe { Kernel::from_spirv(&spirv(DOCS_SCALE_WGSL), "main", &[Param::ReadOnly, Param::ReadWrite], 8) }.unwrap();
+    let src = d.alloc_buffer(256).unwrap();
+    src.write(0, &[1u8; 256]).unwrap();
+    let mut out = PinnedBuffer::new(&d, 256).unwrap();
+    let dev_out = d.alloc_buffer(256).unwrap();
+    for (src_off, dst_off) in [(0usize, 18usize), (2, 16), (0, 17), (3, 19)] {
+        out.fill(0xEE);
+        {
+            let (before, rest) = out.split_at_mut(dst_off);
+            let (bound, after) = rest.split_at_mut(8);
+            let views: (&[u8], &[u8]) = (before, after); // views the caller holds through the launch
+            let bindings = [Binding::Device(&src, src_off, 8), Binding::HostMut(bound)];
+            s.launch(&k, [1, 1, 1], &bindings, &push(&[2, 1])).unwrap();
+            assert!(views.0.iter().all(|&b| b == 0xEE), "({src_off}, {dst_off}): bytes before the binding: {:x?}", views.0);
+            assert!(views.1.iter().all(|&b| b == 0xEE), "({src_off}, {dst_off}): bytes after the binding: {:x?}", views.1);
+        }
+        dev_out.write(0, &[0xEE; 256]).unwrap();
+        s.launch(&k, [1, 1, 1], &[Binding::Device(&src, src_off, 8), Binding::Device(&dev_out, dst_off, 8)], &push(&[2, 1])).unwrap();
+        s.synchronize().unwrap();
+        let mut back = vec![0u8; 256];
+        dev_out.read(0, &mut back).unwrap();
+        let outside = back[..dst_off].iter().chain(&back[dst_off + 8..]).all(|&b| b == 0xEE);
+        assert!(outside, "({src_off}, {dst_off}): device bytes outside the binding: {:x?}", &back[..dst_off + 12]);
+    }
+    drop(s);
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
+}
+
 /// A workgroup larger than the device allows.
 const BIG_WORKGROUP_WGSL: &str = r#"
 struct Push { delta0: u32, n: u32 }

@@ -22,9 +22,12 @@
 //! indexing is exact only when the range starts on the element's size: `delta / 4` needs a
 //! range that starts on a multiple of 4 bytes, `delta / 16` one that starts on a multiple of
 //! 16 (`delta % 16 == 0`); otherwise it rounds down to bytes before the range. `launch` does not
-//! refuse such ranges for a user kernel (one may index bytes, or check `delta` itself), as the
-//! built-ins, which need whole words, do: a kernel that indexes elements must be given ranges
-//! that start on its element size.
+//! refuse such ranges for a user kernel (one may skip the partial element, or check `delta`
+//! itself), as it does for the built-ins, which need whole words. Safe code may bind any range
+//! to any kernel, so a kernel that indexes elements checks `delta % size == 0` itself and does
+//! nothing otherwise, as the example below does (without that check, a safe launch over bytes
+//! 18..26 of a block writes bytes 16 and 17, outside its binding); only a kernel private to
+//! code that binds ranges starting on its element size may leave it out.
 //!
 //! The kernel's own push constants are laid out as its shading language lays out the push
 //! block (WGSL and GLSL's std430: a `vec4` member starts on 16 bytes, after padding): declare
@@ -50,9 +53,12 @@
 //! fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 //!     // Bounded by the bindings too (`arrayLength`: the bound range's end), not by `n` alone:
 //!     // any code holding the Kernel may launch it with any `n`.
+//!     // Whole words only: a binding that starts inside a word shares it with bytes
+//!     // before the binding, another owner's. Such a launch does nothing.
+//!     let whole = pc.delta0 % 4u == 0u && pc.delta1 % 4u == 0u;
 //!     let s = pc.delta0 / 4u + id.x;
 //!     let d = pc.delta1 / 4u + id.x;
-//!     if id.x < pc.n && s < arrayLength(&src) && d < arrayLength(&dst) {
+//!     if whole && id.x < pc.n && s < arrayLength(&src) && d < arrayLength(&dst) {
 //!         dst[d] = src[s] * pc.scale;
 //!     }
 //! }
@@ -167,9 +173,10 @@
 //! # @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
 //! # @compute @workgroup_size(64)
 //! # fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+//! #     let whole = pc.delta0 % 4u == 0u && pc.delta1 % 4u == 0u;
 //! #     let s = pc.delta0 / 4u + id.x;
 //! #     let d = pc.delta1 / 4u + id.x;
-//! #     if id.x < pc.n && s < arrayLength(&src) && d < arrayLength(&dst) {
+//! #     if whole && id.x < pc.n && s < arrayLength(&src) && d < arrayLength(&dst) {
 //! #         dst[d] = src[s] * pc.scale;
 //! #     }
 //! # }
@@ -177,7 +184,8 @@
 //! use vkhost::kernel::{Kernel, Param};
 //! // SAFETY: `SCALE` (the WGSL of the module docs) reads binding 0 and writes binding 1 only
 //! // within the `n` words from their deltas and within the bound ranges (`arrayLength`),
-//! // whatever `n` a launch passes, and has 8 bytes of its own push constants.
+//! // whatever `n` a launch passes, nothing when a delta is not a multiple of 4, and has 8
+//! // bytes of its own push constants.
 //! let scale = unsafe { Kernel::from_spirv(&spirv(SCALE), "main", &[Param::ReadOnly, Param::ReadWrite], 8) }?;
 //! use vkhost::{Binding, QueueKind};
 //! let dev = vkhost::Device::open_default()?;
@@ -308,6 +316,8 @@ impl Kernel {
     /// push constants bounds its indices by the binding too: the bound range ends where the
     /// binding's bytes end, so `arrayLength` (GLSL's `.length()`) of the binding, in elements
     /// from the aligned-down offset, is where its bytes stop (as the module docs' example does).
+    /// Likewise a kernel that indexes elements from `delta / size` does nothing for a delta that
+    /// is not a multiple of `size`: the element it would start on holds bytes before the range.
     /// A kernel that trusts its push constants instead may only be launched by code that passes
     /// values within the bindings: keep it private to that code. Why: the bytes before a delta,
     /// or past a range, may be another owner's memory (a registration is imported with whole
@@ -335,9 +345,10 @@ impl Kernel {
     /// # @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
     /// # @compute @workgroup_size(64)
     /// # fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    /// #     let whole = pc.delta0 % 4u == 0u && pc.delta1 % 4u == 0u;
     /// #     let s = pc.delta0 / 4u + id.x;
     /// #     let d = pc.delta1 / 4u + id.x;
-    /// #     if id.x < pc.n && s < arrayLength(&src) && d < arrayLength(&dst) {
+    /// #     if whole && id.x < pc.n && s < arrayLength(&src) && d < arrayLength(&dst) {
     /// #         dst[d] = src[s] * pc.scale;
     /// #     }
     /// # }
@@ -346,7 +357,8 @@ impl Kernel {
     /// let words = spirv(SCALE);
     /// // SAFETY: `SCALE` (the WGSL of the module docs) reads binding 0 and writes binding 1 only
     /// // within the `n` words from their deltas and within the bound ranges (`arrayLength`),
-    /// // whatever `n` a launch passes, and has 8 bytes of its own push constants.
+    /// // whatever `n` a launch passes, nothing when a delta is not a multiple of 4, and has 8
+    /// // bytes of its own push constants.
     /// let k = unsafe { Kernel::from_spirv(&words, "main", &[Param::ReadOnly, Param::ReadWrite], 8) }?;
     /// assert_eq!((k.name(), k.push_constant_bytes()), ("main", 8));
     /// // The module uses binding 1: declaring one binding is refused before any device sees it.

@@ -458,9 +458,10 @@ impl Stream {
     /// # @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
     /// # @compute @workgroup_size(64)
     /// # fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    /// #     let whole = pc.delta0 % 4u == 0u && pc.delta1 % 4u == 0u;
     /// #     let s = pc.delta0 / 4u + id.x;
     /// #     let d = pc.delta1 / 4u + id.x;
-    /// #     if id.x < pc.n && s < arrayLength(&src) && d < arrayLength(&dst) {
+    /// #     if whole && id.x < pc.n && s < arrayLength(&src) && d < arrayLength(&dst) {
     /// #         dst[d] = src[s] * pc.scale;
     /// #     }
     /// # }
@@ -468,7 +469,8 @@ impl Stream {
     /// use vkhost::kernel::{Kernel, Param};
     /// // SAFETY: `SCALE` (the WGSL of the module docs) reads binding 0 and writes binding 1 only
     /// // within the `n` words from their deltas and within the bound ranges (`arrayLength`),
-    /// // whatever `n` a launch passes, and has 8 bytes of its own push constants.
+    /// // whatever `n` a launch passes, nothing when a delta is not a multiple of 4, and has 8
+    /// // bytes of its own push constants.
     /// let scale = unsafe { Kernel::from_spirv(&spirv(SCALE), "main", &[Param::ReadOnly, Param::ReadWrite], 8) }?;
     /// use vkhost::{Binding, QueueKind};
     /// let dev = vkhost::Device::open_default()?;
