@@ -438,6 +438,37 @@ fn the_docs_kernel_writes_nothing_outside_bindings_that_start_inside_a_word() {
     assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
 }
 
+/// A module whose workgroup size multiplies past u64 (each dimension 2^31 or more, which
+/// SPIR-V allows): the launch's check of maxComputeWorkGroupInvocations multiplied the three
+/// dimensions in u64, which overflows (a panic where overflow checks are on, as in debug
+/// builds: this test panicked with `attempt to multiply with overflow` in check_args under
+/// CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true). Now an `InvalidArgument` like any workgroup
+/// past the device's limits.
+#[test]
+fn a_workgroup_size_whose_product_overflows_is_refused_without_a_panic() {
+    let mut words = spirv(SCALE_WGSL);
+    let mut i = 5;
+    let mut patched = false;
+    while i < words.len() {
+        let (count, op) = ((words[i] >> 16) as usize, words[i] & 0xffff);
+        if op == 16 && count == 6 && words[i + 2] == 17 {
+            words[i + 3..i + 6].copy_from_slice(&[1 << 31, 1 << 31, 1 << 31]);
+            patched = true;
+        }
+        i += count;
+    }
+    assert!(patched, "the module has an OpExecutionMode LocalSize");
+    let d = device().unwrap();
+    let s = compute_stream(&d);
+    // SAFETY: refused at launch (its workgroup size exceeds every device's limit), never run.
+    let k = unsafe { Kernel::from_spirv(&words, "main", &[Param::ReadWrite], 12) }.unwrap();
+    let b = d.alloc_buffer(256).unwrap();
+    let r = s.launch(&k, [1, 1, 1], &[Binding::Device(&b, 0, 256)], &push(&[1, 1, 1]));
+    assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");
+    drop(s);
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
+}
+
 /// A workgroup larger than the device allows.
 const BIG_WORKGROUP_WGSL: &str = r#"
 struct Push { delta0: u32, n: u32 }

@@ -142,7 +142,8 @@ fn check_args(s: &Shared, k: &Kernel, groups: [u32; 3], bindings: &[Binding<'_>]
     }
     if let Some(size) = kd.facts.local_size {
         let (max, most) = (s.info.max_compute_work_group_size, s.info.max_compute_work_group_invocations);
-        let invocations = size.iter().map(|&d| u64::from(d)).product::<u64>();
+        // Saturating: three dimensions of 2^31 or more multiply past u64 (a debug panic).
+        let invocations = size.iter().try_fold(1u64, |p, &d| p.checked_mul(u64::from(d))).unwrap_or(u64::MAX);
         if size.iter().zip(max).any(|(&d, m)| d > m) || invocations > u64::from(most) {
             let why = format!(
                 "kernel {}'s workgroup size {size:?} exceeds this device's maxComputeWorkGroupSize {max:?} or \
