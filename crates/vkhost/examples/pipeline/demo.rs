@@ -31,6 +31,12 @@ var<push_constant> pc: Push;
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    // Whole words only: a binding that starts inside a word shares that word with bytes
+    // before the binding (another owner's). This demo binds whole words; any code holding the
+    // kernel may bind any range, and such a launch does nothing.
+    if (pc.delta0 % 4u != 0u || pc.delta1 % 4u != 0u) {
+        return;
+    }
     let s = pc.delta0 / 4u;
     let d = pc.delta1 / 4u;
     // Bounded by the bindings as well as by n: any code holding the kernel may pass any n.
@@ -55,8 +61,8 @@ fn affine_kernel() -> Kernel {
     let pipe = naga::back::spv::PipelineOptions { shader_stage: naga::ShaderStage::Compute, entry_point: "main".into() };
     let words = naga::back::spv::write_vec(&module, &info, &opts, Some(&pipe)).expect("SPIR-V");
     // SAFETY: the kernel reads binding 0 and writes binding 1 only within [delta, delta + 4n)
-    // and within the bound ranges (`arrayLength`) whatever n a launch passes, and writes only
-    // binding 1, declared read-write.
+    // and within the bound ranges (`arrayLength`) whatever n a launch passes, nothing when a
+    // delta is not a multiple of 4, and writes only binding 1, declared read-write.
     unsafe { Kernel::from_spirv(&words, "main", &[Param::ReadOnly, Param::ReadWrite], 12) }.expect("kernel")
 }
 
