@@ -130,6 +130,15 @@ fn classify(severity: vk::DebugUtilsMessageSeverityFlagsEXT, id_name: Option<&st
     }
 }
 
+/// The string at `p`, or `None` for NULL.
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string that stays valid and unchanged for `'a`.
+unsafe fn c_str<'a>(p: *const std::ffi::c_char) -> Option<&'a CStr> {
+    // SAFETY: not NULL here, and the caller guarantees the rest.
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })
+}
+
 unsafe extern "system" fn messenger_callback(
     severity: vk::DebugUtilsMessageSeverityFlagsEXT,
     types: vk::DebugUtilsMessageTypeFlagsEXT,
@@ -140,21 +149,10 @@ unsafe extern "system" fn messenger_callback(
     let _ = std::panic::catch_unwind(|| {
         // SAFETY: the layer passes a valid callback-data pointer for the duration of the call.
         let data = unsafe { data.as_ref() };
-        let msg = data
-            .and_then(|d| {
-                // SAFETY: p_message is NULL or a NUL-terminated string owned by the layer for
-                // the call.
-                (!d.p_message.is_null()).then(|| unsafe { CStr::from_ptr(d.p_message) })
-            })
-            .map(|m| m.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let id_name = data
-            .and_then(|d| {
-                // SAFETY: p_message_id_name is NULL or a NUL-terminated string owned by the
-                // layer for the call.
-                (!d.p_message_id_name.is_null()).then(|| unsafe { CStr::from_ptr(d.p_message_id_name) })
-            })
-            .and_then(|m| m.to_str().ok());
+        // SAFETY: p_message is NULL or a NUL-terminated string the layer owns for the call.
+        let msg = data.and_then(|d| unsafe { c_str(d.p_message) }).map(|m| m.to_string_lossy().into_owned()).unwrap_or_default();
+        // SAFETY: as p_message.
+        let id_name = data.and_then(|d| unsafe { c_str(d.p_message_id_name) }).and_then(|m| m.to_str().ok());
         // SAFETY: `user` is the `ValidationCounts` behind an Arc that the device keeps alive
         // until after its instance is destroyed.
         let counts = unsafe { (user as *const ValidationCounts).as_ref() };

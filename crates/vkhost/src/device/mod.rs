@@ -336,11 +336,11 @@ pub struct OpenOptions {
     /// user wrote. Oldest blocks go first (to the background releaser) when the sum (each
     /// block counted in whole 4 KiB pages) would pass this, or past 1024 blocks (each is a
     /// VkDeviceMemory, and Vulkan promises only 4096 at once); a block larger than it, counted in
-    /// whole 4 KiB pages, is never kept. Any vkAllocateMemory of the device (a pinned block, a device or staging buffer, an
-    /// import of a registration or of huge-page memory) that fails for lack of memory or of
-    /// allocations frees what is kept and tries once more. Only driver blocks are kept: blocks of
-    /// vkhost's own huge-page memory ([`pinned_huge_min`](Self::pinned_huge_min)) are released
-    /// as before. [`Device::trim_pinned_cache`] frees what is kept;
+    /// whole 4 KiB pages, is never kept. Any vkAllocateMemory of the device (a pinned block, a
+    /// device or staging buffer, an import of a registration or of huge-page memory) that fails
+    /// for lack of memory or of allocations frees what is kept and tries once more. Only driver
+    /// blocks are kept: blocks of vkhost's own huge-page memory
+    /// ([`pinned_huge_min`](Self::pinned_huge_min)) are released as before. [`Device::trim_pinned_cache`] frees what is kept;
     /// [`Device::release_queued`], [`Device::live_objects`] and teardown do too.
     /// [`Device::pinned_cache`] tells what it holds and reused.
     ///
