@@ -255,9 +255,12 @@ fn a_forked_childs_own_device_refuses_a_pinned_block_it_has_no_copy_of() {
         // SAFETY: plain alarm(2): a hung child dies of SIGALRM.
         unsafe { libc::alarm(30) };
         let mut code = 0;
-        // The parent's stream: the block is refused first on a GPU; either way nothing runs.
+        // The parent's stream: its device is gone in the child, so it answers DeviceDestroyed
+        // whatever its arguments (issue 2), before the block's refusal on a GPU (`Unsupported`
+        // up to `5f9ae3b`, which this test, run on GPUs only there, missed until the
+        // thirty-eighth session's H100 run). Either way nothing runs.
         let up = stream.upload_pinned(&pinned, 0..n, &buf, 0).map(std::mem::forget);
-        if up.is_ok() || (gpu_block && !refused(up)) {
+        if up != Err(vkhost::Error::DeviceDestroyed) {
             code |= 1;
         }
         let o = vkhost::OpenOptions { validation: false, ..vkhost::OpenOptions::default() };
@@ -299,7 +302,7 @@ fn a_forked_childs_own_device_refuses_a_pinned_block_it_has_no_copy_of() {
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "child status {status:#x} (exit bit 1: the parent's stream took the block, 2: the child's own device \
+        "child status {status:#x} (exit bit 1: the parent's stream took the block or did not answer DeviceDestroyed, 2: the child's own device \
          did not refuse it (GPU) or did not copy its own copy (CPU), 4: destroy failed, 8: no device for the child)"
     );
     // The parent's block is untouched and still its own.
