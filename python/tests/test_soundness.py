@@ -652,3 +652,32 @@ def test_a_numpy_integer_is_a_pinned_length() -> None:
     del p, q
     gc.collect()
     dev.close()
+
+
+def test_bench_lets_its_error_through_and_closes_its_own_device(monkeypatch: Any) -> None:
+    # An error during the pinned measurement (a failing copy, or Ctrl-C) reached bench's
+    # `finally: dev.close()` while the traceback still held the PinnedArray: close() raised
+    # BusyError, which replaced the error (a KeyboardInterrupt became a BusyError), and the
+    # device was left open. Now the original error comes out and the device closes once the
+    # block is freed, as leaving a `with` block does.
+    made: list[weakref.ref[vkhost.Device]] = []
+    real = vkhost.Device
+
+    class Recorded(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *a: Any, **k: Any) -> None:
+            super().__init__(*a, **k)
+            made.append(weakref.ref(self))
+
+    def boom(*a: Any, **k: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(vkhost, "Device", Recorded)
+    monkeypatch.setattr(vkhost, "_time_copies", boom)
+    with pytest.raises(RuntimeError, match="boom") as excinfo:
+        vkhost.bench(MiB, iters=1)
+    del excinfo  # the traceback holds the pinned array
+    gc.collect()
+    assert len(made) == 1
+    d = made[0]()
+    assert d is None or not d._hd.live, "bench's own device was left open"
+    assert vkhost.validation_errors() == 0

@@ -1173,4 +1173,7 @@ def bench(nbytes: int = 16 << 20, iters: int = 5, device: Device | None = None) 
         return {"device": dev.info.name, "nbytes": nbytes, "iters": iters, "gbps": gbps, "paths": paths}
     finally:
         if own:
-            dev.close()
+            # As leaving a ``with`` block: never BusyError, which would replace an error raised
+            # above while its traceback still holds the pinned array (its frames do); the
+            # device then closes once that array is freed.
+            dev.__exit__(None, None, None)
