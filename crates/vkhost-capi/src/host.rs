@@ -1,7 +1,7 @@
 //! The seed's host-memory calls (pinned blocks, registrations, find, synchronous copies,
 //! stats) and device buffers.
 
-use crate::{Fail, arg, ffi, out, vkhost_device, vkhost_status};
+use crate::{Fail, arg, ffi, gone_first, out, vkhost_device, vkhost_status};
 use std::ffi::c_void;
 use vkhost::ash::vk::Handle;
 use vkhost::{CopyPath, DeviceBuffer, HostStats, host};
@@ -407,9 +407,12 @@ pub unsafe extern "C" fn vkhost_find(
     })
 }
 
+/// The buffer of a synchronous copy belongs to the device it names (a destroyed device answers
+/// that first).
 fn same_device(d: &vkhost_device, b: &vkhost_buffer) -> Result<(), Fail> {
     if d.dev.id() != b.buf.device().id() {
-        return Err(vkhost::Error::InvalidArgument { reason: "the buffer belongs to another device".into() }.into());
+        let refused = vkhost::Error::InvalidArgument { reason: "the buffer belongs to another device".into() }.into();
+        return Err(gone_first(&d.dev, refused));
     }
     Ok(())
 }

@@ -258,6 +258,13 @@ pub(crate) fn ffi(f: impl FnOnce() -> Res) -> vkhost_status {
     status
 }
 
+/// `refused`, an argument's refusal by the ABI itself, unless `dev` was destroyed: a gone device
+/// answers `VKHOST_DEVICE_DESTROYED` first, whatever the other arguments, as the Rust API does
+/// (issue 2's order) and `vkhost_device_destroy`'s contract says.
+pub(crate) fn gone_first(dev: &vkhost::Device, refused: Fail) -> Fail {
+    if dev.is_destroyed() { Fail::Lib(Error::DeviceDestroyed) } else { refused }
+}
+
 /// A handle argument: `Null` when NULL.
 ///
 /// # Safety

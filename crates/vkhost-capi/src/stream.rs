@@ -1,7 +1,7 @@
 //! Streams (ordered async work on one queue) and events (points in a stream's work).
 
 use crate::device::queue_kind;
-use crate::{Fail, arg, ffi, out, vkhost_buffer, vkhost_device, vkhost_status};
+use crate::{Fail, arg, ffi, gone_first, out, vkhost_buffer, vkhost_device, vkhost_status};
 use std::ffi::c_void;
 use vkhost::{Event, Stream};
 
@@ -111,7 +111,7 @@ pub unsafe extern "C" fn vkhost_stream_create(
         // SAFETY: forwarded contract.
         let d = unsafe { arg(device, "device") }?;
         let o = out(stream, "stream")?;
-        let kind = self::queue_kind(queue_kind, "queue_kind")?;
+        let kind = self::queue_kind(queue_kind, "queue_kind").map_err(|refused| gone_first(&d.dev, refused))?;
         let s = d.dev.stream_on(kind)?;
         // SAFETY: forwarded contract.
         unsafe { o.put(Box::into_raw(Box::new(vkhost_stream { s }))) };
