@@ -257,7 +257,8 @@ extern "C" {
 
 // The message of the last vkhost call made on the calling thread: why it failed, or `""` after
 // a success. Never NULL. The string belongs to vkhost and stays valid until the next vkhost call
-// on the same thread (calls to this function and `vkhost_status_name` do not count).
+// on the same thread (calls to this function, `vkhost_status_name` and
+// `vkhost_validation_errors` do not count).
 const char *vkhost_last_error_message(void);
 
 // The name of a status code as a static string (`"VKHOST_NOT_REGISTERED"`), or
@@ -405,7 +406,8 @@ vkhost_status vkhost_device_validation_errors(const vkhost_device *device, uint6
 // or not, the reports of each device's teardown included (vkDestroyDevice's objects left
 // undestroyed), whenever it runs: at `vkhost_device_destroy`, or at the release of the last
 // handle that holds the device (a buffer, stream or event holds one). For tests: with
-// validation on, a clean run ends with 0.
+// validation on, a clean run ends with 0. Leaves the thread's `vkhost_last_error_message` as it
+// was (it cannot fail).
 uint64_t vkhost_validation_errors(void);
 
 // Allocates `len` bytes of pinned host memory (driver memory, unless `VKHOST_PINNED_HUGE_MIN`

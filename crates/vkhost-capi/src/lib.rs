@@ -296,7 +296,8 @@ impl<T> Out<T> {
 
 /// The message of the last vkhost call made on the calling thread: why it failed, or `""` after
 /// a success. Never NULL. The string belongs to vkhost and stays valid until the next vkhost call
-/// on the same thread (calls to this function and `vkhost_status_name` do not count).
+/// on the same thread (calls to this function, `vkhost_status_name` and
+/// `vkhost_validation_errors` do not count).
 #[cfg_attr(
     doc,
     doc = r#"
@@ -366,6 +367,23 @@ mod tests {
         // SAFETY: as above.
         let unknown = unsafe { std::ffi::CStr::from_ptr(vkhost_status_name(99)) };
         assert_eq!(unknown, c"VKHOST_UNKNOWN_STATUS");
+    }
+
+    /// `vkhost_validation_errors` returns a count, not a status: it leaves the thread's message
+    /// (and the pointer `vkhost_last_error_message` lent out) as it was, so C may read both in
+    /// one expression (`printf("%s (%llu)", vkhost_last_error_message(), vkhost_validation_errors())`,
+    /// whose arguments run in either order). It replaced the message with "" before, freeing the
+    /// string such a caller was still to read.
+    #[test]
+    fn the_validation_count_leaves_the_last_message_alone() {
+        // SAFETY: a NULL out-pointer is checked, never written.
+        assert_eq!(unsafe { crate::vkhost_device_count(std::ptr::null_mut()) }, VKHOST_NULL_ARGUMENT);
+        let lent = vkhost_last_error_message();
+        let _ = crate::vkhost_validation_errors();
+        assert_eq!(vkhost_last_error_message(), lent, "the lent string was replaced");
+        // SAFETY: the thread's message, still the one lent out above (asserted).
+        let m = unsafe { std::ffi::CStr::from_ptr(vkhost_last_error_message()) };
+        assert_eq!(m, c"count is NULL");
     }
 
     #[test]
