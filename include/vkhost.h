@@ -9,7 +9,7 @@
  * vkhost before the process exits: a driver tears itself down at exit and may crash under a
  * call still in flight on another thread (lavapipe does).
  * vkhost's warnings and errors (a malformed VKHOST_* variable ignored, validation messages)
- * go to standard error as "vkhost: <level>: <message>"; VKHOST_LOG=off|error|warn|info|debug
+ * go to standard error as "vkhost: <level>: <message>"; VKHOST_LOG=off|error|warn|info|debug|trace
  * sets what is printed (default warn).
  */
 

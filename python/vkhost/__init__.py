@@ -14,7 +14,7 @@ vkCmdCopyBuffer, no staging); everything else is staged.
 
 vkhost's warnings and errors (a malformed ``VKHOST_*`` variable ignored, validation-layer
 messages) go to standard error as ``vkhost: <level>: <message>``; ``VKHOST_LOG=off`` (or
-``error``, ``warn``, the default, ``info``, ``debug``) sets what is printed.
+``error``, ``warn``, the default, ``info``, ``debug``, ``trace``) sets what is printed.
 """
 
 from __future__ import annotations
