@@ -51,7 +51,9 @@
 //! cut the wait short: the wait starts again with a fresh submission, and the panic reaches
 //! the caller of [`Interop::scope`] once the work is done (unless the closure is already
 //! unwinding). A callback that panics every time it runs, past 8 tries, is treated as wgpu
-//! failing (above).
+//! failing (above). One that panics on another thread, whose `poll` or `submit` collected the
+//! scope's own callback in the same batch, makes wgpu drop that callback unrun: the scope takes
+//! the drop for completion (wgpu collects a callback only with its completed submission).
 //!
 //! wgpu-core 24 itself can deadlock when one thread polls a device after
 //! `wgpu::Device::destroy` while another calls `Queue::write_buffer` (a lock-order inversion
@@ -61,7 +63,7 @@
 use crate::{Error, Interop, Result};
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use vkhost::ash::{self, vk};
 use vkhost::{PinnedBuffer, RawMemory, Registration};
@@ -69,6 +71,22 @@ use wgpu::hal::api::Vulkan;
 
 /// A caught panic's payload.
 type Panic = Box<dyn std::any::Any + Send>;
+
+/// States of a wait's `on_submitted_work_done` callback ([`Inner::wait_only`]).
+const PENDING: u8 = 0;
+const RAN: u8 = 1;
+const DROPPED: u8 = 2;
+
+/// Carried by that callback: marks it `DROPPED` if wgpu drops it without running it (a panic
+/// in an earlier callback of the same batch, on whatever thread ran the batch).
+struct Signal(Arc<AtomicU8>);
+
+impl Drop for Signal {
+    fn drop(&mut self) {
+        // After a run the state is RAN, which stays.
+        let _ = self.0.compare_exchange(PENDING, DROPPED, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
 
 /// How many panics out of `submit` or `poll` a scope's wait takes (a user's callback that
 /// panics each time it runs) before it gives up on waiting through wgpu; see
@@ -470,11 +488,16 @@ impl Inner {
                 self.queue.submit([]);
                 // Attached to the latest submission (ours, or a later one of another thread):
                 // it runs once every submission up to there has completed.
-                let done = Arc::new(AtomicBool::new(false));
-                let d = done.clone();
-                self.queue.on_submitted_work_done(move || d.store(true, Ordering::Release));
+                let state = Arc::new(AtomicU8::new(PENDING));
+                let signal = Signal(state.clone());
+                self.queue.on_submitted_work_done(move || signal.0.store(RAN, Ordering::Release));
                 // One `Maintain::Wait` waits at most 60 s (wgpu-core's CLEANUP_WAIT_MS): loop.
-                while !done.load(Ordering::Acquire) {
+                // Until the callback ran, or wgpu dropped it unrun: it collected the callback
+                // with its completed submission, and an earlier callback of that batch panicked
+                // (on another thread, whose `poll` or `submit` collected it; on this one the
+                // panic comes out here). Either way our submission, and every earlier one, has
+                // completed; no later poll would ever run the callback.
+                while state.load(Ordering::Acquire) == PENDING {
                     self.device.poll(wgpu::Maintain::Wait);
                 }
             }));

@@ -422,3 +422,84 @@ fn d7_a_panicking_wgpu_callback_reaches_the_caller_after_the_wait() {
     assert!(r.is_err(), "the callback's panics were swallowed");
     assert!(p.iter().all(|&b| b == 0), "the second scope's clear did not finish");
 }
+
+/// A user's wgpu callback that panics on *another* thread (here a `map_async` callback of a
+/// thread that polls the device and survives the panic) while a scope ends: wgpu runs every
+/// finished callback of a batch on the thread whose `poll` or `submit` collected them, and a
+/// panic drops the rest of the batch without running them. When the scope's own
+/// `on_submitted_work_done` flag was in that batch, it was never set, and the scope's end polled
+/// forever (a hang at 100% CPU). A race: the other thread must collect the batch between the
+/// scope attaching its flag and polling, so the test ends many scopes and fails if one hangs.
+#[test]
+fn d8_a_callback_panicking_on_another_thread_does_not_hang_the_scope() {
+    let Some(interop) = open() else { return };
+    let interop = Arc::new(interop);
+    let stop = Arc::new(AtomicBool::new(false));
+    let poller = {
+        let (i, stop) = (interop.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let dev = i.device();
+            let m = dev.create_buffer(&wgpu::BufferDescriptor {
+                label: None,
+                size: 256,
+                usage: wgpu::BufferUsages::MAP_READ,
+                mapped_at_creation: false,
+            });
+            let me = std::thread::current().id();
+            let mut panics = 0u64;
+            let ran = Arc::new(AtomicBool::new(true));
+            let mut first = true;
+            while !stop.load(Ordering::Acquire) {
+                if ran.swap(false, Ordering::AcqRel) {
+                    if !std::mem::take(&mut first) {
+                        m.unmap();
+                    }
+                    let ran = ran.clone();
+                    m.slice(..).map_async(wgpu::MapMode::Read, move |_| {
+                        ran.store(true, Ordering::Release);
+                        if std::thread::current().id() == me {
+                            panic!("the poller's map callback panics");
+                        }
+                    });
+                }
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dev.poll(wgpu::Maintain::Poll))).is_err() {
+                    panics += 1;
+                }
+            }
+            panics
+        })
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker = {
+        let i = interop.clone();
+        std::thread::spawn(move || {
+            let mut p = PinnedBuffer::new(i.vkhost(), 4096).unwrap();
+            for n in 0..3000 {
+                i.scope(|s| -> vkhost_wgpu::Result<()> {
+                    let b = s.pinned(&mut p)?;
+                    clear_all(&i, &b);
+                    Ok(())
+                })
+                .unwrap();
+                if tx.send(n).is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let mut done = 0;
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+            Ok(n) => done = n + 1,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("a scope's end hung after {done} scopes (its flag dropped by a panic on the poller thread)")
+            }
+        }
+    }
+    worker.join().unwrap();
+    stop.store(true, Ordering::Release);
+    let panics = poller.join().unwrap();
+    eprintln!("{done} scopes ended; the poller's callback panicked {panics} times");
+    assert_eq!(done, 3000);
+}
