@@ -29,7 +29,13 @@
 //! 2. submits a command buffer with one global barrier, all commands' writes → host reads and
 //!    writes, which also flushes wgpu's pending `write_buffer` copies (they go first in that
 //!    submission): device writes to the caller's pages are visible to the host afterwards;
-//! 3. polls the device until that submission, and so every earlier one, has completed.
+//! 3. polls the device (`Maintain::Poll`, which reads the fence) until that submission, and so
+//!    every earlier one, has completed. Never `Maintain::Wait`: wgpu-core 24's wait gives up
+//!    after 60 s, ignores the timeout and runs the callbacks of every submission as if it had
+//!    completed, so a scope whose kernel ran longer returned while the kernel still wrote the
+//!    caller's pages. The same wgpu bug reaches a scope through another thread's
+//!    `Device::poll(Maintain::Wait)` that times out meanwhile: on a device that runs work of
+//!    60 s or more, do not wait through `Maintain::Wait` on any thread while a scope ends.
 //!
 //! Meanwhile the scope holds a [`vkhost::DeviceHold`], so `vkhost::Device::destroy` answers
 //! `Busy` instead of freeing imports wgpu may be using; the raw `host::unregister` and
@@ -85,6 +91,19 @@ impl Drop for Signal {
     fn drop(&mut self) {
         // After a run the state is RAN, which stays.
         let _ = self.0.compare_exchange(PENDING, DROPPED, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+/// Between two polls of a scope's wait ([`Inner::wait_only`]): the thread yields for its first
+/// 64 polls (work that ends within microseconds), then sleeps 20 us, doubling up to 1 ms (so a
+/// long kernel costs at most about 1 ms of latency at the scope's end, and no busy core).
+fn idle(polls: u32) {
+    const SPINS: u32 = 64;
+    if polls <= SPINS {
+        std::thread::yield_now();
+    } else {
+        let us = (20u64 << (polls - SPINS).min(6)).min(1000);
+        std::thread::sleep(std::time::Duration::from_micros(us));
     }
 }
 
@@ -491,14 +510,21 @@ impl Inner {
                 let state = Arc::new(AtomicU8::new(PENDING));
                 let signal = Signal(state.clone());
                 self.queue.on_submitted_work_done(move || signal.0.store(RAN, Ordering::Release));
-                // One `Maintain::Wait` waits at most 60 s (wgpu-core's CLEANUP_WAIT_MS): loop.
                 // Until the callback ran, or wgpu dropped it unrun: it collected the callback
                 // with its completed submission, and an earlier callback of that batch panicked
                 // (on another thread, whose `poll` or `submit` collected it; on this one the
                 // panic comes out here). Either way our submission, and every earlier one, has
                 // completed; no later poll would ever run the callback.
+                //
+                // Polled, never `Maintain::Wait`: wgpu-core 24's wait gives up after 60 s
+                // (CLEANUP_WAIT_MS), ignores that it timed out and takes every submission up to
+                // the latest as completed, so it ran this callback while a longer kernel still
+                // wrote the caller's pages. `Maintain::Poll` reads the fence's real value.
+                let mut polls = 0u32;
                 while state.load(Ordering::Acquire) == PENDING {
-                    self.device.poll(wgpu::Maintain::Wait);
+                    self.device.poll(wgpu::Maintain::Poll);
+                    polls = polls.saturating_add(1);
+                    idle(polls);
                 }
             }));
             match waited {

@@ -402,3 +402,67 @@ fn pinned_block_options_apply_to_the_borrowed_device() {
         .expect("scope");
     assert!(again.iter().all(|&x| x == 0));
 }
+
+/// `b[1]` x `b[4]` rounds of a dependent multiply-add on one invocation, then 0xDEADBEEF to word
+/// 3: a kernel whose run time scales past u32 iterations.
+const LONG: &str = "
+@group(0) @binding(0) var<storage, read_write> b: array<u32>;
+@compute @workgroup_size(1) fn main() {
+  var x = b[0];
+  for (var j = 0u; j < b[4]; j++) {
+    for (var i = 0u; i < b[1]; i++) { x = x * 1664525u + 1013904223u; }
+  }
+  b[2] = x | 1u;
+  b[3] = 0xdeadbeefu;
+}";
+
+/// A kernel that runs past 60 s in a scope: wgpu-core 24's `Maintain::Wait` gives up after 60 s
+/// (CLEANUP_WAIT_MS), ignores the timeout and runs every submission's work-done callbacks, so a
+/// scope that waited through it returned at 60 s while the kernel still ran, and the kernel
+/// wrote the caller's pinned block after the borrow ended (found by a review). The scope must
+/// return only after the kernel's last write. GPU only: a CPU driver runs the work inside
+/// vkQueueSubmit (and lavapipe stops a loop after 65535 iterations), so nothing there outlasts
+/// the wait; the test says so and returns. About 75 s on a GPU.
+#[test]
+fn a_kernel_running_past_wgpus_60_s_wait_still_holds_the_scope() {
+    let Some(interop) = open() else { return };
+    if interop.vkhost().info().device_type == vkhost::DeviceType::Cpu {
+        eprintln!("skipped: a CPU driver runs a submission's work inside vkQueueSubmit, so no kernel outlasts wgpu's 60 s wait");
+        return;
+    }
+    let mut pinned = PinnedBuffer::new(interop.vkhost(), 4096).unwrap();
+    let word = |b: &[u8], k: usize| u32::from_ne_bytes(b[4 * k..4 * k + 4].try_into().unwrap());
+    // Runs the kernel for `inner` x `outer` rounds in a scope; the scope's time.
+    let mut run = |inner: u32, outer: u32| {
+        pinned.fill(0);
+        pinned[4..8].copy_from_slice(&inner.to_ne_bytes());
+        pinned[16..20].copy_from_slice(&outer.to_ne_bytes());
+        let t = std::time::Instant::now();
+        interop
+            .scope(|s| -> vkhost_wgpu::Result<()> {
+                let b = s.pinned(&mut pinned)?;
+                dispatch(&interop, LONG, &[&b], 1);
+                Ok(())
+            })
+            .unwrap();
+        let took = t.elapsed();
+        (took, word(&pinned, 3))
+    };
+    // Calibrated: rounds that take at least half a second, then scaled to 75 s.
+    let inner = 1 << 20;
+    let mut outer = 4u32;
+    let (mut took, _) = run(inner, outer);
+    while took.as_secs_f64() < 0.5 && outer < 1 << 24 {
+        outer *= 4;
+        took = run(inner, outer).0;
+    }
+    let long = ((outer as f64) * 75.0 / took.as_secs_f64()).min(u32::MAX as f64) as u32;
+    eprintln!("calibration: {outer} x {inner} rounds in {took:?}; the long run: {long} x {inner}");
+    let (took, last) = run(inner, long);
+    eprintln!("the long run's scope ended after {took:?}");
+    assert_eq!(last, 0xdead_beef, "the scope ended after {took:?}, before the kernel's last write");
+    assert!(
+        took.as_secs_f64() > 62.0,
+        "the kernel took {took:?}: the calibration fell short of wgpu's 60 s wait, so this run proves nothing"
+    );
+}
