@@ -734,8 +734,10 @@ pub unsafe extern "C" fn vkhost_device_open_with(
 ) -> vkhost_status {
     ffi(|| {
         // SAFETY: forwarded contract.
-        let opts = unsafe { arg(options, "options") }?.to_rust()?;
+        let opts = unsafe { arg(options, "options") }?;
+        // A NULL out-pointer answers NULL_ARGUMENT whatever the options hold.
         let o = out(device, "device")?;
+        let opts = opts.to_rust()?;
         let dev = if index == VKHOST_DEFAULT_DEVICE { Device::open_default_with(&opts)? } else { Device::open_with(index, &opts)? };
         hand_out(dev, o);
         Ok(())

@@ -386,6 +386,22 @@ mod tests {
         assert_eq!(m, c"count is NULL");
     }
 
+    /// A NULL out-pointer is `VKHOST_NULL_ARGUMENT`, as the crate docs say, whatever the other
+    /// arguments: `vkhost_device_open_with` checked its options first and answered
+    /// `VKHOST_INVALID_ARGUMENT` for bad options and a NULL out-pointer (a review's note).
+    #[test]
+    fn a_null_out_pointer_is_named_before_the_options_are_checked() {
+        let mut o = std::mem::MaybeUninit::uninit();
+        // SAFETY: a valid out-pointer to a local.
+        assert_eq!(unsafe { crate::vkhost_open_options_default(o.as_mut_ptr()) }, VKHOST_OK);
+        // SAFETY: written by the call above.
+        let mut o = unsafe { o.assume_init() };
+        o.import_policy = 77;
+        // SAFETY: the options point to a local; the NULL out-pointer is checked, never written.
+        let st = unsafe { crate::vkhost_device_open_with(0, &o, std::ptr::null_mut()) };
+        assert_eq!(st, VKHOST_NULL_ARGUMENT);
+    }
+
     #[test]
     fn a_panic_becomes_internal_with_its_message() {
         let s = ffi(|| panic!("boom"));
