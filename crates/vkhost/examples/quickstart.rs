@@ -16,6 +16,8 @@ fn main() -> vkhost::Result<()> {
     let mut reg = dev.register(&mut mine)?;
     gpu.read(0, &mut reg)?; // direct into your pages
     drop(reg);
+    // Or for one call only: a guard that cannot be leaked.
+    dev.with_registered(&mut mine, |bytes| gpu.write(0, bytes))??;
 
     // The raw, address-based API (the seed's), for runtimes and FFI:
     let p = host::alloc_pinned(&dev, 4096)?;
