@@ -277,12 +277,13 @@ pub enum BarAssist {
 /// ```
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
-    /// Import policy. Default: `VKHOST_IMPORT=never` → `Never`, else `Auto`.
+    /// Import policy. Default: `VKHOST_IMPORT=never` (or `off`, `0`) → `Never`, else `Auto`.
     pub import: ImportPolicy,
-    /// Enable the Khronos validation layer. Default: `VKHOST_VALIDATION=1`.
+    /// Enable the Khronos validation layer. Default: `VKHOST_VALIDATION=1` (or `true`, `on`).
     pub validation: bool,
     /// Bytes per staging chunk for staged copies (default 16 MiB). At least
     /// [`STAGING_CHUNK_MIN`](Self::STAGING_CHUNK_MIN) (4 KiB) and a multiple of it.
+    /// `VKHOST_STAGING_CHUNK=N` (bytes) sets it.
     pub staging_chunk: usize,
     /// Threads that memcpy through staging (pageable copies), each part at least 256 KiB, and
     /// that split CPU stores of 128 KiB and more into mapped device memory (see `bar_write_max`
@@ -351,7 +352,8 @@ pub struct OpenOptions {
     pub pinned_cache: Option<usize>,
     /// Staging chunks in flight per copy context and per stream (default 3). In
     /// [`STAGING_SLOTS`](Self::STAGING_SLOTS) (2..=16); `staging_chunk × staging_slots` (one
-    /// staging buffer) must fit the device's maxMemoryAllocationSize.
+    /// staging buffer) must fit the device's maxMemoryAllocationSize. `VKHOST_STAGING_SLOTS=N`
+    /// sets it.
     pub staging_slots: usize,
     /// The queue synchronous copies use: `Copy` (default) lets vkhost choose between the copy
     /// engines and the compute queue by measurement (see `measure_copy_queues`; bulk copies
