@@ -488,6 +488,25 @@ const USER_WRITE_MAX: usize = 4 << 20;
 struct UserWrite {
     buf: vkhost::DeviceBuffer,
     src: vkhost::PinnedBuffer,
+    /// Points measured so far: [`UserWrite::prepare`] seeds each point's source with it.
+    points: u64,
+}
+
+impl UserWrite {
+    fn new(dev: &Device) -> Result<UserWrite> {
+        let buf = dev.alloc_buffer(USER_WRITE_MAX)?;
+        let mut src = vkhost::PinnedBuffer::new(dev, USER_WRITE_MAX)?;
+        pattern(&mut src, 0x05E4);
+        Ok(UserWrite { buf, src, points: 0 })
+    }
+
+    /// Sets up the point of `n` bytes before its checked write: a source of the point's own, so
+    /// that the buffer never already holds it (an earlier, larger point wrote the same pattern's
+    /// first bytes) and a write that moved nothing fails the check.
+    fn prepare(&mut self, n: usize) {
+        self.points += 1;
+        pattern(&mut self.src[..n], 0x05E4 ^ self.points << 32 ^ n as u64);
+    }
 }
 
 /// Measures the `write` variant of an h2d bar point of `n` bytes (up to [`USER_WRITE_MAX`]): an
@@ -498,12 +517,7 @@ fn user_write(cx: &mut Ctx, state: &mut Option<Result<UserWrite>>, n: usize) -> 
         return Ok(());
     }
     let fresh = state.is_none();
-    let made = state.get_or_insert_with(|| {
-        let buf = cx.dev.alloc_buffer(USER_WRITE_MAX)?;
-        let mut src = vkhost::PinnedBuffer::new(&cx.dev, USER_WRITE_MAX)?;
-        pattern(&mut src, 0x05E4);
-        Ok(UserWrite { buf, src })
-    });
+    let made = state.get_or_insert_with(|| UserWrite::new(&cx.dev));
     let w = match made {
         Ok(w) => w,
         Err(e) => {
@@ -516,6 +530,7 @@ fn user_write(cx: &mut Ctx, state: &mut Option<Result<UserWrite>>, n: usize) -> 
     };
     let stored = |dev: &Device| vkhost::host::device_stats(dev).mapped_bytes;
     // Untimed and checked first (as every point is): written, read back.
+    w.prepare(n);
     w.buf.write(0, &w.src[..n])?;
     let mut back = vec![0u8; n];
     w.buf.read(0, &mut back)?;
@@ -600,6 +615,8 @@ struct BidirBar {
     src: Src,
     dst: vkhost::PinnedBuffer,
     assist: bool,
+    /// Points measured so far: [`BidirBar::prepare`] seeds each point's h2d source with it.
+    points: u64,
 }
 
 enum Src {
@@ -610,6 +627,15 @@ enum Src {
 impl std::ops::Deref for Src {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
+        match self {
+            Src::Plain(v) => v,
+            Src::Pinned(p) => p,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Src {
+    fn deref_mut(&mut self) -> &mut [u8] {
         match self {
             Src::Plain(v) => v,
             Src::Pinned(p) => p,
@@ -644,7 +670,7 @@ impl BidirBar {
             pattern(&mut v, 0xB1D1);
             Src::Plain(v)
         };
-        let b = BidirBar { dev, up, down, src, dst, assist };
+        let b = BidirBar { dev, up, down, src, dst, assist, points: 0 };
         // The stores need device buffers in mapped device memory. Asked once, here, by a write
         // that is stores wherever the buffer is mapped (at most `BAR_SOLO_MAX`): a larger write
         // may rightly be a copy (threads parked), which says nothing about the mapping.
@@ -675,18 +701,14 @@ impl BidirBar {
     /// One untimed, verified round, then the timed iterations; `both`: h2d and d2h at once,
     /// else the h2d write alone.
     fn measure(&mut self, cx: &mut Ctx, n: usize, both: bool) -> Result<(crate::stats::Summary, bool, String)> {
-        let mut want = vec![0u8; n];
-        pattern(&mut want, n as u64 ^ 0xD0);
-        self.down.write(0, &want)?;
+        let want = self.prepare(n, both)?;
         // Untimed: three rounds (no time limit: `rounds` stops at the budget after the first),
         // so that a write of `BAR_SOLO_MAX`-`BAR_PARKED_SPLIT_MIN` that found the store threads
         // parked (a submitted copy, which wakes them) is followed by ones that find them
         // polling; every round leaves the bytes of the one checked below. That the buffers are
         // mapped was asked in `new`: a write this size may be a copy in every round.
         self.rounds(n, both, UNTIMED_ROUNDS, std::time::Duration::MAX, &mut cx.flush)?;
-        let mut back = vec![0u8; n];
-        self.up.read(0, &mut back)?;
-        let ok = back == self.src[..n] && (!both || self.dst[..n] == want[..]);
+        let ok = self.verify(n, both, &want)?;
         if !ok {
             eprintln!("FAIL bidir_bar{} {n}: the bytes differ", if self.assist { " (assist)" } else { "" });
         }
@@ -721,6 +743,28 @@ impl BidirBar {
             )
         };
         Ok((s, ok, note))
+    }
+
+    /// Sets up a point of `n` bytes before its untimed rounds: an h2d source of the point's
+    /// own, so that `up` never already holds it (from `new`'s probe, an earlier point of the
+    /// same size, the `assist` h2d point before its bidir one, or a larger point before), and
+    /// a write that moved nothing fails the check; and the d2h source on the device (returned:
+    /// what the rounds' reads must bring back).
+    fn prepare(&mut self, n: usize, both: bool) -> Result<Vec<u8>> {
+        self.points += 1;
+        pattern(&mut self.src[..n], 0xB1D1 ^ self.points << 32 ^ (both as u64) << 31 ^ n as u64);
+        let mut want = vec![0u8; n];
+        pattern(&mut want, n as u64 ^ 0xD0);
+        self.down.write(0, &want)?;
+        Ok(want)
+    }
+
+    /// Whether the rounds since [`Self::prepare`] moved the point's bytes: the h2d source is in
+    /// `up`, and with `both` the d2h's `want` in `dst`.
+    fn verify(&self, n: usize, both: bool, want: &[u8]) -> Result<bool> {
+        let mut back = vec![0u8; n];
+        self.up.read(0, &mut back)?;
+        Ok(back == self.src[..n] && (!both || self.dst[..n] == want[..]))
     }
 
     /// The h2d write, and with `both` the d2h read at the same time on a partner thread (started
@@ -766,7 +810,73 @@ impl BidirBar {
 
 #[cfg(test)]
 mod tests {
-    use super::{Stores, read_stream};
+    use super::{BidirBar, Stores, UserWrite, read_stream};
+
+    /// The default device, with the validation layer where it is installed (the tests assert
+    /// it reported nothing).
+    fn validated_device() -> vkhost::Device {
+        let validation = vkhost::validation_layer_installed();
+        vkhost::Device::open_default_with(&vkhost::OpenOptions { validation, ..Default::default() }).unwrap()
+    }
+
+    /// The `write` variant's check fails when its write moved nothing, whatever point came
+    /// before: the source was one pattern for every size, so after a larger point (`--sizes
+    /// 1M,4K`) the buffer already held the smaller point's bytes.
+    #[test]
+    fn a_bar_write_check_fails_when_the_write_moved_nothing() {
+        let dev = validated_device();
+        let mut w = UserWrite::new(&dev).unwrap();
+        for (before, n) in [(64 << 10, 4096), (4096, 4096), (4096, 64 << 10)] {
+            w.prepare(before);
+            w.buf.write(0, &w.src[..before]).unwrap();
+            w.prepare(n);
+            let mut back = vec![0u8; n];
+            w.buf.read(0, &mut back).unwrap();
+            assert_ne!(back, &w.src[..n], "a point of {n} bytes after one of {before}: a write that moved nothing passed");
+        }
+        drop(w);
+        dev.destroy().unwrap();
+        assert_eq!(dev.validation_errors(), 0);
+    }
+
+    /// A point's check fails when its h2d write moved nothing: the bytes `up` holds before a
+    /// point's rounds are never the ones the point checks for. (They were: the source was one
+    /// pattern for every point, so the 4 KiB `bidir_bar` point found the bytes `new`'s probe
+    /// wrote, and a `bidir_bar+assist` point those its `host_to_device_bar+assist` point of the
+    /// same size wrote; likewise any size after a larger one.) Each case skips the h2d write and
+    /// does the d2h read alone, as a write that does nothing would leave things.
+    #[test]
+    fn a_bidir_bar_check_fails_when_the_write_moved_nothing() {
+        let dev = validated_device();
+        let max = 64 << 10;
+        for assist in [false, true] {
+            let Ok(mut b) = BidirBar::new(&dev, max, assist) else {
+                eprintln!("no mapped device buffers here: nothing to check (assist {assist})");
+                continue;
+            };
+            // Sizes in the order a run may give them, each h2d alone then with the read.
+            for n in [4096, max, 4096] {
+                for both in [false, true] {
+                    // What the point's rounds would leave if the write worked, then the point
+                    // that finds those bytes.
+                    let want = b.prepare(n, both).unwrap();
+                    b.up.write(0, &b.src[..n]).unwrap();
+                    b.down.read(0, &mut b.dst[..n]).unwrap();
+                    assert!(b.verify(n, both, &want).unwrap(), "assist {assist}, {n} bytes, both {both}: the check passes a real write");
+                    for next_both in [false, true] {
+                        let want = b.prepare(n, next_both).unwrap();
+                        b.down.read(0, &mut b.dst[..n]).unwrap();
+                        assert!(
+                            !b.verify(n, next_both, &want).unwrap(),
+                            "assist {assist}, {n} bytes, both {next_both} after both {both}: a write that moved nothing passed"
+                        );
+                    }
+                }
+            }
+        }
+        dev.destroy().unwrap();
+        assert_eq!(dev.validation_errors(), 0);
+    }
 
     /// Streaming reads equal a memcpy at every source alignment and length around the 16-byte
     /// loads and the 256-byte rounds, and split over threads.
