@@ -849,16 +849,24 @@ fn multi_device(index: usize, opts: &OpenOptions, rows: &mut Vec<Row>) -> Result
         steps.push(("find across two import pieces is None", r.find(&b, boundary - 8, 16).is_none() && r.find(&b, boundary, 16).is_some()));
     }
     steps.push(("broadcast", vkhost::broadcast(src, &[(&da, 0), (&db, 0)]).is_ok()));
-    let mut out = vec![0u8; n];
-    steps.push(("broadcast bytes on a", da.read(0, &mut out).is_ok() && out == want));
-    steps.push(("broadcast bytes on b", db.read(0, &mut out).is_ok() && out == want));
+    // Each read into zeros: a read that brings nothing fails its step.
+    let read = |d: &vkhost::DeviceBuffer| {
+        let mut out = vec![0u8; n];
+        d.read(0, &mut out).map(|()| out)
+    };
+    steps.push(("broadcast bytes on a", read(&da).is_ok_and(|o| o == want)));
+    steps.push(("broadcast bytes on b", read(&db).is_ok_and(|o| o == want)));
+    // b gets bytes of its own, so that the gather shows which device each slice came from.
+    let other = pattern(n, 12);
     let mut back = vec![0u8; n];
-    steps.push(("gather", vkhost::gather(&[(&da, 0), (&db, n / 2)], &mut back).is_ok()));
-    // Slice 0 (the first half) came from a at 0, slice 1 from b at n/2: the pattern again.
-    steps.push(("gather bytes", back == want));
+    let gathered = db.write(0, &other).is_ok() && vkhost::gather(&[(&da, 0), (&db, n / 2)], &mut back).is_ok();
+    steps.push(("gather", gathered));
+    // Slice 0 (the first half) came from a at 0, slice 1 from b at n/2.
+    steps.push(("gather bytes", back[..n / 2] == want[..n / 2] && back[n / 2..] == other[n / 2..]));
     drop(db);
     steps.push(("destroy one device", b.destroy().is_ok()));
-    steps.push(("the other still copies", vkhost::broadcast(src, &[(&da, 0)]).is_ok()));
+    let copied = da.write(0, &vec![0u8; n]).is_ok() && vkhost::broadcast(src, &[(&da, 0)]).is_ok();
+    steps.push(("the other still copies", copied && read(&da).is_ok_and(|o| o == want)));
     if let Some(r) = range {
         steps.push(("one unregister for both (tombstone on the destroyed one)", r.unregister().is_ok()));
     }
