@@ -134,6 +134,13 @@ pub(super) fn csv_of(cols: &[&str], records: &[Value]) -> String {
     out
 }
 
+/// Microseconds for the tables: two decimals below 1 us (a BAR store of 4 KiB takes tens of
+/// nanoseconds on a CPU driver, which one decimal printed as 0.0), else one.
+fn fmt_us(seconds: f64) -> String {
+    let us = seconds * 1e6;
+    if us < 1.0 { format!("{us:.2}") } else { format!("{us:.1}") }
+}
+
 fn fmt_gbps(g: f64) -> String {
     if g >= 100.0 {
         format!("{g:.0}")
@@ -177,7 +184,7 @@ fn table(points: &[Point], cuda: &[Point], link: Option<&Link>) -> String {
     );
     for p in points.iter().filter(|p| p.kind == "copy").chain(cuda.iter().filter(|p| p.kind == "copy")) {
         let g = p.gbps();
-        let lat = if p.size <= 64 << 10 { format!("{:.1} us", p.s.median * 1e6) } else { String::new() };
+        let lat = if p.size <= 64 << 10 { format!("{} us", fmt_us(p.s.median)) } else { String::new() };
         let (cg, ratio) = match (p.api, cuda_of(p, cuda)) {
             ("vulkan", Some(c)) => (fmt_gbps(c.gbps()), format!("{:.2}x", g / c.gbps())),
             _ => (String::new(), String::new()),
@@ -222,7 +229,7 @@ fn table(points: &[Point], cuda: &[Point], link: Option<&Link>) -> String {
             "latency (us)", "size", "median", "mean", "stddev", "min", "max", "iters", "check", "!"
         );
         for p in lat {
-            let us = |x: f64| format!("{:.1}", x * 1e6);
+            let us = fmt_us;
             let _ = writeln!(
                 out,
                 "{:<28} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5} {:>5} {:1}{}",
@@ -335,6 +342,19 @@ mod tests {
         // A CUDA SM point carries the testcase it compares with.
         assert_eq!(cuda[0].testcase(), "host_to_device_sm");
         assert_eq!(cuda[1].testcase(), "host_to_device_ce");
+    }
+
+    /// Times under a microsecond keep two decimals in both tables: a 50 ns point printed as
+    /// `0.0 us` (a review's note).
+    #[test]
+    fn sub_microsecond_times_are_not_printed_as_zero() {
+        let s = summarize(&[50e-9, 52e-9, 54e-9]).unwrap();
+        let copy = point("vulkan", "copy", "bar", "h2d", 4096, 4096, s);
+        let lat = point("vulkan", "latency", "bar", "h2d", 4096, 4096, s);
+        let t = table(&[copy, lat], &[], None);
+        assert!(t.contains(" 0.05 us"), "{t}");
+        assert!(!t.contains(" 0.0 ") && !t.contains(" 0.0 us"), "{t}");
+        assert_eq!(fmt_us(12.34e-6), "12.3");
     }
 
     /// Issue 14: points whose spread is large are flagged in the table, whatever their kind.
