@@ -74,8 +74,11 @@ fn walk(want: &Range<usize>, mut at: impl FnMut(usize) -> Option<Option<Mapping>
 /// anonymous holes map the shared zero page, nothing is allocated; holes of shared memory, tmpfs
 /// or memfd are allocated, as a first read would). It proves reads only: a page the kernel lets
 /// the process read but not write (a userfaultfd write-protected one) passes, and the CPU
-/// driver's later write into it faults, as a CPU write by the caller would. A kernel without
-/// the advice (before 5.14) proves nothing: `Ok`.
+/// driver's later write into it faults, as a CPU write by the caller would. The kernel answers
+/// EINVAL for an advice it lacks (before 5.14) and for a VM_IO/VM_PFNMAP mapping (a device's
+/// registers or another driver's memory, which no page walk can prove): both prove nothing,
+/// `Ok`, and the mapping check made before stands. EINTR comes only with a fatal signal
+/// pending (the kernel's page walk is killable, nothing else interrupts it): retried, as EAGAIN.
 pub(crate) fn populate_read(want: &Range<usize>) -> Result<()> {
     const MADV_POPULATE_READ: libc::c_int = 22;
     loop {
@@ -261,7 +264,8 @@ impl AnonMap {
         unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
         // MADV_POPULATE_WRITE (Linux 5.14) faults the whole range in, writable, in one call;
         // on older kernels (EINVAL) one write per page does. Any other failure (no memory) is
-        // an error: writing the pages would invite the OOM killer instead.
+        // an error: writing the pages would invite the OOM killer instead. (EINTR comes only
+        // with a fatal signal pending, when the process is going anyway.)
         const MADV_POPULATE_WRITE: libc::c_int = 23;
         // SAFETY: our own read-write mapping.
         if unsafe { libc::madvise(start as *mut libc::c_void, len, MADV_POPULATE_WRITE) } != 0 {

@@ -245,16 +245,44 @@ pub fn device_mapped(types: &[F], bits: u32) -> Option<Choice> {
 /// # Ok(()) }
 /// ```
 pub fn full_bar(types: &[(F, u32)]) -> bool {
+    full_bar_types(types) != 0
+}
+
+/// The memory types of a full BAR (see [`full_bar`]), as a mask of memory-type bits: the
+/// DEVICE_LOCAL|HOST_VISIBLE|HOST_COHERENT types on a heap that also holds VRAM that is not
+/// host-visible. 0 when the device has no full BAR. Device buffers that `OpenOptions::bar_writes`
+/// maps go in [`device_mapped`]`(types, bits & full_bar_types(..))`, so that a small window
+/// listed before the full BAR is never chosen. `types` are (flags, heap) pairs; an index past
+/// 31 (Vulkan has at most 32 types) is never in the mask.
+///
+/// # Example
+///
+/// ```
+/// use vkhost::vk::MemoryPropertyFlags as F;
+///
+/// let bar = F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_COHERENT;
+/// // VRAM on heap 0, system memory on heap 1, a 256 MiB window (heap 2), then a full BAR.
+/// let types = [(F::DEVICE_LOCAL, 0), (F::HOST_VISIBLE | F::HOST_COHERENT, 1), (bar, 2), (bar, 0)];
+/// assert_eq!(vkhost::memtype::full_bar_types(&types), 1 << 3);
+/// ```
+pub fn full_bar_types(types: &[(F, u32)]) -> u32 {
     // AMD's device-coherent types are never chosen (`device_mapped` skips them): they count
     // for nothing here either.
     let usable = |f: &F| !f.intersects(AMD_DEVICE_MEMORY_BITS);
     let vram_heaps: Vec<u32> =
         types.iter().filter(|(f, _)| usable(f) && f.contains(F::DEVICE_LOCAL) && !f.contains(F::HOST_VISIBLE)).map(|&(_, h)| h).collect();
-    types.iter().any(|(f, h)| usable(f) && f.contains(F::DEVICE_LOCAL | HOST_VC) && vram_heaps.contains(h))
+    types
+        .iter()
+        .enumerate()
+        .take(32)
+        .filter(|(_, (f, h))| usable(f) && f.contains(F::DEVICE_LOCAL | HOST_VC) && vram_heaps.contains(h))
+        .fold(0, |mask, (i, _)| mask | 1 << i)
 }
 
 /// The BAR window: DEVICE_LOCAL|HOST_VISIBLE|HOST_COHERENT on a device that also has non-host-visible
-/// DEVICE_LOCAL memory (so it is a window, not UMA memory). Used by `vkhost bench --path bar`.
+/// DEVICE_LOCAL memory (so it is a window, not UMA memory), the first such type whatever its
+/// heap. A fact for tools; the library places mapped device buffers with [`device_mapped`]
+/// limited to [`full_bar_types`] instead.
 ///
 /// # Example
 ///
@@ -298,6 +326,27 @@ mod tests {
             let flags: Vec<F> = table.iter().map(|t| t.0).collect();
             assert_eq!(full_bar(&table), device_mapped(&flags, u32::MAX).is_some(), "{table:?}");
         }
+    }
+
+    #[test]
+    fn a_full_bar_is_chosen_over_a_window_listed_before_it() {
+        // A window on a heap of its own (type 2, heap 2) listed before a full BAR (type 3 on the
+        // VRAM heap 0): device buffers must go in the full BAR. Before, the library asked
+        // `device_mapped` for any mapped type and got the window, whose heap (256 MiB,
+        // typically) then refused every larger buffer with OutOfDeviceMemory.
+        let bar = F::DEVICE_LOCAL | F::HOST_VISIBLE | F::HOST_COHERENT;
+        let t = [(F::DEVICE_LOCAL, 0), (F::HOST_VISIBLE | F::HOST_COHERENT, 1), (bar, 2), (bar, 0)];
+        let flags: Vec<F> = t.iter().map(|x| x.0).collect();
+        assert_eq!(device_mapped(&flags, u32::MAX).map(|c| c.index), Some(2), "the window, as asked before");
+        assert_eq!(full_bar_types(&t), 0b1000);
+        assert_eq!(device_mapped(&flags, full_bar_types(&t)).map(|c| c.index), Some(3));
+        // No full BAR: nothing; the H200's table: type 4 alone.
+        assert_eq!(full_bar_types(&[(F::DEVICE_LOCAL, 0), (bar, 2)]), 0);
+        let h200: Vec<(F, u32)> = h200().into_iter().zip([1, 0, 1, 1, 0]).collect();
+        assert_eq!(full_bar_types(&h200), 1 << 4);
+        // More than 32 entries (not a valid table) cannot overflow the mask.
+        let many: Vec<(F, u32)> = std::iter::repeat_n((F::DEVICE_LOCAL, 0), 32).chain([(bar, 0)]).collect();
+        assert_eq!(full_bar_types(&many), 0);
     }
 
     #[test]

@@ -83,7 +83,7 @@ pub(crate) fn kept_pinned_block(s: &Shared, l: &Live, len: usize) -> Option<(Bou
 /// A new driver allocation of `len` bytes, bound and mapped for its whole life.
 pub(crate) fn alloc_pinned_block(s: &Shared, l: &Live, len: usize) -> Result<(Bound, NonNull<u8>)> {
     // Zeroed on CPU drivers: a `PinnedBuffer` derefs to `&[u8]` over the block at once.
-    let b = s.alloc_bound(l, len as u64, USAGE, memtype::pinned, true, true)?;
+    let b = s.alloc_bound(l, len as u64, USAGE, &memtype::pinned, true, true)?;
     match b.ptr {
         Some(SendPtr(p)) => Ok((b, p)),
         None => {

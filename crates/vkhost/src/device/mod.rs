@@ -196,7 +196,9 @@ pub enum BarWrites {
     /// [`OpenOptions::BAR_SOLO_MAX`] only while the staging threads poll, see there). Elsewhere, off.
     #[default]
     Auto,
-    /// Wherever a DEVICE_LOCAL|HOST_VISIBLE|HOST_COHERENT type exists (UMA and CPU devices too).
+    /// Wherever a DEVICE_LOCAL|HOST_VISIBLE|HOST_COHERENT type exists (UMA and CPU devices too;
+    /// on a discrete GPU with a full BAR, the full BAR's type, never a small window listed
+    /// before it: [`memtype::full_bar_types`]).
     On,
     /// Never: device buffers in VRAM that is not host-visible, every write a submitted copy.
     Off,
@@ -1456,6 +1458,9 @@ pub(crate) struct Shared {
     /// Whether device buffers go in mapped device memory, for CPU-store writes
     /// (`OpenOptions::bar_writes`, decided at open from the memory types).
     pub mapped_buffers: bool,
+    /// The memory-type bits mapped device buffers may take: a full BAR's types
+    /// (`memtype::full_bar_types`) where there is one, else every type.
+    pub mapped_types: u32,
 }
 
 /// A read guard on a live device.
@@ -1704,7 +1709,7 @@ impl Shared {
         l: &Live,
         size: u64,
         usage: vk::BufferUsageFlags,
-        choose: fn(&[vk::MemoryPropertyFlags], u32) -> Option<Choice>,
+        choose: &dyn Fn(&[vk::MemoryPropertyFlags], u32) -> Option<Choice>,
         map: bool,
         zero: bool,
     ) -> Result<Bound> {
@@ -1782,9 +1787,12 @@ impl Shared {
     /// allocation is the caller's error either way: on a full BAR both types share one heap.
     /// `zero` as in [`alloc_bound`](Self::alloc_bound).
     pub(crate) fn alloc_device_bound(&self, l: &Live, size: u64, usage: vk::BufferUsageFlags, map: bool, zero: bool) -> Result<Bound> {
-        match self.mapped_buffers.then(|| self.alloc_bound(l, size, usage, memtype::device_mapped, map, zero)) {
+        match self
+            .mapped_buffers
+            .then(|| self.alloc_bound(l, size, usage, &|t, b| memtype::device_mapped(t, b & self.mapped_types), map, zero))
+        {
             Some(Ok(b)) => Ok(b),
-            Some(Err(Error::Unsupported { .. })) | None => self.alloc_bound(l, size, usage, memtype::device_local, false, zero),
+            Some(Err(Error::Unsupported { .. })) | None => self.alloc_bound(l, size, usage, &memtype::device_local, false, zero),
             Some(Err(e)) => Err(e),
         }
     }
@@ -2468,13 +2476,14 @@ impl Device {
             None if info.device_type == info::DeviceType::Cpu => 0,
             None => OpenOptions::PINNED_CACHE,
         };
+        // A full BAR's types where the device has one, so that a small window listed before it
+        // is never chosen; else any mapped device-local type (`BarWrites::On` only).
+        let full_bar = memtype::full_bar_types(&info.memory_types.iter().map(|t| (t.flags, t.heap_index)).collect::<Vec<_>>());
+        let mapped_types = if full_bar != 0 { full_bar } else { u32::MAX };
         let mapped_buffers = match options.bar_writes {
             BarWrites::Off => false,
-            BarWrites::On => memtype::device_mapped(&live.types, u32::MAX).is_some(),
-            BarWrites::Auto => {
-                let types: Vec<_> = info.memory_types.iter().map(|t| (t.flags, t.heap_index)).collect();
-                info.device_type == info::DeviceType::Discrete && memtype::full_bar(&types)
-            }
+            BarWrites::On => memtype::device_mapped(&live.types, mapped_types).is_some(),
+            BarWrites::Auto => info.device_type == info::DeviceType::Discrete && full_bar != 0,
         };
         let d = Device {
             shared: SharedRef::new(Arc::new(Shared {
@@ -2516,6 +2525,7 @@ impl Device {
                 pipelines: Arc::new(pipeline::PipelineCache::new(max_pipelines, mode)),
                 copy_choice: queues::Choice::new(queues::CopyQueues::fixed(QueueKind::Copy)),
                 mapped_buffers,
+                mapped_types,
             })),
         };
         let cache: std::sync::Weak<dyn object::Child> = Arc::downgrade(&d.shared.pipelines) as std::sync::Weak<pipeline::PipelineCache>;
@@ -3334,7 +3344,7 @@ impl Device {
             pinned: memtype::pinned(&types, u32::MAX),
             // Where `bar_writes` maps device buffers, they live in the mapped VRAM type.
             device_local: if self.shared.mapped_buffers {
-                memtype::device_mapped(&types, u32::MAX)
+                memtype::device_mapped(&types, self.shared.mapped_types)
             } else {
                 memtype::device_local(&types, u32::MAX)
             },

@@ -427,8 +427,8 @@ pub(crate) fn measure(s: &Shared, l: &Live) -> Result<CopyQueues> {
     let bulk_len = if one_queue { PROBE_BULK_ONE_QUEUE } else { PROBE_BULK };
     // Released when dropped, unwinding included (a user's logger panicking on a failed wait's
     // error): after every copy below returned, which leaves nothing running that names them.
-    let host = Owned { s, l, b: s.alloc_bound(l, bulk_len, usage, memtype::pinned, false, false)? };
-    let dev = Owned { s, l, b: s.alloc_bound(l, bulk_len, usage, memtype::device_local, false, false)? };
+    let host = Owned { s, l, b: s.alloc_bound(l, bulk_len, usage, &memtype::pinned, false, false)? };
+    let dev = Owned { s, l, b: s.alloc_bound(l, bulk_len, usage, &memtype::device_local, false, false)? };
     let time = |kind: QueueKind, dir: Dir, len: u64| -> Result<f64> {
         let piece = Piece { dev_offset: 0, len, host: HostSide::Direct { buffer: host.b.buffer, offset: 0, addr: 0 } };
         let t = Instant::now();
@@ -585,7 +585,7 @@ pub(crate) fn floor(s: &Shared, l: &Live, to_device: bool, len: u64, iters: usiz
         QueueKind::Compute => QueueKind::Compute,
         QueueKind::Copy => s.copy_choice.pick(dir, len),
     };
-    let host = Owned { s, l, b: s.alloc_bound(l, len, usage, memtype::pinned, false, false)? };
+    let host = Owned { s, l, b: s.alloc_bound(l, len, usage, &memtype::pinned, false, false)? };
     let dev = Owned { s, l, b: s.alloc_device_bound(l, len, usage, false, false)? };
     // SAFETY: both buffers are ours, made above with transfer usage and `len` bytes, used by
     // nothing else, and released (when `dev` and `host` drop) only after `floor` returned,

@@ -201,7 +201,7 @@ impl CopyCtx {
         if self.staging.is_none() {
             let size = self.chunk * self.slots.len() as u64;
             let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
-            self.staging = Some(s.alloc_bound(l, size, usage, memtype::pinned, true, false)?);
+            self.staging = Some(s.alloc_bound(l, size, usage, &memtype::pinned, true, false)?);
         }
         match self.staging {
             Some(Bound { buffer, ptr: Some(p), .. }) => Ok((buffer, p)),

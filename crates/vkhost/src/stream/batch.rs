@@ -347,7 +347,7 @@ impl StreamInner {
         let s = &*self.shared;
         let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
         let size = crate::OpenOptions::GATHER_SCRATCH;
-        match s.alloc_bound(l, size, usage, crate::memtype::device_local, false, false) {
+        match s.alloc_bound(l, size, usage, &crate::memtype::device_local, false, false) {
             Ok(bound) => {
                 let scratch = Scratch { buffer: bound.buffer, size };
                 st.scratch = Some((scratch, bound));

@@ -34,7 +34,7 @@ impl StreamInner {
             let chunk = s.options.staging_chunk as u64;
             let slots = s.options.staging_slots as u64;
             let usage = vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST;
-            let bound = s.alloc_bound(l, chunk * slots, usage, memtype::pinned, true, false)?;
+            let bound = s.alloc_bound(l, chunk * slots, usage, &memtype::pinned, true, false)?;
             st.ring = Some(Ring { bound, chunk, last: vec![0; slots as usize], cur: 0, used: 0 });
         }
         let (chunk, full) = {
