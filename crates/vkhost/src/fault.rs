@@ -70,6 +70,10 @@ pub enum Point {
     CreateDescriptorPool,
     /// `vkAllocateDescriptorSets` (a stream's launches with descriptor sets).
     AllocateDescriptorSets,
+    /// `vkQueueWaitIdle` (after a failed wait, an unwind, a borrowed device's teardown).
+    QueueWaitIdle,
+    /// `vkDeviceWaitIdle` (an owned device's teardown).
+    DeviceWaitIdle,
 }
 
 impl Point {
@@ -85,7 +89,7 @@ impl Point {
     /// let names: HashSet<&str> = Point::ALL.iter().map(|p| p.name()).collect();
     /// assert_eq!(names.len(), Point::ALL.len());
     /// ```
-    pub const ALL: [Point; 18] = [
+    pub const ALL: [Point; 20] = [
         Point::AllocateMemory,
         Point::CreateBuffer,
         Point::BindBufferMemory,
@@ -104,6 +108,8 @@ impl Point {
         Point::CreateComputePipelines,
         Point::CreateDescriptorPool,
         Point::AllocateDescriptorSets,
+        Point::QueueWaitIdle,
+        Point::DeviceWaitIdle,
     ];
 
     /// The Vulkan name of the entry point.
@@ -136,6 +142,8 @@ impl Point {
             Point::CreateComputePipelines => "vkCreateComputePipelines",
             Point::CreateDescriptorPool => "vkCreateDescriptorPool",
             Point::AllocateDescriptorSets => "vkAllocateDescriptorSets",
+            Point::QueueWaitIdle => "vkQueueWaitIdle",
+            Point::DeviceWaitIdle => "vkDeviceWaitIdle",
         }
     }
 }

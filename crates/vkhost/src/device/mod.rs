@@ -1840,7 +1840,7 @@ impl Shared {
             // SAFETY: the device is valid and vkhost's to destroy: no one else submits to any of
             // its queues now (a device from `from_raw` with `Owned` is handed over for good);
             // a lost device returns an error, which changes nothing here.
-            let r = unsafe { live.device.device_wait_idle() };
+            let r = unsafe { submit::device_idle(&live.device) };
             step(&mut first, || {
                 if let Err(e) = r {
                     log::warn!("{}: vkDeviceWaitIdle at destroy: {e:?}", self.id);
@@ -1856,7 +1856,7 @@ impl Shared {
                 let g = lock(&q.raw);
                 // SAFETY: the queue is the device's and held under its lock (externally
                 // synchronized); a lost device returns an error, which changes nothing here.
-                let r = unsafe { live.device.queue_wait_idle(*g) };
+                let r = unsafe { submit::queue_idle(&live.device, *g) };
                 drop(g);
                 step(&mut first, || {
                     if let Err(e) = r {

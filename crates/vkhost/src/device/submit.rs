@@ -627,6 +627,55 @@ struct Drain<'a> {
     armed: bool,
 }
 
+/// How long [`queue_idle`] and [`device_idle`] sleep between tries, at most.
+const IDLE_RETRY_MAX: Duration = Duration::from_millis(10);
+
+/// `try_wait` until it answers anything but out-of-memory, sleeping between tries (from 50 µs,
+/// doubling to [`IDLE_RETRY_MAX`]). vkhost waits for a queue or device to go idle before it
+/// frees what submitted work names; the spec lets those waits fail with an out-of-memory code,
+/// which says nothing of whether work still runs. Taking that as idle would free memory (or
+/// let a caller free pages) under a running copy, so the wait is made again: the result is
+/// `Ok` (idle) or another code (device loss: nothing runs any more). It never logs: callers
+/// in unwinding drops rely on that (the logger may be what panicked).
+fn wait_idle(mut try_wait: impl FnMut() -> std::result::Result<(), vk::Result>) -> std::result::Result<(), vk::Result> {
+    let mut pause = Duration::from_micros(50);
+    loop {
+        match try_wait() {
+            Err(vk::Result::ERROR_OUT_OF_HOST_MEMORY | vk::Result::ERROR_OUT_OF_DEVICE_MEMORY) => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(IDLE_RETRY_MAX);
+            }
+            r => return r,
+        }
+    }
+}
+
+/// `vkQueueWaitIdle`, made again after an out-of-memory answer ([`wait_idle`]): `Ok` once the
+/// queue is idle, else the error (device loss), after which nothing runs on it.
+///
+/// # Safety
+/// `queue` is a queue of `device`, externally synchronized by the caller (held under its lock).
+pub(crate) unsafe fn queue_idle(device: &ash::Device, queue: vk::Queue) -> std::result::Result<(), vk::Result> {
+    wait_idle(|| {
+        fault::check(Point::QueueWaitIdle)?;
+        // SAFETY: the caller's contract: a queue of `device`, externally synchronized.
+        unsafe { device.queue_wait_idle(queue) }
+    })
+}
+
+/// `vkDeviceWaitIdle`, made again after an out-of-memory answer, as [`queue_idle`].
+///
+/// # Safety
+/// `device` is valid and every one of its queues is externally synchronized for the call's
+/// length (nobody else submits to them).
+pub(crate) unsafe fn device_idle(device: &ash::Device) -> std::result::Result<(), vk::Result> {
+    wait_idle(|| {
+        fault::check(Point::DeviceWaitIdle)?;
+        // SAFETY: the caller's contract.
+        unsafe { device.device_wait_idle() }
+    })
+}
+
 impl Drain<'_> {
     /// Waits for every slot's submission and runs its d2h memcpys; the first error. A slot
     /// whose wait fails is waited for through its whole queue, and its memcpys are dropped.
@@ -642,7 +691,7 @@ impl Drain<'_> {
                 // runs any more). The slot's d2h memcpys are dropped: the copy reports an error.
                 let q = lock(&queue.raw);
                 // SAFETY: the queue is externally synchronized by its lock.
-                if let Err(c) = unsafe { l.device.queue_wait_idle(*q) } {
+                if let Err(c) = unsafe { queue_idle(&l.device, *q) } {
                     log::warn!("{}: vkQueueWaitIdle after a failed fence wait: {c:?}", s.id);
                 }
                 slot.pending = None;
@@ -671,7 +720,7 @@ impl Drop for Drain<'_> {
             let q = lock(&queue.raw);
             // SAFETY: the queue is externally synchronized by its lock. Its result is ignored:
             // on a lost device nothing runs any more either way.
-            let _ = unsafe { self.l.device.queue_wait_idle(*q) };
+            let _ = unsafe { queue_idle(&self.l.device, *q) };
             for s in slots.iter_mut() {
                 s.pending = None;
             }
@@ -907,7 +956,7 @@ pub(crate) unsafe fn floor(
                 let q = lock(&self.queue.raw);
                 // SAFETY: the queue is externally synchronized by its lock. The result is
                 // ignored: on a lost device nothing runs any more either way.
-                let _ = unsafe { self.l.device.queue_wait_idle(*q) };
+                let _ = unsafe { queue_idle(&self.l.device, *q) };
             }
         }
     }

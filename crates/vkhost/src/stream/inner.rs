@@ -482,7 +482,7 @@ impl StreamInner {
         let Ok(q) = pick_queue(l, self.queue_kind, self.queue_index) else { return Ok(()) };
         let g = lock(&q.raw);
         // SAFETY: the queue is externally synchronized by its lock.
-        unsafe { l.device.queue_wait_idle(*g) }
+        unsafe { crate::device::submit::queue_idle(&l.device, *g) }
     }
 
     /// Synchronizes and destroys the stream's objects (stream drop, device destroy). What it has
