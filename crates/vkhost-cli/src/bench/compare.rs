@@ -36,16 +36,19 @@ fn key(r: &Value) -> (String, String, u64, String, String) {
     (s("api"), s("testcase"), r["size"].as_u64().unwrap_or(0), s("dir"), s("variant"))
 }
 
-/// The figure a point is judged by, and whether more is better: GB/s where the point has it,
-/// else the median time (latency, costs, find).
-fn figure(r: &Value) -> Option<(f64, bool, &'static str)> {
-    if r["kind"] == "latency" {
-        return r["latency_us"].as_f64().map(|x| (x, false, "us"));
+/// The figures an old and a new point are judged by, (old, new, more is better, unit): the
+/// latency in us for latency points; GB/s where both points have it; else both median times
+/// (costs, find, and a point whose `gbps` is null on one side: a zero median writes null). One
+/// kind of figure for both: an old GB/s against a new median in us made a ratio of nothing.
+fn figures(o: &Value, n: &Value) -> Option<(f64, f64, bool, &'static str)> {
+    if o["kind"] == "latency" || n["kind"] == "latency" {
+        return Some((o["latency_us"].as_f64()?, n["latency_us"].as_f64()?, false, "us"));
     }
-    match r["gbps"].as_f64() {
-        Some(g) => Some((g, true, "GB/s")),
-        None => r["median_s"].as_f64().map(|t| (t * 1e6, false, "us")),
+    if let (Some(go), Some(gn)) = (o["gbps"].as_f64(), n["gbps"].as_f64()) {
+        return Some((go, gn, true, "GB/s"));
     }
+    let us = |r: &Value| r["median_s"].as_f64().map(|t| t * 1e6);
+    Some((us(o)?, us(n)?, false, "us"))
 }
 
 /// The verdict on a new/old ratio of a figure: "faster", "SLOWER", or nothing within NOISE.
@@ -84,7 +87,7 @@ fn table(old: &Value, new: &[Value]) -> Vec<String> {
     for n in new {
         let k = key(n);
         let Some(o) = olds.iter().find(|o| key(o) == k) else { continue };
-        let (Some((fo, more, unit)), Some((fnew, _, _))) = (figure(o), figure(n)) else { continue };
+        let Some((fo, fnew, more, unit)) = figures(o, n) else { continue };
         if fo <= 0.0 {
             continue;
         }
@@ -141,5 +144,34 @@ mod tests {
         assert_eq!(rows.len(), 2, "{lines:#?}");
         assert!(rows.iter().all(|r| r.contains("1.00x")), "{lines:#?}");
         assert!(rows[0].starts_with("costs register") && rows[1].starts_with("costs free_pinned"), "{lines:#?}");
+    }
+
+    /// A copy point whose new `gbps` is null (a zero median: `gbps` of an infinite rate is
+    /// written as null) was judged by its median time in us against the old GB/s, with the old
+    /// point's "more is better": a point that got faster than the clock reads read as
+    /// "0.00x SLOWER" in GB/s. Both figures are now of one kind (here the median times).
+    #[test]
+    fn a_point_without_gbps_on_one_side_is_compared_by_time_on_both() {
+        let copy = |gbps: Option<f64>, secs: f64| {
+            serde_json::json!({"api": "vulkan", "testcase": "host_to_device_ce", "kind": "copy", "size": 1 << 20,
+                               "dir": "h2d", "variant": null, "gbps": gbps, "median_s": secs})
+        };
+        // Old: 100 us (10.49 GB/s); new: 50 us, but without gbps (as a file of another writer,
+        // or a zero time, has it).
+        let old = serde_json::json!({"run": {}, "results": [copy(Some(10.49), 100e-6)]});
+        let lines = table(&old, &[copy(None, 50e-6)]);
+        let row = lines.iter().find(|l| l.starts_with("host_to_device_ce")).expect("a row");
+        assert!(row.contains(" us ") && row.contains("0.50x") && row.contains("faster"), "{lines:#?}");
+        assert!(lines.last().unwrap().starts_with("1 point(s) compared, 0 slower"), "{lines:#?}");
+        // The reverse (old without gbps, new with it) likewise.
+        let old = serde_json::json!({"run": {}, "results": [copy(None, 100e-6)]});
+        let lines = table(&old, &[copy(Some(20.97), 50e-6)]);
+        let row = lines.iter().find(|l| l.starts_with("host_to_device_ce")).expect("a row");
+        assert!(row.contains(" us ") && row.contains("0.50x") && row.contains("faster"), "{lines:#?}");
+        // A zero new time is not "SLOWER".
+        let old = serde_json::json!({"run": {}, "results": [copy(Some(10.49), 100e-6)]});
+        let lines = table(&old, &[copy(None, 0.0)]);
+        assert!(!lines.iter().any(|l| l.contains("SLOWER")), "{lines:#?}");
+        assert!(lines.last().unwrap().contains("0 slower"), "{lines:#?}");
     }
 }
