@@ -30,8 +30,8 @@ fn slower(t: (f64, f64), reference: (f64, f64)) -> bool {
     one(t.0, reference.0) && one(t.1, reference.1)
 }
 
-/// The notes for `points`; `at_open` is the copy engine's 4 KiB (h2d, d2h) µs measured when the
-/// device opened (`CopyQueues::measured`), when it was.
+/// The notes for `points`; `at_open` is the 4 KiB (h2d, d2h) µs measured when the device opened
+/// on the queues small copies run on ([`small_at_open`]), when it was.
 pub(super) fn notes(points: &[Point], at_open: Option<(f64, f64)>) -> Vec<String> {
     let mut out = Vec::new();
     let (pinned, registered) = (small(points, "pinned"), small(points, "registered"));
@@ -67,6 +67,19 @@ pub(super) fn notes(points: &[Point], at_open: Option<(f64, f64)>) -> Vec<String
         ));
     }
     out
+}
+
+/// The 4 KiB (h2d, d2h) µs measured at open on the queue each direction's 4 KiB copies run on
+/// (`CopyQueues::queue_for`), for [`notes`]' `at_open`; None when nothing was measured. Not
+/// the copy engines' alone: where the compute queue has the lower latency, small copies run
+/// on it, and the copy engines' higher figure would let a slow state pass.
+pub(super) fn small_at_open(q: &vkhost::CopyQueues) -> Option<(f64, f64)> {
+    let (copy, compute) = q.measured?;
+    let on = |to_device: bool| match q.queue_for(to_device, 4096) {
+        vkhost::QueueKind::Copy => copy,
+        vkhost::QueueKind::Compute => compute,
+    };
+    Some((on(true).small_to_device_us, on(false).small_to_host_us))
 }
 
 /// Below this ratio of bulk host→device to device→host bandwidth measured at open, a host's
@@ -107,6 +120,35 @@ mod tests {
         // Nothing measured (one kind of queue, lavapipe) or nonsense figures: no note.
         assert_eq!(host_read_note(None), None);
         assert_eq!(host_read_note(Some((0.0, 0.0))), None);
+    }
+
+    /// Where the compute queue has the lower 4 KiB latency, small copies run on it
+    /// (`CopyQueues::from_figures`), and the figure at open that their 4 KiB rows are held
+    /// against is the compute queue's: the copy engines' higher one hid a slow state.
+    #[test]
+    fn the_reference_at_open_is_the_queue_small_copies_run_on() {
+        use vkhost::{CopyQueues, QueueFigures, QueueKind};
+        let f = |s2d: f64, s2h: f64| QueueFigures {
+            bulk_to_device_gbps: 50.0,
+            bulk_to_host_gbps: 50.0,
+            small_to_device_us: s2d,
+            small_to_host_us: s2h,
+        };
+        // Copy engines at 30 / 31 us, the compute queue at 10 / 11: small copies on compute.
+        let q = CopyQueues::from_figures(f(30.0, 31.0), f(10.0, 11.0));
+        assert_eq!((q.small_to_device, q.small_to_host), (QueueKind::Compute, QueueKind::Compute));
+        assert_eq!(small_at_open(&q), Some((10.0, 11.0)));
+        // Pinned and registered 4 KiB copies at 25 / 26 us on that queue: a slow state, named.
+        let n = notes(&run((25.0, 26.0), (25.0, 26.0)), small_at_open(&q));
+        assert!(n.iter().any(|n| n.starts_with("slow small copies") && n.contains("against 10.0 / 11.0 us")), "{n:?}");
+        // The H200's figures: the copy engines have the lower latency, and stay the reference;
+        // each direction is its own queue's.
+        let q = CopyQueues::from_figures(f(14.8, 16.3), f(17.1, 18.5));
+        assert_eq!(small_at_open(&q), Some((14.8, 16.3)));
+        let q = CopyQueues::from_figures(f(14.8, 31.0), f(17.1, 11.0));
+        assert_eq!((q.small_to_device, q.small_to_host), (QueueKind::Copy, QueueKind::Compute));
+        assert_eq!(small_at_open(&q), Some((14.8, 11.0)));
+        assert_eq!(small_at_open(&CopyQueues::fixed(QueueKind::Copy)), None);
     }
 
     fn pt(path: &str, dir: &str, us: f64) -> Point {

@@ -811,7 +811,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         _ => Vec::new(),
     };
     let measured = dev.copy_queues().measured;
-    let at_open = measured.map(|(c, _)| (c.small_to_device_us, c.small_to_host_us));
+    let at_open = anomaly::small_at_open(&dev.copy_queues());
     notes.append(&mut cx.notes);
     notes.extend(anomaly::notes(&cx.points, at_open));
     let bulk_at_open =
