@@ -116,22 +116,44 @@ fn indices(spec: &str) -> Result<Vec<usize>> {
 /// fresh pair of `Vec`s per point, 2 GiB allocated and freed right before a 1 GiB point's timed
 /// copies, the matrix's pageable 1 GiB d2h was below the plain bench's in 6 of 8 process pairs
 /// on the H200 (median 47.72 against 49.23 GB/s, docs/PERFORMANCE.md, eleventh session).
-fn verify(side: &mut Side, dir: DirKind, n: usize, seed: u64, scratch: &mut (Vec<u8>, Vec<u8>)) -> Result<bool> {
+fn verify(side: &mut Side, dir: DirKind, n: usize, k: usize, scratch: &mut (Vec<u8>, Vec<u8>)) -> Result<bool> {
+    verify_with(side, dir, n, k, scratch, Side::copy)
+}
+
+/// The pattern seed of the check of `dir` at `n` bytes on the `k`th device: each direction's
+/// its own, so that a d2h check never wants the bytes the h2d check of its size left in the
+/// device buffer.
+fn seed(n: usize, k: usize, dir: DirKind) -> u64 {
+    n as u64 ^ ((k as u64) << 40) ^ ((dir as u64) << 56)
+}
+
+/// [`verify`], with the timed copy `copy` (a test's stands for a copy that moves nothing).
+fn verify_with(
+    side: &mut Side,
+    dir: DirKind,
+    n: usize,
+    k: usize,
+    scratch: &mut (Vec<u8>, Vec<u8>),
+    copy: impl FnOnce(&DeviceBuffer, &mut [u8], DirKind) -> Result<()>,
+) -> Result<bool> {
     let (want, got) = (&mut scratch.0[..n], &mut scratch.1[..n]);
-    pattern(want, seed);
+    pattern(want, seed(n, k, dir));
     got.fill(0);
     match dir {
         DirKind::H2d => {
             side.with_host(|buf, host| {
                 host[..n].copy_from_slice(want);
-                Side::copy(buf, &mut host[..n], dir)
+                copy(buf, &mut host[..n], dir)
             })?;
             side.buf.read(0, got)?;
         }
         _ => {
             side.buf.write(0, want)?;
             side.with_host(|buf, host| {
-                Side::copy(buf, &mut host[..n], dir)?;
+                // Zeroed first, so that a read that moves nothing fails whatever the host
+                // memory held before.
+                host[..n].fill(0);
+                copy(buf, &mut host[..n], dir)?;
                 got.copy_from_slice(&host[..n]);
                 Ok(())
             })?;
@@ -272,7 +294,7 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
                 let point = |sides: &mut Vec<Side>, scratch: &mut (Vec<u8>, Vec<u8>)| -> Result<(bool, Vec<Summary>, Summary)> {
                     let mut ok = true;
                     for (k, s) in sides.iter_mut().enumerate() {
-                        ok &= verify(s, dir, n, size ^ k as u64, scratch)?;
+                        ok &= verify(s, dir, n, k, scratch)?;
                     }
                     let mut alone: Vec<Summary> = Vec::new();
                     for s in sides.iter_mut() {
@@ -538,4 +560,33 @@ fn together(sides: &mut [Side], n: usize, dir: DirKind, iters: usize, budget: Du
         start.wait();
         t
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The check of a d2h point fails when its read moved nothing. The h2d check of the same
+    /// size, the last h2d check before it at the last size of `--sizes`, had left
+    /// the very bytes the d2h check wants in the host memory, and in the device buffer: the
+    /// seed was the size and the device's place alone, and the host memory was read as it was.
+    #[test]
+    fn a_d2h_check_fails_when_the_read_moved_nothing() {
+        let validation = vkhost::validation_layer_installed();
+        let dev = Device::open_default_with(&vkhost::OpenOptions { validation, ..Default::default() }).unwrap();
+        let n = 64 << 10;
+        let mut scratch = (vec![0u8; n], vec![0u8; n]);
+        for path in [PathKind::Pinned, PathKind::Pageable] {
+            let mut side = Side::new(&dev, path, n).unwrap();
+            for k in [0, 1] {
+                assert!(verify(&mut side, DirKind::H2d, n, k, &mut scratch).unwrap(), "{path:?}: a real h2d copy passes");
+                let nothing = |_: &DeviceBuffer, _: &mut [u8], _: DirKind| Ok(());
+                let passed = verify_with(&mut side, DirKind::D2h, n, k, &mut scratch, nothing).unwrap();
+                assert!(!passed, "{path:?}, device {k}: a d2h read that moved nothing passed its check");
+                assert!(verify(&mut side, DirKind::D2h, n, k, &mut scratch).unwrap(), "{path:?}: a real d2h copy passes");
+            }
+        }
+        dev.destroy().unwrap();
+        assert_eq!(dev.validation_errors(), 0);
+    }
 }
