@@ -681,3 +681,265 @@ def test_bench_lets_its_error_through_and_closes_its_own_device(monkeypatch: Any
     d = made[0]()
     assert d is None or not d._hd.live, "bench's own device was left open"
     assert vkhost.validation_errors() == 0
+
+
+class _GatedLib:
+    """vkhost's ctypes library with chosen calls held at their start until their gate opens
+    (on whatever thread they come); ``log`` records each one's return, in order."""
+
+    def __init__(self, real: Any, names: set[str]) -> None:
+        self._real = real
+        self.inside = {n: threading.Event() for n in names}
+        self.gate = {n: threading.Event() for n in names}
+        self.log: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        f = getattr(self._real, name)
+        if name not in self.gate:
+            return f
+
+        def call(*a: Any) -> Any:
+            self.inside[name].set()
+            self.gate[name].wait(30)  # never forever: a test that fails must not hang the suite
+            r = f(*a)
+            self.log.append(f"{name} returned")
+            return r
+
+        return call
+
+
+def _close_twice(close: Any, name: str) -> tuple[list[str], list[BaseException]]:
+    """Runs ``close`` on a thread and holds it inside the C call ``name``; runs ``close`` again
+    on a second thread, gives it a second to return, then lets the first go. Returns the
+    order of the C call's return and the second close's, and what the second raised."""
+    real = vkhost.lib
+    lib = _GatedLib(real, {name})
+    errors: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            close()
+        except BaseException as e:  # noqa: BLE001 - reported to the test
+            errors.append(e)
+        lib.log.append("second close returned")
+
+    vkhost.lib = lib  # type: ignore[assignment]
+    try:
+        t1 = threading.Thread(target=close)
+        t1.start()
+        assert lib.inside[name].wait(20), f"{name} never called"
+        t2 = threading.Thread(target=second, daemon=True)
+        t2.start()
+        t2.join(1.0)  # a close that does not wait returns well within this
+        lib.gate[name].set()
+        t1.join(20)
+        t2.join(20)
+        assert not t1.is_alive() and not t2.is_alive(), "a close never returned"
+    finally:
+        lib.gate[name].set()
+        vkhost.lib = real
+    return lib.log, errors
+
+
+@pytest.mark.parametrize("what", ["stream", "buffer", "registration", "device"])
+def test_a_second_close_on_another_thread_returns_after_the_first(what: str) -> None:
+    # Two threads closing one object: the second close() returned at once, while the first was
+    # still inside the C call that waits for device work and destroys, frees or unregisters.
+    # A caller relying on "close() returned, so it is closed" (a Registration's "no device work
+    # can touch the array's bytes") then reused memory the device could still write. A device's
+    # second close returned before the first released its handle (see also the next test).
+    dev = vkhost.Device(validation=True)
+    buf = dev.alloc_buffer(MiB)
+    s = dev.stream()
+    a = np.ones(MiB, np.uint8)
+    r = dev.register(a) if dev.registration_granule else None
+    if what == "registration" and r is None:
+        pytest.skip("the device cannot register host memory")
+    s.upload(a, buf)  # work the destroy (or unregister) waits for
+    if what == "stream":
+        close, name = s.close, "vkhost_stream_destroy"
+    elif what == "buffer":
+        s.synchronize()
+        close, name = buf.free, "vkhost_buffer_free"
+    elif what == "registration":
+        assert r is not None
+        close, name = r.close, "vkhost_unregister"
+    else:
+        close, name = dev.close, "vkhost_device_release"
+    log, errors = _close_twice(close, name)
+    assert errors == []
+    assert log == [f"{name} returned", "second close returned"], "the second close returned first"
+    s.close()
+    if r is not None:
+        r.close()
+    buf.free()
+    dev.close()
+    assert vkhost.validation_errors() == 0
+
+
+def test_a_second_device_close_on_another_thread_waits_and_returns_normally() -> None:
+    # The second of two Device.close() calls at once passed "the handle is live" while the first
+    # was destroying, then waited for the pin lock; by the time it got it the first had released
+    # the handle, and it raised DeviceDestroyedError (or, a moment later, returned before the
+    # first's release). It now waits for the first and returns, as a second close on one thread
+    # does. The pin lock below holds the second close until the first is inside its release.
+    dev = vkhost.Device(validation=True)
+    real = vkhost.lib
+    lib = _GatedLib(real, {"vkhost_device_destroy", "vkhost_device_release"})
+    real_lock = dev._pin_lock
+    at_lock = threading.Event()
+
+    class Lock:
+        def __enter__(self) -> Any:
+            if threading.current_thread().name == "second":
+                at_lock.set()
+                lib.inside["vkhost_device_release"].wait(20)
+            return real_lock.__enter__()
+
+        def __exit__(self, *exc: Any) -> Any:
+            return real_lock.__exit__(*exc)
+
+    errors: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            dev.close()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+        lib.log.append("second close returned")
+
+    vkhost.lib = lib  # type: ignore[assignment]
+    dev._pin_lock = Lock()  # type: ignore[assignment]
+    try:
+        t1 = threading.Thread(target=dev.close, name="first")
+        t1.start()
+        assert lib.inside["vkhost_device_destroy"].wait(20)
+        t2 = threading.Thread(target=second, name="second", daemon=True)
+        t2.start()
+        assert at_lock.wait(20)  # past "the handle is live", before the first released it
+        lib.gate["vkhost_device_destroy"].set()
+        t2.join(1.0)
+        lib.gate["vkhost_device_release"].set()
+        t1.join(20)
+        t2.join(20)
+        assert not t1.is_alive() and not t2.is_alive(), "a close never returned"
+    finally:
+        for g in lib.gate.values():
+            g.set()
+        vkhost.lib = real
+    assert errors == [], f"the second close raised {errors!r}"
+    assert lib.log == [
+        "vkhost_device_destroy returned",
+        "vkhost_device_release returned",
+        "second close returned",
+    ]
+    assert vkhost.validation_errors() == 0
+
+
+def test_a_close_again_inside_the_first_on_its_own_thread_returns(patch_lib: Any) -> None:
+    # A signal handler (or finalizer) running on the closing thread, right after the C call,
+    # closes the object again: that close must not wait for the close it interrupts (itself).
+    dev = vkhost.Device(validation=True)
+    buf = dev.alloc_buffer(MiB)
+    s = dev.stream()
+    a = np.ones(MiB, np.uint8)
+    r = dev.register(a) if dev.registration_granule else None
+    again: list[str] = []
+
+    def hook(what: str, close: Any) -> Any:
+        def run() -> None:
+            close()
+            again.append(what)
+
+        return run
+
+    patch_lib(
+        {
+            "vkhost_stream_destroy": hook("stream", s.close),
+            "vkhost_buffer_free": hook("buffer", buf.free),
+            "vkhost_unregister": hook("registration", r.close if r is not None else None),
+            "vkhost_device_release": hook("device", dev.close),
+        }
+    )
+
+    def close_all() -> None:
+        if r is not None:
+            r.close()
+        s.close()
+        buf.free()
+        dev.close()
+
+    _run_with_deadline(close_all)
+    vkhost.lib = vkhost._ffi.lib
+    assert again == (["registration"] if r is not None else []) + ["stream", "buffer", "device"]
+
+
+def test_a_close_runs_a_release_left_owed_with_nothing_in_flight() -> None:
+    # A release owed (its close interrupted while it waited, and the last call out interrupted
+    # too) with no call in flight and nobody running it: a later close() must not wait for it
+    # forever, and runs it. Before, the later close returned and left it to the collector.
+    import vkhost as vk
+
+    dev = vk.Device(validation=True)
+    s = dev.stream()
+    h = s._hs
+    raw = h._raw
+    me = threading.get_ident()
+    # The close below runs "inside a call" on this thread (faked), so it leaves the destroy
+    # owed to the last call out; that call then "ends" without running it.
+    with h._cv:
+        h._users, h._threads = 1, {me: 1}
+    s.close()
+    with h._cv:
+        h._users, h._threads = 0, {}
+    assert not h.live and raw in vk._STREAM_KEEPS, "the destroy is owed"
+    _run_with_deadline(s.close)
+    assert raw not in vk._STREAM_KEEPS, "the later close ran the destroy owed"
+    dev.close()
+    assert vkhost.validation_errors() == 0
+
+
+def test_an_interrupt_while_a_second_close_waits_comes_out_of_it() -> None:
+    # Ctrl-C while close() waits for another thread's close: the KeyboardInterrupt comes out of
+    # it, and the first close still finishes.
+    import signal
+
+    import vkhost as vk
+
+    dev = vk.Device(validation=True)
+    s = dev.stream()
+    raw = s._hs._raw
+    real = vk.lib
+    lib = _GatedLib(real, {"vkhost_stream_destroy"})
+    returned = threading.Event()
+
+    def interrupt() -> None:
+        if not returned.is_set():  # never a stray interrupt after close() returned
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # type: ignore[arg-type]
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    vk.lib = lib  # type: ignore[assignment]
+    t1 = threading.Thread(target=s.close)
+    try:
+        t1.start()
+        assert lib.inside["vkhost_stream_destroy"].wait(20)
+        timer = threading.Timer(0.3, interrupt)
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                try:
+                    s.close()
+                finally:
+                    returned.set()
+        finally:
+            timer.join()
+        assert lib.log == [], "the first close is still inside its destroy"
+    finally:
+        lib.gate["vkhost_stream_destroy"].set()
+        t1.join(20)
+        vk.lib = real
+        signal.signal(signal.SIGINT, previous)
+    assert lib.log == ["vkhost_stream_destroy returned"]
+    assert raw not in vk._STREAM_KEEPS
+    dev.close()
+    assert vkhost.validation_errors() == 0

@@ -202,17 +202,27 @@ class _Handle:
     while it waits leaves itself owed to the last call out, and one owed when the handle is
     collected runs then. What a stream's work names is kept alive apart from this bookkeeping
     (``_STREAM_KEEPS``), so even a release lost to a second interrupt leaks, never frees
-    memory the library still writes."""
+    memory the library still writes.
 
-    __slots__ = ("_raw", "_users", "_threads", "_deferred", "_waiter", "_cv", "_gone")
+    A second release on another thread (two threads closing one object) returns only once the
+    first is done: it waits while the first waits for the calls in flight or runs ``fn``, and
+    runs an owed release itself when no call is in flight and nobody runs it. It does not wait
+    on the thread running ``fn`` (a signal handler there) nor on one inside a call on the
+    handle, nor where its caller says this thread holds a lock ``fn`` takes (``join=False``):
+    each of those would wait for itself, and returns at once as before."""
+
+    __slots__ = ("_raw", "_users", "_threads", "_deferred", "_waiters", "_runner", "_cv", "_gone")
 
     def __init__(self, raw: int, gone: type[Error], what: str) -> None:
         self._raw: int | None = raw
         self._users = 0
         self._threads: dict[int, int] = {}
         self._deferred: tuple[int, Callable[[int], Any]] | None = None
-        # A release waits for the calls in flight (it runs the owed release itself).
-        self._waiter = False
+        # Releases waiting for the calls in flight (one of them runs the owed release: the last
+        # call out leaves it to them).
+        self._waiters = 0
+        # The thread running the release's ``fn`` now (taken out of ``_deferred``), if any.
+        self._runner: int | None = None
         self._cv = threading.Condition()
         self._gone = (gone, what)
 
@@ -239,52 +249,73 @@ class _Handle:
 
     def _leave(self, me: int) -> None:
         deferred = None
-        with self._cv:
-            self._users -= 1
-            n = self._threads[me] - 1
-            if n:
-                self._threads[me] = n
-            else:
-                del self._threads[me]
-            if self._users == 0 and not self._waiter:
-                deferred, self._deferred = self._deferred, None
-            self._cv.notify_all()
-        if deferred is not None:
-            # The release its caller asked for earlier (and returned from): a failure
-            # here has nobody to report to, and must not replace this call's outcome.
-            try:
-                deferred[1](deferred[0])
-            except Exception:
-                pass
+        try:
+            with self._cv:
+                self._users -= 1
+                n = self._threads[me] - 1
+                if n:
+                    self._threads[me] = n
+                else:
+                    del self._threads[me]
+                if self._users == 0 and not self._waiters and self._deferred is not None:
+                    # No call between these two stores: `finally` below undoes the second.
+                    deferred, self._deferred = self._deferred, None
+                    self._runner = me
+                self._cv.notify_all()
+            if deferred is not None:
+                # The release its caller asked for earlier (and returned from): a failure
+                # here has nobody to report to, and must not replace this call's outcome.
+                try:
+                    deferred[1](deferred[0])
+                except Exception:
+                    pass
+        finally:
+            if deferred is not None:
+                self._ran()
 
-    def release(self, fn: Callable[[int], Any]) -> None:
+    def _ran(self) -> None:
+        """The release's ``fn`` returned (or raised): wakes the releases waiting for it."""
+        self._runner = None  # first, without the lock: an interrupt below wakes nobody, but
+        with self._cv:  # a release coming later still sees it done
+            self._cv.notify_all()
+
+    def release(self, fn: Callable[[int], Any], join: bool = True) -> None:
         """Ends the handle's use: calls ``fn(raw)`` once the calls in flight returned (at once
-        when there are none; nothing if it was released already). On a thread inside a call
-        on the handle, ``fn`` runs when the last call returns (see the class). Interrupted
-        while it waits, the release is left to the last call out (and the exception raised)."""
+        when there are none), and returns once it did. On a thread inside a call on the
+        handle, ``fn`` runs when the last call returns (see the class). Interrupted while it
+        waits, the release is left to the last call out (and the exception raised).
+
+        Released already: waits until the release under way on another thread is done (or
+        runs it, owed, once no call is in flight), and returns; at once on the thread running
+        it, on a thread inside a call on the handle, or with ``join=False``."""
         me = threading.get_ident()
         todo = None
         interrupted: BaseException | None = None
-        with self._cv:
-            raw, self._raw = self._raw, None
-            if raw is None:
-                return
-            self._deferred = (raw, fn)
-            if me in self._threads:
-                return
-            self._waiter = True
-            try:
-                while self._users:
-                    self._cv.wait()
-            except BaseException as e:
-                interrupted = e
-            self._waiter = False
-            if self._users == 0:
-                todo, self._deferred = self._deferred, None
         try:
+            with self._cv:
+                raw, self._raw = self._raw, None
+                if raw is not None:
+                    self._deferred = (raw, fn)
+                elif not join or me == self._runner:
+                    return
+                if me in self._threads:
+                    return
+                self._waiters += 1
+                try:
+                    while self._runner is not None or (self._deferred is not None and self._users):
+                        self._cv.wait()
+                except BaseException as e:
+                    interrupted = e
+                self._waiters -= 1
+                if self._deferred is not None and self._users == 0 and self._runner is None:
+                    # No call between these two stores: `finally` below undoes the second.
+                    todo, self._deferred = self._deferred, None
+                    self._runner = me
             if todo is not None:
                 todo[1](todo[0])
         finally:
+            if todo is not None:
+                self._ran()
             if interrupted is not None:
                 raise interrupted
 
@@ -302,6 +333,13 @@ class _Handle:
     @property
     def live(self) -> bool:
         return self._raw is not None
+
+
+def _holds(lock: Any) -> bool:
+    """Whether this thread holds ``lock`` (an RLock, or a Condition over one). A close that
+    would wait for another thread's close does not where it holds a lock that close takes."""
+    owned = getattr(lock, "_is_owned", None)
+    return bool(owned()) if owned is not None else False
 
 
 _NO_HANDLE = _Handle(0, InvalidArgumentError, "not created")
@@ -434,7 +472,8 @@ class Device(_Owner):
     PinnedArrays of it live (``p = dev.pinned(n)`` inside the block, still referenced after
     it), the close waits until the last of them is freed (which the garbage collector may do
     on any thread), and the device stays usable until then; a call on it racing that close
-    raises :class:`DeviceDestroyedError`.
+    raises :class:`DeviceDestroyedError`. A close (or ``with`` block's end) while another
+    thread closes the device waits for that close and returns.
     """
 
     def __init__(
@@ -497,9 +536,7 @@ class Device(_Owner):
             if any(True for _ in self._pinned):
                 return
             self._close_when_unpinned = False
-            if not self._hd.live:
-                return
-            self.destroy()
+            self._destroy_unless_released()
         self._release()
 
     def _use(self) -> Any:
@@ -592,18 +629,33 @@ class Device(_Owner):
 
     def close(self) -> None:
         """``destroy`` (see there), then release the handle (once calls on other threads that
-        use it have returned; later calls raise :class:`DeviceDestroyedError`)."""
+        use it have returned; later calls raise :class:`DeviceDestroyedError`). Closed
+        already: returns, once a close under way on another thread is done."""
+        self._destroy_unless_released()
+        self._release()
+
+    def _destroy_unless_released(self) -> None:
+        # A close on another thread may release the handle between the test and the destroy's
+        # use of it: not an error here, the caller's `_release` then waits for that close.
         if not self._hd.live:
             return
-        self.destroy()
-        self._release()
+        try:
+            self.destroy()
+        except DeviceDestroyedError:
+            if self._hd.live:
+                raise
 
     def _release(self) -> None:
         if self._hd.live and len(getattr(self, "_pinned", ())) and not self.is_destroyed:
             # Only an explicit __del__ gets here (each block holds this object): releasing
             # the last reference would destroy the device and unmap the blocks.
             return
-        self._hd.release(lambda h: lib.vkhost_device_release(h) if lib is not None else None)
+        # Not waiting for another thread's close while this thread holds the pin lock (a
+        # finalizer run inside it): calls that close waits for may be waiting for the lock.
+        self._hd.release(
+            lambda h: lib.vkhost_device_release(h) if lib is not None else None,
+            join=not _holds(getattr(self, "_pin_lock", None)),
+        )
 
     def __del__(self) -> None:
         # Children keep the Device object alive, so this runs after them. Releasing the last
@@ -692,8 +744,8 @@ class DeviceBuffer(_Owner):
 
     def free(self) -> None:
         """Frees the buffer now (stream work that uses it keeps its memory until done). Waits
-        for this buffer's calls in flight on other threads; later calls raise
-        :class:`InvalidArgumentError`."""
+        for this buffer's calls in flight on other threads (and for a free under way on
+        another thread); later calls raise :class:`InvalidArgumentError`."""
         self._hb.release(lambda h: lib.vkhost_buffer_free(h) if lib is not None else None)
 
     def __del__(self) -> None:
@@ -723,7 +775,9 @@ class Registration(_Owner):
         self.device = device
         self.array = array
         self._ptr: int | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Condition(threading.Lock())
+        # The thread whose close() is unregistering now: a close on another thread waits for it.
+        self._closer: int | None = None
         addr = view.ctypes.data
         self._key = (id(device), addr)
         # An exception from a signal handler (Ctrl-C) can land right after the C call returned,
@@ -750,27 +804,48 @@ class Registration(_Owner):
         self.close()
 
     def close(self) -> None:
-        """Unregisters; returns once no device work can touch the array's bytes."""
-        with self._lock:
-            p, self._ptr = self._ptr, None
-            maybe, self._maybe = getattr(self, "_maybe", None), None
+        """Unregisters; returns once no device work can touch the array's bytes (also when
+        another thread's close is unregistering it: this one waits for that)."""
+        me = threading.get_ident()
+        # First, so that the unregistering below takes no lock but the device handle's.
         with _owners_lock:
             ref = _owners.get(getattr(self, "_key", None))  # type: ignore[arg-type]
             owner = ref() if ref is not None else None
             if ref is not None and owner in (self, None):
                 del _owners[self._key]
-        # Interrupted around the C call: ours unless another Registration owns the address.
-        if p is None and maybe is not None and owner in (self, None):
-            p = maybe
-        # After Device.close() the device is gone: its registrations are tombstones that vkhost
-        # drops once no handle names the device and another device lists an entry. Nothing to
-        # undo here (raising would turn every `with dev.register(a)` around a close into an error).
-        if p is not None and self.device._hd.live:
-            with self.device._use() as d:
-                st = lib.vkhost_unregister(d, p)
-                err = _error(st)  # the message now, as in __init__
-            if err is not None and not (maybe is not None and st == NotRegisteredError.status):
-                raise err
+        closing = False
+        try:
+            with self._lock:
+                p, self._ptr = self._ptr, None
+                maybe, self._maybe = getattr(self, "_maybe", None), None
+                if p is None and maybe is None:
+                    # Closed, or closing on another thread: wait for that close, unless it is
+                    # this thread's (a signal handler inside it), or this thread holds the
+                    # device handle's lock, which that close takes (a finalizer run there).
+                    if self._closer not in (None, me) and not _holds(self.device._hd._cv):
+                        while self._closer is not None:
+                            self._lock.wait()
+                    return
+                # No call between these two stores: `finally` below undoes the first.
+                self._closer, closing = me, True
+            # Interrupted around the C call: ours unless another Registration owns the address.
+            if p is None and maybe is not None and owner in (self, None):
+                p = maybe
+            # After Device.close() the device is gone: its registrations are tombstones that
+            # vkhost drops once no handle names the device and another device lists an entry.
+            # Nothing to undo here (raising would turn every `with dev.register(a)` around a
+            # close into an error).
+            if p is not None and self.device._hd.live:
+                with self.device._use() as d:
+                    st = lib.vkhost_unregister(d, p)
+                    err = _error(st)  # the message now, as in __init__
+                if err is not None and not (maybe is not None and st == NotRegisteredError.status):
+                    raise err
+        finally:
+            if closing:
+                self._closer = None  # first, without the lock: see `_Handle._ran`
+                with self._lock:
+                    self._lock.notify_all()
 
     def __del__(self) -> None:
         try:
@@ -1096,7 +1171,8 @@ class Stream(_Owner):
 
     def close(self) -> None:
         """Waits for the stream's work (and for its calls in flight on other threads) and
-        destroys it; later calls raise :class:`InvalidArgumentError`."""
+        destroys it; later calls raise :class:`InvalidArgumentError`. Closed already: returns,
+        once a close under way on another thread is done."""
         def destroy(h: int) -> None:
             if lib is None:
                 return
@@ -1107,7 +1183,9 @@ class Stream(_Owner):
                 self._gone += len(self._keep)
                 self._keep.clear()
 
-        self._hs.release(destroy)
+        # Not waiting for another thread's close while this thread holds `_enq` (a finalizer
+        # run inside an enqueue): that close's destroy takes it.
+        self._hs.release(destroy, join=not _holds(getattr(self, "_enq", None)))
 
     def __del__(self) -> None:
         try:
