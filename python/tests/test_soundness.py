@@ -943,3 +943,26 @@ def test_an_interrupt_while_a_second_close_waits_comes_out_of_it() -> None:
     assert raw not in vk._STREAM_KEEPS
     dev.close()
     assert vkhost.validation_errors() == 0
+
+
+def test_a_registration_closed_as_another_thread_closes_its_device_does_not_raise() -> None:
+    # Registration.close after Device.close has nothing to undo and returns (the device's
+    # registrations are tombstones). A Device.close on another thread landing between the
+    # registration's "the device handle is live" test and its use of the handle made the
+    # registration's close raise DeviceDestroyedError instead. The other thread's close is
+    # placed exactly there: the device's `_use` closes the device first.
+    dev = vkhost.Device(validation=True)
+    a = np.ones(MiB, np.uint8)
+    reg = dev.register(a)
+    real_use = dev._use
+
+    def use_after_a_close() -> Any:
+        del dev._use  # once: the close below uses the device's own
+        dev.close()
+        return real_use()
+
+    dev._use = use_after_a_close  # type: ignore[method-assign]
+    reg.close()
+    assert not dev._hd.live
+    reg.close()  # and again: nothing
+    assert vkhost.validation_errors() == 0

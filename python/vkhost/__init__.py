@@ -836,9 +836,16 @@ class Registration(_Owner):
             # Nothing to undo here (raising would turn every `with dev.register(a)` around a
             # close into an error).
             if p is not None and self.device._hd.live:
-                with self.device._use() as d:
-                    st = lib.vkhost_unregister(d, p)
-                    err = _error(st)  # the message now, as in __init__
+                try:
+                    with self.device._use() as d:
+                        st = lib.vkhost_unregister(d, p)
+                        err = _error(st)  # the message now, as in __init__
+                except DeviceDestroyedError:
+                    # Another thread's Device.close() released the handle since the test
+                    # above: as after that close, nothing to undo.
+                    if self.device._hd.live:
+                        raise
+                    return
                 if err is not None and not (maybe is not None and st == NotRegisteredError.status):
                     raise err
         finally:
