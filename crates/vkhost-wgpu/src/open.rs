@@ -138,8 +138,9 @@ impl Interop {
 
     /// The adapter [`Interop::open`] uses among `instance`'s Vulkan adapters: the one at
     /// physical-device index `VKHOST_DEVICE` when that is set (as vkhost's
-    /// `Device::open_default`), else the first that [`Interop::supports`], discrete before
-    /// integrated before virtual before CPU.
+    /// `Device::open_default`; `InvalidArgument` when it is not an index, one that is not UTF-8
+    /// included), else the first that [`Interop::supports`], discrete before integrated before
+    /// virtual before CPU.
     ///
     /// # Example
     ///
@@ -157,7 +158,10 @@ impl Interop {
         if adapters.is_empty() {
             return Err(Error::NoAdapter { reason: "wgpu found no Vulkan adapter".into() });
         }
-        if let Ok(v) = std::env::var("VKHOST_DEVICE") {
+        // `var_os`, as vkhost reads it: a value that is not UTF-8 is set, and no index (with
+        // `std::env::var` it read as unset, and the default adapter opened).
+        if let Some(v) = std::env::var_os("VKHOST_DEVICE") {
+            let v = v.to_string_lossy();
             let want = v.trim().parse::<usize>().map_err(|_| Error::invalid(format!("VKHOST_DEVICE={v:?} is not an index")))?;
             let a = adapters
                 .into_iter()
