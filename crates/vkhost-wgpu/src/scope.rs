@@ -37,6 +37,9 @@
 //!    `Device::poll(Maintain::Wait)` that times out meanwhile: on a device that runs work of
 //!    60 s or more, do not wait through `Maintain::Wait` on any thread while a scope ends.
 //!
+//! A scope that handed out no buffer takes step 3 alone (a failure there is logged: no vkhost
+//! memory is at stake).
+//!
 //! Meanwhile the scope holds a [`vkhost::DeviceHold`], so `vkhost::Device::destroy` answers
 //! `Busy` instead of freeing imports wgpu may be using; the raw `host::unregister` and
 //! `host::free_pinned` already refuse guarded entries. Nothing the caller can leak stands between
@@ -543,6 +546,20 @@ impl Drop for Inner {
     fn drop(&mut self) {
         let buffers = std::mem::take(self.buffers.get_mut().unwrap_or_else(PoisonError::into_inner));
         if buffers.is_empty() {
+            // Nothing of vkhost's went to wgpu: no buffer to destroy, no host barrier. The scope
+            // still waits for the work submitted so far, as `Interop::scope` promises (it
+            // returned at once before). A failure to wait endangers no vkhost memory here, so
+            // it is logged, never the abort below.
+            match std::panic::catch_unwind(AssertUnwindSafe(|| self.wait_only())) {
+                Ok(Some(p)) if !std::thread::panicking() => std::panic::resume_unwind(p),
+                Ok(_) => {}
+                Err(_) => {
+                    let id = self.vkhost.id();
+                    let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        log::error!("{id}: wgpu failed while a scope that wrapped nothing waited (device destroyed or lost?)")
+                    }));
+                }
+            }
             return;
         }
         for b in &buffers {

@@ -466,3 +466,31 @@ fn a_kernel_running_past_wgpus_60_s_wait_still_holds_the_scope() {
         "the kernel took {took:?}: the calibration fell short of wgpu's 60 s wait, so this run proves nothing"
     );
 }
+
+/// `Interop::scope` promises to wait for all device work submitted so far (its docs, the crate
+/// docs' "Soundness", the README), also when the closure wrapped nothing (a scope whose wrap
+/// was skipped or refused). Before, such a scope returned at once: the submitted work's
+/// `on_submitted_work_done` callback had not run when it returned (wgpu runs it once the work
+/// has completed and the device is polled), and on a GPU the work itself was still running.
+#[test]
+fn a_scope_that_wraps_nothing_still_waits_for_submitted_work() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let Some(interop) = open() else { return };
+    let dev = interop.device();
+    let buf =
+        dev.create_buffer(&wgpu::BufferDescriptor { label: None, size: 64, usage: wgpu::BufferUsages::STORAGE, mapped_at_creation: false });
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
+    interop.scope(|_s| {
+        dispatch(
+            &interop,
+            "@group(0) @binding(0) var<storage, read_write> b: array<u32>;
+             @compute @workgroup_size(1) fn main() { b[0] = 1u; }",
+            &[&buf],
+            1,
+        );
+        interop.queue().on_submitted_work_done(move || flag.store(true, Ordering::SeqCst));
+    });
+    assert!(done.load(Ordering::SeqCst), "the scope returned before the work it should wait for had completed");
+}
