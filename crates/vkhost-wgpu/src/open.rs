@@ -45,8 +45,11 @@ const EXTERNAL_MEMORY_HOST: &CStr = ash::ext::external_memory_host::NAME;
 #[derive(Debug, Clone)]
 pub struct Options<'a> {
     /// The wgpu instance's flags. `wgpu::InstanceFlags::VALIDATION` turns the Khronos
-    /// validation layer on for the device both wgpu and vkhost use (wgpu-hal logs its messages
-    /// through `log`, errors at `Error` level). Default:
+    /// validation layer on for the device both wgpu and vkhost use; with
+    /// `wgpu::InstanceFlags::DEBUG` too, wgpu-hal installs a debug messenger and logs the layer's
+    /// messages through `log` (errors at `Error` level). `VALIDATION` alone (what
+    /// `WGPU_VALIDATION=1` gives a release build) installs none: the layer prints its messages to
+    /// stdout and `log` sees nothing. Default:
     /// `wgpu::InstanceFlags::from_build_config().with_env()` (validation in debug builds;
     /// `WGPU_VALIDATION=1` and the other `WGPU_*` variables override).
     pub instance_flags: wgpu::InstanceFlags,
