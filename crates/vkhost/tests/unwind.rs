@@ -287,6 +287,36 @@ fn panic_in_a_registrations_wait_for_a_stream_leaves_nothing_in_flight() {
     assert_eq!(changed, 0, "{changed} bytes written by the device after the registration's drop unwound");
 }
 
+/// `Stream::download` into host memory whose front is registered (copied direct, 128 MiB)
+/// and whose tail is pageable (three chunks of a two-chunk ring): the batch with the direct
+/// copy is submitted, then the wait for ring room fails with device loss and the logger
+/// panics out of it. After the unwind the caller's memory is theirs again: the device must no
+/// longer write it. Before the fix the direct copy was left running (the enqueue's unwind only
+/// dropped its copy-outs): the bytes landed after `download` unwound.
+#[test]
+fn panic_in_a_mixed_downloads_wait_for_ring_room_leaves_nothing_in_flight() {
+    warm_up_panics();
+    let d = dev_with(small_ring());
+    let direct = 128 << 20;
+    let n = direct + 3 * 4096;
+    let (gpu, m) = source_and_pages(&d, n);
+    // SAFETY: the front of a fresh mapping that outlives the registration (unregistered below).
+    unsafe { host::register(&d, m.ptr as usize, direct) }.unwrap();
+    let stream = d.stream().unwrap();
+    // SAFETY: `m` is live for `n` bytes; this slice is the only reference to it until it dies
+    // with the call.
+    let dst = unsafe { std::slice::from_raw_parts_mut(m.ptr, m.len) };
+    let (r, fired) = with_wait_panic(|| stream.download(&gpu, 0, dst).map(drop));
+    let changed = written_after(&m);
+    eprintln!("download: {:?}, fault fired: {fired}", r.as_ref().map_err(|_| "panicked"));
+    drop(stream);
+    let _ = host::unregister(&d, m.ptr as usize);
+    drop(gpu);
+    let _ = d.destroy();
+    assert!(r.is_err(), "expected the logger's panic to unwind out of download");
+    assert_eq!(changed, 0, "{changed} bytes of the caller's memory written by the device after download unwound");
+}
+
 /// `Device::destroy` whose teardown logs a warning the user's logger panics on (a stream's
 /// last submission fails at shutdown): the panic comes out of `destroy` only after the whole
 /// teardown ran. Before, it cut the teardown short: the other stream's copy into registered

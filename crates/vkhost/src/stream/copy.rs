@@ -68,6 +68,17 @@ impl StreamInner {
             Ok(r) => r,
             Err(panic) => {
                 st.completions.retain(|c| c.call != call);
+                // Direct pieces this call recorded name the caller's bytes, and the batch holding
+                // them may be submitted already (a wait for ring room flushes first) or still
+                // open: submit what is open and wait for the queue before the unwind goes on, as
+                // `Stream::guarded_copy` drains after an error, so that the device no longer
+                // touches the bytes once the caller has them back. Quietly: a user's logger that
+                // panicked once may panic again on a failed flush's line (the batch is then lost
+                // and never runs).
+                if plan.pieces.iter().any(|p| matches!(p.host, HostSide::Direct { .. })) {
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.flush(&l, &mut st)));
+                    let _ = self.wait_queue_idle(&l);
+                }
                 std::panic::resume_unwind(panic)
             }
         };

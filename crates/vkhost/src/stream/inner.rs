@@ -477,7 +477,7 @@ impl StreamInner {
     }
 
     /// [`StreamInner::queue_idle`] without logging: the caller says what failed.
-    fn wait_queue_idle(&self, l: &Live) -> std::result::Result<(), ash::vk::Result> {
+    pub(super) fn wait_queue_idle(&self, l: &Live) -> std::result::Result<(), ash::vk::Result> {
         // A stream exists only on a device with queues.
         let Ok(q) = pick_queue(l, self.queue_kind, self.queue_index) else { return Ok(()) };
         let g = lock(&q.raw);
