@@ -653,3 +653,40 @@ fn a_panic_while_measuring_the_copy_queues_leaks_no_probe_buffer() {
     assert!(r.is_err(), "expected the logger's panic to unwind out of measure_copy_queues");
     assert_eq!(d.live_objects(), vkhost::LiveObjects::default(), "objects left after destroy");
 }
+
+/// `Stream::checksum_into` with its result in pinned host memory queues a zero fill of the
+/// result, then launches the checksum: the checksum's pipeline fails with device loss and the
+/// user's logger panics on that line. After the unwind the result's bytes are the caller's
+/// again: nothing may write them later. The zero fill is left unsettled in the stream's open
+/// batch by the unwind; the device is marked lost, so the stream's drop submits nothing (a
+/// review suspected it submitted the fill there: it does not, and this test holds that). Only
+/// a loss logs at `Error` here: an out-of-memory pipeline is an error return, settled.
+#[test]
+fn panic_in_a_checksums_launch_leaves_no_write_of_its_result_queued() {
+    use vkhost::fault::{self, Point};
+    use vkhost::{Binding, QueueKind};
+    warm_up_panics();
+    let (code, level) = (vkhost::vk::Result::ERROR_DEVICE_LOST, log::Level::Error);
+    let d = dev_with(opts());
+    let src = d.alloc_buffer(1 << 16).unwrap();
+    src.write(0, &vec![7u8; 1 << 16]).unwrap();
+    let mut out = PinnedBuffer::new(&d, 4096).unwrap();
+    let stream = d.stream_on(QueueKind::Compute).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // The call's pipelines on this thread: the zero fill's (call 0), then the checksum's.
+        fault::inject(Point::CreateComputePipelines, 1, code);
+        panic_logger::arm(level, 0);
+        stream.checksum_into(Binding::Device(&src, 0, 1 << 16), Binding::HostMut(&mut out[..8])).map(drop)
+    }));
+    let fired = fault::disarm();
+    panic_logger::disarm();
+    eprintln!("{code:?}: checksum_into: {:?}, fault fired: {fired}", r.as_ref().map_err(|_| "panicked"));
+    assert!(fired && r.is_err(), "{code:?}: expected the logger's panic to unwind out of checksum_into");
+    out[..8].fill(0x11);
+    drop(stream);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let changed = out[..8].iter().filter(|&&b| b != 0x11).count();
+    drop((out, src));
+    let _ = d.destroy();
+    assert_eq!(changed, 0, "{code:?}: {changed} bytes of the caller's result written after checksum_into unwound");
+}
