@@ -370,7 +370,10 @@ impl<D: std::hash::Hash + Eq + Copy, T> Registry<D, T> {
 }
 
 /// Rounds `[addr, addr+len)` outward to multiples of `granule` (a power of two).
-/// `None` if the rounded end overflows.
+/// `None` if the rounded end overflows, or if `granule` is not a power of two (0 included):
+/// import granules always are (the page size, and minImportedHostPointerAlignment, which
+/// Vulkan requires to be one). Before, such a granule panicked in debug builds and gave a range
+/// that was no multiple of it in release.
 ///
 /// # Example
 ///
@@ -380,9 +383,12 @@ impl<D: std::hash::Hash + Eq + Copy, T> Registry<D, T> {
 /// assert_eq!(round_out(4096, 4096, 4096), Some(4096..8192), "aligned ranges stay as they are");
 /// assert_eq!(round_out(4000, 200, 4096), Some(0..8192), "a range across a boundary takes both pages");
 /// assert_eq!(round_out(usize::MAX - 10, 5, 4096), None);
+/// assert_eq!(round_out(4100, 10, 3), None, "not a power of two");
 /// ```
 pub fn round_out(addr: usize, len: usize, granule: usize) -> Option<Range<usize>> {
-    debug_assert!(granule.is_power_of_two());
+    if !granule.is_power_of_two() {
+        return None;
+    }
     let start = addr & !(granule - 1);
     let end = addr.checked_add(len)?.checked_add(granule - 1)? & !(granule - 1);
     Some(start..end)
