@@ -407,7 +407,7 @@ pub unsafe extern "C" fn vkhost_find(
     })
 }
 
-/// The buffer of a synchronous copy belongs to the device it names (a destroyed device answers
+/// The buffer of a synchronous copy belongs to the device it names (a destroyed or lost device answers
 /// that first).
 fn same_device(d: &vkhost_device, b: &vkhost_buffer) -> Result<(), Fail> {
     if d.dev.id() != b.buf.device().id() {

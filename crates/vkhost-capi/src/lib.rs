@@ -258,11 +258,18 @@ pub(crate) fn ffi(f: impl FnOnce() -> Res) -> vkhost_status {
     status
 }
 
-/// `refused`, an argument's refusal by the ABI itself, unless `dev` was destroyed: a gone device
-/// answers `VKHOST_DEVICE_DESTROYED` first, whatever the other arguments, as the Rust API does
-/// (issue 2's order) and `vkhost_device_destroy`'s contract says.
+/// `refused`, an argument's refusal by the ABI itself, unless `dev` was destroyed or lost: a gone
+/// device answers `VKHOST_DEVICE_DESTROYED` first, whatever the other arguments, as the Rust API
+/// does (issue 2's order) and `vkhost_device_destroy`'s contract says, and a lost one
+/// `VKHOST_DEVICE_LOST`, as every Rust operation on it does until destroy.
 pub(crate) fn gone_first(dev: &vkhost::Device, refused: Fail) -> Fail {
-    if dev.is_destroyed() { Fail::Lib(Error::DeviceDestroyed) } else { refused }
+    if dev.is_destroyed() {
+        Fail::Lib(Error::DeviceDestroyed)
+    } else if dev.is_lost() {
+        Fail::Lib(Error::DeviceLost)
+    } else {
+        refused
+    }
 }
 
 /// A handle argument: `Null` when NULL.

@@ -215,3 +215,40 @@ fn a_failed_owned_wrap_leaves_the_handles_to_the_caller() {
     }
     assert_eq!(count::destroys(), (before.0 + 1, before.1 + 1), "an owned device's destroy");
 }
+
+/// A lost device answers `VKHOST_DEVICE_LOST` before the ABI's own argument refusals, as the
+/// Rust API does (every operation answers `DeviceLost` until destroy) and as a destroyed device
+/// answers `VKHOST_DEVICE_DESTROYED` first (`tests/destroyed_first.rs`): the synchronous copies
+/// given another device's buffer and `vkhost_stream_create` with a queue kind that is none
+/// answered `VKHOST_INVALID_ARGUMENT` (the ABI's checks looked for a destroyed device only).
+#[test]
+fn a_lost_device_answers_lost_before_refusing_arguments() {
+    let (a, b) = (open_validated(), open_validated());
+    // SAFETY: every handle is live for its calls (opened first, released last) and every
+    // out-pointer and host range points to a local of the right type and size.
+    unsafe {
+        let (mut buf_a, mut buf_b) = (ptr::null_mut(), ptr::null_mut());
+        assert_eq!(vkhost_buffer_alloc(a, 4096, &mut buf_a), VKHOST_OK);
+        assert_eq!(vkhost_buffer_alloc(b, 4096, &mut buf_b), VKHOST_OK);
+        let mut bytes = [7u8; 64];
+        expect_fault(Point::QueueSubmit, vk::Result::ERROR_DEVICE_LOST, VKHOST_DEVICE_LOST, || {
+            vkhost_copy_to_device(a, bytes.as_ptr().cast(), 64, buf_a, 0, ptr::null_mut())
+        });
+        let mut s = ptr::null_mut();
+        let check = |what: &str, st: vkhost_status| {
+            assert_eq!(st, VKHOST_DEVICE_LOST, "{what}: {}", message());
+        };
+        check("stream_create", vkhost_stream_create(a, VKHOST_QUEUE_COPY, &mut s));
+        check("stream_create with a queue kind that is none", vkhost_stream_create(a, 7, &mut s));
+        let st = vkhost_copy_to_device(a, bytes.as_ptr().cast(), 64, buf_b, 0, ptr::null_mut());
+        check("copy_to_device into another device's buffer", st);
+        let st = vkhost_copy_to_host(a, buf_b, 0, bytes.as_mut_ptr().cast(), 64, ptr::null_mut());
+        check("copy_to_host from another device's buffer", st);
+        assert!(s.is_null(), "out-pointers are written only on success");
+        assert_eq!(vkhost_buffer_free(buf_a), VKHOST_OK);
+        assert_eq!(vkhost_buffer_free(buf_b), VKHOST_OK);
+        assert_eq!(vkhost_device_destroy(a), VKHOST_OK, "{}", message());
+        assert_eq!(vkhost_device_release(a), VKHOST_OK);
+        assert_eq!(vkhost_device_release(b), VKHOST_OK);
+    }
+}

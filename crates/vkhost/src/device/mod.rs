@@ -3150,6 +3150,22 @@ impl Device {
         self.shared.live_any().is_err()
     }
 
+    /// Whether the device was lost (a Vulkan call answered `VK_ERROR_DEVICE_LOST`): from then
+    /// on every operation but the release paths answers [`Error::DeviceLost`] until `destroy`.
+    /// Stays true after `destroy` (which [`Device::is_destroyed`] tells).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// assert!(!dev.is_lost()); // a healthy device; a lost one answers `DeviceLost` first
+    /// # Ok(()) }
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.shared.lost.load(Ordering::Acquire)
+    }
+
     /// Waits idle and destroys everything the device owns: imports and pinned blocks (raw
     /// registrations stay as tombstones, raw pinned blocks stay listed until `free_pinned`),
     /// device buffers (their handles become inert), copy contexts, the device, the instance.
