@@ -3,7 +3,8 @@
 #   source .gl/on-device.sh; bash scripts/h200-run.sh [quick|bench|tests|all|final|median|devcmp|...]
 # Carried: .gl (loader, glvnd, validation layer .debs, cuda_baseline.py),
 # and .h200/ (vkhost built with --features vkhost-cli/cuda, and the test binaries, stripped, from
-# scripts/h200-prepare.sh). Writes logs, JSON and SVG under $OUT.
+# scripts/h200-prepare.sh). Writes logs, JSON and SVG under $OUT (packed into $OUT/all.tgz when
+# there are more than 8: see the end).
 set -uo pipefail
 what=${1:-all}
 OUT=${OUT:-/tmp/out}
@@ -736,4 +737,16 @@ if [ "$what" = pieces ]; then
     if [ "$p" = default ]; then e=(env -u VKHOST_COPY_PIECE); else e=(env VKHOST_COPY_PIECE="$p"); fi
     "${e[@]}" $v bench --paths pinned,registered --dirs h2d,d2h --sizes 16M,256M,1G --no-costs 2>&1 | grep -E "_ce " | tee -a "$OUT/pieces.txt"
   done; done
+fi
+# The device tool brings back at most 8 files from $OUT: with more, everything goes into one
+# archive, all.tgz (the thirty-ninth session's `final` lost extras.txt, regress.txt and
+# final.log to that limit). PACK=0 leaves the files apart.
+if [ "${PACK:-1}" = 1 ] && [ "$(find "$OUT" -mindepth 1 -maxdepth 1 | wc -l)" -gt 8 ]; then
+  # Written outside $OUT first: tar fails on an archive growing inside the folder it reads.
+  pack=$(mktemp /tmp/pack.XXXXXX)
+  if tar -C "$OUT" -czf "$pack" . && find "$OUT" -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv "$pack" "$OUT/all.tgz"; then
+    echo "== $OUT packed into all.tgz (more than 8 files)"
+  else
+    echo "== packing $OUT failed; the files stay apart"
+  fi
 fi
