@@ -741,12 +741,12 @@ fi
 # The device tool brings back at most 8 files from $OUT: with more, everything goes into one
 # archive, all.tgz (the thirty-ninth session's `final` lost extras.txt, regress.txt and
 # final.log to that limit). PACK=0 leaves the files apart.
-if [ "${PACK:-1}" = 1 ] && [ "$(find "$OUT" -mindepth 1 -maxdepth 1 | wc -l)" -gt 8 ]; then
+if [ "${PACK:-1}" = 1 ] && [ "$(find "$OUT" -type f | wc -l)" -gt 8 ]; then
   # Written outside $OUT first: tar fails on an archive growing inside the folder it reads.
   pack=$(mktemp /tmp/pack.XXXXXX)
   if tar -C "$OUT" -czf "$pack" . && find "$OUT" -mindepth 1 -maxdepth 1 -exec rm -rf {} + && mv "$pack" "$OUT/all.tgz"; then
     echo "== $OUT packed into all.tgz (more than 8 files)"
   else
-    echo "== packing $OUT failed; the files stay apart"
+    echo "== packing $OUT failed (what is left of it stays apart; the archive, if made: $pack)"
   fi
 fi

@@ -211,7 +211,7 @@ class _Handle:
     handle, nor where its caller says this thread holds a lock ``fn`` takes (``join=False``):
     each of those would wait for itself, and returns at once as before."""
 
-    __slots__ = ("_raw", "_users", "_threads", "_deferred", "_waiters", "_runner", "_cv", "_gone")
+    __slots__ = ("_raw", "_users", "_threads", "_deferred", "_waiters", "_runner", "_lock", "_cv", "_gone")
 
     def __init__(self, raw: int, gone: type[Error], what: str) -> None:
         self._raw: int | None = raw
@@ -223,7 +223,12 @@ class _Handle:
         self._waiters = 0
         # The thread running the release's ``fn`` now (taken out of ``_deferred``), if any.
         self._runner: int | None = None
-        self._cv = threading.Condition()
+        # Held with `with self._lock` (an RLock's C-level enter and exit: Ctrl-C is delivered
+        # only at Python calls, and a Condition's own `__exit__` is one, which an interrupt
+        # there left returning without releasing: every later close on another thread then
+        # blocked for good); `_cv` over it only waits and notifies.
+        self._lock = threading.RLock()
+        self._cv = threading.Condition(self._lock)
         self._gone = (gone, what)
 
     @contextmanager
@@ -231,7 +236,7 @@ class _Handle:
         me = threading.get_ident()
         entered = False
         try:
-            with self._cv:
+            with self._lock:
                 if self._raw is None:
                     cls, what = self._gone
                     raise cls(what, 7 if cls is DeviceDestroyedError else 9)
@@ -244,39 +249,43 @@ class _Handle:
                 entered = True
             yield raw
         finally:
-            if entered:
-                self._leave(me)
+            # Inline, not a method: Ctrl-C comes at Python calls, and one at a `_leave(me)`'s
+            # entry kept the use counted for good (every later close waited for it).
+            deferred = None
+            try:
+                if entered:
+                    with self._lock:
+                        self._users -= 1
+                        n = self._threads[me] - 1
+                        if n:
+                            self._threads[me] = n
+                        else:
+                            del self._threads[me]
+                        self._cv.notify_all()  # an interrupt here: the count is down already
+                        if self._users == 0 and not self._waiters and self._deferred is not None:
+                            # No call between these two stores: `finally` below undoes the
+                            # second.
+                            deferred, self._deferred = self._deferred, None
+                            self._runner = me
+                    if deferred is not None:
+                        # The release its caller asked for earlier (and returned from): a
+                        # failure here has nobody to report to, and must not replace this
+                        # call's outcome.
+                        try:
+                            deferred[1](deferred[0])
+                        except Exception:
+                            pass
+            finally:
+                if deferred is not None:
+                    # First, with no call before it: a mark left set made every later close on
+                    # another thread wait for good.
+                    self._runner = None
+                    self._wake()
 
-    def _leave(self, me: int) -> None:
-        deferred = None
-        try:
-            with self._cv:
-                self._users -= 1
-                n = self._threads[me] - 1
-                if n:
-                    self._threads[me] = n
-                else:
-                    del self._threads[me]
-                if self._users == 0 and not self._waiters and self._deferred is not None:
-                    # No call between these two stores: `finally` below undoes the second.
-                    deferred, self._deferred = self._deferred, None
-                    self._runner = me
-                self._cv.notify_all()
-            if deferred is not None:
-                # The release its caller asked for earlier (and returned from): a failure
-                # here has nobody to report to, and must not replace this call's outcome.
-                try:
-                    deferred[1](deferred[0])
-                except Exception:
-                    pass
-        finally:
-            if deferred is not None:
-                self._ran()
-
-    def _ran(self) -> None:
-        """The release's ``fn`` returned (or raised): wakes the releases waiting for it."""
-        self._runner = None  # first, without the lock: an interrupt below wakes nobody, but
-        with self._cv:  # a release coming later still sees it done
+    def _wake(self) -> None:
+        """Wakes the releases waiting for the one that ran. An interrupt here loses the
+        wake-up only: they wait with a timeout and see the mark cleared."""
+        with self._lock:
             self._cv.notify_all()
 
     def release(self, fn: Callable[[int], Any], join: bool = True) -> None:
@@ -292,7 +301,7 @@ class _Handle:
         todo = None
         interrupted: BaseException | None = None
         try:
-            with self._cv:
+            with self._lock:
                 raw, self._raw = self._raw, None
                 if raw is not None:
                     self._deferred = (raw, fn)
@@ -303,7 +312,7 @@ class _Handle:
                 self._waiters += 1
                 try:
                     while self._runner is not None or (self._deferred is not None and self._users):
-                        self._cv.wait()
+                        self._cv.wait(0.05)  # timed: a wake-up lost to an interrupt only delays
                 except BaseException as e:
                     interrupted = e
                 self._waiters -= 1
@@ -315,7 +324,8 @@ class _Handle:
                 todo[1](todo[0])
         finally:
             if todo is not None:
-                self._ran()
+                self._runner = None  # first, with no call before it: see `use`
+                self._wake()
             if interrupted is not None:
                 raise interrupted
 
@@ -775,7 +785,10 @@ class Registration(_Owner):
         self.device = device
         self.array = array
         self._ptr: int | None = None
-        self._lock = threading.Condition(threading.Lock())
+        # A plain lock (C-level enter and exit: no point for Ctrl-C to leave it held); a close
+        # on another thread polls `_closer` rather than waiting on a Condition, whose Python
+        # `__exit__` an interrupt could cut short with the lock still held.
+        self._lock = threading.Lock()
         # The thread whose close() is unregistering now: a close on another thread waits for it.
         self._closer: int | None = None
         addr = view.ctypes.data
@@ -818,16 +831,18 @@ class Registration(_Owner):
             with self._lock:
                 p, self._ptr = self._ptr, None
                 maybe, self._maybe = getattr(self, "_maybe", None), None
-                if p is None and maybe is None:
-                    # Closed, or closing on another thread: wait for that close, unless it is
-                    # this thread's (a signal handler inside it), or this thread holds the
-                    # device handle's lock, which that close takes (a finalizer run there).
-                    if self._closer not in (None, me) and not _holds(self.device._hd._cv):
-                        while self._closer is not None:
-                            self._lock.wait()
-                    return
-                # No call between these two stores: `finally` below undoes the first.
-                self._closer, closing = me, True
+                done = p is None and maybe is None
+                if not done:
+                    # No call between these two stores: `finally` below undoes the first.
+                    self._closer, closing = me, True
+            if done:
+                # Closed, or closing on another thread: wait for that close, unless it is this
+                # thread's (a signal handler inside it), or this thread holds the device
+                # handle's lock, which that close takes (a finalizer run there).
+                if self._closer not in (None, me) and not _holds(self.device._hd._lock):
+                    while self._closer is not None:
+                        time.sleep(0.002)
+                return
             # Interrupted around the C call: ours unless another Registration owns the address.
             if p is None and maybe is not None and owner in (self, None):
                 p = maybe
@@ -850,9 +865,7 @@ class Registration(_Owner):
                     raise err
         finally:
             if closing:
-                self._closer = None  # first, without the lock: see `_Handle._ran`
-                with self._lock:
-                    self._lock.notify_all()
+                self._closer = None  # no call before it: see `_Handle.use`
 
     def __del__(self) -> None:
         try:
