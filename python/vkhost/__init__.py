@@ -202,7 +202,10 @@ class _Handle:
     while it waits leaves itself owed to the last call out, and one owed when the handle is
     collected runs then. What a stream's work names is kept alive apart from this bookkeeping
     (``_STREAM_KEEPS``), so even a release lost to a second interrupt leaks, never frees
-    memory the library still writes.
+    memory the library still writes. No single interrupt may hang a later close either: the
+    lock is an ``RLock`` entered at C level (a ``Condition``'s Python ``__exit__`` could be cut
+    short holding it), and the use count and the "release running" mark drop inline, with no
+    call before them (a test interrupts each call of a close in turn).
 
     A second release on another thread (two threads closing one object) returns only once the
     first is done: it waits while the first waits for the calls in flight or runs ``fn``, and
