@@ -741,6 +741,17 @@ def _close_twice(close: Any, name: str) -> tuple[list[str], list[BaseException]]
     return lib.log, errors
 
 
+def _closables() -> tuple[vkhost.Device, Any, Any, np.ndarray, Any]:
+    """A device with one of each object a close test closes: a buffer, a stream, an array and
+    its registration (None where the device cannot register host memory)."""
+    dev = vkhost.Device(validation=True)
+    buf = dev.alloc_buffer(MiB)
+    s = dev.stream()
+    a = np.ones(MiB, np.uint8)
+    r = dev.register(a) if dev.registration_granule else None
+    return dev, buf, s, a, r
+
+
 @pytest.mark.parametrize("what", ["stream", "buffer", "registration", "device"])
 def test_a_second_close_on_another_thread_returns_after_the_first(what: str) -> None:
     # Two threads closing one object: the second close() returned at once, while the first was
@@ -748,11 +759,7 @@ def test_a_second_close_on_another_thread_returns_after_the_first(what: str) -> 
     # A caller relying on "close() returned, so it is closed" (a Registration's "no device work
     # can touch the array's bytes") then reused memory the device could still write. A device's
     # second close returned before the first released its handle (see also the next test).
-    dev = vkhost.Device(validation=True)
-    buf = dev.alloc_buffer(MiB)
-    s = dev.stream()
-    a = np.ones(MiB, np.uint8)
-    r = dev.register(a) if dev.registration_granule else None
+    dev, buf, s, a, r = _closables()
     if what == "registration" and r is None:
         pytest.skip("the device cannot register host memory")
     s.upload(a, buf)  # work the destroy (or unregister) waits for
@@ -839,11 +846,7 @@ def test_a_second_device_close_on_another_thread_waits_and_returns_normally() ->
 def test_a_close_again_inside_the_first_on_its_own_thread_returns(patch_lib: Any) -> None:
     # A signal handler (or finalizer) running on the closing thread, right after the C call,
     # closes the object again: that close must not wait for the close it interrupts (itself).
-    dev = vkhost.Device(validation=True)
-    buf = dev.alloc_buffer(MiB)
-    s = dev.stream()
-    a = np.ones(MiB, np.uint8)
-    r = dev.register(a) if dev.registration_granule else None
+    dev, buf, s, a, r = _closables()
     again: list[str] = []
 
     def hook(what: str, close: Any) -> Any:

@@ -109,7 +109,7 @@ fn e_register_tail_of_shared_page_then_find() {
         host::register(&d, b + 4000, 200).unwrap(); // covers [b, b+8192)
         host::register(&d, b + 4200, 100).unwrap(); // covers [b+4096, b+8192)
     }
-    // A range inside the first registration's page 0 only
+    // A range in the first registration's page 0, which only its import covers.
     let (ba, o) = host::find(&d, b, 100).unwrap();
     assert_eq!(o, 0);
     let (bx, o) = host::find(&d, b + 4200, 100).unwrap();

@@ -810,8 +810,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
         _ => Vec::new(),
     };
-    let measured = dev.copy_queues().measured;
-    let at_open = anomaly::small_at_open(&dev.copy_queues());
+    let queues = dev.copy_queues();
+    let measured = queues.measured;
+    let at_open = anomaly::small_at_open(&queues);
     notes.append(&mut cx.notes);
     notes.extend(anomaly::notes(&cx.points, at_open));
     let bulk_at_open =
