@@ -567,6 +567,24 @@ impl Rounds {
     fn finished(&self) {
         self.done.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
+
+    /// A device thread: `work` once a round until the stop. Its error, or its panic, is kept in
+    /// `failed` for the measuring thread, and the thread counts itself into the round either
+    /// way: a panic that skipped [`Rounds::finished`] left the measuring thread spinning forever.
+    fn serve(&self, failed: &std::sync::Mutex<Option<String>>, mut work: impl FnMut() -> Result<()>) {
+        let mut k = 1;
+        while self.next(k) {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut work)).unwrap_or_else(|p| {
+                let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+                Err(format!("a device thread panicked: {}", what.as_deref().unwrap_or("(no message)")).into())
+            });
+            if let Err(e) = r {
+                failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert(e.to_string());
+            }
+            self.finished();
+            k += 1;
+        }
+    }
 }
 
 /// All devices at once: one thread per device, each with its own memory, started once for the
@@ -582,16 +600,7 @@ fn together(sides: &mut [Side], n: usize, dir: DirKind, iters: usize, budget: Du
     std::thread::scope(|sc| {
         for s in sides.iter_mut() {
             let (rounds, failed) = (&rounds, &failed);
-            sc.spawn(move || {
-                let mut k = 1;
-                while rounds.next(k) {
-                    if let Err(e) = s.with_host(|buf, host| Side::copy(buf, &mut host[..n], dir)) {
-                        failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_or_insert(e.to_string());
-                    }
-                    rounds.finished();
-                    k += 1;
-                }
-            });
+            sc.spawn(move || rounds.serve(failed, || s.with_host(|buf, host| Side::copy(buf, &mut host[..n], dir))));
         }
         let mut k = 0;
         let t = measure(iters, budget, || {
@@ -641,6 +650,31 @@ mod tests {
             rounds.stop.store(true, Ordering::Release);
         });
         assert!(count.iter().all(|c| c.load(Ordering::SeqCst) == 50));
+    }
+
+    /// A device thread whose copy panics fails the measurement with the panic's message; before,
+    /// it never counted itself into the round and the measuring thread spun forever.
+    #[test]
+    fn a_device_thread_that_panics_fails_the_round_instead_of_hanging_it() {
+        use std::sync::{Arc, Mutex, mpsc};
+        let (tx, rx) = mpsc::channel();
+        // A thread of its own, so that a hang fails the test by the timeout below.
+        std::thread::spawn(move || {
+            let rounds = Arc::new(Rounds::default());
+            let failed = Arc::new(Mutex::new(None::<String>));
+            let worker = {
+                let (rounds, failed) = (rounds.clone(), failed.clone());
+                std::thread::spawn(move || rounds.serve(&failed, || panic!("copy went wrong")))
+            };
+            rounds.run(1, 1);
+            let seen = failed.lock().unwrap().take();
+            rounds.stop.store(true, std::sync::atomic::Ordering::Release);
+            let _ = worker.join();
+            let _ = tx.send(seen);
+        });
+        let seen = rx.recv_timeout(Duration::from_secs(60)).expect("the round never ended: the measuring thread hangs");
+        let seen = seen.expect("the panic is reported as the round's failure");
+        assert!(seen.contains("panicked") && seen.contains("copy went wrong"), "{seen}");
     }
 
     /// The check of a d2h point fails when its read moved nothing. The h2d check of the same
