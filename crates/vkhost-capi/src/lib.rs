@@ -104,7 +104,11 @@ pub enum vkhost_status {
     VKHOST_OUT_OF_HOST_MEMORY = 4,
     /// Out of device memory, or no memory type fits.
     VKHOST_OUT_OF_DEVICE_MEMORY = 5,
-    /// The device was lost; it is unusable until destroyed.
+    /// The device was lost. Until `vkhost_device_destroy`, every call that creates or copies
+    /// answers this, whatever its other arguments; what reads what the handles recorded
+    /// (`vkhost_device_raw`, `vkhost_device_registration`, `vkhost_find`, `vkhost_buffer_handle`,
+    /// the stats and counters) and what releases (`vkhost_free_pinned`, `vkhost_unregister`,
+    /// `vkhost_buffer_free`, `vkhost_stream_destroy`, `vkhost_event_release`) still works.
     VKHOST_DEVICE_LOST = 6,
     /// The device was destroyed (`vkhost_device_destroy`).
     VKHOST_DEVICE_DESTROYED = 7,

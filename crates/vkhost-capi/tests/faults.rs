@@ -252,3 +252,60 @@ fn a_lost_device_answers_lost_before_refusing_arguments() {
         assert_eq!(vkhost_device_release(b), VKHOST_OK);
     }
 }
+
+/// On a lost device, what creates or copies answers `VKHOST_DEVICE_LOST` (the bad arguments of
+/// such a call included), while what only reads what the handles recorded and what releases
+/// still works: a caller cleaning up after the loss frees its blocks and registrations and
+/// reads the raw handles (say for `VK_EXT_device_fault`) before `vkhost_device_destroy`. The
+/// answers `VKHOST_DEVICE_LOST`'s doc lists.
+#[test]
+fn a_lost_device_refuses_new_work_but_reads_and_releases() {
+    let a = open_validated();
+    // SAFETY: every handle is live for its calls (opened first, released last) and every
+    // out-pointer and host range points to a local of the right type and size.
+    unsafe {
+        let (mut buf, mut block) = (ptr::null_mut(), ptr::null_mut());
+        assert_eq!(vkhost_buffer_alloc(a, 4096, &mut buf), VKHOST_OK);
+        assert_eq!(vkhost_alloc_pinned(a, 4096, &mut block), VKHOST_OK);
+        let mut host = vec![7u8; 1 << 16];
+        assert_eq!(vkhost_register(a, host.as_mut_ptr().cast(), 1 << 16), VKHOST_OK);
+        let mut stream = ptr::null_mut();
+        assert_eq!(vkhost_stream_create(a, VKHOST_QUEUE_COPY, &mut stream), VKHOST_OK);
+        expect_fault(Point::QueueSubmit, vk::Result::ERROR_DEVICE_LOST, VKHOST_DEVICE_LOST, || {
+            vkhost_copy_to_device(a, host.as_ptr().cast(), 64, buf, 0, ptr::null_mut())
+        });
+        let lost = |what: &str, st: vkhost_status| assert_eq!(st, VKHOST_DEVICE_LOST, "{what}: {}", message());
+        let (mut block2, mut buf2, mut s) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+        lost("alloc_pinned", vkhost_alloc_pinned(a, 4096, &mut block2));
+        lost("alloc_pinned of 0 bytes", vkhost_alloc_pinned(a, 0, &mut block2));
+        let mut other = vec![0u8; 1 << 16];
+        lost("register", vkhost_register(a, other.as_mut_ptr().cast(), 1 << 16));
+        lost("register of NULL", vkhost_register(a, ptr::null_mut(), 1 << 16));
+        lost("buffer_alloc", vkhost_buffer_alloc(a, 4096, &mut buf2));
+        lost("stream_create", vkhost_stream_create(a, VKHOST_QUEUE_COPY, &mut s));
+        lost("copy_to_host", vkhost_copy_to_host(a, buf, 0, host.as_mut_ptr().cast(), 64, ptr::null_mut()));
+        assert!(block2.is_null() && buf2.is_null() && s.is_null(), "out-pointers are written only on success");
+        let ok = |what: &str, st: vkhost_status| assert_eq!(st, VKHOST_OK, "{what}: {}", message());
+        let mut raw = std::mem::MaybeUninit::uninit();
+        ok("device_raw", vkhost_device_raw(a, raw.as_mut_ptr()));
+        let mut granule = 0usize;
+        ok("device_registration", vkhost_device_registration(a, &mut granule));
+        let (mut vk_buffer, mut offset) = (0u64, u64::MAX);
+        ok("find", vkhost_find(a, block, 64, &mut vk_buffer, &mut offset));
+        assert_eq!(offset, 0, "the block's own buffer, at its start");
+        let mut handle = 0u64;
+        ok("buffer_handle", vkhost_buffer_handle(buf, &mut handle));
+        assert_ne!(handle, 0);
+        let mut trimmed = 0u64;
+        ok("trim_pinned_cache", vkhost_device_trim_pinned_cache(a, &mut trimmed));
+        let mut stats = std::mem::MaybeUninit::uninit();
+        ok("device_stats", vkhost_device_stats(a, stats.as_mut_ptr()));
+        ok("stream_destroy", vkhost_stream_destroy(stream));
+        ok("free_pinned", vkhost_free_pinned(a, block));
+        ok("unregister", vkhost_unregister(a, host.as_mut_ptr().cast()));
+        assert_eq!(vkhost_free_pinned(a, block), VKHOST_NOT_PINNED, "released once");
+        ok("buffer_free", vkhost_buffer_free(buf));
+        ok("device_destroy", vkhost_device_destroy(a));
+        assert_eq!(vkhost_device_release(a), VKHOST_OK);
+    }
+}
