@@ -83,14 +83,16 @@ fn table(old: &Value, new: &[Value]) -> Vec<String> {
         run["device"]["name"].as_str().unwrap_or("?")
     ));
     out.push(format!("{:<40} {:>6} {:>10} {:>10} {:>5} {:>7}", "testcase", "size", "old", "new", "unit", "new/old"));
-    let (mut matched, mut slower) = (0, 0);
+    let (mut matched, mut slower, mut unjudged) = (0, 0, 0);
     for n in new {
         let k = key(n);
         let Some(o) = olds.iter().find(|o| key(o) == k) else { continue };
-        let Some((fo, fnew, more, unit)) = figures(o, n) else { continue };
-        if fo <= 0.0 {
+        // In both runs, but without a figure to judge on one side (a failed point's nulls, an
+        // old time of zero): counted below, so that no point of either run goes unmentioned.
+        let Some((fo, fnew, more, unit)) = figures(o, n).filter(|f| f.0 > 0.0) else {
+            unjudged += 1;
             continue;
-        }
+        };
         matched += 1;
         let ratio = fnew / fo;
         let v = verdict(ratio, more);
@@ -108,8 +110,9 @@ fn table(old: &Value, new: &[Value]) -> Vec<String> {
     }
     let only_new = new.iter().filter(|n| !olds.iter().any(|o| key(o) == key(n))).count();
     let only_old = olds.iter().filter(|o| !new.iter().any(|n| key(n) == key(o))).count();
+    let unjudged = if unjudged > 0 { format!(", {unjudged} in both without a figure to compare") } else { String::new() };
     out.push(format!(
-        "{matched} point(s) compared, {slower} slower by over {:.0}%; {only_new} only in this run, {only_old} only in the old one",
+        "{matched} point(s) compared, {slower} slower by over {:.0}%; {only_new} only in this run, {only_old} only in the old one{unjudged}",
         NOISE * 100.0
     ));
     out
@@ -173,5 +176,24 @@ mod tests {
         let lines = table(&old, &[copy(None, 0.0)]);
         assert!(!lines.iter().any(|l| l.contains("SLOWER")), "{lines:#?}");
         assert!(lines.last().unwrap().contains("0 slower"), "{lines:#?}");
+    }
+
+    /// A point both runs have but one cannot judge (a failed point writes nulls; an old time of
+    /// zero makes no ratio) is counted in the summary; it was in none of its counts.
+    #[test]
+    fn a_point_in_both_runs_without_a_figure_is_counted() {
+        let copy = |gbps: Option<f64>, secs: Option<f64>| {
+            serde_json::json!({"api": "vulkan", "testcase": "host_to_device_ce", "kind": "copy", "size": 1 << 20,
+                               "dir": "h2d", "variant": null, "gbps": gbps, "median_s": secs})
+        };
+        let old = serde_json::json!({"run": {}, "results": [copy(Some(10.49), Some(100e-6))]});
+        let lines = table(&old, &[copy(None, None)]);
+        assert_eq!(
+            lines.last().unwrap(),
+            "0 point(s) compared, 0 slower by over 10%; 0 only in this run, 0 only in the old one, 1 in both without a figure to compare"
+        );
+        let old = serde_json::json!({"run": {}, "results": [copy(None, Some(0.0))]});
+        let lines = table(&old, &[copy(None, Some(50e-6))]);
+        assert!(lines.last().unwrap().ends_with(", 1 in both without a figure to compare"), "{lines:#?}");
     }
 }
