@@ -258,6 +258,10 @@ mod imp {
             let n = size as usize;
             for &dir in dirs {
                 for pinned in [true, false] {
+                    // Ctrl-C: the points so far, as the Vulkan sweep and the SM copies stop.
+                    if crate::bench::interrupted() {
+                        return Ok(out);
+                    }
                     let path = match dir {
                         DirKind::D2d if !pinned => continue,
                         DirKind::D2d => "device",
@@ -322,7 +326,7 @@ mod imp {
                 }
             }
         }
-        if !plan.small_async {
+        if !plan.small_async || crate::bench::interrupted() {
             return Ok(out);
         }
         // The small-async figures: 1000 async 4 KiB copies + one synchronize vs 1000
@@ -332,6 +336,9 @@ mod imp {
         type Offset<'a> = &'a dyn Fn(usize) -> usize;
         let patterns: [(&str, Offset); 2] = [("", &|i| i * k), ("-scattered", &|i| (i * 617) % many * k)];
         for (suffix, dst_of) in patterns {
+            if crate::bench::interrupted() {
+                return Ok(out);
+            }
             let mut run = |sync_each: bool| {
                 measure(iters.min(5), budget, || {
                     for i in 0..many {
