@@ -1,5 +1,5 @@
 //! Edge inputs of the raw seed API (`host::register`/`unregister`/`find`/`alloc_pinned`/
-//! `free_pinned`, `round_out`): adjacent and page-sharing registrations, one range on two
+//! `free_pinned`, `round_out`): adjacent and page-sharing registrations (one imported in pieces), one range on two
 //! devices through a teardown (tombstones per device), odd block lengths, find at the ends.
 //! lavapipe with the validation layer on; zero errors asserted by `Checked` on drop.
 mod common;
@@ -121,6 +121,48 @@ fn e_register_tail_of_shared_page_then_find() {
     assert_eq!(host::find(&d, b + 4096, 4096).map(|x| x.1), Some(0));
     host::unregister(&d, b + 4200).unwrap();
     m.slice()[0] = 0;
+}
+
+/// A registration imported in several pieces whose last page it shares with a neighbour: a
+/// range in the shared page is found (pieces are whole pages, so no piece boundary falls
+/// inside it), a range across a piece boundary of the first is not (no one buffer covers it),
+/// and a copy over both registrations goes direct.
+#[test]
+fn e_multi_piece_registration_sharing_a_page() {
+    let Some(d) = device_with(vkhost::OpenOptions { max_import_piece: Some(8192), ..opts() }) else { return };
+    let mut m = Pages::new(4 * 4096);
+    let b = m.ptr as usize;
+    // SAFETY: the mapping outlives both registrations.
+    unsafe {
+        host::register(&d, b + 100, 3 * 4096 - 200).unwrap(); // covers [b, b+12K): pieces 8K and 4K
+        host::register(&d, b + 3 * 4096 - 50, 4096).unwrap(); // covers [b+8K, b+16K)
+    }
+    assert_eq!(device_stats(&d).live_imports, 2);
+    let (first, o) = host::find(&d, b + 100, 8192 - 100).unwrap();
+    assert_eq!(o, 100);
+    assert_eq!(host::find(&d, b + 8000, 400), None, "across the first registration's two pieces");
+    // In the shared page: the first registration's own bytes through its second piece, the
+    // neighbour's through its own import, the bytes between them through either.
+    let (second, o) = host::find(&d, b + 8192, 100).unwrap();
+    assert_ne!(second, first);
+    assert_eq!(o, 0);
+    let (nb, o) = host::find(&d, b + 3 * 4096 - 50, 50).unwrap();
+    assert_ne!(nb, second);
+    assert_eq!(o, 4096 - 50);
+    assert!(host::find(&d, b + 3 * 4096 - 150, 150).is_some(), "between both registrations' bytes, in the shared page");
+    assert!(host::find(&d, b + 8192, 4096).is_some(), "the whole shared page");
+    let g = d.alloc_buffer(4 * 4096).unwrap();
+    m.slice().iter_mut().enumerate().for_each(|(i, x)| *x = (i % 251) as u8);
+    let n = 4 * 4096 - 200;
+    // SAFETY: inside the mapping.
+    let p = unsafe { host::copy_to_device(&d, (b + 100) as *const u8, n, &g, 0) }.unwrap();
+    assert_eq!(p, CopyPath::Direct);
+    let mut back = vec![0u8; n];
+    g.read(0, &mut back).unwrap();
+    assert!(back.iter().enumerate().all(|(i, &x)| x == ((i + 100) % 251) as u8));
+    host::unregister(&d, b + 100).unwrap();
+    assert!(host::find(&d, b + 8192, 4096).is_some(), "the neighbour's import alone covers the shared page");
+    host::unregister(&d, b + 3 * 4096 - 50).unwrap();
 }
 
 /// The seed's `round_up : int -> int -> int` takes any alignment; `round_out` takes a power of
