@@ -1,6 +1,7 @@
 //! Edge inputs of the raw seed API (`host::register`/`unregister`/`find`/`alloc_pinned`/
-//! `free_pinned`, `round_out`): adjacent and page-sharing registrations (one imported in pieces), one range on two
-//! devices through a teardown (tombstones per device), odd block lengths, find at the ends.
+//! `free_pinned`, `round_out`): adjacent and page-sharing registrations (one imported in
+//! pieces), one range on two devices through a teardown (tombstones per device), odd block
+//! lengths, find at the ends.
 //! lavapipe with the validation layer on; zero errors asserted by `Checked` on drop.
 mod common;
 use common::*;
