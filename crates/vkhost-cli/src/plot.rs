@@ -71,6 +71,9 @@ fn bandwidth(points: &[&Point], dir: &str) -> Vec<Series> {
             let mut pts: Vec<(f64, f64)> = points
                 .iter()
                 .filter(|p| p.kind == "copy" && p.api == api && p.sm == sm && p.path == path && p.dir == dir)
+                // Not the `write` and `assist` extras beside a bar row: another mechanism, which
+                // stood on the bar line wherever the row's own point was missing (skipped).
+                .filter(|p| !matches!(p.variant.as_str(), "write" | "assist"))
                 .map(|p| ((p.size as f64).log2(), p.gbps()))
                 // log2(0) is -inf: a point off either axis would make its range infinite.
                 .filter(|(x, g)| x.is_finite() && g.is_finite() && *g > 0.0)
@@ -321,7 +324,7 @@ pub fn run(a: Args) -> Result<std::process::ExitCode> {
         };
         let api: &'static str = if p["api"] == "cuda" { "cuda" } else { "vulkan" };
         let dir = p["dir"].as_str().unwrap_or_default().to_string();
-        let moved = p["bytes_moved"].as_u64().unwrap_or(if dir == "bidir" { 2 * size } else { size });
+        let moved = p["bytes_moved"].as_u64().unwrap_or(if dir == "bidir" { size.saturating_mul(2) } else { size });
         let s = crate::stats::Summary {
             min: p["min_s"].as_f64().unwrap_or(median),
             max: p["max_s"].as_f64().unwrap_or(median),
@@ -369,6 +372,24 @@ mod tests {
     use super::*;
     use crate::bench::point;
     use crate::stats::Summary;
+
+    /// The bar line holds the bar rows' own points only: an `assist` (or `write`) extra at a
+    /// size whose plain point was skipped stood on it, drawn as the bar path's figure.
+    #[test]
+    fn the_bar_line_leaves_out_the_extras_beside_its_rows() {
+        let (fast, slow) = (Summary::single(1e-5, 1), Summary::single(1e-3, 1));
+        let mut extra = point("vulkan", "copy", "bar", "bidir", 1 << 20, 2 << 20, fast);
+        extra.variant = "assist".into();
+        let mut write = point("vulkan", "copy", "bar", "h2d", 1 << 24, 1 << 24, fast);
+        write.variant = "write".into();
+        let mut plain = point("vulkan", "copy", "bar", "bidir", 1 << 24, 2 << 24, slow);
+        plain.variant = "copy-copy".into();
+        let refs = [&extra, &write, &plain];
+        let b = bandwidth(&refs, "bidir");
+        let bar = b.iter().find(|s| s.name == "bar").expect("the bar line");
+        assert_eq!(bar.pts, vec![(24.0, plain.gbps())], "only the row's own point");
+        assert!(bandwidth(&refs, "h2d").is_empty(), "a `write` extra alone draws no line");
+    }
 
     #[test]
     fn cuda_is_dashed_in_its_paths_colour_and_the_link_is_drawn() {

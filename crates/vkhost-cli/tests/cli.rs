@@ -925,7 +925,8 @@ fn baseline_cuda_without_the_feature_is_refused_up_front() {
 }
 
 /// `vkhost plot` of points off a log axis (size 0, an infinite latency) leaves them out instead
-/// of hanging in the plotting library, and it never overwrites its own input.
+/// of hanging in the plotting library, a bidir point of 2^63 bytes moves no wrapped `2 * size`
+/// (a debug build's overflow panic), and it never overwrites its own input.
 #[test]
 fn plot_skips_points_off_the_axes_and_keeps_its_input() {
     let j = tmp("offaxis.json");
@@ -933,6 +934,7 @@ fn plot_skips_points_off_the_axes_and_keeps_its_input() {
         &j,
         r#"{"run":{},"results":[{"kind":"copy","api":"vulkan","path":"pinned","dir":"h2d","size":0,"median_s":1e-5},
             {"kind":"copy","api":"vulkan","path":"pinned","dir":"h2d","size":4096,"median_s":1e-5},
+            {"kind":"copy","api":"vulkan","path":"pinned","dir":"bidir","size":9223372036854775808,"median_s":1e-5},
             {"kind":"latency","dir":"h2d","size":4096,"median_s":1e305}]}"#,
     )
     .unwrap();
