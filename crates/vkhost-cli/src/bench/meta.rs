@@ -263,7 +263,12 @@ fn pcie_in(sys: &Path, addr: Result<String, String>) -> (Value, Option<Link>, Op
         "current_width": width(&dev, "current_link_width"),
         "numa_node": numa,
         "local_cpus": local.as_deref().map(cpu_list_string),
-        "reason": if link.is_some() { Value::Null } else { json!("sysfs gives no max_link_speed/max_link_width for the device") },
+        "reason": match (link, gt, w) {
+            (Some(_), _, _) => Value::Null,
+            // Read, but at a rate no PCIe generation signals at (a link of another kind).
+            (None, Some(gt), Some(_)) => json!(format!("max_link_speed {gt} GT/s is no PCIe generation's rate")),
+            _ => json!("sysfs gives no max_link_speed/max_link_width for the device"),
+        },
     });
     (v, link, local)
 }
@@ -378,6 +383,13 @@ mod tests {
         assert!(v["reason"].as_str().unwrap().contains("does not exist"));
         let (v, _, _) = pcie_in(&root, Err("no VK_EXT_pci_bus_info".into()));
         assert!(v["address"].is_null() && v["reason"] == "no VK_EXT_pci_bus_info");
+        // A rate no generation signals at: no link, and a reason that says so (it said sysfs
+        // gave no speed, which it had).
+        w(&dev, "max_link_speed", "20.0 GT/s PCIe");
+        std::fs::remove_file(port.join("max_link_speed")).unwrap();
+        let (v, link, _) = pcie_in(&root, Ok("0000:01:00.0".into()));
+        assert!(link.is_none() && v["generation"].is_null());
+        assert_eq!(v["reason"], "max_link_speed 20 GT/s is no PCIe generation's rate");
         std::fs::remove_dir_all(&root).unwrap();
     }
 
