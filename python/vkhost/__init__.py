@@ -832,11 +832,20 @@ class Registration(_Owner):
         closing = False
         try:
             with self._lock:
-                p, self._ptr = self._ptr, None
-                maybe, self._maybe = getattr(self, "_maybe", None), None
-                done = p is None and maybe is None
+                # Another close running (on another thread, or this one's below a signal
+                # handler or finalizer) owns the unregister, `_maybe` included.
+                busy = self._closer is not None
+                p, self._ptr = (None, self._ptr) if busy else (self._ptr, None)
+                maybe = getattr(self, "_maybe", None)
+                done = busy or (p is None and maybe is None)
                 if not done:
-                    # No call between these two stores: `finally` below undoes the first.
+                    # No call between these stores: `finally` below undoes the `_closer` one.
+                    # The address stays in `_maybe` until the unregister's outcome is
+                    # recorded: an interrupt before that (Ctrl-C at `_use()`, say) lost the
+                    # unregister, and the import outlived the close. A later close retries it
+                    # as an interrupted register's, unless another Registration owns the
+                    # address by then.
+                    self._maybe = maybe if p is None else p
                     self._closer, closing = me, True
             if done:
                 # Closed, or closing on another thread: wait for that close, unless it is this
@@ -863,9 +872,13 @@ class Registration(_Owner):
                     # above: as after that close, nothing to undo.
                     if self.device._hd.live:
                         raise
+                    self._maybe = None
                     return
+                self._maybe = None
                 if err is not None and not (maybe is not None and st == NotRegisteredError.status):
                     raise err
+            else:
+                self._maybe = None
         finally:
             if closing:
                 self._closer = None  # no call before it: see `_Handle.use`
