@@ -1009,7 +1009,7 @@ def _close_interrupted_at(k: int, close: Any) -> tuple[bool, bool]:
     return fired.is_set(), not t2.is_alive()
 
 
-@pytest.mark.parametrize("what", ["stream", "registration"])
+@pytest.mark.parametrize("what", ["stream", "registration", "buffer", "device"])
 def test_a_close_interrupted_at_any_call_leaves_later_closes_returning(what: str) -> None:
     # Ctrl-C lands at any Python function call. A close interrupted anywhere may leak its
     # release (documented), but must not leave a lock held or a "release running" mark set:
@@ -1025,6 +1025,11 @@ def test_a_close_interrupted_at_any_call_leaves_later_closes_returning(what: str
             buf = dev.alloc_buffer(MiB)
             s.upload(a, buf)
             close = s.close
+        elif what == "buffer":
+            close = dev.alloc_buffer(MiB).free
+        elif what == "device":
+            dev.stream().upload(a, dev.alloc_buffer(MiB))
+            close = dev.close
         else:
             if not dev.registration_granule:
                 pytest.skip("the device cannot register host memory")
