@@ -1257,5 +1257,8 @@ pub extern "C" fn vkhost_validation_errors() -> u64 {
         let open = open_list();
         RETIRED_ERRORS.load(Ordering::Relaxed) + open.iter().map(|c| c.errors()).sum::<u64>()
     })
-    .unwrap_or(0)
+    .unwrap_or_else(|p| {
+        crate::drop_payload(p);
+        0
+    })
 }

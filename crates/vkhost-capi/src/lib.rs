@@ -244,6 +244,14 @@ fn set_last(msg: String) {
     let _ = LAST.try_with(|l| *l.borrow_mut() = c);
 }
 
+/// Drops a caught panic's payload inside a catch as well: a payload whose drop panics would
+/// unwind into the C caller (an abort). A second payload from that drop is leaked.
+pub(crate) fn drop_payload(p: Box<dyn std::any::Any + Send>) {
+    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(p))) {
+        std::mem::forget(again);
+    }
+}
+
 /// The boundary every entry point goes through: runs `f`, catches a panic, records the
 /// message and turns the outcome into a status.
 pub(crate) fn ffi(f: impl FnOnce() -> Res) -> vkhost_status {
@@ -255,6 +263,7 @@ pub(crate) fn ffi(f: impl FnOnce() -> Res) -> vkhost_status {
         Ok(Err(Fail::Other(s, m))) => (s, m),
         Err(p) => {
             let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+            drop_payload(p);
             (VKHOST_INTERNAL, format!("internal error (a panic in vkhost): {}", what.unwrap_or_default()))
         }
     };
@@ -366,6 +375,24 @@ pub extern "C" fn vkhost_status_name(status: i32) -> *const c_char {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A panic whose payload panics again when dropped (`panic_any` of such a value, say from
+    /// a user's logger) answers `VKHOST_INTERNAL`: the payload was dropped outside the catch,
+    /// and that second panic unwound into the `extern "C"` caller, which aborts the process.
+    #[test]
+    fn a_panic_payload_that_panics_on_drop_stays_inside_the_boundary() {
+        struct Bomb;
+        impl Drop for Bomb {
+            fn drop(&mut self) {
+                panic!("the payload's drop");
+            }
+        }
+        let st = ffi(|| std::panic::panic_any(Bomb));
+        assert_eq!(st, VKHOST_INTERNAL);
+        // SAFETY: the message of this thread's last call, read before the next.
+        let msg = unsafe { std::ffi::CStr::from_ptr(vkhost_last_error_message()) };
+        assert!(msg.to_string_lossy().contains("a panic in vkhost"), "{msg:?}");
+    }
 
     #[test]
     fn statuses_are_numbered_in_order_and_named() {

@@ -139,6 +139,17 @@ unsafe fn c_str<'a>(p: *const std::ffi::c_char) -> Option<&'a CStr> {
     (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })
 }
 
+/// Runs `f`, and no panic out of it goes further: its payload is dropped inside a catch too
+/// (a payload whose own drop panics, say a logger's `panic_any`, would unwind on into the
+/// driver, an abort), and a second payload from that drop is leaked.
+fn contain(f: impl FnOnce()) {
+    if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(p))) {
+            std::mem::forget(again);
+        }
+    }
+}
+
 unsafe extern "system" fn messenger_callback(
     severity: vk::DebugUtilsMessageSeverityFlagsEXT,
     types: vk::DebugUtilsMessageTypeFlagsEXT,
@@ -146,7 +157,7 @@ unsafe extern "system" fn messenger_callback(
     user: *mut c_void,
 ) -> vk::Bool32 {
     // Never unwind into the driver: catch anything the logger might throw.
-    let _ = std::panic::catch_unwind(|| {
+    contain(|| {
         // SAFETY: the layer passes a valid callback-data pointer for the duration of the call.
         let data = unsafe { data.as_ref() };
         // SAFETY: p_message is NULL or a NUL-terminated string the layer owns for the call.
@@ -292,6 +303,20 @@ mod tests {
         let data = vk::DebugUtilsMessengerCallbackDataEXT::default().message_id_name(id).message(msg);
         // SAFETY: valid callback data for the call; `user` points at live counts.
         unsafe { messenger_callback(severity, vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION, &data, Arc::as_ptr(counts) as *mut c_void) };
+    }
+
+    /// A panic whose payload panics again when dropped stays inside: the payload was dropped
+    /// after the catch, and its panic unwound into the driver's call of the callback.
+    #[test]
+    fn a_panic_payload_that_panics_on_drop_is_contained() {
+        struct Bomb;
+        impl Drop for Bomb {
+            fn drop(&mut self) {
+                panic!("the payload's drop");
+            }
+        }
+        let r = std::panic::catch_unwind(|| contain(|| std::panic::panic_any(Bomb)));
+        assert!(r.is_ok(), "a panic got out of `contain`");
     }
 
     /// The layer's reports about itself are counted apart, and nothing else is: an error with
