@@ -65,7 +65,8 @@ typedef enum {
   // answers this, whatever its other arguments; what reads what the handles recorded
   // (`vkhost_device_raw`, `vkhost_device_registration`, `vkhost_find`, `vkhost_buffer_handle`,
   // the stats and counters) and what releases (`vkhost_free_pinned`, `vkhost_unregister`,
-  // `vkhost_buffer_free`, `vkhost_stream_destroy`, `vkhost_event_release`) still works.
+  // `vkhost_buffer_free`, `vkhost_stream_destroy`, `vkhost_event_release`,
+  // `vkhost_device_trim_pinned_cache`) still works.
   VKHOST_DEVICE_LOST = 6,
   // The device was destroyed (`vkhost_device_destroy`).
   VKHOST_DEVICE_DESTROYED = 7,

@@ -780,6 +780,12 @@ class Registration(_Owner):
     """A registered NumPy array (from :meth:`Device.register`). Holds the array; unregisters on
     ``close()``, on leaving a ``with`` block, or when collected."""
 
+    # Class defaults: close() reads these with no call (an attribute read, never `getattr`, a
+    # call where Ctrl-C is delivered), also on an object whose __init__ raised early.
+    _ptr: int | None = None
+    _maybe: int | None = None
+    _closer: int | None = None
+
     def __init__(self, device: Device, array: np.ndarray) -> None:
         self._init_once()
         view = _contiguous(array, "array", writable=True)
@@ -832,11 +838,13 @@ class Registration(_Owner):
         closing = False
         try:
             with self._lock:
-                # Another close running (on another thread, or this one's below a signal
-                # handler or finalizer) owns the unregister, `_maybe` included.
+                # No call in this block (an interrupt here would lose `p`, and a signal
+                # handler's close on this thread would block on the lock). Another close
+                # running (on another thread, or this one's below a signal handler or
+                # finalizer) owns the unregister, `_maybe` included.
                 busy = self._closer is not None
+                maybe = self._maybe
                 p, self._ptr = (None, self._ptr) if busy else (self._ptr, None)
-                maybe = getattr(self, "_maybe", None)
                 done = busy or (p is None and maybe is None)
                 if not done:
                     # No call between these stores: `finally` below undoes the `_closer` one.
@@ -854,10 +862,24 @@ class Registration(_Owner):
                 if self._closer not in (None, me) and not _holds(self.device._hd._lock):
                     while self._closer is not None:
                         time.sleep(0.002)
+                    # That close was interrupted before its unregister's outcome was recorded:
+                    # this one retries it, so that it too returns with the bytes released.
+                    if self._maybe is not None:
+                        self.close()
                 return
-            # Interrupted around the C call: ours unless another Registration owns the address.
-            if p is None and maybe is not None and owner in (self, None):
-                p = maybe
+            # Interrupted around the C call (a register's, or an earlier close's unregister):
+            # ours unless another Registration owns the address, read again now. (A retry of
+            # an unregister that had succeeded answers NOT_REGISTERED, tolerated below; one
+            # that races a new Registration of the address between this read and the call
+            # removes that one's import: its copies then go staged and its close raises
+            # NotRegisteredError, never wrong bytes. Losing the unregister instead left an
+            # import of pages the array may give back.)
+            if p is None and maybe is not None:
+                with _owners_lock:
+                    ref = _owners.get(self._key)
+                    owner = ref() if ref is not None else None
+                if owner in (self, None):
+                    p = maybe
             # After Device.close() the device is gone: its registrations are tombstones that
             # vkhost drops once no handle names the device and another device lists an entry.
             # Nothing to undo here (raising would turn every `with dev.register(a)` around a

@@ -269,8 +269,9 @@ fn a_lost_device_refuses_new_work_but_reads_and_releases() {
         assert_eq!(vkhost_alloc_pinned(a, 4096, &mut block), VKHOST_OK);
         let mut host = vec![7u8; 1 << 16];
         assert_eq!(vkhost_register(a, host.as_mut_ptr().cast(), 1 << 16), VKHOST_OK);
-        let mut stream = ptr::null_mut();
+        let (mut stream, mut event) = (ptr::null_mut(), ptr::null_mut());
         assert_eq!(vkhost_stream_create(a, VKHOST_QUEUE_COPY, &mut stream), VKHOST_OK);
+        assert_eq!(vkhost_stream_record(stream, &mut event), VKHOST_OK);
         expect_fault(Point::QueueSubmit, vk::Result::ERROR_DEVICE_LOST, VKHOST_DEVICE_LOST, || {
             vkhost_copy_to_device(a, host.as_ptr().cast(), 64, buf, 0, ptr::null_mut())
         });
@@ -300,6 +301,9 @@ fn a_lost_device_refuses_new_work_but_reads_and_releases() {
         ok("trim_pinned_cache", vkhost_device_trim_pinned_cache(a, &mut trimmed));
         let mut stats = std::mem::MaybeUninit::uninit();
         ok("device_stats", vkhost_device_stats(a, stats.as_mut_ptr()));
+        let mut counters = vkhost_host_counters::new();
+        ok("device_counters", vkhost_device_counters(a, &mut counters));
+        ok("event_release", vkhost_event_release(event));
         ok("stream_destroy", vkhost_stream_destroy(stream));
         ok("free_pinned", vkhost_free_pinned(a, block));
         ok("unregister", vkhost_unregister(a, host.as_mut_ptr().cast()));

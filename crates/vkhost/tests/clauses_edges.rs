@@ -148,8 +148,12 @@ fn e_multi_piece_registration_sharing_a_page() {
     assert_ne!(second, first);
     assert_eq!(o, 0);
     let (nb, o) = host::find(&d, b + 3 * 4096 - 50, 50).unwrap();
-    assert_ne!(nb, second);
     assert_eq!(o, 4096 - 50);
+    // The neighbour's import, known by its own last page, which no piece of the first covers.
+    let (neighbour, o) = host::find(&d, b + 3 * 4096, 4096).unwrap();
+    assert_eq!(o, 4096);
+    assert_eq!(nb, neighbour, "the neighbour's bytes through its own import");
+    assert_ne!(second, neighbour, "the first's bytes in the shared page through its own piece");
     assert!(host::find(&d, b + 3 * 4096 - 150, 150).is_some(), "between both registrations' bytes, in the shared page");
     assert!(host::find(&d, b + 8192, 4096).is_some(), "the whole shared page");
     let g = d.alloc_buffer(4 * 4096).unwrap();

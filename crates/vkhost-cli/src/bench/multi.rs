@@ -576,6 +576,11 @@ impl Rounds {
         while self.next(k) {
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut work)).unwrap_or_else(|p| {
                 let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+                // Dropped inside a catch as well: a payload whose drop panics would end the
+                // thread before `finished`, the hang again. A second payload is leaked.
+                if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(p))) {
+                    std::mem::forget(again);
+                }
                 Err(format!("a device thread panicked: {}", what.as_deref().unwrap_or("(no message)")).into())
             });
             if let Err(e) = r {
@@ -657,6 +662,12 @@ mod tests {
     #[test]
     fn a_device_thread_that_panics_fails_the_round_instead_of_hanging_it() {
         use std::sync::{Arc, Mutex, mpsc};
+        struct Bomb;
+        impl Drop for Bomb {
+            fn drop(&mut self) {
+                panic!("the payload's drop");
+            }
+        }
         let (tx, rx) = mpsc::channel();
         // A thread of its own, so that a hang fails the test by the timeout below.
         std::thread::spawn(move || {
@@ -664,17 +675,30 @@ mod tests {
             let failed = Arc::new(Mutex::new(None::<String>));
             let worker = {
                 let (rounds, failed) = (rounds.clone(), failed.clone());
-                std::thread::spawn(move || rounds.serve(&failed, || panic!("copy went wrong")))
+                std::thread::spawn(move || {
+                    let mut k = 0;
+                    rounds.serve(&failed, || {
+                        k += 1;
+                        if k == 1 {
+                            panic!("copy went wrong")
+                        }
+                        // A payload whose drop panics again must not end the thread either.
+                        std::panic::panic_any(Bomb)
+                    })
+                })
             };
             rounds.run(1, 1);
-            let seen = failed.lock().unwrap().take();
+            let first = failed.lock().unwrap().take();
+            rounds.run(2, 1);
+            let second = failed.lock().unwrap().take();
             rounds.stop.store(true, std::sync::atomic::Ordering::Release);
             let _ = worker.join();
-            let _ = tx.send(seen);
+            let _ = tx.send((first, second));
         });
-        let seen = rx.recv_timeout(Duration::from_secs(60)).expect("the round never ended: the measuring thread hangs");
-        let seen = seen.expect("the panic is reported as the round's failure");
-        assert!(seen.contains("panicked") && seen.contains("copy went wrong"), "{seen}");
+        let (first, second) = rx.recv_timeout(Duration::from_secs(60)).expect("a round never ended: the measuring thread hangs");
+        let first = first.expect("the panic is reported as the round's failure");
+        assert!(first.contains("panicked") && first.contains("copy went wrong"), "{first}");
+        assert!(second.expect("the second round's panic is reported too").contains("(no message)"));
     }
 
     /// The check of a d2h point fails when its read moved nothing. The h2d check of the same
