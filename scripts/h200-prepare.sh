@@ -16,7 +16,7 @@ cargo test --release -p vkhost --features fault-injection --test fault --test un
   | python3 scripts/test-bins | cut -f2 | while read -r f; do cp "$f" ".h200/tests/$(basename "$f" | sed "s/-[0-9a-f]*$//")"; done
 cp target/release/vkhost .h200/vkhost
 # The minimal program the bench is checked against (docs/PERFORMANCE.md).
-ex="bidir_time d2d_queues plain_copy sync_floor host_read_barrier bar_cost big_register register_cost pinned_small queue_latency split_copy mid_split assist_rounds sync_bidir alloc_cost"
+ex="bidir_time d2d_queues plain_copy sync_floor host_read_barrier bar_cost big_register register_cost pinned_small queue_latency split_copy mid_split assist_rounds sync_bidir alloc_cost write_assist"
 cargo build --release -p vkhost $(for e in $ex; do printf -- '--example %s ' "$e"; done)
 for e in $ex; do cp "target/release/examples/$e" .h200/; done
 # The standalone probe (nothing of vkhost's), for h200-run.sh's host check.

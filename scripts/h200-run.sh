@@ -137,6 +137,8 @@ if [ "$what" = final ]; then
     echo "== plain bench, same paths and sizes, 30 iterations"
     $v bench -t host_to_device_ce,device_to_host_ce,host_to_device_registered_ce,device_to_host_registered_ce,host_to_device_pageable_ce,device_to_host_pageable_ce --sizes 16M,256M,1G --no-costs --iters 30 --json "$OUT/plain30.json" | grep -E "_ce"
     echo "== 8 GiB registration"; ./.h200/big_register 8
+    # Fortieth session: BarAssist::Auto (the default) against Off and Always, DeviceBuffer::write.
+    [ -x ./.h200/write_assist ] && { echo "== write_assist"; ./.h200/write_assist 2; }
     echo "== vkhost demo pipeline"; $v demo pipeline
   } 2>&1 | tee "$OUT/extras.txt"
 fi
@@ -683,6 +685,11 @@ if [ "$what" = align ]; then
     for o in 16 256; do PLAIN_OFFSET=$o PLAIN_DEV_OFFSET=$o $p registered 256 10; done
     PLAIN_OFFSET=16 $p pageable 256 5
   done 2>&1 | tee "$OUT/align.txt"
+fi
+if [ "$what" = assist ]; then
+  # BarAssist::Auto (the default) against Off and Always: DeviceBuffer::write from pinned
+  # memory, 4 MiB-1 GiB, the modes alternated; then what the device measured at open.
+  ./.h200/write_assist 3 2>&1 | tee "$OUT/write_assist.txt"
 fi
 if [ "$what" = quick ]; then
   $v bench --quick --baseline cuda 2>&1 | tee "$OUT/bench-quick.txt"

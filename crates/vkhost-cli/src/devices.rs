@@ -98,6 +98,12 @@ pub fn copy_queue_lines(q: &vkhost::CopyQueues) -> Vec<String> {
         )),
         None => v.push("  not measured (one kind of queue, or fixed by the options)".into()),
     }
+    if q.reads_host_slowly() {
+        v.push(format!(
+            "  slow host reads: h2d below {}x d2h at open; `bar_assist` Auto (the default) shares DeviceBuffer writes of 4 MiB and more with CPU stores",
+            vkhost::CopyQueues::SLOW_READS
+        ));
+    }
     v
 }
 
@@ -112,6 +118,7 @@ pub fn queues_json(q: &vkhost::CopyQueues) -> Value {
         "bulk_h2d": kind(q.bulk_to_device),
         "bulk_d2h": kind(q.bulk_to_host),
         "measured": q.measured.as_ref().map(|(c, k)| json!({"copy_engine": fig(c), "compute_queue": fig(k)})),
+        "reads_host_slowly": q.reads_host_slowly(),
     })
 }
 

@@ -82,23 +82,18 @@ pub(super) fn small_at_open(q: &vkhost::CopyQueues) -> Option<(f64, f64)> {
     Some((on(true).small_to_device_us, on(false).small_to_host_us))
 }
 
-/// Below this ratio of bulk host→device to device→host bandwidth measured at open, a host's
-/// GPU reads host memory slowly (the thirty-fourth session's H100 hosts: 34.3 / 51.3 GB/s, 0.67x;
-/// others 0.96-0.98x).
-const SLOW_READS: f64 = 0.8;
-
-/// A note when the device's bulk copies measured at open, (h2d, d2h) GB/s with each the better
-/// of the queues measured, show a host whose GPU reads host memory far slower than it writes it:
-/// then the h2d rows may show the host's limit rather than the sweep's or vkhost's.
-pub(super) fn host_read_note(bulk_at_open: Option<(f64, f64)>) -> Option<String> {
-    let (h2d, d2h) = bulk_at_open?;
-    (h2d > 0.0 && d2h > 0.0 && h2d < SLOW_READS * d2h).then(|| {
+/// A note when the device's copy queues measured at open (`CopyQueues::reads_host_slowly`) show
+/// a host whose GPU reads host memory far slower than it writes it: then the h2d rows may show
+/// the host's limit rather than the sweep's or vkhost's.
+pub(super) fn host_read_note(q: &vkhost::CopyQueues) -> Option<String> {
+    let (h2d, d2h) = q.bulk_at_open()?;
+    q.reads_host_slowly().then(|| {
         format!(
             "slow host reads: when the device opened, bulk copies read host memory at {h2d:.1} GB/s and wrote it at \
              {d2h:.1} ({:.2}x); on the H100 hosts where this was seen, every GPU read of host memory was that slow, a \
              plain Vulkan program's and CUDA's copy kernel's too (docs/PERFORMANCE.md): the h2d rows may show the \
-             host's limit, and large writes shared with CPU stores (`bar_assist`, the host_to_device_bar+assist \
-             rows) may be faster",
+             host's limit. Large writes shared with CPU stores are faster there (the host_to_device_bar+assist \
+             rows): `bar_assist` Auto, the default, shares a DeviceBuffer::write of 4 MiB and more on such a host",
             h2d / d2h
         )
     })
@@ -111,15 +106,21 @@ mod tests {
 
     #[test]
     fn slow_host_reads_are_named_from_the_open_time_figures() {
+        use vkhost::{CopyQueues, QueueFigures, QueueKind};
+        // Both queues measured at the same bulk rates (h2d, d2h), 4 KiB times alike.
+        let q = |h2d: f64, d2h: f64| {
+            let f = QueueFigures { bulk_to_device_gbps: h2d, bulk_to_host_gbps: d2h, small_to_device_us: 12.0, small_to_host_us: 12.0 };
+            CopyQueues::from_figures(f, f)
+        };
         // The thirty-fourth session's capped H100: 34.8 / 52.4 GB/s (the better queue each way).
-        let n = host_read_note(Some((34.8, 52.4))).expect("a capped host gets the note");
+        let n = host_read_note(&q(34.8, 52.4)).expect("a capped host gets the note");
         assert!(n.starts_with("slow host reads") && n.contains("34.8") && n.contains("0.66x"), "{n}");
         // The thirty-second session's H100 (50.6 / 51.7) and the H200 (~49 / 51): no note.
-        assert_eq!(host_read_note(Some((50.6, 51.7))), None);
-        assert_eq!(host_read_note(Some((49.2, 51.1))), None);
+        assert_eq!(host_read_note(&q(50.6, 51.7)), None);
+        assert_eq!(host_read_note(&q(49.2, 51.1)), None);
         // Nothing measured (one kind of queue, lavapipe) or nonsense figures: no note.
-        assert_eq!(host_read_note(None), None);
-        assert_eq!(host_read_note(Some((0.0, 0.0))), None);
+        assert_eq!(host_read_note(&CopyQueues::fixed(QueueKind::Copy)), None);
+        assert_eq!(host_read_note(&q(0.0, 0.0)), None);
     }
 
     /// Where the compute queue has the lower 4 KiB latency, small copies run on it

@@ -648,9 +648,10 @@ impl BidirBar {
         let base = dev.options().clone();
         let opts = if assist {
             // The mode the environment asks for (`VKHOST_BAR_ASSIST=bidir`: shared only beside
-            // a read); `Off`, the default, would leave nothing to measure: `Always` here.
+            // a read); `Off`, and `Auto` (the default) on a host that reads host memory at full
+            // speed, would leave nothing to measure: `Always` here.
             let bar_assist = match base.bar_assist {
-                vkhost::BarAssist::Off => vkhost::BarAssist::Always,
+                vkhost::BarAssist::Off | vkhost::BarAssist::Auto => vkhost::BarAssist::Always,
                 m => m,
             };
             vkhost::OpenOptions { bar_writes: vkhost::BarWrites::On, bar_assist, ..base }

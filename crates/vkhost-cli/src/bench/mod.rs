@@ -811,14 +811,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
         _ => Vec::new(),
     };
     let queues = dev.copy_queues();
-    let measured = queues.measured;
     let at_open = anomaly::small_at_open(&queues);
     notes.append(&mut cx.notes);
     notes.extend(anomaly::notes(&cx.points, at_open));
-    let bulk_at_open =
-        measured.map(|(c, q)| (c.bulk_to_device_gbps.max(q.bulk_to_device_gbps), c.bulk_to_host_gbps.max(q.bulk_to_host_gbps)));
     if cx.points.iter().any(|p| p.dir == "h2d" || p.dir == "bidir") {
-        notes.extend(anomaly::host_read_note(bulk_at_open));
+        notes.extend(anomaly::host_read_note(&queues));
     }
     print_table(&cx.points, &cuda, link.as_ref());
     for n in &notes {

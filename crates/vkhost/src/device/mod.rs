@@ -214,14 +214,19 @@ pub enum BarWrites {
 /// engine alone. (Shared rounds beside reads that fell to 4-9 GB/s in some processes were the
 /// write's copy-engine chunks sharing the compute queue with the read: they now run on a copy
 /// engine where the device has one and `copy_queue` is `Copy`, and the full sweep gave 60.1 /
-/// 60.4 GB/s at 256 MiB / 1 GiB.) Since a write alone loses a fifth, it is off by default.
+/// 60.4 GB/s at 256 MiB / 1 GiB.) Since a write alone loses a fifth there, it is not shared
+/// by default on such a host.
 ///
-/// The exception is a host whose GPU reads host memory slowly. On two H100 hosts (2026-12-05,
-/// docs/PERFORMANCE.md) the copy engine read host memory at 34 GB/s (CUDA's own copy kernel
-/// over mapped memory too; `cudaMemcpy` 55). There a shared write alone moved 42.8 GB/s at
-/// 256 MiB against the copy engine's 34.2 (1.25x), and 36.2 at 1 GiB (unsteady, 35.5-43.4).
-/// `vkhost devices` prints the copy engine's rates measured at open: h2d far below d2h is that
-/// case, and `Always` is worth measuring there (`vkhost bench -t bar`).
+/// The exception is a host whose GPU reads host memory slowly, and there the default,
+/// [`Auto`](Self::Auto), shares every large write. On H100 hosts of 2026-12-05/06
+/// (docs/PERFORMANCE.md) the copy engine read host memory at 32-35 GB/s and wrote it at 51-52
+/// (CUDA's own copy kernel over mapped memory read at 34 too; `cudaMemcpy` 55). There a shared
+/// write alone moved more than the copy engine at every size, in three records on three
+/// hosts: 4 MiB 33.3-34.5 GB/s against 29.5-32.5, 16 MiB 36.7-38.2 against 33.2-33.5, 64 MiB
+/// 40.4-41.1 against 34.2-34.4, 256 MiB 42.4-42.9 against 34.2-34.8 (1.25x), 1 GiB 36.2-36.7
+/// against 34.3-34.5 (unsteady, 34.5-45.5). `vkhost devices` prints the rates measured at
+/// open, and [`CopyQueues::reads_host_slowly`](crate::CopyQueues::reads_host_slowly) says which
+/// case `Auto` found.
 ///
 /// # Example
 ///
@@ -242,8 +247,7 @@ pub enum BarWrites {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BarAssist {
-    /// Never share: large writes are the copy engine's (the default).
-    #[default]
+    /// Never share: large writes are the copy engine's.
     Off,
     /// Share a write while a synchronous device-to-host copy runs on the same device, or ended
     /// on another thread less than [`OpenOptions::ASSIST_RECENT`] ago (a loop of reads on
@@ -254,6 +258,12 @@ pub enum BarAssist {
     Bidir,
     /// Share every write of at least [`OpenOptions::ASSIST_MIN`] bytes.
     Always,
+    /// `Always` where the copy queues measured at open read host memory below
+    /// [`CopyQueues::SLOW_READS`](crate::CopyQueues::SLOW_READS) of the rate they write it
+    /// ([`CopyQueues::reads_host_slowly`](crate::CopyQueues::reads_host_slowly)), else `Off`
+    /// (also where nothing was measured). The default.
+    #[default]
+    Auto,
 }
 
 /// Options for [`Device::open_with`].
@@ -398,9 +408,10 @@ pub struct OpenOptions {
     /// the range, [`assist_threads`](Self::assist_threads) threads store chunks from the front,
     /// until they meet, so each side does what its speed allows. Where stores reach the device
     /// over a path the copy engine leaves idle (the H200's BAR beside a copy in the other
-    /// direction), a write can move faster than the copy engine alone. Default
-    /// [`BarAssist::Off`] (see there for why); `VKHOST_BAR_ASSIST=bidir`, `1|on|always`,
-    /// `0|off` set it. Needs mapped device buffers (`bar_writes`) and `bar_write_max > 0`.
+    /// direction, or a host whose GPU reads host memory slowly), a write can move faster than
+    /// the copy engine alone. Default [`BarAssist::Auto`] (see there for why);
+    /// `VKHOST_BAR_ASSIST=auto`, `bidir`, `1|on|always`, `0|off` set it. Needs mapped device
+    /// buffers (`bar_writes`) and `bar_write_max > 0`.
     pub bar_assist: BarAssist,
     /// Threads that store a shared write's front ([`bar_assist`](Self::bar_assist)); default 3,
     /// in 1..=64. On the H200, beside a copy-engine read: 3 threads 59-64 GB/s in sum, 7 threads
@@ -1059,10 +1070,11 @@ impl Default for OpenOptions {
                 _ => BarWrites::Auto,
             },
             bar_write_max: env_usize("VKHOST_BAR_WRITE_MAX").unwrap_or(1 << 20),
-            bar_assist: match env_word("VKHOST_BAR_ASSIST", &["1", "on", "always", "bidir", "0", "off"]) {
+            bar_assist: match env_word("VKHOST_BAR_ASSIST", &["1", "on", "always", "bidir", "0", "off", "auto"]) {
                 Some("1" | "on" | "always") => BarAssist::Always,
                 Some("bidir") => BarAssist::Bidir,
-                _ => BarAssist::Off,
+                Some("0" | "off") => BarAssist::Off,
+                _ => BarAssist::Auto,
             },
             assist_threads: env_usize("VKHOST_ASSIST_THREADS").unwrap_or(3),
             push_descriptors: !matches!(

@@ -249,6 +249,39 @@ impl CopyQueues {
         }
     }
 
+    /// Below this ratio of bulk host→device to device→host bandwidth measured at open, the
+    /// host's GPU reads host memory slowly ([`reads_host_slowly`](Self::reads_host_slowly)).
+    /// Four H100 hosts of 2026-12-05/06 read at 32-35 GB/s and wrote at 51-52 (0.64-0.68x), a
+    /// plain Vulkan program and CUDA's copy kernel too; every other host measured 0.96-0.98x.
+    pub const SLOW_READS: f64 = 0.8;
+
+    /// The bulk (host→device, device→host) GB/s measured at open, each the better of the
+    /// queues measured; `None` when nothing was measured.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use vkhost::{CopyQueues, QueueFigures};
+    ///
+    /// let copy = QueueFigures { bulk_to_device_gbps: 34.3, bulk_to_host_gbps: 51.3, small_to_device_us: 11.7, small_to_host_us: 12.5 };
+    /// let compute = QueueFigures { bulk_to_device_gbps: 34.8, bulk_to_host_gbps: 52.4, small_to_device_us: 13.0, small_to_host_us: 13.9 };
+    /// let q = CopyQueues::from_figures(copy, compute);
+    /// assert_eq!(q.bulk_at_open(), Some((34.8, 52.4)));
+    /// assert!(q.reads_host_slowly());
+    /// assert_eq!(CopyQueues::fixed(vkhost::QueueKind::Copy).bulk_at_open(), None);
+    /// ```
+    pub fn bulk_at_open(&self) -> Option<(f64, f64)> {
+        let (c, k) = self.measured?;
+        Some((c.bulk_to_device_gbps.max(k.bulk_to_device_gbps), c.bulk_to_host_gbps.max(k.bulk_to_host_gbps)))
+    }
+
+    /// Whether the measurement at open found the GPU reading host memory below
+    /// [`SLOW_READS`](Self::SLOW_READS) of the rate it writes it ([`BarAssist::Auto`](crate::BarAssist::Auto)
+    /// shares large writes there). `false` when nothing was measured.
+    pub fn reads_host_slowly(&self) -> bool {
+        self.bulk_at_open().is_some_and(|(h2d, d2h)| h2d > 0.0 && d2h > 0.0 && h2d < Self::SLOW_READS * d2h)
+    }
+
     fn bits(&self) -> u8 {
         let b = |k: QueueKind, i: u8| if k == QueueKind::Compute { 1 << i } else { 0 };
         b(self.small_to_device, 0) | b(self.small_to_host, 1) | b(self.bulk_to_device, 2) | b(self.bulk_to_host, 3)

@@ -201,7 +201,7 @@ pub(super) unsafe fn copy(s: &Shared, dir: Dir, addr: usize, len: usize, buf: &D
         && dir == Dir::ToDevice
         && s.options.bar_write_max > 0
         && len >= crate::OpenOptions::ASSIST_MIN
-        && share_write(s.options.bar_assist, reading_now(s))
+        && share_write(s.options.bar_assist, reading_now(s), slow_reads(s))
     {
         if let Some(map) = buf.res.obj.mapped().filter(|_| buf.res.obj.alive()) {
             // SAFETY: as for the stores above (the caller's contract for the source; the
@@ -267,7 +267,8 @@ unsafe fn assisted_write(
     let mut path: Option<CopyPath> = None;
     // Once the reads that made this write shared stop, the copy engine takes the rest at once:
     // alone it is the faster side.
-    let chunk = || if share_write(s.options.bar_assist, reading_now(s)) { ce_chunk } else { usize::MAX };
+    let slow = slow_reads(s);
+    let chunk = || if share_write(s.options.bar_assist, reading_now(s), slow) { ce_chunk } else { usize::MAX };
     // The copy engine's first chunk is taken before the store threads are given the front, so
     // both sides take part in a shared write: this thread, preempted right after posting the
     // stores' jobs (few cores, the store threads spinning), could otherwise find the whole
@@ -419,13 +420,22 @@ unsafe fn store(how: BarStores, dst: *mut u8, src: *const u8, len: usize, stagin
 
 /// What [`crate::BarAssist`] decides for a large write into mapped memory: share it between the
 /// copy engine and CPU stores, given how long ago the device was last seen reading (`Some(0)`:
-/// a device-to-host copy is running now; `None`: none since the device opened).
-pub(crate) fn share_write(mode: crate::BarAssist, since_read: Option<std::time::Duration>) -> bool {
+/// a device-to-host copy is running now; `None`: none since the device opened) and whether the
+/// measurement at open found the GPU reading host memory slowly.
+pub(crate) fn share_write(mode: crate::BarAssist, since_read: Option<std::time::Duration>, slow_reads: bool) -> bool {
     match mode {
         crate::BarAssist::Always => true,
         crate::BarAssist::Off => false,
         crate::BarAssist::Bidir => since_read.is_some_and(|d| d < crate::OpenOptions::ASSIST_RECENT),
+        crate::BarAssist::Auto => slow_reads,
     }
+}
+
+/// Whether `BarAssist::Auto` shares: the device's copy queues, measured at open, read host
+/// memory slowly (`CopyQueues::reads_host_slowly`). Asked only under `Auto` (it takes the
+/// choice's lock).
+fn slow_reads(s: &Shared) -> bool {
+    s.options.bar_assist == crate::BarAssist::Auto && s.copy_choice.get().reads_host_slowly()
 }
 
 /// This thread's number (from 1: 0 in `read_thread` is "nobody"), to tell whose read ended
@@ -567,9 +577,64 @@ mod tests {
     fn bar_assist_shares_beside_recent_reads_only() {
         let recent = OpenOptions::ASSIST_RECENT;
         for since in [None, Some(Duration::ZERO), Some(recent / 2), Some(recent), Some(recent * 100)] {
-            assert!(share_write(BarAssist::Always, since));
-            assert!(!share_write(BarAssist::Off, since));
-            assert_eq!(share_write(BarAssist::Bidir, since), since.is_some_and(|d| d < recent), "{since:?}");
+            for slow in [false, true] {
+                assert!(share_write(BarAssist::Always, since, slow));
+                assert!(!share_write(BarAssist::Off, since, slow));
+                assert_eq!(share_write(BarAssist::Bidir, since, slow), since.is_some_and(|d| d < recent), "{since:?}");
+                // Auto: on a host whose GPU reads host memory slowly only, reads or not.
+                assert_eq!(share_write(BarAssist::Auto, since, slow), slow, "{since:?}");
+            }
         }
+        assert_eq!(BarAssist::default(), BarAssist::Auto);
+    }
+
+    /// `BarAssist::Auto` shares a large write into mapped device memory between the copy
+    /// engine and CPU stores on a device whose copy queues, measured at open, read host memory
+    /// below `CopyQueues::SLOW_READS` of the rate they write it, and never elsewhere. lavapipe
+    /// measures nothing (one kind of queue), so the figures are set here: a capped H100 host's
+    /// (34 / 52 GB/s) and a full-speed one's (51 / 52).
+    #[test]
+    fn auto_assist_shares_large_writes_only_where_host_reads_are_slow() {
+        use crate::{CopyQueues, QueueFigures};
+        use std::sync::atomic::Ordering;
+        let validation = crate::device::validation_layer_installed();
+        let opts = OpenOptions { validation, bar_writes: crate::BarWrites::On, bar_assist: BarAssist::Auto, ..Default::default() };
+        let dev = match crate::Device::open_default_with(&opts) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("skipped: no Vulkan device ({e})");
+                return;
+            }
+        };
+        if dev.shared.options.bar_write_max == 0 {
+            eprintln!("skipped: the device's buffers are not mapped (BarWrites::On found no host-visible VRAM)");
+            return;
+        }
+        let n = 4 * OpenOptions::ASSIST_MIN;
+        let buf = dev.alloc_buffer(n).unwrap();
+        let mut src = crate::PinnedBuffer::new(&dev, n).unwrap();
+        let mut back = vec![0u8; n];
+        let figures =
+            |h2d: f64| QueueFigures { bulk_to_device_gbps: h2d, bulk_to_host_gbps: 52.0, small_to_device_us: 12.0, small_to_host_us: 12.0 };
+        let stored = || dev.shared.mapped_bytes.load(Ordering::Relaxed);
+        for (h2d, slow) in [(51.0, false), (34.0, true)] {
+            let q = CopyQueues::from_figures(figures(h2d), figures(h2d));
+            assert_eq!(q.reads_host_slowly(), slow);
+            dev.shared.copy_choice.set(q);
+            // Several writes: a shared write's stores may (rarely, on a loaded machine) find the
+            // copy engine done with the range; a write that is not shared never stores.
+            let mut took = 0;
+            for k in 0..5u8 {
+                let data: Vec<u8> = (0..n).map(|i| (i as u8) ^ k ^ (h2d as u8)).collect();
+                src.copy_from_slice(&data);
+                let before = stored();
+                buf.write(0, &src).unwrap();
+                took += stored() - before;
+                buf.read(0, &mut back).unwrap();
+                assert!(back == data, "write {k} at h2d {h2d} GB/s did not land");
+            }
+            assert_eq!(took > 0, slow, "h2d {h2d} GB/s against 52: {took} bytes stored by CPU threads");
+        }
+        assert_eq!(dev.validation_errors(), 0);
     }
 }
