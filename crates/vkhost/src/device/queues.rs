@@ -253,6 +253,20 @@ impl CopyQueues {
     /// host's GPU reads host memory slowly ([`reads_host_slowly`](Self::reads_host_slowly)).
     /// Four H100 hosts of 2026-12-05/06 read at 32-35 GB/s and wrote at 51-52 (0.64-0.68x), a
     /// plain Vulkan program and CUDA's copy kernel too; every other host measured 0.96-0.98x.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use vkhost::{CopyQueues, QueueFigures};
+    ///
+    /// let at = |h2d: f64| {
+    ///     let f = QueueFigures { bulk_to_device_gbps: h2d, bulk_to_host_gbps: 50.0, small_to_device_us: 12.0, small_to_host_us: 12.0 };
+    ///     CopyQueues::from_figures(f, f)
+    /// };
+    /// assert_eq!(CopyQueues::SLOW_READS, 0.8);
+    /// assert!(at(39.0).reads_host_slowly()); // 0.78x
+    /// assert!(!at(41.0).reads_host_slowly()); // 0.82x
+    /// ```
     pub const SLOW_READS: f64 = 0.8;
 
     /// The bulk (host→device, device→host) GB/s measured at open, each the better of the
@@ -278,6 +292,20 @@ impl CopyQueues {
     /// Whether the measurement at open found the GPU reading host memory below
     /// [`SLOW_READS`](Self::SLOW_READS) of the rate it writes it ([`BarAssist::Auto`](crate::BarAssist::Auto)
     /// shares large writes there). `false` when nothing was measured.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// # fn main() -> vkhost::Result<()> {
+    /// let dev = vkhost::Device::open_default()?;
+    /// let q = dev.copy_queues();
+    /// if q.reads_host_slowly() {
+    ///     let (h2d, d2h) = q.bulk_at_open().expect("measured");
+    ///     println!("this host's GPU reads host memory at {h2d:.1} GB/s, writes it at {d2h:.1}");
+    /// }
+    /// assert_eq!(q.reads_host_slowly(), q.bulk_at_open().is_some_and(|(h, d)| h > 0.0 && h < vkhost::CopyQueues::SLOW_READS * d));
+    /// # Ok(()) }
+    /// ```
     pub fn reads_host_slowly(&self) -> bool {
         self.bulk_at_open().is_some_and(|(h2d, d2h)| h2d > 0.0 && d2h > 0.0 && h2d < Self::SLOW_READS * d2h)
     }
