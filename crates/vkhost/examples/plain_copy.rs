@@ -37,7 +37,9 @@ fn main() -> vkhost::Result<()> {
     let mib: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(256);
     let iters: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10).max(1);
     let n = mib << 20;
-    let dev = Device::open_default()?;
+    // The copy engine's path, as the bench's `_ce` rows take it: `BarAssist::Auto` (the
+    // default) would share large writes with CPU stores on a host that reads host memory slowly.
+    let dev = Device::open_default_with(&vkhost::OpenOptions { bar_assist: vkhost::BarAssist::Off, ..Default::default() })?;
     if let Some(f) = std::env::var("FRAGMENT_MIB").ok().and_then(|s| s.parse::<usize>().ok()) {
         let mut v = vec![0u8; f << 20];
         v.fill(7);

@@ -599,8 +599,8 @@ fn assisted(cx: &mut Ctx, state: &mut Option<Result<BidirBar>>, max: usize, n: u
 /// `DeviceBuffer::read` of a second buffer into pinned memory runs on the copy engine. Sum of
 /// both directions over the wall time.
 ///
-/// The `assist` variant opens its device with `bar_assist` as the environment sets it (`Off`,
-/// the default, means `Always` here) and `bar_write_max` left as it is: a write of
+/// The `assist` variant opens its device with `bar_assist` as the environment sets it (`Off`
+/// and `Auto`, the default, mean `Always` here) and `bar_write_max` left as it is: a write of
 /// `ASSIST_MIN` (4 MiB) and more is shared between the copy engine (from the back, reading a
 /// pinned source directly) and the CPU stores (from the front) until they meet; with
 /// `VKHOST_BAR_ASSIST=bidir`, only while the other thread reads. Its h2d rows (variant `assist`

@@ -220,7 +220,10 @@ pub(super) fn run(a: &Args, spec: &str) -> Result<ExitCode> {
     if idx.is_empty() {
         return Err("--devices: no Vulkan device".into());
     }
-    let opts = super::open_options(a)?;
+    // Uploads through `DeviceBuffer::write` on the copy engine's path, as the plain bench's
+    // `_ce` rows it is compared with: `BarAssist::Auto` (the default) would share large writes
+    // with CPU stores on a host that reads host memory slowly.
+    let opts = vkhost::OpenOptions { bar_assist: vkhost::BarAssist::Off, ..super::open_options(a)? };
     let sizes: Vec<u64> = match &a.sizes {
         Some(v) => super::unique_sizes(v.iter().map(|s| super::size_arg("--sizes", s)).collect::<Result<_>>()?),
         None if a.quick => vec![1 << 20, 16 << 20],

@@ -258,10 +258,11 @@ pub enum BarAssist {
     Bidir,
     /// Share every write of at least [`OpenOptions::ASSIST_MIN`] bytes.
     Always,
-    /// `Always` where the copy queues measured at open read host memory below
-    /// [`CopyQueues::SLOW_READS`](crate::CopyQueues::SLOW_READS) of the rate they write it
-    /// ([`CopyQueues::reads_host_slowly`](crate::CopyQueues::reads_host_slowly)), else `Off`
-    /// (also where nothing was measured). The default.
+    /// `Always` where the copy queues measured at open (or by
+    /// [`Device::measure_copy_queues`](crate::Device::measure_copy_queues) since: the choice in
+    /// use) read host memory below [`CopyQueues::SLOW_READS`](crate::CopyQueues::SLOW_READS) of
+    /// the rate they write it ([`CopyQueues::reads_host_slowly`](crate::CopyQueues::reads_host_slowly)),
+    /// else `Off` (also where nothing was measured). The default.
     #[default]
     Auto,
 }

@@ -328,6 +328,8 @@ pub const BOTH_WAYS_RECENT: std::time::Duration = std::time::Duration::from_mill
 #[derive(Debug)]
 pub(crate) struct Choice {
     bits: AtomicU8,
+    /// `record.reads_host_slowly()`, for `BarAssist::Auto`'s lock-free read on every large write.
+    slow_reads: std::sync::atomic::AtomicBool,
     min_to_device: AtomicU64,
     min_to_host: AtomicU64,
     record: Mutex<CopyQueues>,
@@ -376,6 +378,7 @@ impl Choice {
     pub(crate) fn new(c: CopyQueues) -> Choice {
         Choice {
             bits: AtomicU8::new(c.bits()),
+            slow_reads: std::sync::atomic::AtomicBool::new(c.reads_host_slowly()),
             min_to_device: AtomicU64::new(c.bulk_min_to_device),
             min_to_host: AtomicU64::new(c.bulk_min_to_host),
             record: Mutex::new(c),
@@ -427,6 +430,12 @@ impl Choice {
         self.min_to_device.store(c.bulk_min_to_device, Ordering::Relaxed);
         self.min_to_host.store(c.bulk_min_to_host, Ordering::Relaxed);
         self.bits.store(c.bits(), Ordering::Relaxed);
+        self.slow_reads.store(c.reads_host_slowly(), Ordering::Relaxed);
+    }
+
+    /// Whether the choice in use was measured reading host memory slowly (lock-free).
+    pub(crate) fn reads_host_slowly(&self) -> bool {
+        self.slow_reads.load(Ordering::Relaxed)
     }
 
     pub(crate) fn get(&self) -> CopyQueues {

@@ -431,11 +431,11 @@ pub(crate) fn share_write(mode: crate::BarAssist, since_read: Option<std::time::
     }
 }
 
-/// Whether `BarAssist::Auto` shares: the device's copy queues, measured at open, read host
-/// memory slowly (`CopyQueues::reads_host_slowly`). Asked only under `Auto` (it takes the
-/// choice's lock).
+/// Whether `BarAssist::Auto` shares: the copy-queue choice in use (measured at open, or by
+/// `Device::measure_copy_queues` since) reads host memory slowly
+/// (`CopyQueues::reads_host_slowly`). Lock-free.
 fn slow_reads(s: &Shared) -> bool {
-    s.options.bar_assist == crate::BarAssist::Auto && s.copy_choice.get().reads_host_slowly()
+    s.options.bar_assist == crate::BarAssist::Auto && s.copy_choice.reads_host_slowly()
 }
 
 /// This thread's number (from 1: 0 in `read_thread` is "nobody"), to tell whose read ended
@@ -510,7 +510,7 @@ pub(crate) fn record(s: &Shared, direct: u64, staged: u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::{BAR_PART, BAR_THREADS, BarStores, BarWrite, bar_write, share_write};
+    use super::{BAR_PART, BAR_THREADS, BarStores, BarWrite, bar_write, share_write, slow_reads};
     use crate::{BarAssist, OpenOptions};
     use std::time::Duration;
 
@@ -598,7 +598,14 @@ mod tests {
         use crate::{CopyQueues, QueueFigures};
         use std::sync::atomic::Ordering;
         let validation = crate::device::validation_layer_installed();
-        let opts = OpenOptions { validation, bar_writes: crate::BarWrites::On, bar_assist: BarAssist::Auto, ..Default::default() };
+        // `bar_write_max` set: a raised one from the environment would store a whole write.
+        let opts = OpenOptions {
+            validation,
+            bar_writes: crate::BarWrites::On,
+            bar_assist: BarAssist::Auto,
+            bar_write_max: 1 << 20,
+            ..Default::default()
+        };
         let dev = match crate::Device::open_default_with(&opts) {
             Ok(d) => d,
             Err(e) => {
@@ -606,7 +613,7 @@ mod tests {
                 return;
             }
         };
-        if dev.shared.options.bar_write_max == 0 {
+        if !dev.shared.mapped_buffers {
             eprintln!("skipped: the device's buffers are not mapped (BarWrites::On found no host-visible VRAM)");
             return;
         }
@@ -621,10 +628,15 @@ mod tests {
             let q = CopyQueues::from_figures(figures(h2d), figures(h2d));
             assert_eq!(q.reads_host_slowly(), slow);
             dev.shared.copy_choice.set(q);
-            // Several writes: a shared write's stores may (rarely, on a loaded machine) find the
-            // copy engine done with the range; a write that is not shared never stores.
+            assert_eq!(slow_reads(&dev.shared), slow);
+            // Up to 20 writes, until one stores: a shared write's stores may (rarely, on a
+            // loaded machine) find the copy engine done with the range; a write that is not
+            // shared never stores, in any of them.
             let mut took = 0;
-            for k in 0..5u8 {
+            for k in 0..20u8 {
+                if took > 0 {
+                    break;
+                }
                 let data: Vec<u8> = (0..n).map(|i| (i as u8) ^ k ^ (h2d as u8)).collect();
                 src.copy_from_slice(&data);
                 let before = stored();
