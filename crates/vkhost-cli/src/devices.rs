@@ -100,8 +100,9 @@ pub fn copy_queue_lines(q: &vkhost::CopyQueues) -> Vec<String> {
     }
     if q.reads_host_slowly() {
         v.push(format!(
-            "  slow host reads: h2d below {}x d2h at open; `bar_assist` Auto (the default) shares DeviceBuffer writes of 4 MiB and more with CPU stores",
-            vkhost::CopyQueues::SLOW_READS
+            "  slow host reads: h2d below {}x d2h at open; `bar_assist` Auto (the default) shares DeviceBuffer writes of {} and more with CPU stores",
+            vkhost::CopyQueues::SLOW_READS,
+            fmt_bytes(OpenOptions::ASSIST_MIN as u64)
         ));
     }
     v

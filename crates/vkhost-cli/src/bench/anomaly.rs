@@ -93,8 +93,9 @@ pub(super) fn host_read_note(q: &vkhost::CopyQueues) -> Option<String> {
              {d2h:.1} ({:.2}x); on the H100 hosts where this was seen, every GPU read of host memory was that slow, a \
              plain Vulkan program's and CUDA's copy kernel's too (docs/PERFORMANCE.md): the h2d rows may show the \
              host's limit. Large writes shared with CPU stores are faster there (the host_to_device_bar+assist \
-             rows): `bar_assist` Auto, the default, shares a DeviceBuffer::write of 4 MiB and more on such a host",
-            h2d / d2h
+             rows): `bar_assist` Auto, the default, shares a DeviceBuffer::write of {} and more on such a host",
+            h2d / d2h,
+            vkhost::fmt_bytes(vkhost::OpenOptions::ASSIST_MIN as u64)
         )
     })
 }
@@ -115,6 +116,7 @@ mod tests {
         // The thirty-fourth session's capped H100: 34.8 / 52.4 GB/s (the better queue each way).
         let n = host_read_note(&q(34.8, 52.4)).expect("a capped host gets the note");
         assert!(n.starts_with("slow host reads") && n.contains("34.8") && n.contains("0.66x"), "{n}");
+        assert!(n.contains("DeviceBuffer::write of 4 MiB and more"), "{n}");
         // The thirty-second session's H100 (50.6 / 51.7) and the H200 (~49 / 51): no note.
         assert_eq!(host_read_note(&q(50.6, 51.7)), None);
         assert_eq!(host_read_note(&q(49.2, 51.1)), None);
