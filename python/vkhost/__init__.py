@@ -784,6 +784,7 @@ class Registration(_Owner):
     # call where Ctrl-C is delivered), also on an object whose __init__ raised early.
     _ptr: int | None = None
     _maybe: int | None = None
+    # The thread whose close() is unregistering now: a close on another thread waits for it.
     _closer: int | None = None
 
     def __init__(self, device: Device, array: np.ndarray) -> None:
@@ -793,13 +794,10 @@ class Registration(_Owner):
             raise InvalidArgumentError("cannot register an empty array", 9)
         self.device = device
         self.array = array
-        self._ptr: int | None = None
         # A plain lock (C-level enter and exit: no point for Ctrl-C to leave it held); a close
         # on another thread polls `_closer` rather than waiting on a Condition, whose Python
         # `__exit__` an interrupt could cut short with the lock still held.
         self._lock = threading.Lock()
-        # The thread whose close() is unregistering now: a close on another thread waits for it.
-        self._closer: int | None = None
         addr = view.ctypes.data
         self._key = (id(device), addr)
         # An exception from a signal handler (Ctrl-C) can land right after the C call returned,
