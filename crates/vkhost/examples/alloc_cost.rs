@@ -18,6 +18,8 @@
 
 use std::time::Instant;
 use vkhost::{Device, host, vk};
+#[path = "support/args.rs"]
+mod args;
 
 /// The error of a failed Vulkan `call`.
 fn failed(call: &'static str) -> impl Fn(vk::Result) -> vkhost::Error {
@@ -25,11 +27,8 @@ fn failed(call: &'static str) -> impl Fn(vk::Result) -> vkhost::Error {
 }
 
 fn main() -> vkhost::Result<()> {
-    let rounds: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(15).max(1);
-    let sizes: Vec<u64> = std::env::args()
-        .nth(2)
-        .map(|s| s.split(',').filter_map(|k| k.trim().parse::<u64>().ok()).map(|k| k << 10).collect())
-        .unwrap_or_else(|| vec![4 << 10, 1 << 20, 4 << 20, 16 << 20, 256 << 20]);
+    let rounds: usize = args::arg(1, 15)?.max(1);
+    let sizes: Vec<u64> = args::sizes(2, 10, &[4 << 10, 1 << 20, 4 << 20, 16 << 20, 256 << 20])?.into_iter().map(|n| n as u64).collect();
     let dev = Device::open_default()?;
     let raw = dev.raw()?;
     let d = &raw.device;

@@ -18,13 +18,16 @@
 use std::time::{Duration, Instant};
 use vkhost::ash::vk;
 
+#[path = "support/args.rs"]
+mod args;
 #[path = "support/raw.rs"]
 mod raw;
 
-fn main() {
-    let iters: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2000).max(10);
-    let gap = Duration::from_micros(std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(20));
-    run(iters, gap)
+fn main() -> vkhost::Result<()> {
+    let iters: usize = args::arg(1, 2000)?.max(10);
+    let gap = Duration::from_micros(args::arg(2, 20)?);
+    run(iters, gap);
+    Ok(())
 }
 
 fn run(iters: usize, gap: Duration) {

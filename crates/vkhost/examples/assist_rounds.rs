@@ -11,11 +11,13 @@
 use std::sync::Barrier;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use vkhost::{BarAssist, BarWrites, Device, OpenOptions, PinnedBuffer, host};
+#[path = "support/args.rs"]
+mod args;
 
 fn main() -> vkhost::Result<()> {
-    let arg = |i: usize, d: usize| std::env::args().nth(i).and_then(|s| s.parse().ok()).unwrap_or(d);
-    let (mib, rounds, read) = (arg(1, 64).max(4), arg(2, 40).max(1), arg(3, 0) == 1);
-    let n = mib << 20;
+    let arg = |i: usize, d: usize| args::arg(i, d);
+    let (mib, rounds, read) = (arg(1, 64)?.max(4), arg(2, 40)?.max(1), arg(3, 0)? == 1);
+    let n = args::bytes("the size in MiB", mib, 20)?;
     let opts = OpenOptions { bar_writes: BarWrites::On, bar_assist: BarAssist::Always, ..OpenOptions::default() };
     let dev = Device::open_default_with(&opts)?;
     let (wbuf, rbuf) = (dev.alloc_buffer(n)?, dev.alloc_buffer(n)?);

@@ -18,6 +18,8 @@
 
 use std::time::Instant;
 use vkhost::{Device, PinnedBuffer, QueueKind, Registration};
+#[path = "support/args.rs"]
+mod args;
 
 /// Registers the first two buffers of `other`, when there is one (the bench's registered path's
 /// two regions; the other two stand for the pageable path's).
@@ -29,8 +31,9 @@ fn register_two<'a>(dev: &Device, other: &'a mut Option<[Vec<u8>; 4]>) -> vkhost
 }
 
 fn main() -> vkhost::Result<()> {
-    let arg = |i: usize, d: usize| std::env::args().nth(i).and_then(|s| s.parse().ok()).unwrap_or(d);
-    let (block, copy, secs) = (arg(1, 1024).max(1) << 20, arg(2, 256).max(1) << 20, arg(3, 12).max(1));
+    let arg = |i: usize, d: usize| args::arg(i, d);
+    let (block, copy, secs) = (arg(1, 1024)?.max(1), arg(2, 256)?.max(1), arg(3, 12)?.max(1));
+    let (block, copy) = (args::bytes("argument 1", block, 20)?, args::bytes("argument 2", copy, 20)?);
     let copy = copy.min(block);
     let extra = std::env::var("EXTRA").unwrap_or_default();
     let dev = Device::open_default()?;
@@ -72,9 +75,9 @@ fn main() -> vkhost::Result<()> {
     }
     // FAULT_MIB: a fresh Vec of that many MiB written (page faults) right before the pairs;
     // SLEEP_MS: a pause after that, before the first pair.
-    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
-    let fresh = vec![2u8; env("FAULT_MIB") << 20];
-    std::thread::sleep(std::time::Duration::from_millis(env("SLEEP_MS") as u64));
+    let env = |k: &str| args::env::<usize>(k).map(Option::unwrap_or_default);
+    let fresh = vec![2u8; args::bytes("FAULT_MIB", env("FAULT_MIB")?, 20)?];
+    std::thread::sleep(std::time::Duration::from_millis(env("SLEEP_MS")? as u64));
     let mut first = 0;
     // Wall clock (UTC, seconds into the day) of the first pair, to line up with nvidia-smi's
     // timestamps.

@@ -14,6 +14,8 @@
 use std::time::Instant;
 use vkhost::{Binding, Device, OpenOptions, QueueKind, Stream};
 
+#[path = "support/args.rs"]
+mod args;
 #[path = "support/timing.rs"]
 mod timing;
 use timing::median;
@@ -34,7 +36,7 @@ fn gbps(n: usize, mut f: impl FnMut() -> vkhost::Result<()>, s: &Stream) -> vkho
 }
 
 fn main() -> vkhost::Result<()> {
-    let max = std::env::args().nth(1).and_then(|s| s.parse::<usize>().ok()).unwrap_or(1024).max(1) << 20;
+    let max = args::bytes("argument 1", args::arg(1, 1024usize)?.max(1), 20)?;
     let dev = Device::open_default()?;
     let raw = Device::open_default_with(&OpenOptions { d2d_kernel_min: Some(usize::MAX), ..Default::default() })?;
     let (a, b) = (dev.alloc_buffer(max)?, dev.alloc_buffer(max)?);

@@ -18,15 +18,17 @@
 
 use vkhost::ash::vk;
 
+#[path = "support/args.rs"]
+mod args;
 #[path = "support/raw.rs"]
 mod raw;
 #[path = "support/timing.rs"]
 mod timing;
 use timing::median;
 
-fn main() {
-    let iters: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2000).max(10);
-    let rounds: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(5).max(1);
+fn main() -> vkhost::Result<()> {
+    let iters: usize = args::arg(1, 2000)?.max(10);
+    let rounds: usize = args::arg(2, 5)?.max(1);
     // SAFETY: (the whole block) plain Vulkan calls on objects created here, used by this thread
     // only; a command buffer is resubmitted only after its previous submission completed.
     unsafe {
@@ -140,4 +142,5 @@ fn main() {
         device.destroy_device(None);
         instance.destroy_instance(None);
     }
+    Ok(())
 }

@@ -18,12 +18,14 @@
 use std::time::Instant;
 use vkhost::{BarWrites, Device, OpenOptions, PinnedBuffer, QueueKind, host};
 
+#[path = "support/args.rs"]
+mod args;
 #[path = "support/timing.rs"]
 mod timing;
 use timing::median;
 
 fn main() -> vkhost::Result<()> {
-    let iters: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(50).max(1);
+    let iters: usize = args::arg(1, 50)?.max(1);
     let max = 4 << 20;
     let dev = Device::open_default_with(&OpenOptions { bar_writes: BarWrites::On, bar_write_max: max, ..OpenOptions::default() })?;
     let (front, back) = (dev.alloc_buffer(max)?, dev.alloc_buffer(max)?);

@@ -15,6 +15,8 @@
 use std::time::Instant;
 use vkhost::{BarWrites, Device, OpenOptions, PinnedBuffer};
 
+#[path = "support/args.rs"]
+mod args;
 #[path = "support/timing.rs"]
 mod timing;
 use timing::sync_copies;
@@ -78,15 +80,16 @@ fn churn(dev: &Device, what: &str) -> vkhost::Result<()> {
 }
 
 fn main() -> vkhost::Result<()> {
-    let blocks: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(4);
-    let mib: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(1024);
+    let blocks: usize = args::arg(1, 4)?;
+    let mib: usize = args::arg(2, 1024)?;
+    let len = args::bytes("the size in MiB", mib, 20)?;
     // Copies, not BAR stores, for the writes too.
     let dev = Device::open_default_with(&OpenOptions { bar_writes: BarWrites::Off, ..OpenOptions::default() })?;
     churn(&dev, std::env::var("CHURN").unwrap_or_default().as_str())?;
     let buf = dev.alloc_buffer(1 << 20)?;
     let mut pinned = Vec::new();
     for _ in 0..blocks {
-        let mut p = PinnedBuffer::new(&dev, mib << 20)?;
+        let mut p = PinnedBuffer::new(&dev, len)?;
         p.fill(1);
         pinned.push(p);
     }
@@ -95,7 +98,7 @@ fn main() -> vkhost::Result<()> {
         let (w1, r1) = sync_copies(&buf, p, 1 << 20, 50)?;
         println!("pinned block {i} ({mib} MiB): 4 KiB h2d {w4:6.1} us d2h {r4:6.1} us; 1 MiB h2d {w1:6.1} us d2h {r1:6.1} us");
     }
-    let mut mine = vec![1u8; mib << 20];
+    let mut mine = vec![1u8; len];
     let mut reg = dev.register(&mut mine)?;
     // From the Vec's first byte (wherever the allocator put it in its page), and from the first
     // page boundary inside it.
@@ -109,7 +112,6 @@ fn main() -> vkhost::Result<()> {
     drop(reg);
     drop(mine);
     // Page-aligned anonymous memory, touched, registered (what the bench's registered path uses).
-    let len = mib << 20;
     // SAFETY: a fresh private anonymous mapping, unmapped below after the registration is gone.
     let base = unsafe {
         libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)

@@ -15,6 +15,8 @@
 
 use std::time::Instant;
 use vkhost::{Device, PinnedBuffer};
+#[path = "support/args.rs"]
+mod args;
 
 fn summary(mut t: Vec<f64>, bytes: usize) -> String {
     t.sort_by(|a, b| a.total_cmp(b));
@@ -32,28 +34,26 @@ fn at_offset(v: &[u8], k: Option<usize>) -> usize {
 }
 
 fn main() -> vkhost::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let path = args.first().map(String::as_str).unwrap_or("pinned");
-    let mib: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(256);
-    let iters: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10).max(1);
-    let n = mib << 20;
+    let path = std::env::args().nth(1).unwrap_or_else(|| "pinned".into());
+    let mib: usize = args::arg(2, 256)?;
+    let iters: usize = args::arg(3, 10)?.max(1);
+    let n = args::bytes("the size in MiB", mib, 20)?;
     // The copy engine's path, as the bench's `_ce` rows take it: `BarAssist::Auto` (the
     // default) would share large writes with CPU stores on a host that reads host memory slowly.
     let dev = Device::open_default_with(&vkhost::OpenOptions { bar_assist: vkhost::BarAssist::Off, ..Default::default() })?;
-    if let Some(f) = std::env::var("FRAGMENT_MIB").ok().and_then(|s| s.parse::<usize>().ok()) {
+    if let Some(f) = args::env::<usize>("FRAGMENT_MIB")? {
         let mut v = vec![0u8; f << 20];
         v.fill(7);
         let mut p = PinnedBuffer::new(&dev, f << 20)?;
         p.fill(7);
         drop((v, p));
     }
-    let env = |k: &str| std::env::var(k).ok().and_then(|s| s.parse::<usize>().ok());
-    let (hoff, doff) = (env("PLAIN_OFFSET"), env("PLAIN_DEV_OFFSET").unwrap_or(0));
+    let (hoff, doff) = (args::env::<usize>("PLAIN_OFFSET")?, args::env::<usize>("PLAIN_DEV_OFFSET")?.unwrap_or(0));
     let dbuf = dev.alloc_buffer(n + doff)?;
     let mut pinned;
     let mut plain;
     let mut reg;
-    let host: &mut [u8] = match path {
+    let host: &mut [u8] = match path.as_str() {
         "pinned" => {
             pinned = PinnedBuffer::new(&dev, n)?;
             &mut pinned[..]

@@ -15,12 +15,14 @@
 use std::time::Instant;
 use vkhost::{BarWrites, Device, OpenOptions, PinnedBuffer, QueueKind};
 
+#[path = "support/args.rs"]
+mod args;
 #[path = "support/timing.rs"]
 mod timing;
 use timing::{median, sync_copies};
 
 fn main() -> vkhost::Result<()> {
-    let rounds: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(1).max(1);
+    let rounds: usize = args::arg(1, 1)?.max(1);
     for k in 0..rounds {
         if rounds > 1 {
             println!("-- device {} of {rounds}", k + 1);
@@ -62,7 +64,7 @@ fn round() -> vkhost::Result<()> {
         out.push(format!("{} h2d {w:6.1} us d2h {r:6.1} us", if len == 4096 { "4 KiB" } else { "1 MiB" }));
     }
     println!("synchronous copies: {}", out.join("; "));
-    let cpus: Vec<usize> = std::env::var("PIN_CPUS").unwrap_or_default().split(',').filter_map(|c| c.trim().parse().ok()).collect();
+    let cpus: Vec<usize> = args::list("PIN_CPUS", &std::env::var("PIN_CPUS").unwrap_or_default())?;
     for &cpu in &cpus {
         // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET and sched_setaffinity on the
         // calling thread (pid 0) with its size have no other preconditions.

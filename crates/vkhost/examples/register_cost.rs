@@ -13,6 +13,8 @@
 
 use std::time::Instant;
 use vkhost::{Device, host, vk};
+#[path = "support/args.rs"]
+mod args;
 
 fn ms(v: &mut [f64]) -> String {
     v.sort_by(f64::total_cmp);
@@ -27,9 +29,9 @@ fn anon_huge_kib() -> u64 {
 }
 
 fn main() -> vkhost::Result<()> {
-    let mib: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(1024);
-    let iters: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(5).max(1);
-    let len = mib << 20;
+    let mib: usize = args::arg(1, 1024)?;
+    let iters: usize = args::arg(2, 5)?.max(1);
+    let len = args::bytes("the size in MiB", mib, 20)?;
     let dev = Device::open_default()?;
     let raw = dev.raw()?;
     let ext = ash::ext::external_memory_host::Device::new(&raw.instance, &raw.device);

@@ -13,12 +13,14 @@
 use std::time::Instant;
 use vkhost::{BarWrites, Device, OpenOptions, PinnedBuffer, QueueKind};
 
+#[path = "support/args.rs"]
+mod args;
 #[path = "support/timing.rs"]
 mod timing;
 use timing::median;
 
 fn main() -> vkhost::Result<()> {
-    let iters: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(50).max(1);
+    let iters: usize = args::arg(1, 50)?.max(1);
     let dev = Device::open_default_with(&OpenOptions { bar_writes: BarWrites::Off, ..OpenOptions::default() })?;
     let max = 16 << 20;
     let buf = dev.alloc_buffer(max)?;

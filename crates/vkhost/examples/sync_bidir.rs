@@ -12,14 +12,16 @@ use std::sync::Barrier;
 use std::time::Instant;
 use vkhost::{Device, PinnedBuffer};
 
+#[path = "support/args.rs"]
+mod args;
 #[path = "support/timing.rs"]
 mod timing;
 use timing::median;
 
 fn main() -> vkhost::Result<()> {
-    let arg = |i: usize, d: usize| std::env::args().nth(i).and_then(|s| s.parse().ok()).unwrap_or(d);
-    let (mib, rounds) = (arg(1, 64).max(1), arg(2, 20).max(1));
-    let n = mib << 20;
+    let arg = |i: usize, d: usize| args::arg(i, d);
+    let (mib, rounds) = (arg(1, 64)?.max(1), arg(2, 20)?.max(1));
+    let n = args::bytes("the size in MiB", mib, 20)?;
     let dev = Device::open_default()?;
     let (up, down) = (dev.alloc_buffer(n)?, dev.alloc_buffer(n)?);
     let mut src = PinnedBuffer::new(&dev, n)?;

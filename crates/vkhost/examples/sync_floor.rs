@@ -27,6 +27,8 @@ use std::time::Instant;
 use vkhost::ash::vk;
 use vkhost::{BarWrites, Device, OpenOptions, PinnedBuffer, QueueKind};
 
+#[path = "support/args.rs"]
+mod args;
 #[path = "support/raw.rs"]
 mod raw;
 #[path = "support/timing.rs"]
@@ -100,8 +102,8 @@ impl Drop for Raw {
 }
 
 fn main() -> vkhost::Result<()> {
-    let rounds: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(5).max(1);
-    let iters: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(300).max(10);
+    let rounds: usize = args::arg(1, 5)?.max(1);
+    let iters: usize = args::arg(2, 300)?.max(10);
     let dev = Device::open_default_with(&OpenOptions { bar_writes: BarWrites::Off, ..OpenOptions::default() })?;
     println!("device: {}", dev.info().name);
     let buf = dev.alloc_buffer(LEN as usize)?;

@@ -12,13 +12,12 @@
 
 use std::time::Instant;
 use vkhost::{BarAssist, Device, OpenOptions, PinnedBuffer};
+#[path = "support/args.rs"]
+mod args;
 
 fn main() -> vkhost::Result<()> {
-    let rounds: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(3).max(1);
-    let sizes: Vec<usize> = std::env::args()
-        .nth(2)
-        .map(|s| s.split(',').filter_map(|k| k.trim().parse::<usize>().ok()).map(|m| m << 20).collect())
-        .unwrap_or_else(|| vec![4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]);
+    let rounds: usize = args::arg(1, 3)?.max(1);
+    let sizes = args::sizes(2, 20, &[4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30])?;
     let max = sizes.iter().copied().max().unwrap_or(0);
     let modes = [BarAssist::Auto, BarAssist::Off, BarAssist::Always];
     let mut devs = Vec::new();

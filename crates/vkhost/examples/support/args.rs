@@ -1,0 +1,53 @@
+//! Argument and environment parsing shared by the measurement examples, included with `#[path]`;
+//! not an example itself (no `main`). A value that is given but does not parse, or a size that
+//! overflows, is an `Error::InvalidArgument` naming it: never a silent default or a dropped entry.
+#![allow(dead_code)] // each example uses a few of these
+
+use std::str::FromStr;
+use vkhost::{Error, Result};
+
+fn invalid(what: &str, text: &str, expected: &str) -> Error {
+    Error::InvalidArgument { reason: format!("{what}: expected {expected}, got {text:?}") }
+}
+
+fn parse<T: FromStr>(what: &str, text: &str) -> Result<T> {
+    text.trim().parse().map_err(|_| invalid(what, text, &format!("a {}", std::any::type_name::<T>())))
+}
+
+/// Positional argument `i` (1-based) as a `T`, or `default` when there are fewer arguments.
+pub fn arg<T: FromStr>(i: usize, default: T) -> Result<T> {
+    match std::env::args().nth(i) {
+        Some(text) => parse(&format!("argument {i}"), &text),
+        None => Ok(default),
+    }
+}
+
+/// Environment variable `key` as a `T`, or `None` when it is unset or empty.
+pub fn env<T: FromStr>(key: &str) -> Result<Option<T>> {
+    match std::env::var(key) {
+        Ok(text) if !text.trim().is_empty() => parse(key, &text).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// `count` units of `1 << shift` bytes, as bytes.
+pub fn bytes(what: &str, count: usize, shift: u32) -> Result<usize> {
+    count.checked_mul(1 << shift).ok_or_else(|| invalid(what, &count.to_string(), "a size that fits in usize"))
+}
+
+/// A comma-separated list of `T`s (empty text: an empty list).
+pub fn list<T: FromStr>(what: &str, text: &str) -> Result<Vec<T>> {
+    text.split(',').filter(|k| !k.trim().is_empty()).map(|k| parse(what, k)).collect()
+}
+
+/// Positional argument `i` as a comma-separated list of sizes in units of `1 << shift` bytes,
+/// each at least one unit, returned in bytes; `default` (bytes) when absent.
+pub fn sizes(i: usize, shift: u32, default: &[usize]) -> Result<Vec<usize>> {
+    let Some(text) = std::env::args().nth(i) else { return Ok(default.to_vec()) };
+    let what = format!("argument {i}");
+    let units: Vec<usize> = list(&what, &text)?;
+    if units.is_empty() || units.contains(&0) {
+        return Err(invalid(&what, &text, "sizes of at least 1, comma-separated"));
+    }
+    units.into_iter().map(|u| bytes(&what, u, shift)).collect()
+}
