@@ -42,14 +42,17 @@ fn main() -> vkhost::Result<()> {
     // default) would share large writes with CPU stores on a host that reads host memory slowly.
     let dev = Device::open_default_with(&vkhost::OpenOptions { bar_assist: vkhost::BarAssist::Off, ..Default::default() })?;
     if let Some(f) = args::env::<usize>("FRAGMENT_MIB")? {
-        let mut v = vec![0u8; f << 20];
+        let f = args::bytes("FRAGMENT_MIB", f, 20)?;
+        let mut v = vec![0u8; f];
         v.fill(7);
-        let mut p = PinnedBuffer::new(&dev, f << 20)?;
+        let mut p = PinnedBuffer::new(&dev, f)?;
         p.fill(7);
         drop((v, p));
     }
     let (hoff, doff) = (args::env::<usize>("PLAIN_OFFSET")?, args::env::<usize>("PLAIN_DEV_OFFSET")?.unwrap_or(0));
-    let dbuf = dev.alloc_buffer(n + doff)?;
+    let dlen =
+        n.checked_add(doff).ok_or_else(|| vkhost::Error::InvalidArgument { reason: format!("PLAIN_DEV_OFFSET {doff} past usize") })?;
+    let dbuf = dev.alloc_buffer(dlen)?;
     let mut pinned;
     let mut plain;
     let mut reg;
