@@ -15,9 +15,8 @@ use vkhost::{BarAssist, BarWrites, Device, OpenOptions, PinnedBuffer, host};
 mod args;
 
 fn main() -> vkhost::Result<()> {
-    let arg = |i: usize, d: usize| args::arg(i, d);
-    let (mib, rounds, read) = (arg(1, 64)?.max(4), arg(2, 40)?.max(1), arg(3, 0)? == 1);
-    let n = args::bytes("the size in MiB", mib, 20)?;
+    let (mib, n) = args::size_arg(1, 20, 64, 4)?;
+    let (rounds, read) = (args::arg(2, 40usize)?.max(1), args::arg(3, 0usize)? == 1);
     let opts = OpenOptions { bar_writes: BarWrites::On, bar_assist: BarAssist::Always, ..OpenOptions::default() };
     let dev = Device::open_default_with(&opts)?;
     let (wbuf, rbuf) = (dev.alloc_buffer(n)?, dev.alloc_buffer(n)?);

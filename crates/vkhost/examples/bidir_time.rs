@@ -31,9 +31,8 @@ fn register_two<'a>(dev: &Device, other: &'a mut Option<[Vec<u8>; 4]>) -> vkhost
 }
 
 fn main() -> vkhost::Result<()> {
-    let arg = |i: usize, d: usize| args::arg(i, d);
-    let (block, copy, secs) = (arg(1, 1024)?.max(1), arg(2, 256)?.max(1), arg(3, 12)?.max(1));
-    let (block, copy) = (args::bytes("argument 1", block, 20)?, args::bytes("argument 2", copy, 20)?);
+    let ((_, block), (_, copy)) = (args::size_arg(1, 20, 1024, 1)?, args::size_arg(2, 20, 256, 1)?);
+    let secs = args::arg(3, 12usize)?.max(1);
     let copy = copy.min(block);
     let extra = std::env::var("EXTRA").unwrap_or_default();
     let dev = Device::open_default()?;

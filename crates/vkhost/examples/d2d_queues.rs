@@ -36,7 +36,7 @@ fn gbps(n: usize, mut f: impl FnMut() -> vkhost::Result<()>, s: &Stream) -> vkho
 }
 
 fn main() -> vkhost::Result<()> {
-    let max = args::bytes("argument 1", args::arg(1, 1024usize)?.max(1), 20)?;
+    let (_, max) = args::size_arg(1, 20, 1024, 1)?;
     let dev = Device::open_default()?;
     let raw = Device::open_default_with(&OpenOptions { d2d_kernel_min: Some(usize::MAX), ..Default::default() })?;
     let (a, b) = (dev.alloc_buffer(max)?, dev.alloc_buffer(max)?);

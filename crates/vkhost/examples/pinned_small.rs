@@ -81,8 +81,7 @@ fn churn(dev: &Device, what: &str) -> vkhost::Result<()> {
 
 fn main() -> vkhost::Result<()> {
     let blocks: usize = args::arg(1, 4)?;
-    let mib: usize = args::arg(2, 1024)?;
-    let len = args::bytes("the size in MiB", mib, 20)?;
+    let (mib, len) = args::size_arg(2, 20, 1024, 0)?;
     // Copies, not BAR stores, for the writes too.
     let dev = Device::open_default_with(&OpenOptions { bar_writes: BarWrites::Off, ..OpenOptions::default() })?;
     churn(&dev, std::env::var("CHURN").unwrap_or_default().as_str())?;

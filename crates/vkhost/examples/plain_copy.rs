@@ -35,9 +35,8 @@ fn at_offset(v: &[u8], k: Option<usize>) -> usize {
 
 fn main() -> vkhost::Result<()> {
     let path = std::env::args().nth(1).unwrap_or_else(|| "pinned".into());
-    let mib: usize = args::arg(2, 256)?;
+    let (mib, n) = args::size_arg(2, 20, 256, 0)?;
     let iters: usize = args::arg(3, 10)?.max(1);
-    let n = args::bytes("the size in MiB", mib, 20)?;
     // The copy engine's path, as the bench's `_ce` rows take it: `BarAssist::Auto` (the
     // default) would share large writes with CPU stores on a host that reads host memory slowly.
     let dev = Device::open_default_with(&vkhost::OpenOptions { bar_assist: vkhost::BarAssist::Off, ..Default::default() })?;

@@ -29,9 +29,8 @@ fn anon_huge_kib() -> u64 {
 }
 
 fn main() -> vkhost::Result<()> {
-    let mib: usize = args::arg(1, 1024)?;
+    let (mib, len) = args::size_arg(1, 20, 1024, 0)?;
     let iters: usize = args::arg(2, 5)?.max(1);
-    let len = args::bytes("the size in MiB", mib, 20)?;
     let dev = Device::open_default()?;
     let raw = dev.raw()?;
     let ext = ash::ext::external_memory_host::Device::new(&raw.instance, &raw.device);

@@ -19,9 +19,8 @@ mod timing;
 use timing::median;
 
 fn main() -> vkhost::Result<()> {
-    let arg = |i: usize, d: usize| args::arg(i, d);
-    let (mib, rounds) = (arg(1, 64)?.max(1), arg(2, 20)?.max(1));
-    let n = args::bytes("the size in MiB", mib, 20)?;
+    let (mib, n) = args::size_arg(1, 20, 64, 1)?;
+    let rounds = args::arg(2, 20usize)?.max(1);
     let dev = Device::open_default()?;
     let (up, down) = (dev.alloc_buffer(n)?, dev.alloc_buffer(n)?);
     let mut src = PinnedBuffer::new(&dev, n)?;

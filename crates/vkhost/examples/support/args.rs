@@ -22,6 +22,13 @@ pub fn arg<T: FromStr>(i: usize, default: T) -> Result<T> {
     }
 }
 
+/// Positional argument `i` as a size in units of `1 << shift` bytes, `default` units when absent,
+/// raised to at least `min` units: `(units, bytes)`.
+pub fn size_arg(i: usize, shift: u32, default: usize, min: usize) -> Result<(usize, usize)> {
+    let units = arg(i, default)?.max(min);
+    Ok((units, bytes(&format!("argument {i}"), units, shift)?))
+}
+
 /// Environment variable `key` as a `T`, or `None` when it is unset or empty.
 pub fn env<T: FromStr>(key: &str) -> Result<Option<T>> {
     match std::env::var(key) {
