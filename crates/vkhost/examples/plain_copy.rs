@@ -35,6 +35,11 @@ fn at_offset(v: &[u8], k: Option<usize>) -> usize {
 
 fn main() -> vkhost::Result<()> {
     let path = std::env::args().nth(1).unwrap_or_else(|| "pinned".into());
+    if !matches!(path.as_str(), "pinned" | "registered" | "pageable") {
+        return Err(vkhost::Error::InvalidArgument {
+            reason: format!("argument 1: expected pinned, registered or pageable, got {path:?}"),
+        });
+    }
     let (mib, n) = args::size_arg(2, 20, 256, 0)?;
     let iters: usize = args::arg(3, 10)?.max(1);
     // The copy engine's path, as the bench's `_ce` rows take it: `BarAssist::Auto` (the
@@ -49,9 +54,9 @@ fn main() -> vkhost::Result<()> {
         drop((v, p));
     }
     let (hoff, doff) = (args::env::<usize>("PLAIN_OFFSET")?, args::env::<usize>("PLAIN_DEV_OFFSET")?.unwrap_or(0));
-    let dlen =
-        n.checked_add(doff).ok_or_else(|| vkhost::Error::InvalidArgument { reason: format!("PLAIN_DEV_OFFSET {doff} past usize") })?;
-    let dbuf = dev.alloc_buffer(dlen)?;
+    let dbuf = dev.alloc_buffer(args::plus("PLAIN_DEV_OFFSET", n, doff)?)?;
+    // PLAIN_OFFSET places the host bytes at that offset within a page: two spare pages.
+    let hlen = args::plus("PLAIN_OFFSET", n, if hoff.is_some() { 8192 } else { 0 })?;
     let mut pinned;
     let mut plain;
     let mut reg;
@@ -62,14 +67,14 @@ fn main() -> vkhost::Result<()> {
         }
         "registered" => {
             // PLAIN_UNTOUCHED=1: a zeroed Vec whose pages nothing touched before registering.
-            let extra = if hoff.is_some() { 8192 } else { 0 };
-            plain = if std::env::var("PLAIN_UNTOUCHED").as_deref() == Ok("1") { vec![0u8; n + extra] } else { vec![1u8; n + extra] };
+            plain = if std::env::var("PLAIN_UNTOUCHED").as_deref() == Ok("1") { vec![0u8; hlen] } else { vec![1u8; hlen] };
             let at = at_offset(&plain, hoff);
             reg = dev.register(&mut plain[at..at + n])?;
             &mut reg[..]
         }
         _ => {
-            plain = vec![1u8; n + if hoff.is_some() { 8192 } else { 0 }];
+            // pageable (checked above)
+            plain = vec![1u8; hlen];
             let at = at_offset(&plain, hoff);
             &mut plain[at..at + n]
         }

@@ -42,6 +42,11 @@ pub fn bytes(what: &str, count: usize, shift: u32) -> Result<usize> {
     count.checked_mul(1 << shift).ok_or_else(|| invalid(what, &count.to_string(), "a size that fits in usize"))
 }
 
+/// `base + extra` bytes, where `extra` is what `what` adds: an error naming `what` on overflow.
+pub fn plus(what: &str, base: usize, extra: usize) -> Result<usize> {
+    base.checked_add(extra).ok_or_else(|| invalid(what, &extra.to_string(), &format!("at most {} more bytes", usize::MAX - base)))
+}
+
 /// A comma-separated list of `T`s (empty text: an empty list).
 pub fn list<T: FromStr>(what: &str, text: &str) -> Result<Vec<T>> {
     text.split(',').filter(|k| !k.trim().is_empty()).map(|k| parse(what, k)).collect()
