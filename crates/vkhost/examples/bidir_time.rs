@@ -34,9 +34,9 @@ fn main() -> vkhost::Result<()> {
     let ((_, block), (_, copy)) = (args::size_arg(1, 20, 1024, 1)?, args::size_arg(2, 20, 256, 1)?);
     let secs = args::arg(3, 12usize)?.max(1);
     let copy = copy.min(block);
-    let extra = std::env::var("EXTRA").unwrap_or_default();
+    let extra = args::choice("EXTRA", &["before", "1"])?;
     let dev = Device::open_default()?;
-    let devbuf_first = std::env::var("DEVBUF_FIRST").is_ok_and(|v| v == "1");
+    let devbuf_first = args::choice("DEVBUF_FIRST", &["0", "1"])? == "1";
     let two_buffers = || -> vkhost::Result<_> { Ok((dev.alloc_buffer(block)?, dev.alloc_buffer(block)?)) };
     let early = if devbuf_first { Some(two_buffers()?) } else { None };
     let t0 = Instant::now();
@@ -48,7 +48,7 @@ fn main() -> vkhost::Result<()> {
     let mut dst = PinnedBuffer::new(&dev, block)?;
     // TOUCH=late: the blocks' first CPU writes come right before the pairs, and only over the
     // copied range, as in the bench's sweep (its round-trip check writes the range it copies).
-    let late = std::env::var("TOUCH").is_ok_and(|v| v == "late");
+    let late = args::choice("TOUCH", &["late"])? == "late";
     if !late {
         src.fill(3);
         dst.fill(0);

@@ -84,7 +84,7 @@ fn main() -> vkhost::Result<()> {
     let (mib, len) = args::size_arg(2, 20, 1024, 0)?;
     // Copies, not BAR stores, for the writes too.
     let dev = Device::open_default_with(&OpenOptions { bar_writes: BarWrites::Off, ..OpenOptions::default() })?;
-    churn(&dev, std::env::var("CHURN").unwrap_or_default().as_str())?;
+    churn(&dev, &args::choice("CHURN", &["find10k", "pinned1g", "reg1g"])?)?;
     let buf = dev.alloc_buffer(1 << 20)?;
     let mut pinned = Vec::new();
     for _ in 0..blocks {

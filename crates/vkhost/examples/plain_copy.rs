@@ -53,6 +53,7 @@ fn main() -> vkhost::Result<()> {
         p.fill(7);
         drop((v, p));
     }
+    let untouched = args::choice("PLAIN_UNTOUCHED", &["0", "1"])? == "1";
     let (hoff, doff) = (args::env::<usize>("PLAIN_OFFSET")?, args::env::<usize>("PLAIN_DEV_OFFSET")?.unwrap_or(0));
     let dbuf = dev.alloc_buffer(args::plus("PLAIN_DEV_OFFSET", n, doff)?)?;
     // PLAIN_OFFSET places the host bytes at that offset within a page: two spare pages.
@@ -67,7 +68,7 @@ fn main() -> vkhost::Result<()> {
         }
         "registered" => {
             // PLAIN_UNTOUCHED=1: a zeroed Vec whose pages nothing touched before registering.
-            plain = if std::env::var("PLAIN_UNTOUCHED").as_deref() == Ok("1") { vec![0u8; hlen] } else { vec![1u8; hlen] };
+            plain = if untouched { vec![0u8; hlen] } else { vec![1u8; hlen] };
             let at = at_offset(&plain, hoff);
             reg = dev.register(&mut plain[at..at + n])?;
             &mut reg[..]

@@ -37,6 +37,16 @@ pub fn env<T: FromStr>(key: &str) -> Result<Option<T>> {
     }
 }
 
+/// Environment variable `key` as one of `choices`, or `""` when it is unset or empty.
+pub fn choice(key: &str, choices: &[&str]) -> Result<String> {
+    let text = std::env::var(key).unwrap_or_default();
+    let text = text.trim();
+    if text.is_empty() || choices.contains(&text) {
+        return Ok(text.to_string());
+    }
+    Err(invalid(key, text, &format!("one of {}", choices.join(", "))))
+}
+
 /// `count` units of `1 << shift` bytes, as bytes.
 pub fn bytes(what: &str, count: usize, shift: u32) -> Result<usize> {
     count.checked_mul(1 << shift).ok_or_else(|| invalid(what, &count.to_string(), "a size that fits in usize"))
