@@ -23,16 +23,21 @@ use timing::{median, sync_copies};
 
 fn main() -> vkhost::Result<()> {
     let rounds: usize = args::arg(1, 1)?.max(1);
+    let cpus: Vec<usize> = args::list("PIN_CPUS", &args::var("PIN_CPUS")?)?;
+    if let Some(&cpu) = cpus.iter().find(|&&c| c >= libc::CPU_SETSIZE as usize) {
+        let reason = format!("PIN_CPUS: CPU {cpu} is past the largest set sched_setaffinity takes ({})", libc::CPU_SETSIZE);
+        return Err(vkhost::Error::InvalidArgument { reason });
+    }
     for k in 0..rounds {
         if rounds > 1 {
             println!("-- device {} of {rounds}", k + 1);
         }
-        round()?;
+        round(&cpus)?;
     }
     Ok(())
 }
 
-fn round() -> vkhost::Result<()> {
+fn round(cpus: &[usize]) -> vkhost::Result<()> {
     let dev = Device::open_default_with(&OpenOptions { bar_writes: BarWrites::Off, ..OpenOptions::default() })?;
     let buf = dev.alloc_buffer(1 << 20)?;
     let mut host = PinnedBuffer::new(&dev, 1 << 20)?;
@@ -64,8 +69,7 @@ fn round() -> vkhost::Result<()> {
         out.push(format!("{} h2d {w:6.1} us d2h {r:6.1} us", if len == 4096 { "4 KiB" } else { "1 MiB" }));
     }
     println!("synchronous copies: {}", out.join("; "));
-    let cpus: Vec<usize> = args::list("PIN_CPUS", &std::env::var("PIN_CPUS").unwrap_or_default())?;
-    for &cpu in &cpus {
+    for &cpu in cpus {
         // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET and sched_setaffinity on the
         // calling thread (pid 0) with its size have no other preconditions.
         let ok = unsafe {

@@ -31,15 +31,22 @@ pub fn size_arg(i: usize, shift: u32, default: usize, min: usize) -> Result<(usi
 
 /// Environment variable `key` as a `T`, or `None` when it is unset or empty.
 pub fn env<T: FromStr>(key: &str) -> Result<Option<T>> {
+    let text = var(key)?;
+    if text.trim().is_empty() { Ok(None) } else { parse(key, &text).map(Some) }
+}
+
+/// Environment variable `key`, `""` when unset; text that is not UTF-8 is an error.
+pub fn var(key: &str) -> Result<String> {
     match std::env::var(key) {
-        Ok(text) if !text.trim().is_empty() => parse(key, &text).map(Some),
-        _ => Ok(None),
+        Ok(text) => Ok(text),
+        Err(std::env::VarError::NotPresent) => Ok(String::new()),
+        Err(std::env::VarError::NotUnicode(raw)) => Err(invalid(key, &raw.to_string_lossy(), "UTF-8 text")),
     }
 }
 
 /// Environment variable `key` as one of `choices`, or `""` when it is unset or empty.
 pub fn choice(key: &str, choices: &[&str]) -> Result<String> {
-    let text = std::env::var(key).unwrap_or_default();
+    let text = var(key)?;
     let text = text.trim();
     if text.is_empty() || choices.contains(&text) {
         return Ok(text.to_string());
