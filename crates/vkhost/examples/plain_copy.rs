@@ -34,12 +34,7 @@ fn at_offset(v: &[u8], k: Option<usize>) -> usize {
 }
 
 fn main() -> vkhost::Result<()> {
-    let path = std::env::args().nth(1).unwrap_or_else(|| "pinned".into());
-    if !matches!(path.as_str(), "pinned" | "registered" | "pageable") {
-        return Err(vkhost::Error::InvalidArgument {
-            reason: format!("argument 1: expected pinned, registered or pageable, got {path:?}"),
-        });
-    }
+    let path = args::arg_choice(1, "pinned", &["pinned", "registered", "pageable"])?;
     let (mib, n) = args::size_arg(2, 20, 256, 0)?;
     let iters: usize = args::arg(3, 10)?.max(1);
     // The copy engine's path, as the bench's `_ce` rows take it: `BarAssist::Auto` (the
@@ -74,7 +69,7 @@ fn main() -> vkhost::Result<()> {
             &mut reg[..]
         }
         _ => {
-            // pageable (checked above)
+            // pageable: arg_choice allows nothing else
             plain = vec![1u8; hlen];
             let at = at_offset(&plain, hoff);
             &mut plain[at..at + n]

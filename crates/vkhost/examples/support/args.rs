@@ -44,14 +44,26 @@ pub fn var(key: &str) -> Result<String> {
     }
 }
 
+/// `text` (trimmed) when it is one of `choices`, else an error naming `what`.
+fn one_of(what: &str, text: &str, choices: &[&str]) -> Result<String> {
+    match choices.iter().find(|&&c| c == text.trim()) {
+        Some(c) => Ok(c.to_string()),
+        None => Err(invalid(what, text, &format!("one of {}", choices.join(", ")))),
+    }
+}
+
 /// Environment variable `key` as one of `choices`, or `""` when it is unset or empty.
 pub fn choice(key: &str, choices: &[&str]) -> Result<String> {
     let text = var(key)?;
-    let text = text.trim();
-    if text.is_empty() || choices.contains(&text) {
-        return Ok(text.to_string());
+    if text.trim().is_empty() { Ok(String::new()) } else { one_of(key, &text, choices) }
+}
+
+/// Positional argument `i` as one of `choices`, or `default` when there are fewer arguments.
+pub fn arg_choice(i: usize, default: &str, choices: &[&str]) -> Result<String> {
+    match std::env::args().nth(i) {
+        Some(text) => one_of(&format!("argument {i}"), &text, choices),
+        None => Ok(default.to_string()),
     }
-    Err(invalid(key, text, &format!("one of {}", choices.join(", "))))
 }
 
 /// `count` units of `1 << shift` bytes, as bytes.
