@@ -224,9 +224,13 @@ pub enum BarWrites {
 /// write alone moved more than the copy engine at every size, in three records on three
 /// hosts: 4 MiB 33.3-34.5 GB/s against 29.5-32.5, 16 MiB 36.7-38.2 against 33.2-33.5, 64 MiB
 /// 40.4-41.1 against 34.2-34.4, 256 MiB 42.4-42.9 against 34.2-34.8 (1.25x), 1 GiB 36.2-36.7
-/// against 34.3-34.5 (unsteady, 34.5-45.5). `vkhost devices` prints the rates measured at
-/// open, and [`CopyQueues::reads_host_slowly`](crate::CopyQueues::reads_host_slowly) says which
-/// case `Auto` found.
+/// against 34.3-34.5 (unsteady, 34.5-45.5). `Auto` itself, on such a host (2026-12-06, copy
+/// engine 32.3 GB/s reading host memory and 51.0 writing it), found the slow reads, shared as
+/// `Always` does (0.98-1.02x of it from 16 MiB) and moved 1.20-1.35x the copy engine alone from
+/// 16 MiB to 1 GiB in three rounds (1 GiB 43.5-45.3 GB/s against 33.6-34.1). `vkhost devices`
+/// prints the rates measured at open, and
+/// [`CopyQueues::reads_host_slowly`](crate::CopyQueues::reads_host_slowly) says which case
+/// `Auto` found.
 ///
 /// # Example
 ///
