@@ -14,9 +14,18 @@ fn parse<T: FromStr>(what: &str, text: &str) -> Result<T> {
     text.trim().parse().map_err(|_| invalid(what, text, &format!("a {}", std::any::type_name::<T>())))
 }
 
+/// Positional argument `i` (1-based), `None` when there are fewer arguments; text that is not
+/// UTF-8 is an error (where `std::env::args` would panic).
+fn positional(i: usize) -> Result<Option<String>> {
+    match std::env::args_os().nth(i) {
+        None => Ok(None),
+        Some(raw) => raw.into_string().map(Some).map_err(|raw| invalid(&format!("argument {i}"), &raw.to_string_lossy(), "UTF-8 text")),
+    }
+}
+
 /// Positional argument `i` (1-based) as a `T`, or `default` when there are fewer arguments.
 pub fn arg<T: FromStr>(i: usize, default: T) -> Result<T> {
-    match std::env::args().nth(i) {
+    match positional(i)? {
         Some(text) => parse(&format!("argument {i}"), &text),
         None => Ok(default),
     }
@@ -60,7 +69,7 @@ pub fn choice(key: &str, choices: &[&str]) -> Result<String> {
 
 /// Positional argument `i` as one of `choices`, or `default` when there are fewer arguments.
 pub fn arg_choice(i: usize, default: &str, choices: &[&str]) -> Result<String> {
-    match std::env::args().nth(i) {
+    match positional(i)? {
         Some(text) => one_of(&format!("argument {i}"), &text, choices),
         None => Ok(default.to_string()),
     }
@@ -84,7 +93,7 @@ pub fn list<T: FromStr>(what: &str, text: &str) -> Result<Vec<T>> {
 /// Positional argument `i` as a comma-separated list of sizes in units of `1 << shift` bytes,
 /// each at least one unit, returned in bytes; `default` (bytes) when absent.
 pub fn sizes(i: usize, shift: u32, default: &[usize]) -> Result<Vec<usize>> {
-    let Some(text) = std::env::args().nth(i) else { return Ok(default.to_vec()) };
+    let Some(text) = positional(i)? else { return Ok(default.to_vec()) };
     let what = format!("argument {i}");
     let units: Vec<usize> = list(&what, &text)?;
     if units.is_empty() || units.contains(&0) {
