@@ -10,21 +10,18 @@
 //! Exits 2 on any mismatch. Needs the memory: twice the size would not fit many machines, so the
 //! copy goes through one device buffer of 1 GiB.
 
+#[path = "support/args.rs"]
+mod args;
+
 use std::time::Instant;
-use vkhost::{Device, host};
+use vkhost::{Device, Error, host};
 
 fn main() -> vkhost::Result<()> {
-    let gib: usize = match std::env::args().nth(1) {
-        None => 8,
-        Some(a) => match a.parse() {
-            Ok(g) if g > 0 => g,
-            _ => {
-                eprintln!("big_register: the size is a whole number of GiB (at least 1), not {a:?}");
-                std::process::exit(1);
-            }
-        },
-    };
-    let len = gib << 30;
+    let gib: usize = args::arg(1, 8)?;
+    if gib == 0 {
+        return Err(Error::InvalidArgument { reason: "argument 1: the size is a whole number of GiB, at least 1, not 0".into() });
+    }
+    let len = args::bytes("argument 1", gib, 30)?;
     let dev = Device::open_default()?;
     let limit = dev.info().max_memory_allocation_size as usize;
     // The import piece: the device's limit, or OpenOptions::max_import_piece (VKHOST_IMPORT_PIECE).
