@@ -4,14 +4,16 @@
 //! which `vkhost demo pipeline` runs too.
 //!
 //! `cargo run --release --example pipeline [MiB] [chunks]` (default 64 MiB in 16 chunks). Exits
-//! 1 when an output differs from the CPU's.
+//! 1 when an output differs from the CPU's, and on an argument that does not parse (0 is raised
+//! to 1).
 
+#[path = "../support/args.rs"]
+mod args;
 mod demo;
 
 fn main() -> vkhost::Result<()> {
-    let mut args = std::env::args().skip(1);
-    let mib: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(64).max(1);
-    let chunks: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(16).max(1);
+    let mib: usize = args::arg(1, 64usize)?.max(1);
+    let chunks: usize = args::arg(2, 16usize)?.max(1);
     let dev = vkhost::Device::open_default()?;
     if !demo::run(dev, &demo::Options { mib, chunks, plant_mismatch: false })? {
         std::process::exit(1);
