@@ -27,7 +27,7 @@ enum Demo {
 #[derive(clap::Args)]
 struct PipelineArgs {
     /// The host array's size in MiB (at most 8192: the demo indexes u32 words with u32).
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=8192))]
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=pipeline::MAX_MIB as i64))]
     mib: u32,
     /// How many chunks the array is cut into.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1 << 16))]

@@ -180,9 +180,12 @@ impl Job<'_> {
     }
 }
 
+/// The largest array `run` takes, in MiB: the demo indexes u32 words with u32.
+pub const MAX_MIB: usize = 8192;
+
 /// What to run.
 pub struct Options {
-    /// The array's size in MiB (at least 1).
+    /// The array's size in MiB (0 is taken as 1; above [`MAX_MIB`] is an error).
     pub mib: usize,
     /// How many chunks it is cut into (at least 1).
     pub chunks: usize,
@@ -196,6 +199,9 @@ pub struct Options {
 /// errors).
 pub fn run(dev: Device, o: &Options) -> vkhost::Result<bool> {
     let mib = o.mib.max(1);
+    if mib > MAX_MIB {
+        return Err(vkhost::Error::InvalidArgument { reason: format!("the pipeline demo takes at most {MAX_MIB} MiB, asked for {mib}") });
+    }
     let len = mib << 20;
     // Chunks are whole pages: at most one per 4 KiB, so fewer than asked for a small array.
     let per = (len / o.chunks.max(1)).max(1).next_multiple_of(4096);

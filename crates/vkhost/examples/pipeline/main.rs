@@ -3,9 +3,9 @@
 //! zero-copy (the kernel reads and writes the registered memory). The work is in `demo.rs`,
 //! which `vkhost demo pipeline` runs too.
 //!
-//! `cargo run --release --example pipeline [MiB] [chunks]` (default 64 MiB in 16 chunks). Exits
-//! 1 when an output differs from the CPU's, and on an argument that does not parse (0 is raised
-//! to 1).
+//! `cargo run --release --example pipeline [MiB] [chunks]` (default 64 MiB in 16 chunks, at most
+//! 8192 MiB). Exits 1 when an output differs from the CPU's, and on an argument that does not
+//! parse or is too large (0 is raised to 1).
 
 #[path = "../support/args.rs"]
 mod args;
