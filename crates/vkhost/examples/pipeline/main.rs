@@ -12,8 +12,9 @@ mod args;
 mod demo;
 
 fn main() -> vkhost::Result<()> {
-    let mib: usize = args::arg(1, 64usize)?.max(1);
-    let chunks: usize = args::arg(2, 16usize)?.max(1);
+    // demo::run raises 0 to 1 and refuses a size above its bound.
+    let mib: usize = args::arg(1, 64)?;
+    let chunks: usize = args::arg(2, 16)?;
     let dev = vkhost::Device::open_default()?;
     if !demo::run(dev, &demo::Options { mib, chunks, plant_mismatch: false })? {
         std::process::exit(1);
