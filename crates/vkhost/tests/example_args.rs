@@ -52,3 +52,90 @@ fn lists_parse_every_entry_or_fail() {
     assert!(args::list::<usize>("x", "1,-2").is_err(), "a negative size is not dropped");
     assert!(args::list::<u8>("x", "1,256").is_err(), "an out-of-range entry is not truncated");
 }
+
+/// The built example `name` (`cargo test` builds the examples beside the tests), or `None`, after
+/// saying why, when it is absent or older than its source (a run filtered to this test alone
+/// builds no examples; the examples are not packed with the test binaries for the GPU machine).
+fn example(name: &str, source: &str) -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe.parent()?.parent()?.join("examples").join(name);
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(source);
+    let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match (modified(&bin), modified(&src)) {
+        (Some(b), Some(s)) if b >= s => Some(bin),
+        (None, _) => {
+            eprintln!("skipped {name}: no example binary at {} (run `cargo test` without target filters)", bin.display());
+            None
+        }
+        _ => {
+            eprintln!("skipped {name}: {} is older than {} (rebuild the examples)", bin.display(), src.display());
+            None
+        }
+    }
+}
+
+/// Runs the example with `args` and `env` (and none of the examples' other variables), at most
+/// 120 s: `(exit code, stderr)`.
+fn run_example(bin: &std::path::Path, args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut cmd = std::process::Command::new(bin);
+    cmd.args(args).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    for k in ["FRAGMENT_MIB", "PLAIN_UNTOUCHED", "PLAIN_OFFSET", "PLAIN_DEV_OFFSET"] {
+        cmd.env_remove(k);
+    }
+    cmd.envs(env.iter().copied());
+    let mut child = cmd.spawn().expect("spawn the example");
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("wait for the example").is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("{} {args:?} still running after 120 s: an argument was not refused", bin.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("collect the example's output");
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Each example that takes arguments, given one that does not parse or is too large, exits 1
+/// with an `InvalidArgument` naming it; before these examples used `support/args.rs`, some fell
+/// back to the default silently, wrapped a size or panicked.
+#[test]
+fn examples_refuse_bad_arguments() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let os = |s: &'static str| OsStr::new(s);
+    let not_utf8 = OsStr::from_bytes(b"\xff");
+    // (example, its source, arguments, environment, what stderr must say)
+    type Case<'a> = (&'a str, &'a str, Vec<&'a OsStr>, &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case] = &[
+        ("pipeline", "pipeline/main.rs", vec![os("x")], &[], "argument 1: expected a usize, got \\\"x\\\""),
+        ("pipeline", "pipeline/main.rs", vec![os("4"), os("two")], &[], "argument 2: expected a usize"),
+        ("pipeline", "pipeline/main.rs", vec![os("18446744073709551615")], &[], "at most 8192 MiB"),
+        ("pipeline", "pipeline/main.rs", vec![not_utf8], &[], "argument 1: expected UTF-8 text"),
+        ("plain_copy", "plain_copy.rs", vec![os("bogus")], &[], "argument 1: expected one of pinned, registered, pageable"),
+        (
+            "plain_copy",
+            "plain_copy.rs",
+            vec![os("pinned"), os("18446744073709551615")],
+            &[],
+            "argument 2: expected a size that fits in usize",
+        ),
+        ("plain_copy", "plain_copy.rs", vec![os("pinned"), os("1")], &[("FRAGMENT_MIB", "abc")], "FRAGMENT_MIB: expected a usize"),
+        ("plain_copy", "plain_copy.rs", vec![os("pinned"), os("1")], &[("PLAIN_UNTOUCHED", "2")], "PLAIN_UNTOUCHED: expected one of 0, 1"),
+        ("alloc_cost", "alloc_cost.rs", vec![os("1"), os("4,x")], &[], "argument 2: expected a usize, got \\\"x\\\""),
+        ("alloc_cost", "alloc_cost.rs", vec![os("1"), os("4,0")], &[], "argument 2: expected sizes of at least 1"),
+        ("d2d_queues", "d2d_queues.rs", vec![os("-1")], &[], "argument 1: expected a usize"),
+        ("sync_floor", "sync_floor.rs", vec![os("1"), os("y")], &[], "argument 2: expected a usize"),
+        ("armed_latency", "armed_latency.rs", vec![os("10"), os("1.5")], &[], "argument 2: expected a u64"),
+        ("host_read_barrier", "host_read_barrier.rs", vec![not_utf8], &[], "argument 1: expected UTF-8 text"),
+    ];
+    let mut ran = 0;
+    for (name, source, args, env, want) in cases {
+        let Some(bin) = example(name, source) else { continue };
+        let (code, stderr) = run_example(&bin, args, env);
+        assert_eq!(code, Some(1), "{name} {args:?} {env:?}: exit code; stderr:\n{stderr}");
+        assert!(stderr.contains("InvalidArgument") && stderr.contains(want), "{name} {args:?} {env:?}: stderr lacks {want:?}:\n{stderr}");
+        ran += 1;
+    }
+    eprintln!("{ran} of {} example runs checked", cases.len());
+}
