@@ -54,21 +54,24 @@ fn lists_parse_every_entry_or_fail() {
 }
 
 /// The built example `name` (`cargo test` builds the examples beside the tests), or `None`, after
-/// saying why, when it is absent or older than its source (a run filtered to this test alone
+/// saying why, when it is absent or older than its source or `support/args.rs` (a run filtered to this test alone
 /// builds no examples; the examples are not packed with the test binaries for the GPU machine).
 fn example(name: &str, source: &str) -> Option<std::path::PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let bin = exe.parent()?.parent()?.join("examples").join(name);
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(source);
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let src = dir.join(source);
     let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    match (modified(&bin), modified(&src)) {
+    // The example's own source and the parsing it includes.
+    let newest = modified(&src).max(modified(&dir.join("support/args.rs")));
+    match (modified(&bin), newest) {
         (Some(b), Some(s)) if b >= s => Some(bin),
         (None, _) => {
             eprintln!("skipped {name}: no example binary at {} (run `cargo test` without target filters)", bin.display());
             None
         }
         _ => {
-            eprintln!("skipped {name}: {} is older than {} (rebuild the examples)", bin.display(), src.display());
+            eprintln!("skipped {name}: {} is older than {} or support/args.rs (rebuild the examples)", bin.display(), src.display());
             None
         }
     }
@@ -84,6 +87,13 @@ fn run_example(bin: &std::path::Path, args: &[&std::ffi::OsStr], env: &[(&str, &
     }
     cmd.envs(env.iter().copied());
     let mut child = cmd.spawn().expect("spawn the example");
+    // Read stderr meanwhile, so that a chatty example cannot block on a full pipe.
+    let mut pipe = child.stderr.take().expect("the example's stderr");
+    let reader = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut pipe, &mut text);
+        text
+    });
     let start = std::time::Instant::now();
     while child.try_wait().expect("wait for the example").is_none() {
         if start.elapsed() > std::time::Duration::from_secs(120) {
@@ -92,8 +102,9 @@ fn run_example(bin: &std::path::Path, args: &[&std::ffi::OsStr], env: &[(&str, &
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let out = child.wait_with_output().expect("collect the example's output");
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let status = child.wait().expect("the example's exit status");
+    let stderr = reader.join().expect("the stderr reader");
+    (status.code(), String::from_utf8_lossy(&stderr).into_owned())
 }
 
 /// Each example that takes arguments, given one that does not parse or is too large, exits 1
