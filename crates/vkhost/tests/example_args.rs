@@ -4,6 +4,7 @@
 
 #[path = "../examples/support/args.rs"]
 mod args;
+mod common;
 
 use vkhost::Error;
 
@@ -53,25 +54,32 @@ fn lists_parse_every_entry_or_fail() {
     assert!(args::list::<u8>("x", "1,256").is_err(), "an out-of-range entry is not truncated");
 }
 
+/// The newest modification time of `path`, or of the files directly in it when it is a folder.
+fn newest(path: &std::path::Path) -> Option<std::time::SystemTime> {
+    let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match std::fs::read_dir(path) {
+        Ok(entries) => entries.filter_map(|e| modified(&e.ok()?.path())).max(),
+        Err(_) => modified(path),
+    }
+}
+
 /// The built example `name` (`cargo test` builds the examples beside the tests), or `None`, after
-/// saying why, when it is absent or older than its source or `support/args.rs` (a run filtered to this test alone
-/// builds no examples; the examples are not packed with the test binaries for the GPU machine).
+/// saying why, when it is absent or older than its source (`source`: its file or folder under
+/// `examples/`) or the shared `support/` files. A run filtered to this test alone builds no
+/// examples; the examples are not packed with the test binaries for the GPU machine.
 fn example(name: &str, source: &str) -> Option<std::path::PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let bin = exe.parent()?.parent()?.join("examples").join(name);
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
-    let src = dir.join(source);
-    let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    // The example's own source and the parsing it includes.
-    let newest = modified(&src).max(modified(&dir.join("support/args.rs")));
-    match (modified(&bin), newest) {
+    let sources = newest(&dir.join(source)).max(newest(&dir.join("support")));
+    match (newest(&bin), sources) {
         (Some(b), Some(s)) if b >= s => Some(bin),
         (None, _) => {
             eprintln!("skipped {name}: no example binary at {} (run `cargo test` without target filters)", bin.display());
             None
         }
         _ => {
-            eprintln!("skipped {name}: {} is older than {} or support/args.rs (rebuild the examples)", bin.display(), src.display());
+            eprintln!("skipped {name}: {} is older than examples/{source} or examples/support (rebuild the examples)", bin.display());
             None
         }
     }
@@ -81,30 +89,15 @@ fn example(name: &str, source: &str) -> Option<std::path::PathBuf> {
 /// 120 s: `(exit code, stderr)`.
 fn run_example(bin: &std::path::Path, args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> (Option<i32>, String) {
     let mut cmd = std::process::Command::new(bin);
-    cmd.args(args).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    cmd.args(args).stdout(std::process::Stdio::null());
     for k in ["FRAGMENT_MIB", "PLAIN_UNTOUCHED", "PLAIN_OFFSET", "PLAIN_DEV_OFFSET"] {
         cmd.env_remove(k);
     }
     cmd.envs(env.iter().copied());
-    let mut child = cmd.spawn().expect("spawn the example");
-    // Read stderr meanwhile, so that a chatty example cannot block on a full pipe.
-    let mut pipe = child.stderr.take().expect("the example's stderr");
-    let reader = std::thread::spawn(move || {
-        let mut text = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut pipe, &mut text);
-        text
-    });
-    let start = std::time::Instant::now();
-    while child.try_wait().expect("wait for the example").is_none() {
-        if start.elapsed() > std::time::Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!("{} {args:?} still running after 120 s: an argument was not refused", bin.display());
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    match common::child::run_with_stderr(&mut cmd, std::time::Duration::from_secs(120)) {
+        Some((status, stderr)) => (status.code(), stderr),
+        None => panic!("{} {args:?} still running after 120 s: an argument was not refused", bin.display()),
     }
-    let status = child.wait().expect("the example's exit status");
-    let stderr = reader.join().expect("the stderr reader");
-    (status.code(), String::from_utf8_lossy(&stderr).into_owned())
 }
 
 /// Each example that takes arguments, given one that does not parse or is too large, exits 1
@@ -116,13 +109,13 @@ fn examples_refuse_bad_arguments() {
     use std::os::unix::ffi::OsStrExt;
     let os = |s: &'static str| OsStr::new(s);
     let not_utf8 = OsStr::from_bytes(b"\xff");
-    // (example, its source, arguments, environment, what stderr must say)
+    // (example, its source file or folder, arguments, environment, what stderr must say)
     type Case<'a> = (&'a str, &'a str, Vec<&'a OsStr>, &'a [(&'a str, &'a str)], &'a str);
     let cases: &[Case] = &[
-        ("pipeline", "pipeline/main.rs", vec![os("x")], &[], "argument 1: expected a usize, got \\\"x\\\""),
-        ("pipeline", "pipeline/main.rs", vec![os("4"), os("two")], &[], "argument 2: expected a usize"),
-        ("pipeline", "pipeline/main.rs", vec![os("18446744073709551615")], &[], "at most 8192 MiB"),
-        ("pipeline", "pipeline/main.rs", vec![not_utf8], &[], "argument 1: expected UTF-8 text"),
+        ("pipeline", "pipeline", vec![os("x")], &[], "argument 1: expected a usize, got \\\"x\\\""),
+        ("pipeline", "pipeline", vec![os("4"), os("two")], &[], "argument 2: expected a usize"),
+        ("pipeline", "pipeline", vec![os("18446744073709551615")], &[], "at most 8192 MiB"),
+        ("pipeline", "pipeline", vec![not_utf8], &[], "argument 1: expected UTF-8 text"),
         ("plain_copy", "plain_copy.rs", vec![os("bogus")], &[], "argument 1: expected one of pinned, registered, pageable"),
         (
             "plain_copy",

@@ -372,35 +372,12 @@ fn child_processes() {
 /// Runs the scenario in a child process: its exit status and stderr, or `None` if it ran past
 /// `limit` (then it is killed).
 fn run_child(rounds: usize, limit: Duration) -> Option<(std::process::ExitStatus, String)> {
-    use std::io::Read;
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["four_threads_open_use_destroy", "--exact", "--test-threads=1", "--nocapture"])
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["four_threads_open_use_destroy", "--exact", "--test-threads=1", "--nocapture"])
         .env(CHILD_ENV, "1")
         .env("VKHOST_LIFECYCLE_ROUNDS", rounds.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut pipe = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = pipe.read_to_end(&mut bytes);
-        String::from_utf8_lossy(&bytes).into_owned()
-    });
-    let deadline = std::time::Instant::now() + limit;
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break Some(st);
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let err = reader.join().unwrap();
-    status.map(|st| (st, err))
+        .stdout(std::process::Stdio::null());
+    common::child::run_with_stderr(&mut cmd, limit)
 }
 
 /// How a child died, for the report: the signal and the fault line, or the exit code.

@@ -7,6 +7,7 @@
 
 use vkhost::{Device, OpenOptions};
 
+pub mod child;
 pub mod ops;
 pub mod panic_logger;
 
