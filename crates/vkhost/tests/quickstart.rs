@@ -1,0 +1,124 @@
+//! The README's library example is `examples/quickstart.rs`, and it runs: the README's code
+//! block is that file (up to whitespace), and the file's `main`, run with the validation layer
+//! on, returns `Ok` with zero validation errors. Before this test the example was compiled by
+//! `cargo test` but run by nothing, and the README's copy could drift from it unseen.
+
+mod common;
+
+/// The example, as it is; `run` calls its private `main`.
+mod quickstart {
+    include!("../examples/quickstart.rs");
+
+    pub fn run() -> vkhost::Result<()> {
+        main()
+    }
+}
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Set in the child process that runs the example (`quickstart_child`).
+const CHILD_ENV: &str = "VKHOST_QUICKSTART_CHILD";
+
+/// The text with every run of whitespace made one space, and without the example's header: the
+/// `//` comment lines before its first line of code.
+fn normalized(text: &str) -> String {
+    let code: Vec<&str> = text.lines().skip_while(|l| l.trim_start().starts_with("//") || l.trim().is_empty()).collect();
+    code.join("\n").split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The README's fenced Rust block under "## Library example".
+fn readme_example(readme: &str) -> Option<&str> {
+    let section = &readme[readme.find("## Library example")?..];
+    let body = &section[section.find("```rust\n")? + "```rust\n".len()..];
+    Some(&body[..body.find("\n```")?])
+}
+
+/// `crates/vkhost`: where this test was built, or (a test binary carried to another machine with
+/// the working tree, as `scripts/h200-run.sh` runs them) under the current directory.
+fn crate_root() -> std::path::PathBuf {
+    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    if built.join("examples/quickstart.rs").is_file() { built.to_path_buf() } else { std::path::PathBuf::from("crates/vkhost") }
+}
+
+#[test]
+fn the_readme_example_is_the_quickstart() {
+    let root = crate_root();
+    let readme = std::fs::read_to_string(root.join("../../README.md")).expect("README.md");
+    let example = std::fs::read_to_string(root.join("examples/quickstart.rs")).expect("examples/quickstart.rs");
+    let block = readme_example(&readme).expect("README.md has a ```rust block under \"## Library example\"");
+    assert!(block.contains("fn main()"), "the README's example block is not a program:\n{block}");
+    assert_eq!(
+        normalized(block),
+        normalized(&example),
+        "README.md's library example differs from crates/vkhost/examples/quickstart.rs (beyond whitespace): make them one text"
+    );
+}
+
+#[test]
+fn normalizing_keeps_what_differs() {
+    // The comparison above must not hide a real difference.
+    assert_eq!(normalized("// header\n\nlet a = 1;   // x\n\n  // y\n let b;"), "let a = 1; // x // y let b;");
+    assert_ne!(normalized("use vkhost::{host, Device};"), normalized("use vkhost::{Device, host};"));
+    assert_eq!(readme_example("## Library example\n\n```rust\nfn main() {}\n```\n"), Some("fn main() {}"));
+    assert_eq!(readme_example("## Other\n```rust\nx\n```\n"), None);
+}
+
+/// Validation errors logged (target `vkhost::validation`, level Error) in this process.
+static ERRORS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts the validation errors and prints every line at Warn or worse to stderr.
+struct Counting;
+
+impl log::Log for Counting {
+    fn enabled(&self, m: &log::Metadata) -> bool {
+        m.level() <= log::Level::Warn
+    }
+    fn log(&self, r: &log::Record) {
+        if r.level() == log::Level::Error && r.target() == "vkhost::validation" {
+            ERRORS.fetch_add(1, Ordering::Relaxed);
+        }
+        if r.level() <= log::Level::Warn {
+            eprintln!("[{} {}] {}", r.level(), r.target(), r.args());
+        }
+    }
+    fn flush(&self) {}
+}
+
+/// Runs only as the child of `quickstart_runs_clean_under_validation` (which sets
+/// `VKHOST_VALIDATION=1` for it, so that the example's own `Device::open_default()` turns the
+/// layer on): the example's `main` must return `Ok` and log no validation error.
+#[test]
+fn quickstart_child() {
+    if std::env::var_os(CHILD_ENV).is_none() {
+        eprintln!("quickstart_child: runs only as the child process of quickstart_runs_clean_under_validation");
+        return;
+    }
+    log::set_boxed_logger(Box::new(Counting)).expect("the only logger of this process");
+    log::set_max_level(log::LevelFilter::Warn);
+    let r = quickstart::run();
+    assert!(r.is_ok(), "the quickstart returned {r:?}");
+    let n = ERRORS.load(Ordering::Relaxed);
+    assert_eq!(n, 0, "the quickstart ran with {n} validation errors (above)");
+    eprintln!("quickstart: Ok, 0 validation errors");
+}
+
+#[test]
+fn quickstart_runs_clean_under_validation() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return; // the child runs only quickstart_child
+    }
+    // A device with the layer, or the reason why not (failing, unless skipping is allowed).
+    let Some(d) = common::device() else { return };
+    drop(d);
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["quickstart_child", "--exact", "--test-threads=1", "--nocapture"])
+        .env(CHILD_ENV, "1")
+        .env("VKHOST_VALIDATION", "1")
+        .stdout(std::process::Stdio::null());
+    let limit = std::time::Duration::from_secs(300);
+    let Some((status, stderr)) = common::child::run_with_stderr(&mut cmd, limit) else {
+        panic!("the quickstart was still running after {limit:?}")
+    };
+    assert!(status.success(), "the quickstart's child process: {status}; stderr:\n{stderr}");
+    assert!(stderr.contains("quickstart: Ok, 0 validation errors"), "the child did not run the example; stderr:\n{stderr}");
+}
