@@ -1,5 +1,5 @@
 // The README's library example, compiled, and run by `cargo run --example quickstart` and by
-// tests/quickstart.rs (which `include!`s this file, so it has no `//!` header).
+// tests/examples_run.rs (which `include!`s this file, so it has no `//!` header).
 
 use vkhost::{Device, PinnedBuffer, host};
 

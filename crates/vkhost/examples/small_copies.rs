@@ -1,8 +1,10 @@
-//! Measures 1000 small async copies on each kind of stream queue, to see where per-copy cost
-//! goes: host reads (h2d from pinned memory, scattered or contiguous), device-to-device
-//! (scattered), and device-to-host. Prints one line per case; used for docs/PERFORMANCE.md.
-//!
-//!     cargo run --release --example small_copies
+// Measures 1000 small async copies on each kind of stream queue, to see where per-copy cost
+// goes: host reads (h2d from pinned memory, scattered or contiguous), device-to-device
+// (scattered), and device-to-host. Prints one line per case; used for docs/PERFORMANCE.md.
+//
+//     cargo run --release --example small_copies
+//
+// (`//`, not `//!`: tests/examples_run.rs `include!`s this file and runs it.)
 
 use std::time::Instant;
 use vkhost::{Device, PinnedBuffer, QueueKind};

@@ -1,11 +1,14 @@
-//! The README's library example is `examples/quickstart.rs`, and it runs: the README's code
-//! block is that file (up to whitespace), and the file's `main`, run with the validation layer
-//! on, returns `Ok` with zero validation errors. Before this test the example was compiled by
-//! `cargo test` but run by nothing, and the README's copy could drift from it unseen.
+//! The examples that take no arguments run, each with the validation layer on and zero
+//! validation errors: `examples/quickstart.rs` (the README's library example: the README's code
+//! block is that file, up to whitespace) and `examples/small_copies.rs`. Each example's `main`
+//! runs in a child process of this test binary with `VKHOST_VALIDATION=1`, so that its own
+//! `Device::open_default()` turns the layer on. Before this test both were compiled by
+//! `cargo test` but run by nothing, and the README's copy had drifted from the file unseen.
+//! (The examples that take arguments: tests/example_args.rs.)
 
 mod common;
 
-/// The example, as it is; `run` calls its private `main`.
+/// The examples, as they are (hence no `//!` header in them); `run` calls the private `main`.
 mod quickstart {
     include!("../examples/quickstart.rs");
 
@@ -14,10 +17,18 @@ mod quickstart {
     }
 }
 
+mod small_copies {
+    include!("../examples/small_copies.rs");
+
+    pub fn run() -> vkhost::Result<()> {
+        main()
+    }
+}
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Set in the child process that runs the example (`quickstart_child`).
-const CHILD_ENV: &str = "VKHOST_QUICKSTART_CHILD";
+/// Set, to the example's name, in the child process that runs it (`example_child`).
+const CHILD_ENV: &str = "VKHOST_EXAMPLE_CHILD";
 
 /// The text with every run of whitespace made one space, and without the example's header: the
 /// `//` comment lines before its first line of code.
@@ -84,41 +95,56 @@ impl log::Log for Counting {
     fn flush(&self) {}
 }
 
-/// Runs only as the child of `quickstart_runs_clean_under_validation` (which sets
-/// `VKHOST_VALIDATION=1` for it, so that the example's own `Device::open_default()` turns the
-/// layer on): the example's `main` must return `Ok` and log no validation error.
+/// Runs only as the child of `run_clean` (which sets `VKHOST_VALIDATION=1` and names the
+/// example in `VKHOST_EXAMPLE_CHILD`): the example's `main` must return `Ok` and log no
+/// validation error.
 #[test]
-fn quickstart_child() {
-    if std::env::var_os(CHILD_ENV).is_none() {
-        eprintln!("quickstart_child: runs only as the child process of quickstart_runs_clean_under_validation");
+fn example_child() {
+    let Some(name) = std::env::var_os(CHILD_ENV) else {
+        eprintln!("example_child: runs only as the child process of the *_runs_clean_under_validation tests");
         return;
-    }
+    };
     log::set_boxed_logger(Box::new(Counting)).expect("the only logger of this process");
     log::set_max_level(log::LevelFilter::Warn);
-    let r = quickstart::run();
-    assert!(r.is_ok(), "the quickstart returned {r:?}");
+    let r = match name.to_str() {
+        Some("quickstart") => quickstart::run(),
+        Some("small_copies") => small_copies::run(),
+        _ => panic!("{CHILD_ENV}={name:?} names no example this test runs"),
+    };
+    assert!(r.is_ok(), "{name:?} returned {r:?}");
     let n = ERRORS.load(Ordering::Relaxed);
-    assert_eq!(n, 0, "the quickstart ran with {n} validation errors (above)");
-    eprintln!("quickstart: Ok, 0 validation errors");
+    assert_eq!(n, 0, "{name:?} ran with {n} validation errors (above)");
+    eprintln!("{}: Ok, 0 validation errors", name.to_string_lossy());
 }
 
-#[test]
-fn quickstart_runs_clean_under_validation() {
+/// Runs the example `name` in a child process (`example_child`), at most 300 s, and asserts that
+/// it ran clean.
+fn run_clean(name: &str) {
     if std::env::var_os(CHILD_ENV).is_some() {
-        return; // the child runs only quickstart_child
+        return; // a child runs only example_child
     }
     // A device with the layer, or the reason why not (failing, unless skipping is allowed).
     let Some(d) = common::device() else { return };
     drop(d);
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args(["quickstart_child", "--exact", "--test-threads=1", "--nocapture"])
-        .env(CHILD_ENV, "1")
+    cmd.args(["example_child", "--exact", "--test-threads=1", "--nocapture"])
+        .env(CHILD_ENV, name)
         .env("VKHOST_VALIDATION", "1")
         .stdout(std::process::Stdio::null());
     let limit = std::time::Duration::from_secs(300);
     let Some((status, stderr)) = common::child::run_with_stderr(&mut cmd, limit) else {
-        panic!("the quickstart was still running after {limit:?}")
+        panic!("{name} was still running after {limit:?}")
     };
-    assert!(status.success(), "the quickstart's child process: {status}; stderr:\n{stderr}");
-    assert!(stderr.contains("quickstart: Ok, 0 validation errors"), "the child did not run the example; stderr:\n{stderr}");
+    assert!(status.success(), "{name}'s child process: {status}; stderr:\n{stderr}");
+    assert!(stderr.contains(&format!("{name}: Ok, 0 validation errors")), "the child did not run {name}; stderr:\n{stderr}");
+}
+
+#[test]
+fn quickstart_runs_clean_under_validation() {
+    run_clean("quickstart");
+}
+
+#[test]
+fn small_copies_runs_clean_under_validation() {
+    run_clean("small_copies");
 }
