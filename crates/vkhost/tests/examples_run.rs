@@ -44,18 +44,10 @@ fn readme_example(readme: &str) -> Option<&str> {
     Some(&body[..body.find("\n```")?])
 }
 
-/// `crates/vkhost`: where this test was built, or (a test binary carried to another machine with
-/// the working tree, as `scripts/h200-run.sh` runs them) under the current directory.
-fn crate_root() -> std::path::PathBuf {
-    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    if built.join("examples/quickstart.rs").is_file() { built.to_path_buf() } else { std::path::PathBuf::from("crates/vkhost") }
-}
-
 #[test]
 fn the_readme_example_is_the_quickstart() {
-    let root = crate_root();
-    let readme = std::fs::read_to_string(root.join("../../README.md")).expect("README.md");
-    let example = std::fs::read_to_string(root.join("examples/quickstart.rs")).expect("examples/quickstart.rs");
+    let readme = std::fs::read_to_string(common::crate_path("../../README.md")).expect("README.md");
+    let example = std::fs::read_to_string(common::crate_path("examples/quickstart.rs")).expect("examples/quickstart.rs");
     let block = readme_example(&readme).expect("README.md has a ```rust block under \"## Library example\"");
     assert!(block.contains("fn main()"), "the README's example block is not a program:\n{block}");
     assert_eq!(
@@ -126,11 +118,8 @@ fn run_clean(name: &str) {
     // A device with the layer, or the reason why not (failing, unless skipping is allowed).
     let Some(d) = common::device() else { return };
     drop(d);
-    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args(["example_child", "--exact", "--test-threads=1", "--nocapture"])
-        .env(CHILD_ENV, name)
-        .env("VKHOST_VALIDATION", "1")
-        .stdout(std::process::Stdio::null());
+    let mut cmd = common::child::this_test("example_child");
+    cmd.env(CHILD_ENV, name).env("VKHOST_VALIDATION", "1").stdout(std::process::Stdio::null());
     let limit = std::time::Duration::from_secs(300);
     let Some((status, stderr)) = common::child::run_with_stderr(&mut cmd, limit) else {
         panic!("{name} was still running after {limit:?}")

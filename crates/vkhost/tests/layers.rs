@@ -7,7 +7,7 @@
 //! `#[cfg(test)]` items are left out (unit tests of a lower module may drive it through the
 //! public API above it).
 
-use std::path::Path;
+mod common;
 
 /// (layer, files under `crates/vkhost/src`). Layer 5 files are not listed (nothing is above
 /// them): `host/mod.rs` is the raw seed API, its registry of owners `host/owners.rs` and its
@@ -305,21 +305,15 @@ fn names_but(code: &str, word: &str, allow: &[&str]) -> Option<usize> {
     None
 }
 
-/// `crates/vkhost/src`: where this test was built, or (a test binary carried to another machine
-/// with the working tree, as `scripts/h200-run.sh` runs them) under the current directory.
+/// `crates/vkhost/src` (`common::crate_path`: where this test was built, or under the current
+/// directory on another machine).
 fn src_root() -> std::path::PathBuf {
     // Another tree to check (`VKHOST_LAYERS_SRC=/path/to/crates/vkhost/src`): how the test was
     // shown to fail on the code before the layers were fixed.
     if let Some(dir) = std::env::var_os("VKHOST_LAYERS_SRC") {
         return dir.into();
     }
-    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    if built.is_dir() {
-        return built;
-    }
-    let here = Path::new("crates/vkhost/src");
-    assert!(here.is_dir(), "the sources are neither at {} nor under the current directory", built.display());
-    here.to_path_buf()
+    common::crate_path("src")
 }
 
 fn violations(layer: u8, file: &str, src: &str) -> Vec<String> {

@@ -33,7 +33,6 @@
 
 mod common;
 use common::*;
-use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
@@ -372,11 +371,8 @@ fn child_processes() {
 /// Runs the scenario in a child process: its exit status and stderr, or `None` if it ran past
 /// `limit` (then it is killed).
 fn run_child(rounds: usize, limit: Duration) -> Option<(std::process::ExitStatus, String)> {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["four_threads_open_use_destroy", "--exact", "--test-threads=1", "--nocapture"])
-        .env(CHILD_ENV, "1")
-        .env("VKHOST_LIFECYCLE_ROUNDS", rounds.to_string())
-        .stdout(std::process::Stdio::null());
+    let mut cmd = common::child::this_test("four_threads_open_use_destroy");
+    cmd.env(CHILD_ENV, "1").env("VKHOST_LIFECYCLE_ROUNDS", rounds.to_string()).stdout(std::process::Stdio::null());
     common::child::run_with_stderr(&mut cmd, limit)
 }
 

@@ -532,12 +532,7 @@ fn rerun_alone_with(name: &str, env: &[(&str, &std::ffi::OsStr)]) -> Option<Stri
     if std::env::var("VKHOST_TEST_ALONE").is_ok() {
         return None;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--test-threads", "1", "--nocapture"])
-        .env("VKHOST_TEST_ALONE", "1")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
+    let out = common::child::this_test(name).env("VKHOST_TEST_ALONE", "1").envs(env.iter().copied()).output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success() && text.contains("1 passed"), "{text}");
     Some(text)

@@ -3,6 +3,14 @@
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+/// This test binary, set to run the test `name` alone (exact name, one thread, output not
+/// captured): for tests that run a scenario in a child process of their own.
+pub fn this_test(name: &str) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().expect("the test binary's path"));
+    cmd.args([name, "--exact", "--test-threads=1", "--nocapture"]);
+    cmd
+}
+
 /// Spawns `cmd` with stderr piped (read on a thread meanwhile, so that a chatty child cannot
 /// block on a full pipe) and waits at most `limit`: its exit status and stderr, or `None` if it
 /// ran past `limit` (then it is killed and reaped).

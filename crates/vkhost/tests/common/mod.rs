@@ -11,6 +11,19 @@ pub mod child;
 pub mod ops;
 pub mod panic_logger;
 
+/// `rel` under `crates/vkhost`: where this test was built, or (a test binary carried to another
+/// machine with the working tree, as `scripts/h200-run.sh` runs them) under the current
+/// directory. Panics, naming both, when neither has it.
+pub fn crate_path(rel: &str) -> std::path::PathBuf {
+    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    if built.exists() {
+        return built;
+    }
+    let here = std::path::Path::new("crates/vkhost").join(rel);
+    assert!(here.exists(), "{rel} is neither at {} nor under the current directory", built.display());
+    here
+}
+
 pub fn init_log() {
     let _ = env_logger::builder().is_test(true).try_init();
 }
