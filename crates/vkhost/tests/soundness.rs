@@ -721,3 +721,86 @@ fn new_pinned_blocks_and_device_buffers_read_initialized_bytes() {
     }
     assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
 }
+
+/// Set in the child process of `a_logger_may_call_vkhost_from_a_validation_message`.
+const LOGGER_CHILD: &str = "VKHOST_REENTRANT_LOGGER_CHILD";
+
+/// A user's logger (safe code) that calls vkhost back from the validation layer's messages,
+/// as a logger that reports device state would. The spec forbids any Vulkan command inside the
+/// debug messenger's callback, and the loader holds its lock there: so vkhost must never run
+/// the logger inside the callback. It logs the messages on a thread of its own, and a device's
+/// teardown returns only after they were logged. Run in a child process (it installs its own
+/// logger; and a hang must fail, not stall the suite). Before (bb85565, lavapipe): the child
+/// hung for good in `Device::open_default_with`, inside vkCreateInstance → callback → logger →
+/// `vkhost::devices()` → the loader's lock, which the same thread held; killed after 120 s.
+#[test]
+fn a_logger_may_call_vkhost_from_a_validation_message() {
+    if std::env::var_os(LOGGER_CHILD).is_some() {
+        return reentrant_logger_child();
+    }
+    let Some(d) = device() else { return };
+    drop(d);
+    let mut cmd = child::this_test("a_logger_may_call_vkhost_from_a_validation_message");
+    cmd.env(LOGGER_CHILD, "1").stdout(std::process::Stdio::null());
+    let limit = std::time::Duration::from_secs(120);
+    let Some((status, stderr)) = child::run_with_stderr(&mut cmd, limit) else {
+        panic!("the child was still running after {limit:?}: the logger ran inside the callback and deadlocked")
+    };
+    assert!(status.success(), "the child: {status}; stderr:\n{stderr}");
+    assert!(stderr.contains("reentrant logger: ok"), "the child did not run its scenario; stderr:\n{stderr}");
+}
+
+/// The child's side: installs the re-entrant logger, opens a validating device, copies, tears
+/// down, and checks what the logger saw.
+fn reentrant_logger_child() {
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    static RECORDS: AtomicU64 = AtomicU64::new(0);
+    static OFF_THE_LOG_THREAD: AtomicU64 = AtomicU64::new(0);
+    static NESTED_OK: AtomicU64 = AtomicU64::new(0);
+    static NESTED_FAILED: AtomicU64 = AtomicU64::new(0);
+    struct Reentrant;
+    impl log::Log for Reentrant {
+        fn enabled(&self, _: &log::Metadata) -> bool {
+            true
+        }
+        fn log(&self, r: &log::Record) {
+            if r.target() != "vkhost::validation" {
+                return;
+            }
+            let n = RECORDS.fetch_add(1, SeqCst);
+            if std::thread::current().name() != Some("vkhost-validation-log") {
+                OFF_THE_LOG_THREAD.fetch_add(1, SeqCst);
+            }
+            // Calls back into vkhost (an instance of its own: the loader's lock) for the first
+            // few messages; every message would only make the test slow.
+            if n < 3 {
+                match vkhost::devices() {
+                    Ok(v) if !v.is_empty() => NESTED_OK.fetch_add(1, SeqCst),
+                    _ => NESTED_FAILED.fetch_add(1, SeqCst),
+                };
+            }
+        }
+        fn flush(&self) {}
+    }
+    log::set_boxed_logger(Box::new(Reentrant)).expect("the only logger of this child");
+    log::set_max_level(log::LevelFilter::Trace);
+    let d = vkhost::Device::open_default_with(&opts()).expect("open with validation");
+    let buf = d.alloc_buffer(1 << 16).unwrap();
+    let data = pattern(1 << 16, 7);
+    buf.write(0, &data).unwrap();
+    let mut back = vec![0u8; 1 << 16];
+    buf.read(0, &mut back).unwrap();
+    assert!(back == data, "the copy's bytes differ");
+    drop(buf);
+    d.destroy().unwrap();
+    assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
+    let seen = RECORDS.load(SeqCst);
+    assert!(seen > 0, "no validation message reached the logger (the loader's and layer's info messages are expected at Debug)");
+    assert_eq!(OFF_THE_LOG_THREAD.load(SeqCst), 0, "a message was logged on another thread than vkhost-validation-log");
+    assert_eq!(NESTED_FAILED.load(SeqCst), 0, "vkhost::devices() from the logger failed");
+    assert_eq!(NESTED_OK.load(SeqCst), seen.min(3), "the logger's calls into vkhost did not all return");
+    // Teardown returned after the last message was logged: none comes later.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(RECORDS.load(SeqCst), seen, "messages were logged after destroy returned");
+    eprintln!("reentrant logger: ok ({seen} messages, logged on vkhost-validation-log)");
+}

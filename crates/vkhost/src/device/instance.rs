@@ -4,6 +4,13 @@
 //! `Error::LoaderMissing`, never a panic. Each `Device` owns its own `VkInstance`, so its
 //! debug messenger counts only that device's validation errors and its teardown is independent.
 //!
+//! The messenger callback runs inside the driver stack's call (vkCreateInstance, a submit, ...),
+//! where the spec forbids any Vulkan command (VUID-PFN_vkDebugUtilsMessengerCallbackEXT-None-04769)
+//! and the loader and layer hold their locks. A user's `log::Log` is safe code that may call
+//! vkhost, so the callback never runs it: it counts, then queues the message for a [`LogPump`],
+//! one thread per validating instance (named `vkhost-validation-log`), which logs it under the
+//! target `vkhost::validation`. Teardown waits, boundedly, until the pump logged everything.
+//!
 //! Driver workaround (NVIDIA 580, seen on the H200): the ICD loads glvnd's libEGL, which
 //! registers a thread-exit destructor. When the last VkInstance is destroyed the loader unloads
 //! the ICD; a thread that exits afterwards jumps into unmapped code (SIGSEGV in libEGL.so.1 at
@@ -15,7 +22,9 @@ use crate::error::{Error, Result, VkResultExt};
 use ash::vk;
 use std::ffi::{CStr, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
 
@@ -57,6 +66,103 @@ pub(crate) struct ValidationCounts {
     /// Set once the device's teardown ended (its instance destroyed, where vkhost owned one):
     /// nothing counts into these any more.
     pub done: std::sync::atomic::AtomicBool,
+    /// Where the callback queues messages for its [`LogPump`]; `None` without one (no
+    /// validation) and after the pump was closed.
+    log_queue: Mutex<Option<SyncSender<(log::Level, String)>>>,
+    /// Messages counted but not logged because the pump's queue was full.
+    log_dropped: AtomicU64,
+}
+
+/// How many messages wait for the log thread at most; past that the callback drops them from
+/// the log (they are still counted), rather than wait inside the driver's call.
+const LOG_QUEUE: usize = 4096;
+
+/// How long teardown waits for the log thread to log what is queued. Only a logger that blocks
+/// (say on a lock the tearing-down thread holds) takes this long; then the thread finishes
+/// on its own.
+const LOG_DRAIN_LIMIT: Duration = Duration::from_secs(5);
+
+/// The thread that logs a validating instance's messages outside the driver's calls (see the
+/// module docs).
+pub(crate) struct LogPump {
+    counts: Arc<ValidationCounts>,
+    thread: std::thread::JoinHandle<()>,
+    /// Disconnected when the thread's loop ended (it drops the sender then). In a `Mutex` only
+    /// to make `LogPump` `Sync` (the device's state is shared); `close` takes it out.
+    finished: Mutex<Receiver<()>>,
+}
+
+impl LogPump {
+    /// Starts the thread and gives `counts` its queue. `None` (with a warning) when no thread
+    /// can be started: messages are then counted but not logged.
+    fn start(counts: &Arc<ValidationCounts>) -> Option<LogPump> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(log::Level, String)>(LOG_QUEUE);
+        let (finished_tx, finished) = std::sync::mpsc::sync_channel::<()>(0);
+        let spawned = std::thread::Builder::new().name("vkhost-validation-log".into()).spawn(move || {
+            let _finished = finished_tx;
+            for (level, msg) in rx {
+                // A logger that panics loses its line, not the thread.
+                contain(|| log::log!(target: "vkhost::validation", level, "{msg}"));
+            }
+        });
+        match spawned {
+            Ok(thread) => {
+                *lock_queue(counts) = Some(tx);
+                Some(LogPump { counts: Arc::clone(counts), thread, finished: Mutex::new(finished) })
+            }
+            Err(e) => {
+                log::warn!("no thread for the validation layer's messages ({e}): they are counted but not logged");
+                None
+            }
+        }
+    }
+
+    /// Closes the queue and waits, at most [`LOG_DRAIN_LIMIT`], until everything queued was
+    /// logged. Run after the messenger and the instance are gone. On the pump's own thread (a
+    /// logger that tore down the device) it does not wait.
+    fn close(self) {
+        lock_queue(&self.counts).take();
+        let dropped = self.counts.log_dropped.swap(0, Ordering::Relaxed);
+        if dropped > 0 {
+            log::warn!(target: "vkhost::validation", "{dropped} messages were counted but not logged: the log thread fell {LOG_QUEUE} behind");
+        }
+        if std::thread::current().id() == self.thread.thread().id() {
+            return;
+        }
+        let finished = self.finished.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match finished.recv_timeout(LOG_DRAIN_LIMIT) {
+            Err(RecvTimeoutError::Disconnected) | Ok(()) => {
+                // The loop ended; only the thread's exit is left. A panic cannot come out of
+                // it (`contain`), so there is nothing to report.
+                let _ = self.thread.join();
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                log::warn!(
+                    "the validation log thread still runs the logger after {LOG_DRAIN_LIMIT:?}; \
+                     it finishes on its own"
+                );
+            }
+        }
+    }
+}
+
+/// The pump's queue; a poisoned lock still holds a usable `Option`.
+fn lock_queue(c: &ValidationCounts) -> std::sync::MutexGuard<'_, Option<SyncSender<(log::Level, String)>>> {
+    c.log_queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Queues `msg` for the log thread; never blocks and never runs the user's code.
+fn queue_log(counts: Option<&ValidationCounts>, level: log::Level, msg: String) {
+    let Some(c) = counts else { return };
+    // `log_enabled!` would ask the user's logger: only the static maximum level is read here.
+    if level > log::max_level() {
+        return;
+    }
+    if let Some(tx) = lock_queue(c).as_ref() {
+        if let Err(TrySendError::Full(_)) = tx.try_send((level, msg)) {
+            c.log_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl ValidationCounts {
@@ -92,6 +198,8 @@ pub(crate) struct InstanceParts {
     pub entry: ash::Entry,
     pub instance: ash::Instance,
     pub debug: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
+    /// The thread that logs the messenger's messages; closed after the instance is destroyed.
+    pub pump: Option<LogPump>,
 }
 
 /// Message IDs with which the validation layer reports a fault of its own, not of the program:
@@ -156,7 +264,8 @@ unsafe extern "system" fn messenger_callback(
     data: *const vk::DebugUtilsMessengerCallbackDataEXT<'_>,
     user: *mut c_void,
 ) -> vk::Bool32 {
-    // Never unwind into the driver: catch anything the logger might throw.
+    // Never unwind into the driver (an allocation failure in `format!` would). No user code
+    // runs here: the message is logged later, by the instance's `LogPump`.
     contain(|| {
         // SAFETY: the layer passes a valid callback-data pointer for the duration of the call.
         let data = unsafe { data.as_ref() };
@@ -175,21 +284,23 @@ unsafe extern "system" fn messenger_callback(
                         *g = Some(msg.clone());
                     }
                 }
-                log::error!(target: "vkhost::validation", "{types:?}: {msg}");
+                queue_log(counts, log::Level::Error, format!("{types:?}: {msg}"));
             }
             Counted::LayerFault => {
                 if let Some(c) = counts {
                     c.layer_faults.fetch_add(1, Ordering::Relaxed);
                 }
-                log::warn!(target: "vkhost::validation", "the layer's own fault, not counted as an error (see Device::validation_layer_faults): {types:?}: {msg}");
+                let line =
+                    format!("the layer's own fault, not counted as an error (see Device::validation_layer_faults): {types:?}: {msg}");
+                queue_log(counts, log::Level::Warn, line);
             }
             Counted::Warning => {
                 if let Some(c) = counts {
                     c.warnings.fetch_add(1, Ordering::Relaxed);
                 }
-                log::warn!(target: "vkhost::validation", "{types:?}: {msg}");
+                queue_log(counts, log::Level::Warn, format!("{types:?}: {msg}"));
             }
-            Counted::Other => log::debug!(target: "vkhost::validation", "{types:?}: {msg}"),
+            Counted::Other => queue_log(counts, log::Level::Debug, format!("{types:?}: {msg}")),
         }
     });
     vk::FALSE
@@ -252,13 +363,22 @@ pub(crate) fn create(validation: bool, counts: &Arc<ValidationCounts>) -> Result
         // Also catches messages from vkCreateInstance and vkDestroyInstance themselves.
         info = info.push_next(&mut dbg_info);
     }
+    // Started before vkCreateInstance: the chained messenger reports from inside it.
+    let pump = if validation { LogPump::start(counts) } else { None };
+    let close = |pump: Option<LogPump>| pump.map_or((), LogPump::close);
     // SAFETY: every pointer in `info` refers to locals that outlive the call.
     let instance = match unsafe { entry.create_instance(&info, None) } {
         Ok(i) => i,
-        // The loader found no driver it could use (none installed, as on a fresh machine
-        // without mesa-vulkan-drivers, or none that loads): no device, not a Vulkan failure.
-        Err(vk::Result::ERROR_INCOMPATIBLE_DRIVER) => return Err(Error::NoDevice),
-        Err(code) => return Err(Error::vk("vkCreateInstance", code)),
+        Err(code) => {
+            close(pump);
+            return Err(match code {
+                // The loader found no driver it could use (none installed, as on a fresh
+                // machine without mesa-vulkan-drivers, or none that loads): no device, not a
+                // Vulkan failure.
+                vk::Result::ERROR_INCOMPATIBLE_DRIVER => Error::NoDevice,
+                code => Error::vk("vkCreateInstance", code),
+            });
+        }
     };
 
     let debug = if validation {
@@ -270,13 +390,14 @@ pub(crate) fn create(validation: bool, counts: &Arc<ValidationCounts>) -> Result
             Err(code) => {
                 // SAFETY: nothing was created from the instance yet.
                 unsafe { instance.destroy_instance(None) };
+                close(pump);
                 return Err(Error::vk("vkCreateDebugUtilsMessengerEXT", code));
             }
         }
     } else {
         None
     };
-    Ok(InstanceParts { entry, instance, debug })
+    Ok(InstanceParts { entry, instance, debug, pump })
 }
 
 impl InstanceParts {
@@ -291,6 +412,10 @@ impl InstanceParts {
         }
         // SAFETY: the caller guarantees no child objects remain.
         unsafe { self.instance.destroy_instance(None) };
+        // After vkDestroyInstance, whose messages go to the pump too.
+        if let Some(p) = self.pump {
+            p.close();
+        }
     }
 }
 
@@ -303,6 +428,38 @@ mod tests {
         let data = vk::DebugUtilsMessengerCallbackDataEXT::default().message_id_name(id).message(msg);
         // SAFETY: valid callback data for the call; `user` points at live counts.
         unsafe { messenger_callback(severity, vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION, &data, Arc::as_ptr(counts) as *mut c_void) };
+    }
+
+    /// The callback queues for the log thread and never waits on it: past the queue's room a
+    /// message is dropped from the log (and counted as dropped), and with the level off nothing
+    /// is queued. A pump's close returns once its thread logged everything and ended.
+    #[test]
+    fn the_callback_queues_without_waiting_and_a_pump_drains_at_close() {
+        log::set_max_level(log::LevelFilter::Trace);
+        let e = vk::DebugUtilsMessageSeverityFlagsEXT::ERROR;
+        let c = Arc::new(ValidationCounts::default());
+        let (tx, rx) = std::sync::mpsc::sync_channel(2);
+        *lock_queue(&c) = Some(tx);
+        for _ in 0..5 {
+            deliver(&c, e, c"VUID-x", c"m");
+        }
+        assert_eq!((c.errors(), c.log_dropped.load(Ordering::Relaxed)), (5, 3));
+        assert_eq!(rx.try_iter().map(|(l, _)| l).collect::<Vec<_>>(), [log::Level::Error; 2]);
+        log::set_max_level(log::LevelFilter::Warn);
+        deliver(&c, vk::DebugUtilsMessageSeverityFlagsEXT::INFO, c"i", c"info");
+        assert_eq!(rx.try_iter().count(), 0, "a message above the maximum level was queued");
+        lock_queue(&c).take();
+
+        let c = Arc::new(ValidationCounts::default());
+        let pump = LogPump::start(&c).expect("a thread");
+        for _ in 0..100 {
+            deliver(&c, e, c"VUID-y", c"m");
+        }
+        pump.close();
+        assert!(lock_queue(&c).is_none(), "the queue stayed open after close");
+        assert_eq!(c.log_dropped.load(Ordering::Relaxed), 0);
+        assert_eq!(c.errors(), 100);
+        log::set_max_level(log::LevelFilter::Off);
     }
 
     /// A panic whose payload panics again when dropped stays inside: the payload was dropped

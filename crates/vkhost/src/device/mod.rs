@@ -297,6 +297,9 @@ pub struct OpenOptions {
     /// Import policy. Default: `VKHOST_IMPORT=never` (or `off`, `0`) → `Never`, else `Auto`.
     pub import: ImportPolicy,
     /// Enable the Khronos validation layer. Default: `VKHOST_VALIDATION=1` (or `true`, `on`).
+    /// Its messages are counted ([`Device::validation_errors`]) and logged under the target
+    /// `vkhost::validation`, on a thread named `vkhost-validation-log`, never inside the
+    /// layer's callback: a logger may call vkhost. Teardown returns after they were logged.
     pub validation: bool,
     /// Bytes per staging chunk for staged copies (default 16 MiB). At least
     /// [`STAGING_CHUNK_MIN`](Self::STAGING_CHUNK_MIN) (4 KiB) and a multiple of it.
@@ -2732,7 +2735,7 @@ impl Device {
         // wrapped devices use descriptor sets (`push` false below); `info` keeps the fact.
         opts.validate(&info)?;
         check_raw_queues(&info, &raw)?;
-        let parts = InstanceParts { entry: raw.entry.clone(), instance: raw.instance.clone(), debug: None };
+        let parts = InstanceParts { entry: raw.entry.clone(), instance: raw.instance.clone(), debug: None, pump: None };
         let tfam = raw.copy_family.map(|f| (f, raw.copy_queue_indices.clone()));
         let owned = ownership == Ownership::Owned;
         let mut live = Self::assemble(
@@ -2765,7 +2768,7 @@ impl Device {
             info.host_import_alignment = None;
         }
         opts.validate(&info)?;
-        let parts = InstanceParts { entry: raw.entry.clone(), instance: raw.instance.clone(), debug: None };
+        let parts = InstanceParts { entry: raw.entry.clone(), instance: raw.instance.clone(), debug: None, pump: None };
         let mut live = Self::assemble(Some(parts), false, raw.physical_device, &info, raw.device, None, None, false)?;
         live.instance_parts = None;
         Self::wrap(live, info, Self::wrapped_options(opts), Arc::new(ValidationCounts::default()), true, after)
