@@ -729,10 +729,14 @@ const LOGGER_CHILD: &str = "VKHOST_REENTRANT_LOGGER_CHILD";
 /// as a logger that reports device state would. The spec forbids any Vulkan command inside the
 /// debug messenger's callback, and the loader holds its lock there: so vkhost must never run
 /// the logger inside the callback. It logs the messages on a thread of its own, and a device's
-/// teardown returns only after they were logged. Run in a child process (it installs its own
-/// logger; and a hang must fail, not stall the suite). Before (bb85565, lavapipe): the child
-/// hung for good in `Device::open_default_with`, inside vkCreateInstance → callback → logger →
-/// `vkhost::devices()` → the loader's lock, which the same thread held; killed after 120 s.
+/// teardown returns only after they were logged, even when the logger uses the device being
+/// torn down (teardown waits for the log thread after it released the device's lock). Run in a
+/// child process (it installs its own logger; and a hang must fail, not stall the suite).
+/// Before (bb85565, lavapipe): the child hung for good in `Device::open_default_with`, inside
+/// vkCreateInstance → callback → logger → `vkhost::devices()` → the loader's lock, which the
+/// same thread held; killed after 120 s. At e1b3eab (the log thread, drained under the
+/// device's lock) `destroy` waited 5 s for it, and the messages of vkDestroyInstance were
+/// logged after `destroy` returned.
 #[test]
 fn a_logger_may_call_vkhost_from_a_validation_message() {
     if std::env::var_os(LOGGER_CHILD).is_some() {
@@ -758,6 +762,8 @@ fn reentrant_logger_child() {
     static OFF_THE_LOG_THREAD: AtomicU64 = AtomicU64::new(0);
     static NESTED_OK: AtomicU64 = AtomicU64::new(0);
     static NESTED_FAILED: AtomicU64 = AtomicU64::new(0);
+    /// The device the logger asks about itself, as a logger that reports device state would.
+    static DEV: std::sync::Mutex<Option<vkhost::Device>> = std::sync::Mutex::new(None);
     struct Reentrant;
     impl log::Log for Reentrant {
         fn enabled(&self, _: &log::Metadata) -> bool {
@@ -779,6 +785,11 @@ fn reentrant_logger_child() {
                     _ => NESTED_FAILED.fetch_add(1, SeqCst),
                 };
             }
+            // The device's lock: held for writing through a `destroy`.
+            let dev = DEV.lock().unwrap().clone();
+            if let Some(d) = dev {
+                std::hint::black_box(d.is_destroyed());
+            }
         }
         fn flush(&self) {}
     }
@@ -792,7 +803,16 @@ fn reentrant_logger_child() {
     buf.read(0, &mut back).unwrap();
     assert!(back == data, "the copy's bytes differ");
     drop(buf);
+    *DEV.lock().unwrap() = Some(d.clone());
+    let before = RECORDS.load(SeqCst);
     d.destroy().unwrap();
+    let at_destroy = RECORDS.load(SeqCst) - before;
+    DEV.lock().unwrap().take();
+    if at_destroy == 0 {
+        eprintln!(
+            "note: no validation message came from destroy on this driver: the logger's use of the device during teardown was not exercised"
+        );
+    }
     assert_eq!(d.validation_errors(), 0, "{:?}", d.last_validation_error());
     let seen = RECORDS.load(SeqCst);
     assert!(seen > 0, "no validation message reached the logger (the loader's and layer's info messages are expected at Debug)");
@@ -802,5 +822,5 @@ fn reentrant_logger_child() {
     // Teardown returned after the last message was logged: none comes later.
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert_eq!(RECORDS.load(SeqCst), seen, "messages were logged after destroy returned");
-    eprintln!("reentrant logger: ok ({seen} messages, logged on vkhost-validation-log)");
+    eprintln!("reentrant logger: ok ({seen} messages, {at_destroy} of them from destroy, logged on vkhost-validation-log)");
 }

@@ -9,7 +9,8 @@
 //! and the loader and layer hold their locks. A user's `log::Log` is safe code that may call
 //! vkhost, so the callback never runs it: it counts, then queues the message for a [`LogPump`],
 //! one thread per validating instance (named `vkhost-validation-log`), which logs it under the
-//! target `vkhost::validation`. Teardown waits, boundedly, until the pump logged everything.
+//! target `vkhost::validation`. A device's teardown, once it released the device's lock, waits
+//! until the pump logged everything, at most [`LOG_DRAIN_LIMIT`].
 //!
 //! Driver workaround (NVIDIA 580, seen on the H200): the ICD loads glvnd's libEGL, which
 //! registers a thread-exit destructor. When the last VkInstance is destroyed the loader unloads
@@ -19,11 +20,12 @@
 //! are never unloaded. It costs one idle instance and is never destroyed (reachable, not leaked).
 
 use crate::error::{Error, Result, VkResultExt};
+use crate::par::fork_generation;
 use ash::vk;
 use std::ffi::{CStr, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
@@ -55,7 +57,7 @@ fn keep_icds_loaded(entry: &ash::Entry) {
 }
 
 /// Counts of validation messages, shared with the messenger callback.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct ValidationCounts {
     pub errors: AtomicU64,
     pub warnings: AtomicU64,
@@ -71,25 +73,71 @@ pub(crate) struct ValidationCounts {
     log_queue: Mutex<Option<SyncSender<(log::Level, String)>>>,
     /// Messages counted but not logged because the pump's queue was full.
     log_dropped: AtomicU64,
+    /// The fork generation these were made in ([`fork_generation`]).
+    fork_gen: u64,
+}
+
+impl Default for ValidationCounts {
+    fn default() -> Self {
+        ValidationCounts {
+            errors: AtomicU64::new(0),
+            warnings: AtomicU64::new(0),
+            layer_faults: AtomicU64::new(0),
+            last_error: Mutex::new(None),
+            done: Default::default(),
+            log_queue: Mutex::new(None),
+            log_dropped: AtomicU64::new(0),
+            fork_gen: fork_generation(),
+        }
+    }
+}
+
+impl Drop for ValidationCounts {
+    fn drop(&mut self) {
+        if fork_generation() != self.fork_gen {
+            // A forked child: closing the parent's channel takes the channel's lock, which a
+            // thread of the parent (the log thread, a callback) may have held at the fork.
+            std::mem::forget(self.log_queue.get_mut().unwrap_or_else(PoisonError::into_inner).take());
+        }
+    }
 }
 
 /// How many messages wait for the log thread at most; past that the callback drops them from
 /// the log (they are still counted), rather than wait inside the driver's call.
 const LOG_QUEUE: usize = 4096;
 
-/// How long teardown waits for the log thread to log what is queued. Only a logger that blocks
-/// (say on a lock the tearing-down thread holds) takes this long; then the thread finishes
-/// on its own.
-const LOG_DRAIN_LIMIT: Duration = Duration::from_secs(5);
+/// How long a device's teardown waits for the log thread to log what is queued. Only a logger
+/// that blocks (say on a lock the tearing-down thread holds) takes this long; then the thread
+/// finishes on its own.
+pub(crate) const LOG_DRAIN_LIMIT: Duration = Duration::from_secs(5);
 
 /// The thread that logs a validating instance's messages outside the driver's calls (see the
-/// module docs).
+/// module docs). [`InstanceParts::destroy`] hands it back unclosed: the device's teardown
+/// closes it once it holds no lock ([`LogPump::close`]). Dropped unclosed, the thread is
+/// detached (it ends when the counts, and with them the queue, go); in a forked child it is
+/// forgotten.
 pub(crate) struct LogPump {
+    inner: Option<PumpInner>,
+    fork_gen: u64,
+}
+
+struct PumpInner {
     counts: Arc<ValidationCounts>,
     thread: std::thread::JoinHandle<()>,
     /// Disconnected when the thread's loop ended (it drops the sender then). In a `Mutex` only
-    /// to make `LogPump` `Sync` (the device's state is shared); `close` takes it out.
+    /// to make `LogPump` `Sync` (the device's state is shared).
     finished: Mutex<Receiver<()>>,
+}
+
+impl Drop for LogPump {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.take() {
+            if fork_generation() != self.fork_gen {
+                // The parent's thread and channel: nothing of them is the child's to release.
+                std::mem::forget(inner);
+            }
+        }
+    }
 }
 
 impl LogPump {
@@ -108,47 +156,70 @@ impl LogPump {
         match spawned {
             Ok(thread) => {
                 *lock_queue(counts) = Some(tx);
-                Some(LogPump { counts: Arc::clone(counts), thread, finished: Mutex::new(finished) })
+                let inner = PumpInner { counts: Arc::clone(counts), thread, finished: Mutex::new(finished) };
+                Some(LogPump { inner: Some(inner), fork_gen: fork_generation() })
             }
             Err(e) => {
-                log::warn!("no thread for the validation layer's messages ({e}): they are counted but not logged");
+                contain(|| log::warn!("no thread for the validation layer's messages ({e}): they are counted but not logged"));
                 None
             }
         }
     }
 
-    /// Closes the queue and waits, at most [`LOG_DRAIN_LIMIT`], until everything queued was
-    /// logged. Run after the messenger and the instance are gone. On the pump's own thread (a
-    /// logger that tore down the device) it does not wait.
-    fn close(self) {
-        lock_queue(&self.counts).take();
-        let dropped = self.counts.log_dropped.swap(0, Ordering::Relaxed);
+    /// Closes the queue and waits, at most [`LOG_DRAIN_LIMIT`], until the thread logged
+    /// everything queued and ended: `true` if it did. Run after the messenger and the instance
+    /// are gone, holding no lock a logger might want. On the pump's own thread (a logger that
+    /// tore down the device) it does not wait. Never panics: a logger's panic on its warnings
+    /// is contained.
+    pub(crate) fn close(mut self) -> bool {
+        let Some(inner) = self.inner.take() else { return false };
+        if fork_generation() != self.fork_gen {
+            std::mem::forget(inner);
+            return false;
+        }
+        lock_queue(&inner.counts).take();
+        let ended = if std::thread::current().id() == inner.thread.thread().id() {
+            false
+        } else {
+            let deadline = std::time::Instant::now() + LOG_DRAIN_LIMIT;
+            let finished = inner.finished.into_inner().unwrap_or_else(PoisonError::into_inner);
+            match finished.recv_timeout(LOG_DRAIN_LIMIT) {
+                Err(RecvTimeoutError::Disconnected) | Ok(()) => {
+                    // The loop ended; the thread's exit (its thread-locals' destructors) is
+                    // left: joined if it comes by the deadline, else the thread is detached.
+                    while !inner.thread.is_finished() && std::time::Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                    // A panic cannot come out of the loop (`contain`): nothing to report.
+                    inner.thread.is_finished() && inner.thread.join().is_ok()
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    contain(|| {
+                        log::warn!(
+                            "the validation log thread still runs the logger after {LOG_DRAIN_LIMIT:?}; \
+                             it finishes on its own"
+                        )
+                    });
+                    false
+                }
+            }
+        };
+        let dropped = inner.counts.log_dropped.swap(0, Ordering::Relaxed);
         if dropped > 0 {
-            log::warn!(target: "vkhost::validation", "{dropped} messages were counted but not logged: the log thread fell {LOG_QUEUE} behind");
-        }
-        if std::thread::current().id() == self.thread.thread().id() {
-            return;
-        }
-        let finished = self.finished.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match finished.recv_timeout(LOG_DRAIN_LIMIT) {
-            Err(RecvTimeoutError::Disconnected) | Ok(()) => {
-                // The loop ended; only the thread's exit is left. A panic cannot come out of
-                // it (`contain`), so there is nothing to report.
-                let _ = self.thread.join();
-            }
-            Err(RecvTimeoutError::Timeout) => {
+            contain(|| {
                 log::warn!(
-                    "the validation log thread still runs the logger after {LOG_DRAIN_LIMIT:?}; \
-                     it finishes on its own"
-                );
-            }
+                    target: "vkhost::validation",
+                    "{dropped} messages were counted but not logged: the log thread fell {LOG_QUEUE} behind"
+                )
+            });
         }
+        ended
     }
 }
 
 /// The pump's queue; a poisoned lock still holds a usable `Option`.
 fn lock_queue(c: &ValidationCounts) -> std::sync::MutexGuard<'_, Option<SyncSender<(log::Level, String)>>> {
-    c.log_queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    c.log_queue.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Queues `msg` for the log thread; never blocks and never runs the user's code.
@@ -365,12 +436,12 @@ pub(crate) fn create(validation: bool, counts: &Arc<ValidationCounts>) -> Result
     }
     // Started before vkCreateInstance: the chained messenger reports from inside it.
     let pump = if validation { LogPump::start(counts) } else { None };
-    let close = |pump: Option<LogPump>| pump.map_or((), LogPump::close);
+    let close = |pump: Option<LogPump>| pump.map(LogPump::close);
     // SAFETY: every pointer in `info` refers to locals that outlive the call.
     let instance = match unsafe { entry.create_instance(&info, None) } {
         Ok(i) => i,
         Err(code) => {
-            close(pump);
+            let _ = close(pump);
             return Err(match code {
                 // The loader found no driver it could use (none installed, as on a fresh
                 // machine without mesa-vulkan-drivers, or none that loads): no device, not a
@@ -390,7 +461,7 @@ pub(crate) fn create(validation: bool, counts: &Arc<ValidationCounts>) -> Result
             Err(code) => {
                 // SAFETY: nothing was created from the instance yet.
                 unsafe { instance.destroy_instance(None) };
-                close(pump);
+                let _ = close(pump);
                 return Err(Error::vk("vkCreateDebugUtilsMessengerEXT", code));
             }
         }
@@ -401,21 +472,21 @@ pub(crate) fn create(validation: bool, counts: &Arc<ValidationCounts>) -> Result
 }
 
 impl InstanceParts {
-    /// Destroys the messenger and the instance.
+    /// Destroys the messenger and the instance, and hands back the log thread, for the caller
+    /// to [`LogPump::close`] once it holds no lock a logger might want (messages from
+    /// vkDestroyInstance may still be queued).
     ///
     /// # Safety
     /// Every object created from the instance (devices included) must be destroyed already.
-    pub(crate) unsafe fn destroy(self) {
+    #[must_use = "close the log thread (LogPump::close) once no lock is held"]
+    pub(crate) unsafe fn destroy(self) -> Option<LogPump> {
         if let Some((du, m)) = self.debug {
             // SAFETY: the messenger belongs to this instance and is destroyed once.
             unsafe { du.destroy_debug_utils_messenger(m, None) };
         }
         // SAFETY: the caller guarantees no child objects remain.
         unsafe { self.instance.destroy_instance(None) };
-        // After vkDestroyInstance, whose messages go to the pump too.
-        if let Some(p) = self.pump {
-            p.close();
-        }
+        self.pump
     }
 }
 
@@ -455,7 +526,7 @@ mod tests {
         for _ in 0..100 {
             deliver(&c, e, c"VUID-y", c"m");
         }
-        pump.close();
+        assert!(pump.close(), "close returned before the log thread ended");
         assert!(lock_queue(&c).is_none(), "the queue stayed open after close");
         assert_eq!(c.log_dropped.load(Ordering::Relaxed), 0);
         assert_eq!(c.errors(), 100);

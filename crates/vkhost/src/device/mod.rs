@@ -32,7 +32,7 @@ use crate::fault::{self, Point};
 use crate::memtype::{self, Choice};
 use ash::vk;
 use info::DeviceInfo;
-use instance::{InstanceParts, ValidationCounts};
+use instance::{InstanceParts, LogPump, ValidationCounts};
 pub use pipeline::DescriptorMode;
 use queues::{CopyFloor, CopyQueues};
 use std::ptr::NonNull;
@@ -299,7 +299,10 @@ pub struct OpenOptions {
     /// Enable the Khronos validation layer. Default: `VKHOST_VALIDATION=1` (or `true`, `on`).
     /// Its messages are counted ([`Device::validation_errors`]) and logged under the target
     /// `vkhost::validation`, on a thread named `vkhost-validation-log`, never inside the
-    /// layer's callback: a logger may call vkhost. Teardown returns after they were logged.
+    /// layer's callback: a logger may call vkhost. The device's teardown, once it released the
+    /// device, waits until they were logged: at most 5 s (a logger that blocks longer goes on
+    /// logging after it), and not at all when it runs on that thread (a logger that tore the
+    /// device down).
     pub validation: bool,
     /// Bytes per staging chunk for staged copies (default 16 MiB). At least
     /// [`STAGING_CHUNK_MIN`](Self::STAGING_CHUNK_MIN) (4 KiB) and a multiple of it.
@@ -1837,15 +1840,19 @@ impl Shared {
     /// by the first panic left streams' work running on the device after `destroy` returned
     /// and every object alive. The first panic is returned, for `destroy` to resume once the
     /// device is gone; the last handle's drop discards it (a drop does not panic).
-    fn teardown(&self, live: Live) -> Option<object::Panic> {
+    ///
+    /// The validation log thread comes back unclosed, for the caller to close once it released
+    /// the device's lock ([`LogPump::close`]: a logger may call into this device).
+    fn teardown(&self, live: Live) -> (Option<object::Panic>, Option<LogPump>) {
         use object::step;
         // Before anything is released: `host::find` answers None from here on.
         self.gone.store(true, Ordering::Release);
         if self.forked() {
             std::mem::forget(live);
-            return None;
+            return (None, None);
         }
         let mut first = None;
+        let mut pump = None;
         // Every child, held until its last phase ran (see `live_children`).
         let kids = self.live_children();
         // Work first: streams submit what they recorded, wait, reap (dropping the owners their
@@ -1891,7 +1898,7 @@ impl Shared {
             // are leaked (as are vkhost's other objects on that device), never freed under it.
             step(&mut first, || log::error!("{}: teardown interrupted by a panic on a borrowed device: its objects are leaked", self.id));
             std::mem::forget(kids);
-            return first;
+            return (first, None);
         }
         // Then objects: imports, pinned blocks, device buffers. Owners that outlive the device
         // (registry tombstones, handles) keep inert shells.
@@ -1933,13 +1940,13 @@ impl Shared {
             unsafe { live.device.destroy_device(None) };
             if let Some(parts) = live.instance_parts {
                 // SAFETY: the device, the only child of this instance, is gone.
-                unsafe { parts.destroy() };
+                pump = unsafe { parts.destroy() };
             }
         }
         // The messenger is gone with the instance: the counts are final (`ValidationCounter`).
         self.counts.done.store(true, Ordering::Release);
         step(&mut first, || log::debug!("{}: destroyed", self.id));
-        first
+        (first, pump)
     }
 }
 
@@ -2009,7 +2016,9 @@ impl Drop for Shared {
         let live = self.live.get_mut().unwrap_or_else(PoisonError::into_inner).take();
         if let Some(live) = live {
             // A panic out of a step (a user's logger) is not resumed here: a drop does not panic.
-            drop(self.teardown(live));
+            let (_, pump) = self.teardown(live);
+            // `close` contains a logger's panics.
+            pump.map(LogPump::close);
         }
         // The owners go last (field drop order), after every vkhost object of the device.
     }
@@ -2122,7 +2131,7 @@ pub fn devices() -> Result<Vec<DeviceInfo>> {
         .map(|pds| pds.iter().enumerate().map(|(i, &pd)| info::query(&parts.instance, pd, i)).collect())
         .map_err(|c| Error::vk("vkEnumeratePhysicalDevices", c));
     // SAFETY: nothing was created from this instance.
-    unsafe { parts.destroy() };
+    unsafe { parts.destroy() }.map(LogPump::close);
     out
 }
 
@@ -2339,7 +2348,7 @@ impl Device {
             Err(e) => {
                 // SAFETY: create_on cleaned up anything it made (invalid options fail before
                 // vkCreateDevice); the instance has no children.
-                unsafe { parts.destroy() };
+                unsafe { parts.destroy() }.map(LogPump::close);
                 Err(e)
             }
         }
@@ -3228,7 +3237,7 @@ impl Device {
         if self.shared.forked() {
             if let Ok(mut g) = self.shared.live.try_write() {
                 if let Some(live) = g.take() {
-                    drop(self.shared.teardown(live)); // forgets, see teardown
+                    let _ = self.shared.teardown(live); // forgets, see teardown
                 }
             }
             return Ok(());
@@ -3248,8 +3257,10 @@ impl Device {
         if g.is_some() && h > 0 {
             return Err(Error::Busy { reason: format!("{h} DeviceHold(s) of this device still live") });
         }
-        let panicked = g.take().and_then(|live| self.shared.teardown(live));
+        let (panicked, pump) = g.take().map_or((None, None), |live| self.shared.teardown(live));
         drop(g);
+        // Out of the lock: a logger may call into this device while the queue drains.
+        pump.map(LogPump::close);
         if let Some(p) = panicked {
             // The device is gone, every step ran: now the panic (a user's logger's) goes on.
             std::panic::resume_unwind(p);
