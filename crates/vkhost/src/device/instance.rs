@@ -113,9 +113,8 @@ pub(crate) const LOG_DRAIN_LIMIT: Duration = Duration::from_secs(5);
 
 /// The thread that logs a validating instance's messages outside the driver's calls (see the
 /// module docs). [`InstanceParts::destroy`] hands it back unclosed: the device's teardown
-/// closes it once it holds no lock ([`LogPump::close`]). Dropped unclosed, the thread is
-/// detached (it ends when the counts, and with them the queue, go); in a forked child it is
-/// forgotten.
+/// closes it once it holds no lock ([`LogPump::close`]). Dropped unclosed, its queue is closed
+/// and the thread detached; in a forked child both are forgotten.
 pub(crate) struct LogPump {
     inner: Option<PumpInner>,
     fork_gen: u64,
@@ -135,6 +134,10 @@ impl Drop for LogPump {
             if fork_generation() != self.fork_gen {
                 // The parent's thread and channel: nothing of them is the child's to release.
                 std::mem::forget(inner);
+            } else {
+                // Unclosed (an unwind before a device existed): end the thread's loop now
+                // rather than when the counts go, and detach it.
+                lock_queue(&inner.counts).take();
             }
         }
     }
@@ -167,7 +170,7 @@ impl LogPump {
     }
 
     /// Closes the queue and waits, at most [`LOG_DRAIN_LIMIT`], until the thread logged
-    /// everything queued and ended: `true` if it did. Run after the messenger and the instance
+    /// everything queued and left its loop: `true` if it did (the thread then only exits). Run after the messenger and the instance
     /// are gone, holding no lock a logger might want. On the pump's own thread (a logger that
     /// tore down the device) it does not wait. Never panics: a logger's panic on its warnings
     /// is contained.
@@ -181,18 +184,12 @@ impl LogPump {
         let ended = if std::thread::current().id() == inner.thread.thread().id() {
             false
         } else {
-            let deadline = std::time::Instant::now() + LOG_DRAIN_LIMIT;
             let finished = inner.finished.into_inner().unwrap_or_else(PoisonError::into_inner);
             match finished.recv_timeout(LOG_DRAIN_LIMIT) {
-                Err(RecvTimeoutError::Disconnected) | Ok(()) => {
-                    // The loop ended; the thread's exit (its thread-locals' destructors) is
-                    // left: joined if it comes by the deadline, else the thread is detached.
-                    while !inner.thread.is_finished() && std::time::Instant::now() < deadline {
-                        std::thread::sleep(Duration::from_micros(200));
-                    }
-                    // A panic cannot come out of the loop (`contain`): nothing to report.
-                    inner.thread.is_finished() && inner.thread.join().is_ok()
-                }
+                // The loop ended: everything queued was logged. The thread is detached, not
+                // joined: its exit runs thread-local destructors (the logger's, a driver's),
+                // and one of them could wait on a lock the caller holds.
+                Err(RecvTimeoutError::Disconnected) | Ok(()) => true,
                 Err(RecvTimeoutError::Timeout) => {
                     contain(|| {
                         log::warn!(
@@ -206,12 +203,7 @@ impl LogPump {
         };
         let dropped = inner.counts.log_dropped.swap(0, Ordering::Relaxed);
         if dropped > 0 {
-            contain(|| {
-                log::warn!(
-                    target: "vkhost::validation",
-                    "{dropped} messages were counted but not logged: the log thread fell {LOG_QUEUE} behind"
-                )
-            });
+            contain(|| log::warn!("{dropped} validation messages were counted but not logged: the log thread fell {LOG_QUEUE} behind"));
         }
         ended
     }
@@ -225,8 +217,8 @@ fn lock_queue(c: &ValidationCounts) -> std::sync::MutexGuard<'_, Option<SyncSend
 /// Queues `msg` for the log thread; never blocks and never runs the user's code.
 fn queue_log(counts: Option<&ValidationCounts>, level: log::Level, msg: String) {
     let Some(c) = counts else { return };
-    // `log_enabled!` would ask the user's logger: only the static maximum level is read here.
-    if level > log::max_level() {
+    // `log_enabled!` would ask the user's logger: only the maximum levels are read here.
+    if level > log::STATIC_MAX_LEVEL || level > log::max_level() {
         return;
     }
     if let Some(tx) = lock_queue(c).as_ref() {
@@ -530,6 +522,10 @@ mod tests {
         assert!(lock_queue(&c).is_none(), "the queue stayed open after close");
         assert_eq!(c.log_dropped.load(Ordering::Relaxed), 0);
         assert_eq!(c.errors(), 100);
+        // Dropped unclosed, a pump closes its queue (its thread's loop ends; detached).
+        let c = Arc::new(ValidationCounts::default());
+        drop(LogPump::start(&c).expect("a thread"));
+        assert!(lock_queue(&c).is_none(), "a pump dropped unclosed left its queue open");
         log::set_max_level(log::LevelFilter::Off);
     }
 

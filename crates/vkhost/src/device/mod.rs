@@ -5,7 +5,8 @@
 //! takes the write lock, so it waits for operations in flight and then tears down in reverse
 //! order: host imports and pinned blocks (the registry hook), device buffers, copy contexts,
 //! the VkDevice, the messenger, the VkInstance. After that `live` is `None` and every
-//! operation answers `Error::DeviceDestroyed`.
+//! operation answers `Error::DeviceDestroyed`. With the lock released, it waits (at most 5 s)
+//! for the validation log thread to log the messages still queued (`instance::LogPump`).
 //!
 //! Lock order, always: `live` → pipeline cache → stream state → registry → a tracker → a copy
 //! context → a queue (docs/DESIGN.md has the leaves and the exceptions).
@@ -299,10 +300,11 @@ pub struct OpenOptions {
     /// Enable the Khronos validation layer. Default: `VKHOST_VALIDATION=1` (or `true`, `on`).
     /// Its messages are counted ([`Device::validation_errors`]) and logged under the target
     /// `vkhost::validation`, on a thread named `vkhost-validation-log`, never inside the
-    /// layer's callback: a logger may call vkhost. The device's teardown, once it released the
-    /// device, waits until they were logged: at most 5 s (a logger that blocks longer goes on
-    /// logging after it), and not at all when it runs on that thread (a logger that tore the
-    /// device down).
+    /// layer's callback: a logger may call vkhost. The call that tears the device down
+    /// ([`Device::destroy`], or the last handle's drop), once it released the device, waits
+    /// until they were logged: at most 5 s (a logger that blocks longer goes on logging after
+    /// it), and not at all on that thread (a logger that tore the device down). A concurrent
+    /// second `destroy` does not wait for it.
     pub validation: bool,
     /// Bytes per staging chunk for staged copies (default 16 MiB). At least
     /// [`STAGING_CHUNK_MIN`](Self::STAGING_CHUNK_MIN) (4 KiB) and a multiple of it.
@@ -2016,9 +2018,14 @@ impl Drop for Shared {
         let live = self.live.get_mut().unwrap_or_else(PoisonError::into_inner).take();
         if let Some(live) = live {
             // A panic out of a step (a user's logger) is not resumed here: a drop does not panic.
-            let (_, pump) = self.teardown(live);
+            let (panicked, pump) = self.teardown(live);
             // `close` contains a logger's panics.
             pump.map(LogPump::close);
+            // The payload's own drop may panic too (a logger's `panic_any`): kept inside, and a
+            // second payload from it leaked.
+            if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(panicked))) {
+                std::mem::forget(again);
+            }
         }
         // The owners go last (field drop order), after every vkhost object of the device.
     }
