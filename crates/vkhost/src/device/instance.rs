@@ -170,10 +170,10 @@ impl LogPump {
     }
 
     /// Closes the queue and waits, at most [`LOG_DRAIN_LIMIT`], until the thread logged
-    /// everything queued and left its loop: `true` if it did (the thread then only exits). Run after the messenger and the instance
-    /// are gone, holding no lock a logger might want. On the pump's own thread (a logger that
-    /// tore down the device) it does not wait. Never panics: a logger's panic on its warnings
-    /// is contained.
+    /// everything queued and left its loop: `true` if it did (the thread then only exits,
+    /// detached). Run after the messenger and the instance are gone, holding no lock a logger
+    /// might want. On the pump's own thread (a logger that tore down the device) it does not
+    /// wait. Never panics: a logger's panic on its warnings is contained.
     pub(crate) fn close(mut self) -> bool {
         let Some(inner) = self.inner.take() else { return false };
         if fork_generation() != self.fork_gen {
@@ -261,7 +261,7 @@ pub(crate) struct InstanceParts {
     pub entry: ash::Entry,
     pub instance: ash::Instance,
     pub debug: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
-    /// The thread that logs the messenger's messages; closed after the instance is destroyed.
+    /// The thread that logs the messenger's messages; `destroy` hands it back for closing.
     pub pump: Option<LogPump>,
 }
 
@@ -495,7 +495,7 @@ mod tests {
 
     /// The callback queues for the log thread and never waits on it: past the queue's room a
     /// message is dropped from the log (and counted as dropped), and with the level off nothing
-    /// is queued. A pump's close returns once its thread logged everything and ended.
+    /// is queued. A pump's close returns once its thread logged everything and left its loop.
     #[test]
     fn the_callback_queues_without_waiting_and_a_pump_drains_at_close() {
         log::set_max_level(log::LevelFilter::Trace);
