@@ -175,11 +175,10 @@ impl LogPump {
     /// might want. On the pump's own thread (a logger that tore down the device) it does not
     /// wait. Never panics: a logger's panic on its warnings is contained.
     pub(crate) fn close(mut self) -> bool {
-        let Some(inner) = self.inner.take() else { return false };
         if fork_generation() != self.fork_gen {
-            std::mem::forget(inner);
-            return false;
+            return false; // `drop` forgets the parent's thread and channel
         }
+        let Some(inner) = self.inner.take() else { return false };
         lock_queue(&inner.counts).take();
         let ended = if std::thread::current().id() == inner.thread.thread().id() {
             false
@@ -214,15 +213,16 @@ fn lock_queue(c: &ValidationCounts) -> std::sync::MutexGuard<'_, Option<SyncSend
     c.log_queue.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Queues `msg` for the log thread; never blocks and never runs the user's code.
-fn queue_log(counts: Option<&ValidationCounts>, level: log::Level, msg: String) {
+/// Queues the line `line` makes for the log thread, made only when `level` is logged at all;
+/// never blocks and never runs the user's code.
+fn queue_log(counts: Option<&ValidationCounts>, level: log::Level, line: impl FnOnce() -> String) {
     let Some(c) = counts else { return };
     // `log_enabled!` would ask the user's logger: only the maximum levels are read here.
     if level > log::STATIC_MAX_LEVEL || level > log::max_level() {
         return;
     }
     if let Some(tx) = lock_queue(c).as_ref() {
-        if let Err(TrySendError::Full(_)) = tx.try_send((level, msg)) {
+        if let Err(TrySendError::Full(_)) = tx.try_send((level, line())) {
             c.log_dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -313,7 +313,7 @@ unsafe fn c_str<'a>(p: *const std::ffi::c_char) -> Option<&'a CStr> {
 /// Runs `f`, and no panic out of it goes further: its payload is dropped inside a catch too
 /// (a payload whose own drop panics, say a logger's `panic_any`, would unwind on into the
 /// driver, an abort), and a second payload from that drop is leaked.
-fn contain(f: impl FnOnce()) {
+pub(crate) fn contain(f: impl FnOnce()) {
     if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(p))) {
             std::mem::forget(again);
@@ -347,23 +347,23 @@ unsafe extern "system" fn messenger_callback(
                         *g = Some(msg.clone());
                     }
                 }
-                queue_log(counts, log::Level::Error, format!("{types:?}: {msg}"));
+                queue_log(counts, log::Level::Error, || format!("{types:?}: {msg}"));
             }
             Counted::LayerFault => {
                 if let Some(c) = counts {
                     c.layer_faults.fetch_add(1, Ordering::Relaxed);
                 }
-                let line =
-                    format!("the layer's own fault, not counted as an error (see Device::validation_layer_faults): {types:?}: {msg}");
-                queue_log(counts, log::Level::Warn, line);
+                queue_log(counts, log::Level::Warn, || {
+                    format!("the layer's own fault, not counted as an error (see Device::validation_layer_faults): {types:?}: {msg}")
+                });
             }
             Counted::Warning => {
                 if let Some(c) = counts {
                     c.warnings.fetch_add(1, Ordering::Relaxed);
                 }
-                queue_log(counts, log::Level::Warn, format!("{types:?}: {msg}"));
+                queue_log(counts, log::Level::Warn, || format!("{types:?}: {msg}"));
             }
-            Counted::Other => queue_log(counts, log::Level::Debug, format!("{types:?}: {msg}")),
+            Counted::Other => queue_log(counts, log::Level::Debug, || format!("{types:?}: {msg}")),
         }
     });
     vk::FALSE
@@ -428,12 +428,11 @@ pub(crate) fn create(validation: bool, counts: &Arc<ValidationCounts>) -> Result
     }
     // Started before vkCreateInstance: the chained messenger reports from inside it.
     let pump = if validation { LogPump::start(counts) } else { None };
-    let close = |pump: Option<LogPump>| pump.map(LogPump::close);
     // SAFETY: every pointer in `info` refers to locals that outlive the call.
     let instance = match unsafe { entry.create_instance(&info, None) } {
         Ok(i) => i,
         Err(code) => {
-            let _ = close(pump);
+            pump.map(LogPump::close);
             return Err(match code {
                 // The loader found no driver it could use (none installed, as on a fresh
                 // machine without mesa-vulkan-drivers, or none that loads): no device, not a
@@ -453,7 +452,7 @@ pub(crate) fn create(validation: bool, counts: &Arc<ValidationCounts>) -> Result
             Err(code) => {
                 // SAFETY: nothing was created from the instance yet.
                 unsafe { instance.destroy_instance(None) };
-                let _ = close(pump);
+                pump.map(LogPump::close);
                 return Err(Error::vk("vkCreateDebugUtilsMessengerEXT", code));
             }
         }

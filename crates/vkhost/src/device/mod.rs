@@ -2021,11 +2021,8 @@ impl Drop for Shared {
             let (panicked, pump) = self.teardown(live);
             // `close` contains a logger's panics.
             pump.map(LogPump::close);
-            // The payload's own drop may panic too (a logger's `panic_any`): kept inside, and a
-            // second payload from it leaked.
-            if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(panicked))) {
-                std::mem::forget(again);
-            }
+            // The payload's own drop may panic too (a logger's `panic_any`): kept inside.
+            instance::contain(move || drop(panicked));
         }
         // The owners go last (field drop order), after every vkhost object of the device.
     }
