@@ -19,7 +19,9 @@ use ash::vk;
 /// the call that submitted it returned the error, and the stream's `synchronize` reports it)
 /// never ran, so a `read` after it sees the bytes from before it; the synchronous copy itself
 /// does not report the stream's loss (unlike a CUDA blocking copy, which returns earlier async
-/// errors).
+/// errors). Work another thread enqueues on the buffer *while* a synchronous copy runs is not
+/// ordered with it, as work on two streams is not: order the two threads yourself (the device
+/// bytes may be old, new or a mix; no Rust reference sees them).
 ///
 /// On a discrete GPU with a full BAR (see [`BarWrites`](crate::BarWrites)) the buffer lives in
 /// mapped VRAM, and a `write` of at most [`OpenOptions::bar_write_max`](crate::OpenOptions::bar_write_max)

@@ -58,6 +58,10 @@
 //!   streams is unordered, as in CUDA (see [`Stream`]): a kernel on one stream that reads a
 //!   block while a copy on another writes it may read old bytes, new ones or a mix, unless
 //!   the caller orders them with an [`Event`]; no CPU view sees the bytes while either runs.
+//!   Likewise a synchronous [`DeviceBuffer::write`] (which may be CPU stores into a full-BAR
+//!   mapping) waits for work already enqueued on the buffer, but not for work another thread
+//!   enqueues on it while the write runs: those device bytes are racy until the threads order
+//!   themselves, and no Rust reference ever sees them.
 //! - **Releases the caller makes are exact.** [`host::unregister`] (and a [`Registration`]'s
 //!   drop) returns only once no submitted work can read or write the registered bytes. Raw
 //!   [`host::free_pinned`]/[`host::unregister`] refuse entries a guard owns
